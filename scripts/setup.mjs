@@ -1,0 +1,81 @@
+#!/usr/bin/env node
+// Installs whatever is missing for `npm start` / `npm test`: apt packages, pnpm (corepack),
+// workspace dependencies (frozen lockfile) and the llama.cpp engine build. Idempotent and quick when done.
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { ensureEngine } from "./build-engine.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const args = new Set(process.argv.slice(2));
+const env = { ...process.env, COREPACK_ENABLE_DOWNLOAD_PROMPT: "0" };
+
+function log(msg) {
+  process.stderr.write(`[setup] ${msg}\n`);
+}
+
+function sh(cmd, opts = {}) {
+  return spawnSync("sh", ["-c", cmd], { stdio: "inherit", env, cwd: root, ...opts });
+}
+
+function has(cmd) {
+  return spawnSync("sh", ["-c", `command -v ${cmd}`], { stdio: "ignore" }).status === 0;
+}
+
+function must(cmd, what) {
+  const r = sh(cmd);
+  if (r.status !== 0) {
+    log(`${what} failed (exit ${r.status}): ${cmd}`);
+    process.exit(1);
+  }
+}
+
+// 1. Debian packages: command -> package.
+const wanted = [
+  ["nats-server", "nats-server", process.env.NATS_SERVER_BIN],
+  ["cmake", "cmake"],
+  ["g++", "g++"],
+  ["git", "git"],
+];
+if (!args.has("--no-browser") && !args.has("--no-engine")) wanted.push(["chromium", "chromium"]);
+const missing = wanted.filter(([cmd, , override]) => !override && !has(cmd)).map(([, pkg]) => pkg);
+if (missing.length > 0) {
+  const sudo = process.getuid && process.getuid() === 0 ? "" : "sudo -n ";
+  log(`installing Debian packages: ${missing.join(" ")}`);
+  must(`${sudo}apt-get update -qq`, "apt-get update");
+  must(
+    `DEBIAN_FRONTEND=noninteractive ${sudo}apt-get install -y -qq --no-install-recommends ${missing.join(" ")} >/dev/null`,
+    "apt-get install",
+  );
+}
+
+// 2. pnpm through corepack (version pinned by package.json "packageManager").
+// Older corepack releases lack the registry's current signing keys; upgrade corepack then.
+if (sh("corepack pnpm --version", { stdio: "ignore" }).status !== 0) {
+  log("pnpm through corepack failed; upgrading corepack from the npm registry");
+  const sudo = process.getuid && process.getuid() === 0 ? "" : "sudo -n ";
+  must(`${sudo}npm install -g --silent corepack@latest`, "corepack upgrade");
+  must("corepack pnpm --version >/dev/null", "corepack pnpm");
+}
+
+// 3. Workspace dependencies, reinstalled only when the lockfile changed.
+const lock = readFileSync(join(root, "pnpm-lock.yaml"));
+const lockHash = createHash("sha256").update(lock).digest("hex");
+const marker = join(root, "node_modules", ".setup-lock-hash");
+if (!existsSync(marker) || readFileSync(marker, "utf8") !== lockHash) {
+  log("installing dependencies (pnpm install --frozen-lockfile)");
+  must("corepack pnpm install --frozen-lockfile --reporter=append-only", "pnpm install");
+  writeFileSync(marker, lockHash);
+}
+
+// 4. The engine (llama-server, ggml-rpc-server), cached per bundle commit.
+if (!args.has("--no-engine")) {
+  try {
+    ensureEngine({ quiet: true });
+  } catch (e) {
+    log(`engine build failed: ${e instanceof Error ? e.message : String(e)}`);
+    process.exit(1);
+  }
+}
