@@ -1,1 +1,2 @@
-// placeholder
+// Front door of the protocol package: every subject, schema, id and error code of the system.
+export * from "./ids.ts";
