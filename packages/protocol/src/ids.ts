@@ -22,7 +22,8 @@ export function modelIdProblem(value: string): string | null {
     if (!SEGMENT.test(part)) {
       return "each part of a model id must start with a letter or digit and contain only letters, digits, '.', '_' or '-' (at most 96 characters)";
     }
-    if (part.includes("..") || part.includes("--")) return "model id parts must not contain '..' or '--'";
+    if (part.includes("..") || part.includes("--"))
+      return "model id parts must not contain '..' or '--'";
   }
   return null;
 }
@@ -49,8 +50,28 @@ export function modelIdFromDirName(dir: string): ModelId | null {
   return modelIdProblem(id) === null ? (id as ModelId) : null;
 }
 
-export const NodeIdSchema = z.string().min(1).max(128).transform((v) => v as NodeId);
-export const SessionIdSchema = z.string().min(1).max(128).transform((v) => v as SessionId);
-export const InstanceIdSchema = z.string().min(1).max(128).transform((v) => v as InstanceId);
-export const TaskIdSchema = z.string().min(1).max(128).transform((v) => v as TaskId);
-export const CommandIdSchema = z.string().min(1).max(128).transform((v) => v as CommandId);
+export const NodeIdSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .transform((v) => v as NodeId);
+export const SessionIdSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .transform((v) => v as SessionId);
+export const InstanceIdSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .transform((v) => v as InstanceId);
+export const TaskIdSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .transform((v) => v as TaskId);
+export const CommandIdSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .transform((v) => v as CommandId);

@@ -1,1 +1,2 @@
-// placeholder
+// Front door of the testkit: real processes on free ports, fixtures and emulators for tests.
+export * from "./ports.ts";

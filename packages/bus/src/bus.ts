@@ -1,0 +1,203 @@
+// Typed publish / subscribe / request over nats.js, generic over the protocol catalog.
+// Every inbound message and reply is validated with safeParse (the bus edge); invalid ones are dropped and logged.
+import { connect, createInbox, JSONCodec } from "nats";
+import type { NatsConnection, Subscription } from "nats";
+import { CATALOG, ServiceError } from "@ic/protocol";
+import type {
+  MessageIn,
+  MessageOf,
+  PublishName,
+  ReplyIn,
+  ReplyOf,
+  RequestName,
+} from "@ic/protocol";
+import type { Logger } from "@ic/log";
+import type { z } from "zod";
+
+const codec = JSONCodec();
+
+export interface Unsubscribe {
+  (): void;
+}
+
+// The catalog is a const object, so indexing it with a generic key loses the link between a name
+// and its schema; these two accessors restore it in one place.
+function messageSchema<K extends keyof typeof CATALOG>(name: K): z.ZodType<MessageOf<K>> {
+  return CATALOG[name].message as unknown as z.ZodType<MessageOf<K>>;
+}
+function replySchema<K extends RequestName>(name: K): z.ZodType<ReplyOf<K>> {
+  return (CATALOG[name] as unknown as { reply: z.ZodType<ReplyOf<K>> }).reply;
+}
+
+function subjectOf(name: keyof typeof CATALOG, suffix?: string): string {
+  const base = CATALOG[name].subject;
+  return suffix ? `${base}.${suffix}` : base;
+}
+
+export class Bus implements AsyncDisposable {
+  private constructor(
+    private readonly nc: NatsConnection,
+    private readonly log: Logger,
+  ) {}
+
+  static async connect(url: string, log: Logger, name?: string): Promise<Bus> {
+    const nc = await connect({
+      servers: url,
+      name,
+      reconnect: true,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 200,
+      pingInterval: 5000,
+    });
+    const bus = new Bus(nc, log.child({ component: "bus" }));
+    void bus.watchStatus();
+    return bus;
+  }
+
+  private async watchStatus(): Promise<void> {
+    for await (const s of this.nc.status()) {
+      if (s.type === "disconnect" || s.type === "reconnect")
+        this.log.info({ type: s.type }, "bus connection");
+    }
+  }
+
+  get closed(): boolean {
+    return this.nc.isClosed();
+  }
+
+  publish<K extends PublishName>(name: K, msg: MessageIn<K>, suffix?: string): void {
+    if (this.nc.isClosed()) return;
+    this.nc.publish(subjectOf(name, suffix), codec.encode(msg));
+  }
+
+  subscribe<K extends PublishName>(
+    name: K,
+    handler: (msg: MessageOf<K>) => void,
+    opts: { suffix?: string } = {},
+  ): Unsubscribe {
+    const schema = messageSchema(name);
+    const sub = this.nc.subscribe(subjectOf(name, opts.suffix), {
+      callback: (err, m) => {
+        if (err) return;
+        const parsed = this.decode(schema, m.data, name);
+        if (parsed !== undefined) handler(parsed);
+      },
+    });
+    return () => sub.unsubscribe();
+  }
+
+  /** Serve a request subject; the handler's value (or thrown ServiceError, mapped by the caller's schema) is the reply. */
+  respond<K extends RequestName>(
+    name: K,
+    handler: (msg: MessageOf<K>) => Promise<ReplyIn<K> | undefined> | ReplyIn<K> | undefined,
+    opts: { suffix?: string; queue?: string } = {},
+  ): Unsubscribe {
+    const schema = messageSchema(name);
+    const sub: Subscription = this.nc.subscribe(subjectOf(name, opts.suffix), {
+      ...(opts.queue ? { queue: opts.queue } : {}),
+      callback: (err, m) => {
+        if (err || !m.reply) return;
+        const parsed = this.decode(schema, m.data, name);
+        if (parsed === undefined) return;
+        Promise.resolve()
+          .then(() => handler(parsed))
+          .then(
+            (reply) => {
+              if (reply !== undefined && !this.nc.isClosed()) m.respond(codec.encode(reply));
+            },
+            (e: unknown) =>
+              this.log.error({ err: e, subject: m.subject }, "request handler failed"),
+          );
+      },
+    });
+    return () => sub.unsubscribe();
+  }
+
+  async request<K extends RequestName>(
+    name: K,
+    msg: MessageIn<K>,
+    opts: { timeoutMs: number; suffix?: string },
+  ): Promise<ReplyOf<K>> {
+    const reply = replySchema(name);
+    let m;
+    try {
+      m = await this.nc.request(subjectOf(name, opts.suffix), codec.encode(msg), {
+        timeout: opts.timeoutMs,
+      });
+    } catch (e) {
+      const code = (e as { code?: string }).code;
+      const what = code === "503" ? "no responder" : code === "TIMEOUT" ? "timed out" : String(e);
+      throw new ServiceError("unavailable", `${subjectOf(name, opts.suffix)}: ${what}`, {
+        cause: e,
+      });
+    }
+    const parsed = this.decode(reply, m.data, name);
+    if (parsed === undefined) throw new ServiceError("internal", `invalid reply on ${name}`);
+    return parsed;
+  }
+
+  /** Scatter-gather: collects replies until `expected` arrive or `maxWaitMs` passes. */
+  async requestMany<K extends RequestName>(
+    name: K,
+    msg: MessageIn<K>,
+    opts: { maxWaitMs: number; expected?: number; suffix?: string },
+  ): Promise<ReplyOf<K>[]> {
+    const reply = replySchema(name);
+    const inbox = createInbox();
+    const out: ReplyOf<K>[] = [];
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, opts.maxWaitMs);
+      const sub = this.nc.subscribe(inbox, {
+        callback: (err, m) => {
+          if (err) return;
+          const parsed = this.decode(reply, m.data, name);
+          if (parsed !== undefined) out.push(parsed);
+          if (opts.expected !== undefined && out.length >= opts.expected) done();
+        },
+      });
+      function done() {
+        clearTimeout(timer);
+        sub.unsubscribe();
+        resolve();
+      }
+      this.nc.publish(subjectOf(name, opts.suffix), codec.encode(msg), { reply: inbox });
+    });
+    return out;
+  }
+
+  async flush(): Promise<void> {
+    await this.nc.flush();
+  }
+
+  private decode<T>(schema: z.ZodType<T>, data: Uint8Array, name: string): T | undefined {
+    let raw: unknown;
+    try {
+      raw = codec.decode(data);
+    } catch {
+      this.log.warn({ subject: name }, "dropped non-JSON bus message");
+      return undefined;
+    }
+    const r = schema.safeParse(raw);
+    if (!r.success) {
+      this.log.warn(
+        { subject: name, issues: r.error.issues.slice(0, 3) },
+        "dropped invalid bus message",
+      );
+      return undefined;
+    }
+    return r.data;
+  }
+
+  async close(): Promise<void> {
+    if (this.nc.isClosed()) return;
+    try {
+      await this.nc.drain();
+    } catch {
+      await this.nc.close();
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}

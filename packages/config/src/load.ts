@@ -1,0 +1,121 @@
+// Loads the YAML file and environment into a frozen, fully defaulted Config.
+// Called from main(), never at import time; every error names the offending key.
+import { readFileSync } from "node:fs";
+import { homedir, hostname } from "node:os";
+import { join } from "node:path";
+import { parse as parseYaml } from "yaml";
+import type { z } from "zod";
+import { ConfigSchema } from "./schema.ts";
+import type { Config, ConfigInput, StagingConfig } from "./schema.ts";
+
+export class ConfigError extends Error {
+  readonly code = "invalid_config" as const;
+  constructor(
+    message: string,
+    readonly issues: readonly string[] = [],
+  ) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+export interface LoadOptions {
+  /** Path of the YAML file; missing file is an error only when given explicitly. */
+  readonly file?: string | undefined;
+  /** Object merged over the file (used by the launcher and tests). */
+  readonly overrides?: ConfigInput;
+  readonly env?: NodeJS.ProcessEnv;
+}
+
+export function expandHome(p: string, home = homedir()): string {
+  return p === "~" ? home : p.startsWith("~/") ? join(home, p.slice(2)) : p;
+}
+
+function formatIssues(error: z.ZodError): string[] {
+  return error.issues.map((i) => {
+    const key = i.path.length ? i.path.join(".") : "(root)";
+    return `${key}: ${i.message}`;
+  });
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** Deep merge of plain objects; arrays and scalars from `b` replace those of `a`. */
+export function deepMerge(a: unknown, b: unknown): unknown {
+  if (!isObject(a) || !isObject(b)) return b === undefined ? a : b;
+  const out: Record<string, unknown> = { ...a };
+  for (const [k, v] of Object.entries(b)) out[k] = deepMerge(a[k], v);
+  return out;
+}
+
+function deepFreeze<T>(o: T): T {
+  if (isObject(o) || Array.isArray(o)) {
+    for (const v of Object.values(o as object)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}
+
+function envOverrides(env: NodeJS.ProcessEnv): ConfigInput {
+  const out: Record<string, Record<string, unknown>> = {};
+  const warm = env.SERVICE_WARMUP_DEADLINE_SECONDS;
+  if (warm !== undefined && warm !== "") {
+    const n = Number(warm);
+    if (!Number.isFinite(n) || n <= 0) {
+      throw new ConfigError(
+        `SERVICE_WARMUP_DEADLINE_SECONDS: expected a positive number of seconds, got "${warm}"`,
+      );
+    }
+    out.engine = { ...out.engine, warmup_deadline_seconds: n };
+  }
+  if (env.SERVICE_ENGINE_SERVER_BIN) {
+    out.engine = { ...out.engine, server_bin: env.SERVICE_ENGINE_SERVER_BIN };
+  }
+  if (env.NATS_SERVER_BIN) out.bus = { server_bin: env.NATS_SERVER_BIN };
+  return out as ConfigInput;
+}
+
+export function loadConfig(options: LoadOptions = {}): Config {
+  const env = options.env ?? process.env;
+  let fileDoc: unknown = {};
+  const file = options.file ?? env.SERVICE_CONFIG;
+  if (file) {
+    let text: string;
+    try {
+      text = readFileSync(expandHome(file), "utf8");
+    } catch (e) {
+      throw new ConfigError(`config file ${file}: ${(e as Error).message}`);
+    }
+    try {
+      fileDoc = parseYaml(text) ?? {};
+    } catch (e) {
+      throw new ConfigError(`config file ${file}: invalid YAML: ${(e as Error).message}`);
+    }
+    if (!isObject(fileDoc))
+      throw new ConfigError(`config file ${file}: top level must be a mapping`);
+  }
+  const merged = deepMerge(deepMerge(fileDoc, options.overrides ?? {}), envOverrides(env));
+  const parsed = ConfigSchema.safeParse(merged);
+  if (!parsed.success) {
+    const issues = formatIssues(parsed.error);
+    throw new ConfigError(`invalid configuration: ${issues.join("; ")}`, issues);
+  }
+  const cfg = parsed.data;
+  cfg.node.name ??= hostname();
+  cfg.node_cache_path = expandHome(cfg.node_cache_path);
+  if (cfg.store_path) cfg.store_path = expandHome(cfg.store_path);
+  cfg.tracing.dir = expandHome(cfg.tracing.dir);
+  cfg.event_log.dir = expandHome(cfg.event_log.dir);
+  return deepFreeze(cfg);
+}
+
+/** The staging section for one node: the base section with that node's override applied. */
+export function stagingFor(cfg: Config, nodeName: string): StagingConfig {
+  const o = cfg.node_overrides[nodeName]?.model_store?.staging ?? {};
+  const defined = Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+  return Object.freeze({ ...cfg.model_store.staging, ...defined });
+}
+
+export const GiB = 1024 ** 3;

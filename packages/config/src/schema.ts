@@ -1,0 +1,134 @@
+// The configuration document: every key of the spec's table plus the node, bus and engine settings.
+// Defaults follow the spec; every time and size limit is configurable so tests can use small values.
+import { z } from "zod";
+
+export const StagingSchema = z
+  .object({
+    cleanup_on_deactivate: z.boolean().default(true),
+    staging_keep_recent_gb: z.number().min(0).default(40),
+    /** Free space that must remain after a transfer (spec: 10 GiB). */
+    headroom_gb: z.number().min(0).default(10),
+  })
+  .strict();
+
+/** A node override names only the keys it changes; absent keys fall back to the base section. */
+export const StagingOverrideSchema = z
+  .object({
+    cleanup_on_deactivate: z.boolean().optional(),
+    staging_keep_recent_gb: z.number().min(0).optional(),
+    headroom_gb: z.number().min(0).optional(),
+  })
+  .strict();
+
+const HostPort = z.string().regex(/^[A-Za-z0-9.\-_[\]:]+:\d{1,5}$/, "expected host:port");
+
+export const ConfigSchema = z
+  .object({
+    node: z
+      .object({
+        /** Display name; defaults to the hostname. */
+        name: z.string().min(1).max(64).optional(),
+        /** Address other nodes and clients use to reach this node. */
+        host: z.string().min(1).default("127.0.0.1"),
+        /** Address the HTTP API binds to. */
+        bind: z.string().min(1).default("0.0.0.0"),
+        api_port: z.number().int().min(0).max(65535).default(8080),
+        /** Declared backend for the engine; `auto` observes the hardware. */
+        backend: z.enum(["auto", "cpu", "cuda", "metal"]).default("auto"),
+      })
+      .strict()
+      .prefault({}),
+    bus: z
+      .object({
+        /** Client port of the embedded nats-server; 0 picks a free one. */
+        client_port: z.number().int().min(0).max(65535).default(4222),
+        /** Route port other nodes' nats-servers connect to. */
+        cluster_port: z.number().int().min(0).max(65535).default(6222),
+        cluster_name: z.string().min(1).default("inference-cluster"),
+        /** Overrides the nats-server binary (else `NATS_SERVER_BIN` or PATH). */
+        server_bin: z.string().optional(),
+      })
+      .strict()
+      .prefault({}),
+    cluster: z
+      .object({
+        /** Seed list of peers' route addresses (host:cluster_port). */
+        peers: z.array(HostPort).default([]),
+        heartbeat_ms: z.number().int().min(50).default(2000),
+        /** A node silent this long is removed from the session. */
+        liveness_timeout_ms: z.number().int().min(100).default(4000),
+        /** DEFAULT_ELECTION_TIMEOUT: master silence before a new election; also the formation wait. */
+        election_timeout_ms: z.number().int().min(100).default(3000),
+        /** How long POST /place_instance waits for topology and memory info (spec: 15 s). */
+        info_pending_wait_ms: z.number().int().min(0).default(15000),
+      })
+      .strict()
+      .prefault({}),
+    node_cache_path: z.string().min(1).default("~/.service/staging"),
+    store_path: z.string().min(1).optional(),
+    model_store: z
+      .object({
+        staging: StagingSchema.prefault({}),
+        /** URL of the store host; when absent, a node with store_path serves itself. */
+        url: z.string().url().optional(),
+        hub_url: z.string().url().optional(),
+      })
+      .strict()
+      .prefault({}),
+    node_overrides: z
+      .record(
+        z.string(),
+        z
+          .object({ model_store: z.object({ staging: StagingOverrideSchema }).strict().optional() })
+          .strict(),
+      )
+      .default({}),
+    logging: z
+      .object({
+        enabled: z.boolean().default(true),
+        level: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
+        ingest_url: z.string().url().optional(),
+      })
+      .strict()
+      .prefault({}),
+    tracing: z
+      .object({
+        enabled: z.boolean().default(false),
+        retention_days: z.number().int().min(0).default(3),
+        dir: z.string().min(1).default("~/.service/traces"),
+      })
+      .strict()
+      .prefault({}),
+    event_log: z
+      .object({
+        dir: z.string().min(1).default("~/.service/events"),
+        compact_above_mb: z.number().positive().default(256),
+        keep_events: z.number().int().positive().default(20000),
+        archive_total_mb: z.number().positive().default(1024),
+        free_floor_gb: z.number().min(0).default(2),
+        check_every: z.number().int().positive().default(1024),
+      })
+      .strict()
+      .prefault({}),
+    engine: z
+      .object({
+        server_bin: z.string().optional(),
+        rpc_bin: z.string().optional(),
+        warmup_deadline_seconds: z.number().positive().default(300),
+        context_size: z.number().int().positive().default(4096),
+        /** Layers offloaded to the GPU; the runner always passes an explicit -ngl. */
+        gpu_layers: z.number().int().min(0).default(999),
+        /** First port runners use; 0 picks free ports. */
+        port_base: z.number().int().min(0).max(65535).default(0),
+        restart_backoff_ms: z.number().int().min(0).default(1000),
+        healthy_uptime_ms: z.number().int().min(0).default(60000),
+        extra_args: z.array(z.string()).default([]),
+      })
+      .strict()
+      .prefault({}),
+  })
+  .strict();
+
+export type ConfigInput = z.input<typeof ConfigSchema>;
+export type Config = z.output<typeof ConfigSchema>;
+export type StagingConfig = z.output<typeof StagingSchema>;

@@ -1,0 +1,237 @@
+// The replicated control state: members, models, instances, runners and in-flight tasks,
+// the indexed events that change it, and the commands the master turns into those events.
+import { z } from "zod";
+import {
+  CommandIdSchema,
+  InstanceIdSchema,
+  ModelIdSchema,
+  NodeIdSchema,
+  SessionIdSchema,
+  TaskIdSchema,
+} from "./ids.ts";
+import { WireErrorSchema } from "./errors.ts";
+
+export const SHARDINGS = ["Pipeline", "Tensor"] as const;
+export const ShardingSchema = z.enum(SHARDINGS);
+export type Sharding = z.infer<typeof ShardingSchema>;
+
+export const RUNNER_STATES = [
+  "RunnerStaging",
+  "RunnerWarmingUp",
+  "RunnerReady",
+  "RunnerFailed",
+  "RunnerStopped",
+] as const;
+export const RunnerStateSchema = z.enum(RUNNER_STATES);
+export type RunnerState = z.infer<typeof RunnerStateSchema>;
+
+export const MemberSchema = z.object({
+  node_id: NodeIdSchema,
+  peer_key: z.string().min(1),
+  name: z.string(),
+  api_url: z.string(),
+  host: z.string(),
+  started_at: z.number(),
+  joined_at: z.number(),
+});
+export type Member = z.infer<typeof MemberSchema>;
+
+/** Facts about a registered model, read from its GGUF header by the node that registers it. */
+export const ModelRecordSchema = z.object({
+  model_id: ModelIdSchema,
+  /** GGUF file of the base weights, relative to the model directory. */
+  file: z.string().min(1),
+  /** Exact bytes of every artifact file (base + split files + local companions). */
+  bytes: z.number().int().nonnegative(),
+  architecture: z.string(),
+  layers: z.number().int().positive(),
+  context_length: z.number().int().nonnegative(),
+  embedding_length: z.number().int().nonnegative(),
+  head_count: z.number().int().nonnegative(),
+  head_count_kv: z.number().int().nonnegative(),
+  supports_tensor: z.boolean(),
+  /** Assistant drafter for speculative decoding (run with -md). */
+  drafter: ModelIdSchema.optional(),
+  /** Split vision weights file in the model directory (run with --mmproj). */
+  mmproj: z.string().optional(),
+  /** Multi-token-prediction sidecar repository staged with the model. */
+  mtp_sidecar: ModelIdSchema.optional(),
+  registered_by: NodeIdSchema.optional(),
+});
+export type ModelRecord = z.infer<typeof ModelRecordSchema>;
+
+export const AssignmentSchema = z.object({
+  node_id: NodeIdSchema,
+  peer_key: z.string(),
+  rank: z.number().int().nonnegative(),
+  /** Pipeline: layers held by this rank. */
+  layers: z.number().int().nonnegative().optional(),
+  /** Tensor: fraction of every weight matrix held by this rank. */
+  fraction: z.number().min(0).max(1).optional(),
+  weight_bytes: z.number().nonnegative(),
+  required_bytes: z.number().nonnegative(),
+});
+export type Assignment = z.infer<typeof AssignmentSchema>;
+
+export const InstanceSchema = z.object({
+  instance_id: InstanceIdSchema,
+  model_id: ModelIdSchema,
+  sharding: ShardingSchema,
+  created_at: z.number(),
+  /** Rank 0 first; ranks form the cycle chosen by placement. */
+  assignments: z.array(AssignmentSchema).min(1),
+});
+export type Instance = z.infer<typeof InstanceSchema>;
+
+export const RunnerSchema = z.object({
+  instance_id: InstanceIdSchema,
+  node_id: NodeIdSchema,
+  rank: z.number().int().nonnegative(),
+  state: RunnerStateSchema,
+  reason: z.string().optional(),
+  /** Rank 0: base URL of llama-server. Other ranks: host:port of ggml-rpc-server. */
+  endpoint: z.string().optional(),
+  restarts: z.number().int().nonnegative().default(0),
+  since: z.number(),
+});
+export type Runner = z.infer<typeof RunnerSchema>;
+
+export const TaskSchema = z.object({
+  task_id: TaskIdSchema,
+  command_id: CommandIdSchema,
+  model_id: ModelIdSchema,
+  instance_id: InstanceIdSchema,
+  gateway_node_id: NodeIdSchema,
+  created_at: z.number(),
+});
+export type Task = z.infer<typeof TaskSchema>;
+
+export const SessionSchema = z.object({
+  session_id: SessionIdSchema,
+  master_node_id: NodeIdSchema,
+  master_peer_key: z.string(),
+  master_started_at: z.number(),
+  started_at: z.number(),
+});
+export type Session = z.infer<typeof SessionSchema>;
+
+export const ControlStateSchema = z.object({
+  session: SessionSchema.nullable(),
+  index: z.number().int().nonnegative(),
+  members: z.record(z.string(), MemberSchema),
+  models: z.record(z.string(), ModelRecordSchema),
+  instances: z.record(z.string(), InstanceSchema),
+  /** Keyed `<instance_id>/<rank>`. */
+  runners: z.record(z.string(), RunnerSchema),
+  tasks: z.record(z.string(), TaskSchema),
+});
+export type ControlState = z.infer<typeof ControlStateSchema>;
+
+// ---- events ----
+
+export const ControlEventSchema = z.discriminatedUnion("type", [
+  z.object({
+    type: z.literal("SessionStarted"),
+    session: SessionSchema,
+    /** State carried over from the previous session (members re-identified, dead nodes dropped). */
+    members: z.array(MemberSchema),
+    models: z.array(ModelRecordSchema),
+    instances: z.array(InstanceSchema),
+    runners: z.array(RunnerSchema),
+  }),
+  z.object({ type: z.literal("NodeJoined"), member: MemberSchema }),
+  z.object({ type: z.literal("NodeLeft"), node_id: NodeIdSchema, reason: z.string() }),
+  z.object({ type: z.literal("ModelRegistered"), model: ModelRecordSchema }),
+  z.object({ type: z.literal("InstancePlaced"), instance: InstanceSchema }),
+  z.object({
+    type: z.literal("InstanceDeleted"),
+    instance_id: InstanceIdSchema,
+    reason: z.string(),
+  }),
+  z.object({ type: z.literal("RunnerStatus"), runner: RunnerSchema }),
+  z.object({ type: z.literal("RunnerFailed"), runner: RunnerSchema }),
+  z.object({ type: z.literal("TaskCreated"), task: TaskSchema }),
+  z.object({ type: z.literal("TaskFinished"), task_id: TaskIdSchema }),
+  z.object({ type: z.literal("TaskFailed"), task_id: TaskIdSchema, reason: z.string() }),
+  z.object({
+    type: z.literal("DownloadFailed"),
+    node_id: NodeIdSchema,
+    model_id: ModelIdSchema,
+    reason: z.string(),
+  }),
+]);
+export type ControlEvent = z.infer<typeof ControlEventSchema>;
+export type ControlEventType = ControlEvent["type"];
+
+export const IndexedEventSchema = z.object({
+  index: z.number().int().positive(),
+  session_id: SessionIdSchema,
+  at: z.number(),
+  event: ControlEventSchema,
+});
+export type IndexedEvent = z.infer<typeof IndexedEventSchema>;
+
+// ---- commands ----
+
+export const CommandSchema = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("PlaceInstance"), instance: InstanceSchema }),
+  z.object({ type: z.literal("DeleteInstance"), instance_id: InstanceIdSchema }),
+  z.object({ type: z.literal("RegisterModel"), model: ModelRecordSchema }),
+  z.object({ type: z.literal("ReportRunner"), runner: RunnerSchema }),
+  z.object({
+    type: z.literal("CreateTask"),
+    command_id: CommandIdSchema,
+    model_id: ModelIdSchema,
+    instance_id: InstanceIdSchema,
+  }),
+  z.object({ type: z.literal("FinishTask"), task_id: TaskIdSchema }),
+  z.object({ type: z.literal("FailTask"), task_id: TaskIdSchema, reason: z.string() }),
+  z.object({
+    type: z.literal("ReportDownloadFailed"),
+    model_id: ModelIdSchema,
+    reason: z.string(),
+  }),
+]);
+export type Command = z.infer<typeof CommandSchema>;
+
+export const CommandRequestSchema = z.object({
+  session_id: SessionIdSchema,
+  from_node_id: NodeIdSchema,
+  command: CommandSchema,
+});
+export type CommandRequest = z.infer<typeof CommandRequestSchema>;
+
+export const CommandReplySchema = z.discriminatedUnion("ok", [
+  z.object({
+    ok: z.literal(true),
+    index: z.number().int().nonnegative(),
+    task_id: TaskIdSchema.optional(),
+  }),
+  z.object({ ok: z.literal(false), error: WireErrorSchema }),
+]);
+export type CommandReply = z.infer<typeof CommandReplySchema>;
+
+export const SyncRequestSchema = z.object({
+  session_id: SessionIdSchema,
+  from_index: z.number().int().positive(),
+});
+export const SyncReplySchema = z.discriminatedUnion("ok", [
+  z.object({ ok: z.literal(true), events: z.array(IndexedEventSchema) }),
+  z.object({ ok: z.literal(false), error: WireErrorSchema }),
+]);
+
+export function emptyState(): ControlState {
+  return {
+    session: null,
+    index: 0,
+    members: {},
+    models: {},
+    instances: {},
+    runners: {},
+    tasks: {},
+  };
+}
+
+export function runnerKey(instanceId: string, rank: number): string {
+  return `${instanceId}/${rank}`;
+}

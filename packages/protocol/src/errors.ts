@@ -1,0 +1,139 @@
+// The closed set of error codes, the one error class services throw, and their HTTP mapping.
+// The control API envelope is OpenAI-shaped so chat clients and operators read the same body.
+import { z } from "zod";
+
+export const ERROR_CODES = [
+  "invalid_request",
+  "not_found",
+  "model_not_found",
+  "insufficient_memory",
+  "no_cycle",
+  "all_excluded",
+  "tensor_unsupported",
+  "info_pending",
+  "session_changed",
+  "no_master",
+  "instance_lost",
+  "task_failed",
+  "upstream_failed",
+  "download_failed",
+  "conflict",
+  "unavailable",
+  "internal",
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export const RETRYABLE: Readonly<Record<ErrorCode, boolean>> = {
+  invalid_request: false,
+  not_found: false,
+  model_not_found: false,
+  insufficient_memory: false,
+  no_cycle: false,
+  all_excluded: false,
+  tensor_unsupported: false,
+  info_pending: true,
+  session_changed: true,
+  no_master: true,
+  instance_lost: true,
+  task_failed: true,
+  upstream_failed: true,
+  download_failed: true,
+  conflict: false,
+  unavailable: true,
+  internal: false,
+};
+
+export class ServiceError extends Error {
+  readonly retryable: boolean;
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    options: { cause?: unknown; details?: Record<string, unknown>; retryable?: boolean } = {},
+  ) {
+    super(message, { cause: options.cause });
+    this.name = "ServiceError";
+    this.retryable = options.retryable ?? RETRYABLE[code];
+    this.details = options.details;
+  }
+  readonly details: Record<string, unknown> | undefined;
+}
+
+export function httpStatusFor(code: ErrorCode): 400 | 404 | 409 | 500 | 502 | 503 {
+  switch (code) {
+    case "invalid_request":
+    case "insufficient_memory":
+    case "no_cycle":
+    case "all_excluded":
+    case "tensor_unsupported":
+      return 400;
+    case "not_found":
+    case "model_not_found":
+      return 404;
+    case "conflict":
+      return 409;
+    case "task_failed":
+    case "instance_lost":
+    case "internal":
+      return 500;
+    case "upstream_failed":
+      return 502;
+    case "info_pending":
+    case "session_changed":
+    case "no_master":
+    case "download_failed":
+    case "unavailable":
+      return 503;
+  }
+}
+
+/** OpenAI's error `type` for each code, so OpenAI clients classify errors sensibly. */
+export function errorTypeFor(code: ErrorCode): string {
+  const status = httpStatusFor(code);
+  if (status === 400 || status === 409) return "invalid_request_error";
+  if (status === 404) return "not_found_error";
+  return "server_error";
+}
+
+export const ErrorBodySchema = z.object({
+  error: z.object({
+    code: z.enum(ERROR_CODES),
+    message: z.string(),
+    type: z.string(),
+    retryable: z.boolean(),
+    param: z.string().nullable().optional(),
+    details: z.record(z.string(), z.unknown()).optional(),
+  }),
+});
+export type ErrorBody = z.infer<typeof ErrorBodySchema>;
+
+export function errorBody(err: ServiceError): ErrorBody {
+  return {
+    error: {
+      code: err.code,
+      message: err.message,
+      type: errorTypeFor(err.code),
+      retryable: err.retryable,
+      param: null,
+      ...(err.details ? { details: err.details } : {}),
+    },
+  };
+}
+
+/** Wire form of an error inside bus replies. */
+export const WireErrorSchema = z.object({
+  code: z.enum(ERROR_CODES),
+  message: z.string(),
+  details: z.record(z.string(), z.unknown()).optional(),
+});
+export type WireError = z.infer<typeof WireErrorSchema>;
+
+export function toWireError(e: unknown): WireError {
+  if (e instanceof ServiceError) {
+    return { code: e.code, message: e.message, ...(e.details ? { details: e.details } : {}) };
+  }
+  return { code: "internal", message: e instanceof Error ? e.message : String(e) };
+}
+
+export function fromWireError(w: WireError): ServiceError {
+  return new ServiceError(w.code, w.message, w.details ? { details: w.details } : {});
+}

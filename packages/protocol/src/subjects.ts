@@ -1,0 +1,78 @@
+// The bus catalog: every subject, its message schema and (for requests) its reply schema.
+// Subjects are lowercase and dotted; per-node subjects append the node's peer key.
+import { z } from "zod";
+import {
+  CommandReplySchema,
+  CommandRequestSchema,
+  IndexedEventSchema,
+  SyncReplySchema,
+  SyncRequestSchema,
+} from "./cluster.ts";
+import { HeartbeatSchema } from "./telemetry.ts";
+import { ModelIdSchema } from "./ids.ts";
+import { WireErrorSchema } from "./errors.ts";
+
+export const PurgeRequestSchema = z.object({ model_id: ModelIdSchema.optional() });
+export const PurgeReplySchema = z.object({
+  peer_key: z.string(),
+  name: z.string(),
+  ok: z.boolean(),
+  deleted: z.array(z.string()),
+  freed_bytes: z.number().nonnegative(),
+  skipped_in_use: z.array(z.string()),
+  error: WireErrorSchema.optional(),
+});
+export type PurgeReply = z.infer<typeof PurgeReplySchema>;
+
+export const FanoutRequestSchema = z.object({ path: z.string(), query: z.string().optional() });
+export const FanoutReplySchema = z.object({
+  peer_key: z.string(),
+  status: z.number().int(),
+  body: z.unknown(),
+});
+
+interface Pub<M extends z.ZodType> {
+  readonly kind: "publish";
+  readonly subject: string;
+  readonly message: M;
+}
+interface Req<M extends z.ZodType, R extends z.ZodType> {
+  readonly kind: "request";
+  readonly subject: string;
+  readonly message: M;
+  readonly reply: R;
+}
+
+const pub = <M extends z.ZodType>(subject: string, message: M): Pub<M> => ({
+  kind: "publish",
+  subject,
+  message,
+});
+const req = <M extends z.ZodType, R extends z.ZodType>(
+  subject: string,
+  message: M,
+  reply: R,
+): Req<M, R> => ({ kind: "request", subject, message, reply });
+
+export const CATALOG = {
+  heartbeat: pub("ic.heartbeat", HeartbeatSchema),
+  events: pub("ic.events", IndexedEventSchema),
+  masterCommand: req("ic.master.command", CommandRequestSchema, CommandReplySchema),
+  masterSync: req("ic.master.sync", SyncRequestSchema, SyncReplySchema),
+  /** Broadcast: every node answers with what it deleted. */
+  storePurge: req("ic.store.purge", PurgeRequestSchema, PurgeReplySchema),
+  /** Per node (suffix: peer key): read a local GET endpoint for cluster-wide views. */
+  nodeRead: req("ic.node.read", FanoutRequestSchema, FanoutReplySchema),
+} as const;
+
+export type Catalog = typeof CATALOG;
+export type PublishName = {
+  [K in keyof Catalog]: Catalog[K]["kind"] extends "publish" ? K : never;
+}[keyof Catalog];
+export type RequestName = {
+  [K in keyof Catalog]: Catalog[K]["kind"] extends "request" ? K : never;
+}[keyof Catalog];
+export type MessageOf<K extends keyof Catalog> = z.output<Catalog[K]["message"]>;
+export type MessageIn<K extends keyof Catalog> = z.input<Catalog[K]["message"]>;
+export type ReplyOf<K extends RequestName> = z.output<(Catalog[K] & { reply: z.ZodType })["reply"]>;
+export type ReplyIn<K extends RequestName> = z.input<(Catalog[K] & { reply: z.ZodType })["reply"]>;

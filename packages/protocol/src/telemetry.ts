@@ -1,0 +1,81 @@
+// The 2-second heartbeat each node publishes: identity, session view, memory, GPUs, disk,
+// engine capability, measured links and local runners. Liveness and placement read it.
+import { z } from "zod";
+import { InstanceIdSchema, SessionIdSchema } from "./ids.ts";
+import { RunnerStateSchema } from "./cluster.ts";
+
+export const HEALTH_CODES = [
+  "gpu_serving_disabled",
+  "gpu_detection_degraded",
+  "invalid_engine_binary",
+  "backend_override_conflict",
+] as const;
+export const HealthCodeSchema = z.enum(HEALTH_CODES);
+export type HealthCode = z.infer<typeof HealthCodeSchema>;
+
+export const HealthEntrySchema = z.object({
+  code: HealthCodeSchema,
+  severity: z.enum(["error", "warn"]),
+  message: z.string(),
+  remediation: z.string(),
+});
+export type HealthEntry = z.infer<typeof HealthEntrySchema>;
+
+export const GpuSchema = z.object({
+  vendor: z.string(),
+  model: z.string(),
+  vram_total_bytes: z.number().nonnegative().nullable(),
+  vram_free_bytes: z.number().nonnegative().nullable(),
+});
+export type Gpu = z.infer<typeof GpuSchema>;
+
+export const EngineInfoSchema = z.object({
+  server_bin: z.string().nullable(),
+  rpc_bin: z.string().nullable(),
+  /** Backend the engine build serves with. */
+  backend: z.enum(["cpu", "cuda", "metal", "unknown"]),
+  usable: z.boolean(),
+  problem: z.string().optional(),
+  overridden: z.boolean(),
+});
+export type EngineInfo = z.infer<typeof EngineInfoSchema>;
+
+export const TelemetrySchema = z.object({
+  memory_total_bytes: z.number().nonnegative(),
+  /** Memory available to a new runner (RAM, or VRAM where the engine serves on GPU). */
+  memory_free_bytes: z.number().nonnegative(),
+  gpus: z.array(GpuSchema),
+  disk_free_bytes: z.number().nonnegative().nullable(),
+  engine: EngineInfoSchema,
+  declared_backend: z.enum(["auto", "cpu", "cuda", "metal"]),
+});
+export type Telemetry = z.infer<typeof TelemetrySchema>;
+
+export const LinkSchema = z.object({ peer_key: z.string(), rtt_ms: z.number().nonnegative() });
+export type Link = z.infer<typeof LinkSchema>;
+
+export const LocalRunnerSchema = z.object({
+  instance_id: InstanceIdSchema,
+  rank: z.number().int().nonnegative(),
+  state: RunnerStateSchema,
+  endpoint: z.string().optional(),
+});
+
+export const HeartbeatSchema = z.object({
+  peer_key: z.string().min(1),
+  name: z.string(),
+  host: z.string(),
+  api_url: z.string(),
+  started_at: z.number(),
+  session_id: SessionIdSchema.nullable(),
+  master_peer_key: z.string().nullable(),
+  is_master: z.boolean(),
+  last_index: z.number().int().nonnegative(),
+  /** Null until the first telemetry reading completes (placement then reports info_pending). */
+  telemetry: TelemetrySchema.nullable(),
+  links: z.array(LinkSchema),
+  runners: z.array(LocalRunnerSchema),
+  health: z.array(HealthEntrySchema),
+  sent_at: z.number(),
+});
+export type Heartbeat = z.infer<typeof HeartbeatSchema>;
