@@ -1,0 +1,210 @@
+import { describe, expect, it } from "vitest";
+import { emptyState } from "@ic/protocol";
+import type {
+  ControlEvent,
+  ControlState,
+  IndexedEvent,
+  Instance,
+  ModelId,
+  NodeId,
+  SessionId,
+  InstanceId,
+  TaskId,
+  CommandId,
+} from "@ic/protocol";
+import { apply, OutOfOrderEvent, servingInstance } from "./apply.ts";
+
+const S = "s1" as SessionId;
+const n1 = "n-1" as NodeId;
+const n2 = "n-2" as NodeId;
+const model = "org/tiny" as ModelId;
+
+function member(id: NodeId, peer: string) {
+  return {
+    node_id: id,
+    peer_key: peer,
+    name: peer,
+    api_url: "",
+    host: "127.0.0.1",
+    started_at: 1,
+    joined_at: 1,
+  };
+}
+function instance(id: string, nodes: NodeId[]): Instance {
+  return {
+    instance_id: id as InstanceId,
+    model_id: model,
+    sharding: "Pipeline",
+    created_at: 1,
+    assignments: nodes.map((n, rank) => ({
+      node_id: n,
+      peer_key: n,
+      rank,
+      layers: 2,
+      weight_bytes: 1,
+      required_bytes: 2,
+    })),
+  };
+}
+
+function run(events: ControlEvent[]): ControlState {
+  let s = emptyState();
+  events.forEach((event, i) => {
+    const ev: IndexedEvent = { index: i + 1, session_id: S, at: i, event };
+    s = apply(s, ev);
+  });
+  return s;
+}
+
+const start: ControlEvent = {
+  type: "SessionStarted",
+  session: {
+    session_id: S,
+    master_node_id: n1,
+    master_peer_key: "p1",
+    master_started_at: 1,
+    started_at: 1,
+  },
+  members: [member(n1, "p1")],
+  models: [],
+  instances: [],
+  runners: [],
+};
+
+describe("apply", () => {
+  it("a session start resets to the carried snapshot", () => {
+    const s = run([start, { type: "NodeJoined", member: member(n2, "p2") }]);
+    expect(Object.keys(s.members).sort()).toEqual([n1, n2]);
+    expect(s.index).toBe(2);
+  });
+
+  it("rejects gaps and events from another session", () => {
+    const s = run([start]);
+    expect(() =>
+      apply(s, {
+        index: 3,
+        session_id: S,
+        at: 0,
+        event: { type: "TaskFinished", task_id: "t" as TaskId },
+      }),
+    ).toThrow(OutOfOrderEvent);
+    expect(() =>
+      apply(s, {
+        index: 2,
+        session_id: "s0" as SessionId,
+        at: 0,
+        event: { type: "TaskFinished", task_id: "t" as TaskId },
+      }),
+    ).toThrow(OutOfOrderEvent);
+  });
+
+  it("a leaving node takes its instances, their runners and tasks with it, and nothing else", () => {
+    const s = run([
+      start,
+      { type: "NodeJoined", member: member(n2, "p2") },
+      { type: "InstancePlaced", instance: instance("i-both", [n1, n2]) },
+      { type: "InstancePlaced", instance: instance("i-one", [n1]) },
+      {
+        type: "RunnerStatus",
+        runner: {
+          instance_id: "i-both" as InstanceId,
+          node_id: n2,
+          rank: 1,
+          state: "RunnerReady",
+          restarts: 0,
+          since: 1,
+        },
+      },
+      {
+        type: "TaskCreated",
+        task: {
+          task_id: "t1" as TaskId,
+          command_id: "c" as CommandId,
+          model_id: model,
+          instance_id: "i-both" as InstanceId,
+          gateway_node_id: n1,
+          created_at: 1,
+        },
+      },
+      { type: "NodeLeft", node_id: n2, reason: "heartbeat lost" },
+    ]);
+    expect(Object.keys(s.instances)).toEqual(["i-one"]);
+    expect(s.runners).toEqual({});
+    expect(s.tasks).toEqual({});
+    expect(Object.keys(s.members)).toEqual([n1]);
+  });
+
+  it("ignores runner reports for unknown instances", () => {
+    const s = run([
+      start,
+      {
+        type: "RunnerStatus",
+        runner: {
+          instance_id: "ghost" as InstanceId,
+          node_id: n1,
+          rank: 0,
+          state: "RunnerReady",
+          restarts: 0,
+          since: 1,
+        },
+      },
+    ]);
+    expect(s.runners).toEqual({});
+  });
+
+  it("tasks are removed on finish and on failure", () => {
+    const task = {
+      task_id: "t1" as TaskId,
+      command_id: "c" as CommandId,
+      model_id: model,
+      instance_id: "i" as InstanceId,
+      gateway_node_id: n1,
+      created_at: 1,
+    };
+    expect(run([start, { type: "TaskCreated", task }]).tasks.t1).toBeDefined();
+    expect(
+      run([
+        start,
+        { type: "TaskCreated", task },
+        { type: "TaskFailed", task_id: task.task_id, reason: "x" },
+      ]).tasks,
+    ).toEqual({});
+  });
+
+  it("servingInstance picks the oldest instance with a ready rank 0", () => {
+    const s = run([
+      start,
+      { type: "InstancePlaced", instance: instance("i-a", [n1]) },
+      {
+        type: "RunnerStatus",
+        runner: {
+          instance_id: "i-a" as InstanceId,
+          node_id: n1,
+          rank: 0,
+          state: "RunnerWarmingUp",
+          restarts: 0,
+          since: 1,
+        },
+      },
+    ]);
+    expect(servingInstance(s, model)).toBeUndefined();
+    const ready = apply(s, {
+      index: s.index + 1,
+      session_id: S,
+      at: 1,
+      event: {
+        type: "RunnerStatus",
+        runner: {
+          instance_id: "i-a" as InstanceId,
+          node_id: n1,
+          rank: 0,
+          state: "RunnerReady",
+          endpoint: "http://x",
+          restarts: 0,
+          since: 2,
+        },
+      },
+    });
+    expect(servingInstance(ready, model)?.endpoint).toBe("http://x");
+  });
+});

@@ -1,0 +1,100 @@
+// The replicated state machine: apply(state, event) -> state, pure and total over ordered events.
+// Every node folds the master's indexed events through this one function, so replicas agree.
+import { emptyState, runnerKey } from "@ic/protocol";
+import type { ControlState, IndexedEvent, Instance } from "@ic/protocol";
+
+export class OutOfOrderEvent extends Error {
+  constructor(
+    readonly expected: number,
+    readonly got: number,
+  ) {
+    super(`event ${got} applied out of order (expected ${expected})`);
+  }
+}
+
+function without<T>(rec: Record<string, T>, drop: (v: T, k: string) => boolean): Record<string, T> {
+  const out: Record<string, T> = {};
+  for (const [k, v] of Object.entries(rec)) if (!drop(v, k)) out[k] = v;
+  return out;
+}
+
+function dropInstances(state: ControlState, gone: Set<string>): ControlState {
+  if (gone.size === 0) return state;
+  return {
+    ...state,
+    instances: without(state.instances, (i) => gone.has(i.instance_id)),
+    runners: without(state.runners, (r) => gone.has(r.instance_id)),
+    tasks: without(state.tasks, (t) => gone.has(t.instance_id)),
+  };
+}
+
+/**
+ * Applies one event. A SessionStarted event resets the state to the carried-over snapshot;
+ * any other event must belong to the current session and carry index = state.index + 1.
+ */
+export function apply(state: ControlState, ev: IndexedEvent): ControlState {
+  const e = ev.event;
+  if (e.type === "SessionStarted") {
+    const s = emptyState();
+    s.session = e.session;
+    s.index = ev.index;
+    for (const m of e.members) s.members[m.node_id] = m;
+    for (const m of e.models) s.models[m.model_id] = m;
+    for (const i of e.instances) s.instances[i.instance_id] = i;
+    for (const r of e.runners) {
+      if (s.instances[r.instance_id]) s.runners[runnerKey(r.instance_id, r.rank)] = r;
+    }
+    return s;
+  }
+  if (state.session?.session_id !== ev.session_id || ev.index !== state.index + 1) {
+    throw new OutOfOrderEvent(state.index + 1, ev.index);
+  }
+  const next: ControlState = { ...state, index: ev.index };
+  switch (e.type) {
+    case "NodeJoined":
+      return { ...next, members: { ...next.members, [e.member.node_id]: e.member } };
+    case "NodeLeft": {
+      const lost = new Set(
+        Object.values(next.instances)
+          .filter((i) => i.assignments.some((a) => a.node_id === e.node_id))
+          .map((i) => i.instance_id),
+      );
+      const s = dropInstances(next, lost);
+      return { ...s, members: without(s.members, (_m, k) => k === e.node_id) };
+    }
+    case "ModelRegistered":
+      return { ...next, models: { ...next.models, [e.model.model_id]: e.model } };
+    case "InstancePlaced":
+      return { ...next, instances: { ...next.instances, [e.instance.instance_id]: e.instance } };
+    case "InstanceDeleted":
+      return dropInstances(next, new Set([e.instance_id]));
+    case "RunnerStatus":
+    case "RunnerFailed": {
+      if (!next.instances[e.runner.instance_id]) return next;
+      const key = runnerKey(e.runner.instance_id, e.runner.rank);
+      return { ...next, runners: { ...next.runners, [key]: e.runner } };
+    }
+    case "TaskCreated":
+      return { ...next, tasks: { ...next.tasks, [e.task.task_id]: e.task } };
+    case "TaskFinished":
+    case "TaskFailed":
+      return { ...next, tasks: without(next.tasks, (_t, k) => k === e.task_id) };
+    case "DownloadFailed":
+      return next;
+  }
+}
+
+/** The instance that serves a model: one whose rank-0 runner is ready, preferring the oldest. */
+export function servingInstance(
+  state: ControlState,
+  modelId: string,
+): { instance: Instance; endpoint: string } | undefined {
+  const candidates = Object.values(state.instances)
+    .filter((i) => i.model_id === modelId)
+    .sort((a, b) => a.created_at - b.created_at || a.instance_id.localeCompare(b.instance_id));
+  for (const instance of candidates) {
+    const r = state.runners[runnerKey(instance.instance_id, 0)];
+    if (r?.state === "RunnerReady" && r.endpoint) return { instance, endpoint: r.endpoint };
+  }
+  return undefined;
+}
