@@ -216,7 +216,12 @@ export const SyncRequestSchema = z.object({
   from_index: z.number().int().positive(),
 });
 export const SyncReplySchema = z.discriminatedUnion("ok", [
-  z.object({ ok: z.literal(true), events: z.array(IndexedEventSchema) }),
+  z.object({
+    ok: z.literal(true),
+    /** Present when the requested events were compacted away: start from this state. */
+    snapshot: z.lazy(() => ControlStateSchema).optional(),
+    events: z.array(IndexedEventSchema),
+  }),
   z.object({ ok: z.literal(false), error: WireErrorSchema }),
 ]);
 

@@ -1,0 +1,657 @@
+// Every node's view of the cluster: hears heartbeats, runs the election rule, holds the replica of
+// the control state, and -- on the elected node only -- acts as master (sequencing commands into events).
+// Invariants: the replica only ever changes through apply(); only the master of a session answers that
+// session's command and sync subjects; a node reports `synced` only once it holds its session's state.
+import { randomUUID } from "node:crypto";
+import { emptyState, fromWireError, runnerKey, ServiceError, toWireError } from "@ic/protocol";
+import type {
+  Command,
+  CommandReply,
+  ControlEvent,
+  ControlState,
+  Heartbeat,
+  IndexedEvent,
+  Member,
+  NodeId,
+  SessionId,
+  TaskId,
+} from "@ic/protocol";
+import { apply, decide, nodeIdFor, OutOfOrderEvent } from "@ic/state";
+import type { HeardPeer, Peer } from "@ic/state";
+import type { Bus, Unsubscribe } from "@ic/bus";
+import type { Logger } from "@ic/log";
+import type { Clock } from "./clock.ts";
+import { MasterLog } from "./master-log.ts";
+
+export interface SelfInfo {
+  readonly peerKey: string;
+  readonly name: string;
+  readonly host: string;
+  readonly apiUrl: string;
+  readonly startedAt: number;
+}
+
+export interface AgentTimings {
+  readonly heartbeatMs: number;
+  readonly livenessTimeoutMs: number;
+  readonly electionTimeoutMs: number;
+}
+
+/** What the worker contributes to each heartbeat. */
+export type HeartbeatExtras = Pick<Heartbeat, "telemetry" | "links" | "runners" | "health">;
+
+export interface PeerView {
+  readonly heartbeat: Heartbeat;
+  readonly lastHeard: number;
+}
+
+export interface AgentOptions {
+  readonly bus: Bus;
+  readonly log: Logger;
+  readonly clock: Clock;
+  readonly self: SelfInfo;
+  readonly timings: AgentTimings;
+  readonly extras: () => HeartbeatExtras;
+  /** Events retained by the master before compacting to a snapshot. */
+  readonly retainEvents?: number;
+  readonly commandTimeoutMs?: number;
+}
+
+export type AgentListener = {
+  /** Every applied event, in order (SessionStarted included). */
+  event?: (ev: IndexedEvent, state: ControlState) => void;
+  /** The replica was replaced by a master snapshot (compacted history). */
+  snapshot?: (state: ControlState) => void;
+  /** The session this node belongs to changed (previous is null on first join). */
+  session?: (previous: SessionId | null, next: SessionId) => void;
+};
+
+type Role = "follower" | "master";
+
+export class ClusterAgent implements AsyncDisposable {
+  private state: ControlState = emptyState();
+  private role: Role = "follower";
+  /** The session this node has joined (or is joining) and its master. */
+  private current: { session_id: SessionId; master: Peer } | null = null;
+  private readonly peers = new Map<string, PeerView>();
+  private readonly pending = new Map<number, IndexedEvent>();
+  private readonly masterLog: MasterLog;
+  private readonly listeners = new Set<AgentListener>();
+  private readonly subs: Unsubscribe[] = [];
+  private masterSubs: Unsubscribe[] = [];
+  private tickTimer: NodeJS.Timeout | undefined;
+  private hbTimer: NodeJS.Timeout | undefined;
+  private syncing = false;
+  private upSince = 0;
+  private stopped = false;
+  private readonly log: Logger;
+
+  constructor(private readonly o: AgentOptions) {
+    this.masterLog = new MasterLog(o.retainEvents ?? 50_000);
+    this.log = o.log.child({ component: "cluster" });
+  }
+
+  // ---- public view ----
+
+  get peerKey(): string {
+    return this.o.self.peerKey;
+  }
+  get isMaster(): boolean {
+    return this.role === "master";
+  }
+  /** True when the replica holds the state of the session this node is in. */
+  get synced(): boolean {
+    return this.current !== null && this.state.session?.session_id === this.current.session_id;
+  }
+  get sessionId(): SessionId | null {
+    return this.current?.session_id ?? null;
+  }
+  get nodeId(): NodeId | null {
+    return this.current ? nodeIdFor(this.current.session_id, this.o.self.peerKey) : null;
+  }
+  snapshot(): ControlState {
+    return this.state;
+  }
+  /** Peers heard within the liveness timeout, self included. */
+  livePeers(): PeerView[] {
+    const now = this.o.clock.now();
+    return [...this.peers.values()].filter(
+      (p) => now - p.lastHeard <= this.o.timings.livenessTimeoutMs,
+    );
+  }
+  on(listener: AgentListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  // ---- lifecycle ----
+
+  start(): void {
+    this.upSince = this.o.clock.now();
+    const bus = this.o.bus;
+    this.subs.push(bus.subscribe("heartbeat", (hb) => this.onHeartbeat(hb)));
+    this.subs.push(bus.subscribe("events", (ev) => this.onEvent(ev)));
+    this.publishHeartbeat();
+    this.hbTimer = setInterval(() => this.publishHeartbeat(), this.o.timings.heartbeatMs);
+    const tickMs = Math.max(20, Math.min(250, this.o.timings.electionTimeoutMs / 10));
+    this.tickTimer = setInterval(() => this.tick(), tickMs);
+  }
+
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    clearInterval(this.tickTimer);
+    clearInterval(this.hbTimer);
+    for (const u of [...this.subs, ...this.masterSubs]) u();
+    this.masterSubs = [];
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+
+  // ---- heartbeat ----
+
+  heartbeat(): Heartbeat {
+    const s = this.o.self;
+    return {
+      peer_key: s.peerKey,
+      name: s.name,
+      host: s.host,
+      api_url: s.apiUrl,
+      started_at: s.startedAt,
+      session_id: this.current?.session_id ?? null,
+      master_peer_key: this.current?.master.peer_key ?? null,
+      is_master: this.role === "master",
+      last_index: this.state.index,
+      sent_at: this.o.clock.now(),
+      ...this.o.extras(),
+    };
+  }
+
+  publishHeartbeat(): void {
+    if (this.stopped) return;
+    const hb = this.heartbeat();
+    this.peers.set(hb.peer_key, { heartbeat: hb, lastHeard: this.o.clock.now() });
+    this.o.bus.publish("heartbeat", hb);
+  }
+
+  private onHeartbeat(hb: Heartbeat): void {
+    if (hb.peer_key === this.o.self.peerKey) return;
+    const known = this.peers.get(hb.peer_key);
+    this.peers.set(hb.peer_key, { heartbeat: hb, lastHeard: this.o.clock.now() });
+    if (!known || (hb.is_master && !known.heartbeat.is_master)) this.tick();
+  }
+
+  /** Any traffic from a peer is a liveness signal (ordinary telemetry, indexed events). */
+  private touch(peerKey: string): void {
+    const p = this.peers.get(peerKey);
+    if (p) this.peers.set(peerKey, { ...p, lastHeard: this.o.clock.now() });
+  }
+
+  // ---- election ----
+
+  private heardPeers(): HeardPeer[] {
+    const out: HeardPeer[] = [];
+    for (const [key, p] of this.peers) {
+      if (key === this.o.self.peerKey) continue;
+      out.push({
+        peer_key: key,
+        started_at: p.heartbeat.started_at,
+        lastHeard: p.lastHeard,
+        masterOf: p.heartbeat.is_master ? p.heartbeat.session_id : null,
+      });
+    }
+    return out;
+  }
+
+  tick(): void {
+    if (this.stopped) return;
+    const now = this.o.clock.now();
+    const self: Peer = { peer_key: this.o.self.peerKey, started_at: this.o.self.startedAt };
+    const d = decide({
+      now,
+      self,
+      upSince: this.upSince,
+      current: this.current,
+      selfIsMaster: this.role === "master",
+      peers: this.heardPeers(),
+      electionTimeoutMs: this.o.timings.electionTimeoutMs,
+    });
+    switch (d.kind) {
+      case "start_session":
+        this.startSession();
+        break;
+      case "adopt":
+        this.adopt(d.session_id as SessionId, d.master);
+        break;
+      case "stay":
+      case "wait":
+        break;
+    }
+    if (this.role === "master") this.superviseMembers(now);
+    // Forget peers silent for long (keeps the table bounded; they rejoin by heartbeat).
+    for (const [k, p] of this.peers) {
+      if (now - p.lastHeard > this.o.timings.livenessTimeoutMs * 10) this.peers.delete(k);
+    }
+  }
+
+  private setSession(next: { session_id: SessionId; master: Peer }): void {
+    const prev = this.current?.session_id ?? null;
+    this.current = next;
+    this.pending.clear();
+    if (prev !== next.session_id) {
+      this.log.info(
+        { previous: prev, session: next.session_id, master: next.master.peer_key },
+        "session changed",
+      );
+      for (const l of this.listeners) l.session?.(prev, next.session_id);
+    }
+  }
+
+  private startSession(): void {
+    const now = this.o.clock.now();
+    const sessionId = `s-${randomUUID()}` as SessionId;
+    const self = this.o.self;
+    const old = this.state;
+    const live = this.livePeers().filter((p) => p.heartbeat.peer_key !== self.peerKey);
+    const livePeerKeys = new Set([self.peerKey, ...live.map((p) => p.heartbeat.peer_key)]);
+    const members: Member[] = [
+      this.memberFor(sessionId, this.heartbeat(), now),
+      ...live.map((p) => this.memberFor(sessionId, p.heartbeat, now)),
+    ];
+    // Carry over instances whose every rank lives on a surviving node; re-identify their nodes.
+    const instances = Object.values(old.instances)
+      .filter((i) => i.assignments.every((a) => livePeerKeys.has(a.peer_key)))
+      .map((i) => ({
+        ...i,
+        assignments: i.assignments.map((a) => ({
+          ...a,
+          node_id: nodeIdFor(sessionId, a.peer_key),
+        })),
+      }));
+    const carried = new Set(instances.map((i) => i.instance_id));
+    const runners = Object.values(old.runners)
+      .filter((r) => carried.has(r.instance_id))
+      .map((r) => {
+        const inst = instances.find((i) => i.instance_id === r.instance_id)!;
+        const a = inst.assignments.find((x) => x.rank === r.rank)!;
+        return { ...r, node_id: a.node_id };
+      });
+    const event: ControlEvent = {
+      type: "SessionStarted",
+      session: {
+        session_id: sessionId,
+        master_node_id: nodeIdFor(sessionId, self.peerKey),
+        master_peer_key: self.peerKey,
+        master_started_at: self.startedAt,
+        started_at: now,
+      },
+      members,
+      models: Object.values(old.models),
+      instances,
+      runners,
+    };
+    this.log.info(
+      { session: sessionId, members: members.length, carried_instances: instances.length },
+      "elected master; starting session",
+    );
+    this.becomeMaster(sessionId);
+    this.setSession({
+      session_id: sessionId,
+      master: { peer_key: self.peerKey, started_at: self.startedAt },
+    });
+    this.emit(event);
+    this.publishHeartbeat();
+  }
+
+  private memberFor(sessionId: string, hb: Heartbeat, now: number): Member {
+    return {
+      node_id: nodeIdFor(sessionId, hb.peer_key),
+      peer_key: hb.peer_key,
+      name: hb.name,
+      api_url: hb.api_url,
+      host: hb.host,
+      started_at: hb.started_at,
+      joined_at: now,
+    };
+  }
+
+  private adopt(sessionId: SessionId, master: Peer): void {
+    if (this.role === "master") {
+      this.log.warn(
+        { session: sessionId, master: master.peer_key },
+        "stepping down for a more senior master",
+      );
+      this.stepDown();
+    }
+    this.setSession({ session_id: sessionId, master });
+    this.publishHeartbeat();
+    void this.sync(1);
+  }
+
+  // ---- replica ----
+
+  private onEvent(ev: IndexedEvent): void {
+    const p = this.current;
+    if (ev.event.type === "SessionStarted") {
+      this.touch(ev.event.session.master_peer_key);
+      const masterKey = ev.event.session.master_peer_key;
+      if (masterKey !== this.o.self.peerKey) {
+        // Treat the announcement as the master's heartbeat so the election rule can adopt it now.
+        const known = this.peers.get(masterKey);
+        if (known) {
+          this.peers.set(masterKey, {
+            lastHeard: this.o.clock.now(),
+            heartbeat: { ...known.heartbeat, is_master: true, session_id: ev.session_id },
+          });
+          this.tick();
+        }
+      }
+    } else if (p && ev.session_id === p.session_id) {
+      this.touch(p.master.peer_key);
+    }
+    if (!this.current || ev.session_id !== this.current.session_id) return;
+    if (this.role === "master") return; // the master applied it when it emitted it
+    this.receive(ev);
+  }
+
+  private receive(ev: IndexedEvent): void {
+    if (ev.event.type !== "SessionStarted" && ev.index <= this.state.index && this.synced) return;
+    if (ev.event.type === "SessionStarted" || (this.synced && ev.index === this.state.index + 1)) {
+      this.applyOne(ev);
+      // Drain buffered successors.
+      for (
+        let next = this.pending.get(this.state.index + 1);
+        next;
+        next = this.pending.get(this.state.index + 1)
+      ) {
+        this.pending.delete(next.index);
+        this.applyOne(next);
+      }
+      return;
+    }
+    this.pending.set(ev.index, ev);
+    void this.sync(this.synced ? this.state.index + 1 : 1);
+  }
+
+  private applyOne(ev: IndexedEvent): void {
+    try {
+      this.state = apply(this.state, ev);
+    } catch (e) {
+      if (e instanceof OutOfOrderEvent) {
+        void this.sync(this.synced ? this.state.index + 1 : 1);
+        return;
+      }
+      throw e;
+    }
+    for (const l of this.listeners) l.event?.(ev, this.state);
+  }
+
+  /** Gap repair and catch-up: asks the master for every event from `fromIndex`. */
+  private async sync(fromIndex: number): Promise<void> {
+    if (this.syncing || !this.current || this.role === "master") return;
+    this.syncing = true;
+    const session = this.current.session_id;
+    try {
+      const reply = await this.o.bus.request(
+        "masterSync",
+        { session_id: session, from_index: fromIndex },
+        { timeoutMs: 2000, suffix: session },
+      );
+      if (this.current?.session_id !== session) return;
+      if (!reply.ok) {
+        this.log.warn({ error: reply.error }, "sync refused");
+        return;
+      }
+      if (reply.snapshot) {
+        this.state = reply.snapshot;
+        for (const l of this.listeners) l.snapshot?.(this.state);
+      }
+      for (const ev of reply.events) {
+        if (
+          ev.event.type === "SessionStarted" ||
+          (this.synced && ev.index === this.state.index + 1)
+        )
+          this.applyOne(ev);
+      }
+      for (const k of [...this.pending.keys()]) if (k <= this.state.index) this.pending.delete(k);
+    } catch (e) {
+      this.log.debug({ err: e }, "sync failed; will retry on the next event or tick");
+    } finally {
+      this.syncing = false;
+    }
+    if (this.current && !this.synced) setTimeout(() => void this.sync(1), 200).unref();
+  }
+
+  // ---- master role ----
+
+  private becomeMaster(sessionId: SessionId): void {
+    this.stepDown();
+    this.role = "master";
+    this.masterLog.reset();
+    const bus = this.o.bus;
+    this.masterSubs.push(
+      bus.respond(
+        "masterCommand",
+        (req) => this.handleCommand(req.session_id, req.from_node_id, req.command),
+        {
+          suffix: sessionId,
+        },
+      ),
+      bus.respond(
+        "masterSync",
+        (req) => {
+          if (req.session_id !== this.current?.session_id) {
+            return {
+              ok: false as const,
+              error: { code: "session_changed" as const, message: "session changed" },
+            };
+          }
+          const r = this.masterLog.since(req.from_index);
+          return { ok: true as const, ...r };
+        },
+        { suffix: sessionId },
+      ),
+    );
+  }
+
+  private stepDown(): void {
+    for (const u of this.masterSubs) u();
+    this.masterSubs = [];
+    this.role = "follower";
+  }
+
+  /** Master only: sequence an event, apply it locally, publish it. */
+  private emit(event: ControlEvent): IndexedEvent {
+    const session = this.current!.session_id;
+    const ev: IndexedEvent = {
+      index: event.type === "SessionStarted" ? 1 : this.state.index + 1,
+      session_id: session,
+      at: this.o.clock.now(),
+      event,
+    };
+    this.applyOne(ev);
+    this.masterLog.append(ev, this.state);
+    this.o.bus.publish("events", ev);
+    return ev;
+  }
+
+  private superviseMembers(now: number): void {
+    const session = this.current!.session_id;
+    // Joins: live peers that adopted this session but are not members yet.
+    for (const p of this.livePeers()) {
+      const hb = p.heartbeat;
+      if (hb.session_id !== session) continue;
+      const id = nodeIdFor(session, hb.peer_key);
+      if (!this.state.members[id])
+        this.emit({ type: "NodeJoined", member: this.memberFor(session, hb, now) });
+    }
+    // Departures: members silent past the liveness timeout. Their in-flight tasks fail first.
+    for (const m of Object.values(this.state.members)) {
+      if (m.peer_key === this.o.self.peerKey) continue;
+      const p = this.peers.get(m.peer_key);
+      if (p && now - p.lastHeard <= this.o.timings.livenessTimeoutMs) continue;
+      const lost = new Set(
+        Object.values(this.state.instances)
+          .filter((i) => i.assignments.some((a) => a.node_id === m.node_id))
+          .map((i) => i.instance_id),
+      );
+      for (const t of Object.values(this.state.tasks)) {
+        if (lost.has(t.instance_id)) {
+          this.emit({
+            type: "TaskFailed",
+            task_id: t.task_id,
+            reason: `node ${m.name} (${m.node_id}) was lost`,
+          });
+        }
+      }
+      this.log.warn({ node: m.name, node_id: m.node_id }, "node lost (heartbeat timeout)");
+      this.emit({ type: "NodeLeft", node_id: m.node_id, reason: "heartbeat timeout" });
+    }
+  }
+
+  private handleCommand(sessionId: SessionId, from: NodeId, cmd: Command): CommandReply {
+    if (this.role !== "master" || sessionId !== this.current?.session_id) {
+      return { ok: false, error: { code: "session_changed", message: "session changed; retry" } };
+    }
+    try {
+      return this.execute(from, cmd);
+    } catch (e) {
+      return { ok: false, error: toWireError(e) };
+    }
+  }
+
+  private execute(from: NodeId, cmd: Command): CommandReply {
+    const s = this.state;
+    const ok = (task_id?: TaskId): CommandReply => ({
+      ok: true,
+      index: this.state.index,
+      ...(task_id ? { task_id } : {}),
+    });
+    switch (cmd.type) {
+      case "PlaceInstance": {
+        for (const a of cmd.instance.assignments) {
+          if (!s.members[a.node_id]) {
+            throw new ServiceError("conflict", `node ${a.node_id} is not a member of this session`);
+          }
+        }
+        if (!s.models[cmd.instance.model_id]) {
+          throw new ServiceError(
+            "model_not_found",
+            `model ${cmd.instance.model_id} is not registered`,
+          );
+        }
+        this.emit({ type: "InstancePlaced", instance: cmd.instance });
+        return ok();
+      }
+      case "DeleteInstance": {
+        if (!s.instances[cmd.instance_id])
+          throw new ServiceError("not_found", `no instance ${cmd.instance_id}`);
+        for (const t of Object.values(s.tasks)) {
+          if (t.instance_id === cmd.instance_id) {
+            this.emit({ type: "TaskFailed", task_id: t.task_id, reason: "instance deleted" });
+          }
+        }
+        this.emit({
+          type: "InstanceDeleted",
+          instance_id: cmd.instance_id,
+          reason: "deleted by request",
+        });
+        return ok();
+      }
+      case "RegisterModel": {
+        const prev = s.models[cmd.model.model_id];
+        if (prev && JSON.stringify(prev) === JSON.stringify(cmd.model)) return ok();
+        this.emit({ type: "ModelRegistered", model: cmd.model });
+        return ok();
+      }
+      case "ReportRunner": {
+        const r = cmd.runner;
+        if (!s.instances[r.instance_id]) return ok();
+        const prev = s.runners[runnerKey(r.instance_id, r.rank)];
+        if (
+          prev &&
+          prev.state === r.state &&
+          prev.endpoint === r.endpoint &&
+          prev.reason === r.reason &&
+          prev.restarts === r.restarts
+        ) {
+          return ok();
+        }
+        this.emit({
+          type: r.state === "RunnerFailed" ? "RunnerFailed" : "RunnerStatus",
+          runner: r,
+        });
+        return ok();
+      }
+      case "CreateTask": {
+        if (!s.instances[cmd.instance_id])
+          throw new ServiceError("instance_lost", `instance ${cmd.instance_id} is gone`);
+        const task_id = `t-${randomUUID()}` as TaskId;
+        this.emit({
+          type: "TaskCreated",
+          task: {
+            task_id,
+            command_id: cmd.command_id,
+            model_id: cmd.model_id,
+            instance_id: cmd.instance_id,
+            gateway_node_id: from,
+            created_at: this.o.clock.now(),
+          },
+        });
+        return ok(task_id);
+      }
+      case "FinishTask":
+        if (s.tasks[cmd.task_id]) this.emit({ type: "TaskFinished", task_id: cmd.task_id });
+        return ok();
+      case "FailTask":
+        if (s.tasks[cmd.task_id])
+          this.emit({ type: "TaskFailed", task_id: cmd.task_id, reason: cmd.reason });
+        return ok();
+      case "ReportDownloadFailed":
+        this.emit({
+          type: "DownloadFailed",
+          node_id: from,
+          model_id: cmd.model_id,
+          reason: cmd.reason,
+        });
+        return ok();
+    }
+  }
+
+  /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */
+  async command(cmd: Command): Promise<Extract<CommandReply, { ok: true }>> {
+    const cur = this.current;
+    if (!cur || !this.synced)
+      throw new ServiceError("no_master", "this node has not joined a cluster session yet");
+    const from = nodeIdFor(cur.session_id, this.o.self.peerKey);
+    let reply: CommandReply;
+    if (this.role === "master") {
+      reply = this.handleCommand(cur.session_id, from, cmd);
+    } else {
+      try {
+        reply = await this.o.bus.request(
+          "masterCommand",
+          { session_id: cur.session_id, from_node_id: from, command: cmd },
+          { timeoutMs: this.o.commandTimeoutMs ?? 5000, suffix: cur.session_id },
+        );
+      } catch (e) {
+        if (this.current?.session_id !== cur.session_id) {
+          throw new ServiceError(
+            "session_changed",
+            "the cluster session changed; retry the request",
+            { cause: e },
+          );
+        }
+        throw new ServiceError(
+          "no_master",
+          "the master did not answer; an election may be in progress, retry",
+          { cause: e },
+        );
+      }
+    }
+    if (!reply.ok) throw fromWireError(reply.error);
+    return reply;
+  }
+}
