@@ -1,0 +1,264 @@
+// Writes a tiny, deterministic llama-architecture GGUF (~1 MB) that the real llama-server loads and serves.
+// Tests and the demo use it instead of downloading weights; a drafter variant shares the vocabulary for -md.
+import { GgufError } from "./errors.ts";
+import type { ModelFacts } from "./facts.ts";
+import { readGgufHeader } from "./reader.ts";
+import { TINY_CHAT_TEMPLATE, TINY_SPECIAL, TINY_VOCAB, TOKEN_TYPE } from "./tiny-vocab.ts";
+import type { GgmlType, GgufValue } from "./types.ts";
+import { writeGguf, type GgufTensorData } from "./writer.ts";
+
+export interface TinyModelOptions {
+  /** Hidden size (llama.embedding_length). Default 64. */
+  readonly nEmbd?: number;
+  /** Attention heads. Default 4. */
+  readonly nHead?: number;
+  /** KV heads (grouped-query attention when below nHead). Default 2. */
+  readonly nHeadKv?: number;
+  /** Feed-forward size. Default 128. */
+  readonly nFf?: number;
+  /** Layers. Default 4, or 1 for a drafter. */
+  readonly nLayer?: number;
+  /** Trained context length. Default 2048. */
+  readonly contextLength?: number;
+  /** Weight seed; the same seed and shape give byte-identical files. Default 42. */
+  readonly seed?: number;
+  /** Storage type of the 2-D weight matrices; norms stay F32. Default "F32". */
+  readonly weightType?: "F32" | "F16";
+  /** A drafter for speculative decoding: by default one layer and the name "tiny-llama-drafter". */
+  readonly drafter?: boolean;
+  /** general.name. Default "tiny-llama" (or "tiny-llama-drafter"). */
+  readonly name?: string;
+}
+
+export interface TinyModel {
+  readonly path: string;
+  readonly bytes: number;
+  /** Read back from the written file, so they reflect what llama.cpp will see. */
+  readonly facts: ModelFacts;
+}
+
+export const TINY_MODEL_DEFAULTS = {
+  nEmbd: 64,
+  nHead: 4,
+  nHeadKv: 2,
+  nFf: 128,
+  nLayer: 4,
+  drafterLayers: 1,
+  contextLength: 2048,
+  seed: 42,
+  weightType: "F32",
+} as const;
+
+/** Logit standard deviation of text tokens; large enough that zero-logit (special, byte) tokens are practically never sampled. */
+const OUTPUT_LOGIT_STD = 5;
+
+/** mulberry32: a small, fast, seedable PRNG; uniform in [0, 1). */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function fnv1a(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/** IEEE 754 binary32 -> binary16 bits, round to nearest even. */
+export function f32ToF16Bits(value: number): number {
+  const f32 = new Float32Array([value]);
+  const x = new Uint32Array(f32.buffer)[0] ?? 0;
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant !== 0 ? 0x200 : 0);
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    let half = mant >>> shift;
+    const rem = mant & ((1 << shift) - 1);
+    const mid = 1 << (shift - 1);
+    if (rem > mid || (rem === mid && (half & 1) === 1)) half++;
+    return sign | half;
+  }
+  let half = (e << 10) | (mant >>> 13);
+  const rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem === 0x1000 && (half & 1) === 1)) half++; // a carry into the exponent is correct
+  return sign | half;
+}
+
+function encode(values: Float32Array, type: GgmlType): Uint8Array {
+  if (type === "F32") return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+  const out = new Uint16Array(values.length);
+  for (let i = 0; i < values.length; i++) out[i] = f32ToF16Bits(values[i] ?? 0);
+  return new Uint8Array(out.buffer);
+}
+
+type Shape = Required<Omit<TinyModelOptions, "drafter" | "name">>;
+
+function resolve(options: TinyModelOptions): Shape & { name: string } {
+  const d = TINY_MODEL_DEFAULTS;
+  const shape = {
+    nEmbd: options.nEmbd ?? d.nEmbd,
+    nHead: options.nHead ?? d.nHead,
+    nHeadKv: options.nHeadKv ?? d.nHeadKv,
+    nFf: options.nFf ?? d.nFf,
+    nLayer: options.nLayer ?? (options.drafter === true ? d.drafterLayers : d.nLayer),
+    contextLength: options.contextLength ?? d.contextLength,
+    seed: options.seed ?? d.seed,
+    weightType: options.weightType ?? d.weightType,
+  };
+  for (const [k, v] of Object.entries(shape)) {
+    if (typeof v === "number" && !(Number.isSafeInteger(v) && (v > 0 || k === "seed"))) {
+      throw new GgufError("invalid_options", `${k} must be a positive integer, got ${v}`);
+    }
+  }
+  if (shape.nEmbd % shape.nHead !== 0)
+    throw new GgufError(
+      "invalid_options",
+      `nEmbd ${shape.nEmbd} is not a multiple of nHead ${shape.nHead}`,
+    );
+  if (shape.nHead % shape.nHeadKv !== 0)
+    throw new GgufError(
+      "invalid_options",
+      `nHead ${shape.nHead} is not a multiple of nHeadKv ${shape.nHeadKv}`,
+    );
+  if ((shape.nEmbd / shape.nHead) % 2 !== 0)
+    throw new GgufError("invalid_options", "the head size must be even for RoPE");
+  if (shape.weightType !== "F32" && shape.weightType !== "F16")
+    throw new GgufError("invalid_options", `weightType ${String(shape.weightType)}`);
+  return {
+    ...shape,
+    name: options.name ?? (options.drafter === true ? "tiny-llama-drafter" : "tiny-llama"),
+  };
+}
+
+/**
+ * Tensors of a llama model. Each tensor's values come from its own seed (seed ^ hash(name)), so a drafter
+ * with the same seed and width shares token_embd, output and its first layers with the target.
+ */
+function tinyTensors(s: Shape): GgufTensorData[] {
+  const nVocab = TINY_VOCAB.tokens.length;
+  const headDim = s.nEmbd / s.nHead;
+  const nEmbdKv = headDim * s.nHeadKv;
+  const tensors: GgufTensorData[] = [];
+  const uniform = (name: string, dims: number[], scale: number, type: GgmlType): void => {
+    const rnd = mulberry32(s.seed ^ fnv1a(name));
+    const values = new Float32Array(dims.reduce((a, b) => a * b, 1));
+    for (let i = 0; i < values.length; i++) values[i] = (rnd() * 2 - 1) * scale;
+    tensors.push({ name, dims, ggmlType: type, data: encode(values, type) });
+  };
+  const ones = (name: string, n: number): void => {
+    tensors.push({
+      name,
+      dims: [n],
+      ggmlType: "F32",
+      data: encode(new Float32Array(n).fill(1), "F32"),
+    });
+  };
+  // Uniform(-a, a) has variance a^2/3, so a = sqrt(3 / fanIn) gives unit-variance outputs.
+  const scaleFor = (fanIn: number): number => Math.sqrt(3 / fanIn);
+  const w = s.weightType;
+  uniform("token_embd.weight", [s.nEmbd, nVocab], 1, w);
+  for (let i = 0; i < s.nLayer; i++) {
+    ones(`blk.${i}.attn_norm.weight`, s.nEmbd);
+    uniform(`blk.${i}.attn_q.weight`, [s.nEmbd, s.nEmbd], scaleFor(s.nEmbd), w);
+    uniform(`blk.${i}.attn_k.weight`, [s.nEmbd, nEmbdKv], scaleFor(s.nEmbd), w);
+    uniform(`blk.${i}.attn_v.weight`, [s.nEmbd, nEmbdKv], scaleFor(s.nEmbd), w);
+    uniform(`blk.${i}.attn_output.weight`, [s.nEmbd, s.nEmbd], scaleFor(s.nEmbd), w);
+    ones(`blk.${i}.ffn_norm.weight`, s.nEmbd);
+    uniform(`blk.${i}.ffn_gate.weight`, [s.nEmbd, s.nFf], scaleFor(s.nEmbd), w);
+    uniform(`blk.${i}.ffn_up.weight`, [s.nEmbd, s.nFf], scaleFor(s.nEmbd), w);
+    uniform(`blk.${i}.ffn_down.weight`, [s.nFf, s.nEmbd], scaleFor(s.nFf), w);
+  }
+  ones("output_norm.weight", s.nEmbd);
+  // Output rows of special and byte tokens are zero: their logit is exactly 0 while text pieces get
+  // logits with std OUTPUT_LOGIT_STD, so generations are readable text (always valid UTF-8) and never
+  // end early; every completion runs to max_tokens.
+  const rnd = mulberry32(s.seed ^ fnv1a("output.weight"));
+  const out = new Float32Array(s.nEmbd * nVocab);
+  const scale = OUTPUT_LOGIT_STD * scaleFor(s.nEmbd);
+  for (let t = 0; t < nVocab; t++) {
+    const text = TINY_VOCAB.tokenTypes[t] === TOKEN_TYPE.normal;
+    for (let j = 0; j < s.nEmbd; j++) {
+      const r = (rnd() * 2 - 1) * scale;
+      out[t * s.nEmbd + j] = text ? r : 0;
+    }
+  }
+  tensors.push({
+    name: "output.weight",
+    dims: [s.nEmbd, nVocab],
+    ggmlType: w,
+    data: encode(out, w),
+  });
+  return tensors;
+}
+
+function tinyMetadata(s: Shape & { name: string }): [string, GgufValue][] {
+  const u32 = (value: number): GgufValue => ({ type: "u32", value });
+  const f32 = (value: number): GgufValue => ({ type: "f32", value });
+  const str = (value: string): GgufValue => ({ type: "str", value });
+  const v = TINY_VOCAB;
+  return [
+    ["general.architecture", str("llama")],
+    ["general.name", str(s.name)],
+    ["general.alignment", u32(32)],
+    // llama_ftype: 0 = ALL_F32, 1 = MOSTLY_F16
+    ["general.file_type", u32(s.weightType === "F32" ? 0 : 1)],
+    ["llama.context_length", u32(s.contextLength)],
+    ["llama.embedding_length", u32(s.nEmbd)],
+    ["llama.block_count", u32(s.nLayer)],
+    ["llama.feed_forward_length", u32(s.nFf)],
+    ["llama.attention.head_count", u32(s.nHead)],
+    ["llama.attention.head_count_kv", u32(s.nHeadKv)],
+    ["llama.attention.layer_norm_rms_epsilon", f32(1e-5)],
+    ["llama.rope.dimension_count", u32(s.nEmbd / s.nHead)],
+    ["llama.rope.freq_base", f32(10000)],
+    ["llama.vocab_size", u32(v.tokens.length)],
+    ["tokenizer.ggml.model", str("llama")],
+    [
+      "tokenizer.ggml.tokens",
+      { type: "arr", itemType: "str", length: v.tokens.length, items: v.tokens },
+    ],
+    [
+      "tokenizer.ggml.scores",
+      { type: "arr", itemType: "f32", length: v.scores.length, items: v.scores },
+    ],
+    [
+      "tokenizer.ggml.token_type",
+      { type: "arr", itemType: "i32", length: v.tokenTypes.length, items: v.tokenTypes },
+    ],
+    ["tokenizer.ggml.bos_token_id", u32(TINY_SPECIAL.bos.id)],
+    ["tokenizer.ggml.eos_token_id", u32(TINY_SPECIAL.eos.id)],
+    ["tokenizer.ggml.unknown_token_id", u32(TINY_SPECIAL.unk.id)],
+    ["tokenizer.ggml.add_bos_token", { type: "bool", value: true }],
+    ["tokenizer.ggml.add_eos_token", { type: "bool", value: false }],
+    ["tokenizer.chat_template", str(TINY_CHAT_TEMPLATE)],
+  ];
+}
+
+/**
+ * Writes a tiny llama GGUF to `path` (replacing it atomically) and returns its facts as read back.
+ * Same options, same bytes: weights come from a seeded PRNG.
+ */
+export async function writeTinyModel(
+  path: string,
+  options: TinyModelOptions = {},
+): Promise<TinyModel> {
+  const s = resolve(options);
+  const { bytes } = await writeGguf(path, { metadata: tinyMetadata(s), tensors: tinyTensors(s) });
+  const { facts } = await readGgufHeader(path);
+  return { path, bytes, facts };
+}
