@@ -4,3 +4,4 @@ export * from "./errors.ts";
 export * from "./cluster.ts";
 export * from "./telemetry.ts";
 export * from "./subjects.ts";
+export * from "./store.ts";

@@ -1,0 +1,124 @@
+// Schemas of the model store: the artifact manifest a store host serves, the storage report of
+// GET /store/storage, and the POST /store/purge-staging body. Field names are snake_case on the wire.
+import { z } from "zod";
+import { ModelIdSchema } from "./ids.ts";
+
+const ARTIFACT_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._+-]{0,199}$/;
+
+/** Why a manifest path is unsafe or not an artifact path, or null when it is fine. */
+export function artifactPathProblem(path: string): string | null {
+  if (path.length === 0 || path.length > 1024) return "artifact path must be 1-1024 characters";
+  const segments = path.split("/");
+  if (segments.length > 8) return "artifact path is nested too deeply (at most 8 segments)";
+  for (const s of segments) {
+    if (!ARTIFACT_SEGMENT.test(s) || s.includes("..")) {
+      return "artifact path segments must start with a letter, digit or '_' and contain only letters, digits, '.', '_', '+' or '-' (no '..')";
+    }
+  }
+  return null;
+}
+
+/** A relative, forward-slash path inside a model directory; never absolute, never a dotfile, never `..`. */
+export const ArtifactPathSchema = z.string().superRefine((v, ctx) => {
+  const problem = artifactPathProblem(v);
+  if (problem) ctx.addIssue({ code: "custom", message: problem });
+});
+
+export const Sha256Schema = z.string().regex(/^[0-9a-f]{64}$/, "expected a lowercase hex sha256");
+
+export const ManifestFileSchema = z.object({
+  path: ArtifactPathSchema,
+  bytes: z.number().int().nonnegative(),
+  sha256: Sha256Schema,
+});
+export type ManifestFile = z.infer<typeof ManifestFileSchema>;
+
+/** The exact registered artifact set of one model in the store. */
+export const StoreManifestSchema = z
+  .object({
+    model_id: ModelIdSchema,
+    files: z.array(ManifestFileSchema).max(10_000),
+    /** Sum of every file's bytes: the exact registered artifact total. */
+    total_bytes: z.number().int().nonnegative(),
+    registered_at: z.iso.datetime(),
+    /** Where the store got the files: a local registration or a model-hub download. */
+    source: z.enum(["local", "hub"]),
+    /** Hub revision the files came from (source "hub" only). */
+    revision: z.string().optional(),
+  })
+  .superRefine((m, ctx) => {
+    const sum = m.files.reduce((s, f) => s + f.bytes, 0);
+    if (sum !== m.total_bytes) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["total_bytes"],
+        message: `total_bytes ${m.total_bytes} differs from the sum of file sizes ${sum}`,
+      });
+    }
+    const seen = new Set<string>();
+    for (const f of m.files) {
+      const key = f.path.toLowerCase();
+      if (seen.has(key)) {
+        ctx.addIssue({ code: "custom", path: ["files"], message: `duplicate file ${f.path}` });
+      }
+      seen.add(key);
+    }
+  });
+export type StoreManifest = z.infer<typeof StoreManifestSchema>;
+
+/** GET /store/models on a store host. */
+export const StoreModelListSchema = z.object({
+  models: z.array(
+    z.object({
+      model_id: ModelIdSchema,
+      total_bytes: z.number().int().nonnegative(),
+      files: z.number().int().nonnegative(),
+    }),
+  ),
+});
+export type StoreModelList = z.infer<typeof StoreModelListSchema>;
+
+/** One staged model in the storage report. */
+export const StagedModelReportSchema = z.object({
+  model_id: ModelIdSchema,
+  /** Absolute path of the model directory under node_cache_path. */
+  path: z.string(),
+  /** Bytes on disk, complete files plus resumable partials. */
+  size_bytes: z.number().int().nonnegative(),
+  /** Last-use time (ISO 8601); orders recency eviction. */
+  last_used_at: z.iso.datetime(),
+  /** A live runner names the model, or it is a companion of an active model. */
+  in_use: z.boolean(),
+  /** Every manifest file is present and verified. */
+  complete: z.boolean(),
+  /** A transfer into this copy is running now. */
+  downloading: z.boolean(),
+});
+export type StagedModelReport = z.infer<typeof StagedModelReportSchema>;
+
+/** GET /store/storage: the local node's storage report. */
+export const StorageReportSchema = z.object({
+  node_cache_path: z.string(),
+  staged_models: z.array(StagedModelReportSchema),
+  /** Sum of size_bytes over staged_models. */
+  staged_bytes: z.number().int().nonnegative(),
+  /** Bytes the durable event log occupies on disk. */
+  event_log_bytes: z.number().int().nonnegative(),
+  /** The filesystem holding node_cache_path. */
+  models_volume: z.object({
+    path: z.string(),
+    free_bytes: z.number().int().nonnegative(),
+    total_bytes: z.number().int().nonnegative(),
+  }),
+  staging: z.object({
+    cleanup_on_deactivate: z.boolean(),
+    staging_keep_recent_bytes: z.number().int().nonnegative(),
+    headroom_bytes: z.number().int().nonnegative(),
+  }),
+  generated_at: z.iso.datetime(),
+});
+export type StorageReport = z.infer<typeof StorageReportSchema>;
+
+/** POST /store/purge-staging body: `{}` (every not-in-use copy) or `{ "modelId": ... }`. */
+export const PurgeStagingBodySchema = z.object({ modelId: ModelIdSchema.optional() }).strict();
+export type PurgeStagingBody = z.infer<typeof PurgeStagingBodySchema>;
