@@ -35,6 +35,8 @@ export const ConfigSchema = z
         api_port: z.number().int().min(0).max(65535).default(8080),
         /** Declared backend for the engine; `auto` observes the hardware. */
         backend: z.enum(["auto", "cpu", "cuda", "metal"]).default("auto"),
+        /** Caps the memory this node offers to placement (GiB); unset offers all free memory. */
+        memory_limit_gb: z.number().positive().optional(),
       })
       .strict()
       .prefault({}),
@@ -123,6 +125,8 @@ export const ConfigSchema = z
         restart_backoff_ms: z.number().int().min(0).default(1000),
         healthy_uptime_ms: z.number().int().min(0).default(60000),
         extra_args: z.array(z.string()).default([]),
+        /** Where each runner's stdout/stderr is written (`<instance>-rank<n>.log`). */
+        runner_log_dir: z.string().min(1).default("~/.service/runners"),
       })
       .strict()
       .prefault({}),

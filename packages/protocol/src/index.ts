@@ -5,3 +5,4 @@ export * from "./cluster.ts";
 export * from "./telemetry.ts";
 export * from "./subjects.ts";
 export * from "./store.ts";
+export * from "./state-document.ts";

@@ -1,2 +1,3 @@
 // Front door of the testkit: real processes on free ports, fixtures and emulators for tests.
 export * from "./ports.ts";
+export * from "./cluster.ts";

@@ -1,1 +1,7 @@
-// placeholder
+// Front door of the gateway service: the hono app and the ports it needs.
+export { createGatewayApp } from "./app.ts";
+export type { GatewayOptions } from "./app.ts";
+export type { ClusterView, PeerView } from "./ports.ts";
+export { parseJson, toResponse, validationError } from "./errors.ts";
+export { stateDocument } from "./view.ts";
+export { ChatRequestSchema } from "./routes/chat.ts";

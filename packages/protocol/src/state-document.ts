@@ -1,0 +1,51 @@
+// GET /state: the replica of the control state plus this node's live view (heartbeats, health).
+// `node_identities` and `nodeHealth` are spelled as the spec fixes them.
+import { z } from "zod";
+import {
+  InstanceSchema,
+  ModelRecordSchema,
+  RunnerSchema,
+  SessionSchema,
+  TaskSchema,
+} from "./cluster.ts";
+import { HealthEntrySchema, TelemetrySchema } from "./telemetry.ts";
+import { NodeIdSchema } from "./ids.ts";
+
+export const NodeIdentitySchema = z.object({
+  node_id: NodeIdSchema,
+  name: z.string(),
+  api_url: z.string(),
+  host: z.string(),
+  is_master: z.boolean(),
+  started_at: z.number(),
+  joined_at: z.number(),
+});
+
+export const StateDocumentSchema = z.object({
+  session: SessionSchema.nullable(),
+  /** Index of the last control event applied to this replica. */
+  index: z.number().int().nonnegative(),
+  this_node: z.object({
+    node_id: NodeIdSchema.nullable(),
+    name: z.string(),
+    is_master: z.boolean(),
+    synced: z.boolean(),
+  }),
+  node_identities: z.array(NodeIdentitySchema),
+  nodeHealth: z.array(HealthEntrySchema.extend({ node_id: NodeIdSchema, node_name: z.string() })),
+  topology: z.object({
+    nodes: z.array(
+      z.object({
+        node_id: NodeIdSchema,
+        name: z.string(),
+        last_heard_ms_ago: z.number().nonnegative(),
+        telemetry: TelemetrySchema.nullable(),
+      }),
+    ),
+    links: z.array(z.object({ from: NodeIdSchema, to: NodeIdSchema, rtt_ms: z.number() })),
+  }),
+  models: z.array(ModelRecordSchema),
+  instances: z.array(InstanceSchema.extend({ runners: z.array(RunnerSchema) })),
+  tasks: z.array(TaskSchema),
+});
+export type StateDocument = z.infer<typeof StateDocumentSchema>;

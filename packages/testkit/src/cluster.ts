@@ -1,0 +1,275 @@
+// Starts real node processes (services/node) on loopback for integration tests and the local launcher.
+// Each node runs in its own process group, so kill("SIGKILL") takes down the node, its nats-server
+// and its runners at once -- like a machine that lost power.
+import { spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { freePort, waitFor } from "./ports.ts";
+
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+const NODE_MAIN = join(REPO_ROOT, "services/node/src/main.ts");
+
+export interface NodeSpec {
+  readonly name: string;
+  /** Route port of this node's nats-server (peers connect to it). */
+  readonly clusterPort: number;
+  /** Route addresses of the peers (host:port). */
+  readonly peers: readonly string[];
+  /** Extra configuration merged into the generated file (any key of the config schema). */
+  readonly config?: Record<string, unknown>;
+  readonly env?: Record<string, string>;
+  /** Where this node keeps its state; a temp dir by default. */
+  readonly dataDir?: string;
+  /** Pipe the node's log to the parent's stderr. */
+  readonly verbose?: boolean;
+}
+
+/** Fast timings for tests; the spec's defaults stay the defaults everywhere else. */
+export const FAST_CLUSTER = {
+  heartbeat_ms: 500,
+  liveness_timeout_ms: 2000,
+  election_timeout_ms: 1500,
+  info_pending_wait_ms: 3000,
+} as const;
+
+function deepMerge(
+  a: Record<string, unknown>,
+  b: Record<string, unknown>,
+): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...a };
+  for (const [k, v] of Object.entries(b)) {
+    const prev = out[k];
+    out[k] =
+      prev &&
+      typeof prev === "object" &&
+      !Array.isArray(prev) &&
+      v &&
+      typeof v === "object" &&
+      !Array.isArray(v)
+        ? deepMerge(prev as Record<string, unknown>, v as Record<string, unknown>)
+        : v;
+  }
+  return out;
+}
+
+export class NodeProcess implements AsyncDisposable {
+  apiUrl = "";
+  peerKey = "";
+  natsUrl = "";
+  readonly logLines: string[] = [];
+  private child: ChildProcess | undefined;
+  private exited: Promise<number | null> | undefined;
+
+  constructor(
+    readonly spec: NodeSpec,
+    readonly configPath: string,
+    readonly dataDir: string,
+  ) {}
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+  get running(): boolean {
+    return (
+      this.child !== undefined && this.child.exitCode === null && this.child.signalCode === null
+    );
+  }
+
+  async start(timeoutMs = 30_000): Promise<void> {
+    const child = spawn(
+      process.execPath,
+      ["--import", "tsx", NODE_MAIN, "--config", this.configPath],
+      {
+        cwd: REPO_ROOT,
+        env: { ...process.env, ...this.spec.env },
+        stdio: ["ignore", "pipe", "pipe", "ipc"],
+        detached: true,
+      },
+    );
+    this.child = child;
+    this.exited = new Promise((r) => child.once("exit", (code) => r(code)));
+    const onData = (c: Buffer) => {
+      for (const l of c.toString().split("\n")) {
+        if (!l) continue;
+        this.logLines.push(l);
+        if (this.logLines.length > 5000) this.logLines.shift();
+        if (this.spec.verbose) process.stderr.write(`[${this.spec.name}] ${l}\n`);
+      }
+    };
+    child.stdout?.on("data", onData);
+    child.stderr?.on("data", onData);
+    const started = new Promise<void>((resolveStarted, reject) => {
+      child.on(
+        "message",
+        (m: { type?: string; api_url?: string; peer_key?: string; nats_url?: string }) => {
+          // Also after /admin/restart: the supervisor forwards the fresh image's announcement.
+          if (m.type === "started") {
+            this.apiUrl = m.api_url ?? "";
+            this.peerKey = m.peer_key ?? "";
+            this.natsUrl = m.nats_url ?? "";
+            resolveStarted();
+          }
+        },
+      );
+      child.once("exit", (code) =>
+        reject(
+          new Error(
+            `node ${this.spec.name} exited with ${code} before starting:\n${this.logLines.slice(-30).join("\n")}`,
+          ),
+        ),
+      );
+    });
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      started,
+      new Promise((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`node ${this.spec.name} did not start in ${timeoutMs} ms`)),
+          timeoutMs,
+        );
+      }),
+    ]).finally(() => clearTimeout(timer));
+  }
+
+  /** Sends a signal to the whole process group (node, nats-server, runners). */
+  kill(signal: NodeJS.Signals = "SIGKILL"): void {
+    const pid = this.child?.pid;
+    if (!pid || !this.running) return;
+    try {
+      process.kill(-pid, signal);
+    } catch {
+      // already gone
+    }
+  }
+
+  /** Graceful stop (SIGTERM), then SIGKILL of the group after the grace period. */
+  async stop(graceMs = 15_000): Promise<void> {
+    if (!this.child) return;
+    if (this.running) {
+      this.child.kill("SIGTERM");
+      const t = setTimeout(() => this.kill("SIGKILL"), graceMs);
+      await this.exited;
+      clearTimeout(t);
+    }
+    // Anything left in the group (e.g. after a crash of the node itself) goes too.
+    this.kill("SIGKILL");
+    const pid = this.child.pid;
+    if (pid) {
+      try {
+        process.kill(-pid, "SIGKILL");
+      } catch {
+        // group empty
+      }
+    }
+  }
+
+  async waitExit(): Promise<number | null> {
+    return (await this.exited) ?? null;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop(5000);
+  }
+
+  async get<T = unknown>(path: string): Promise<T> {
+    const r = await fetch(`${this.apiUrl}${path}`, { signal: AbortSignal.timeout(10_000) });
+    return (await r.json()) as T;
+  }
+}
+
+/** Writes the node's config file and returns an unstarted NodeProcess. */
+export function prepareNode(spec: NodeSpec): NodeProcess {
+  const dataDir = spec.dataDir ?? mkdtempSync(join(tmpdir(), `ic-${spec.name}-`));
+  mkdirSync(dataDir, { recursive: true });
+  const base: Record<string, unknown> = {
+    node: { name: spec.name, host: "127.0.0.1", bind: "127.0.0.1", api_port: 0 },
+    bus: { client_port: 0, cluster_port: spec.clusterPort },
+    cluster: { peers: [...spec.peers], ...FAST_CLUSTER },
+    node_cache_path: join(dataDir, "staging"),
+    logging: { enabled: true, level: "info" },
+    tracing: { dir: join(dataDir, "traces") },
+    event_log: { dir: join(dataDir, "events") },
+    engine: {
+      runner_log_dir: join(dataDir, "runners"),
+      context_size: 512,
+      restart_backoff_ms: 200,
+    },
+  };
+  const cfg = deepMerge(base, spec.config ?? {});
+  const configPath = join(dataDir, "config.yaml");
+  // JSON is valid YAML, and the loader parses it as such.
+  writeFileSync(configPath, `${JSON.stringify(cfg, null, 2)}\n`);
+  return new NodeProcess(spec, configPath, dataDir);
+}
+
+export interface LocalCluster extends AsyncDisposable {
+  readonly nodes: NodeProcess[];
+  stop(): Promise<void>;
+}
+
+/** Starts `n` nodes on loopback, each with its own nats-server routed to all the others. */
+export async function startCluster(
+  n: number,
+  opts: {
+    config?: (i: number) => Record<string, unknown>;
+    env?: Record<string, string>;
+    verbose?: boolean;
+    namePrefix?: string;
+  } = {},
+): Promise<LocalCluster> {
+  const ports: number[] = [];
+  for (let i = 0; i < n; i++) ports.push(await freePort());
+  const nodes = ports.map((p, i) =>
+    prepareNode({
+      name: `${opts.namePrefix ?? "node"}-${i + 1}`,
+      clusterPort: p,
+      peers: ports.filter((q) => q !== p).map((q) => `127.0.0.1:${q}`),
+      config: opts.config?.(i) ?? {},
+      env: opts.env ?? {},
+      verbose: opts.verbose ?? process.env.IC_TEST_VERBOSE === "1",
+    }),
+  );
+  const cluster: LocalCluster = {
+    nodes,
+    stop: async () => {
+      await Promise.all(nodes.map((x) => x.stop(5000)));
+    },
+    [Symbol.asyncDispose]: async () => cluster.stop(),
+  };
+  try {
+    // Start sequentially so seniority (and thus the first master) is deterministic: node-1.
+    for (const node of nodes) await node.start();
+  } catch (e) {
+    await cluster.stop();
+    throw e;
+  }
+  return cluster;
+}
+
+interface StateDoc {
+  session: { session_id: string } | null;
+  this_node: { synced: boolean; node_id: string | null };
+  node_identities: { node_id: string; name: string; is_master: boolean }[];
+}
+
+/** Waits until every given node is synced to one session with exactly `count` members. */
+export async function waitForConvergence(
+  nodes: readonly NodeProcess[],
+  count: number,
+  timeoutMs = 20_000,
+): Promise<StateDoc[]> {
+  return waitFor(
+    async () => {
+      const docs = await Promise.all(nodes.map((n) => n.get<StateDoc>("/state")));
+      const sessions = new Set(docs.map((d) => d.session?.session_id));
+      const ok =
+        sessions.size === 1 &&
+        docs.every((d) => d.this_node.synced && d.node_identities.length === count);
+      return ok ? docs : undefined;
+    },
+    { timeoutMs, intervalMs: 100, what: `${nodes.length} nodes converging on ${count} members` },
+  );
+}

@@ -1,0 +1,38 @@
+// The HTTP control API of one node (hono): every endpoint of the spec, one error envelope.
+import { Hono } from "hono";
+import { ServiceError } from "@ic/protocol";
+import type { Logger } from "@ic/log";
+import { toResponse } from "./errors.ts";
+import type { ClusterView } from "./ports.ts";
+import { chatRoutes } from "./routes/chat.ts";
+import type { ChatOptions } from "./routes/chat.ts";
+import { clusterRoutes } from "./routes/cluster.ts";
+
+export interface GatewayOptions {
+  readonly cluster: ClusterView;
+  readonly log: Logger;
+  readonly name: string;
+  readonly now?: () => number;
+  readonly restart?: () => void;
+  readonly onTask?: ChatOptions["onTask"];
+  /** Extra route groups (placement, store, events, tracing) registered by the launcher. */
+  readonly extensions?: ReadonlyArray<(app: Hono) => void>;
+}
+
+export function createGatewayApp(o: GatewayOptions): Hono {
+  const log = o.log.child({ component: "gateway" });
+  const app = new Hono();
+  app.onError((err, c) => toResponse(c, err, log));
+  app.notFound((c) =>
+    toResponse(c, new ServiceError("not_found", `no route ${c.req.method} ${c.req.path}`), log),
+  );
+  clusterRoutes(app, {
+    cluster: o.cluster,
+    name: o.name,
+    now: o.now ?? Date.now,
+    restart: o.restart ?? (() => log.warn("restart requested but not supported by this launcher")),
+  });
+  chatRoutes(app, { cluster: o.cluster, log, ...(o.onTask ? { onTask: o.onTask } : {}) });
+  for (const ext of o.extensions ?? []) ext(app);
+  return app;
+}

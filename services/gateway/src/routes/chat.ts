@@ -1,0 +1,281 @@
+// POST /v1/chat/completions and GET /v1/models: OpenAI-compatible, routed to the instance serving the
+// model and proxied to its rank-0 llama-server. Streams pass through as they arrive; a lost worker
+// (TaskFailed), a lost master (session change) or a dead upstream ends the request within seconds with
+// an error -- an SSE error event for streams, a 500 for non-streaming requests.
+import { randomUUID } from "node:crypto";
+import type { Hono } from "hono";
+import { z } from "zod";
+import { errorBody, ServiceError } from "@ic/protocol";
+import type { CommandId, SessionId, TaskId } from "@ic/protocol";
+import { servingInstance } from "@ic/state";
+import type { Logger } from "@ic/log";
+import { parseJson } from "../errors.ts";
+import type { ClusterView } from "../ports.ts";
+
+const ContentPart = z.object({ type: z.string() }).passthrough();
+const MessageSchema = z
+  .object({
+    role: z.string().min(1),
+    content: z.union([z.string(), z.array(ContentPart), z.null()]),
+  })
+  .passthrough();
+
+export const ChatRequestSchema = z
+  .object({
+    model: z.string().min(1).max(300),
+    messages: z.array(MessageSchema).min(1),
+    max_tokens: z.number().int().positive().optional(),
+    max_completion_tokens: z.number().int().positive().optional(),
+    stream: z.boolean().optional(),
+    temperature: z.number().min(0).max(2).optional(),
+    top_p: z.number().min(0).max(1).optional(),
+    n: z.literal(1).optional(),
+  })
+  .passthrough();
+
+export interface ChatOptions {
+  readonly cluster: ClusterView;
+  readonly log: Logger;
+  /** Called with the task id when a request starts and ends (tracing hooks in here). */
+  readonly onTask?: (e: {
+    taskId: TaskId;
+    commandId: CommandId;
+    modelId: string;
+    phase: "start" | "end";
+    ok?: boolean;
+  }) => void;
+}
+
+/** Resolves when the task fails (TaskFailed) or the session changes; the reason is a ServiceError. */
+function watchFailure(
+  cluster: ClusterView,
+  taskId: () => TaskId | undefined,
+  session: SessionId | null,
+) {
+  let fail!: (e: ServiceError) => void;
+  const failed = new Promise<ServiceError>((resolve) => (fail = resolve));
+  const off = cluster.on({
+    event: (ev) => {
+      const e = ev.event;
+      if (e.type === "TaskFailed" && e.task_id === taskId()) {
+        fail(
+          new ServiceError(
+            "task_failed",
+            `the instance serving this request was lost (${e.reason}); retry`,
+          ),
+        );
+      }
+    },
+    session: (prev, next) => {
+      if (prev === session && next !== session) {
+        fail(
+          new ServiceError(
+            "session_changed",
+            "the cluster session changed (master failover); retry the request",
+          ),
+        );
+      }
+    },
+  });
+  return { failed, off };
+}
+
+export function chatRoutes(app: Hono, o: ChatOptions): void {
+  app.get("/v1/models", (c) => {
+    const s = o.cluster.snapshot();
+    const served = new Set(Object.values(s.instances).map((i) => i.model_id));
+    return c.json({
+      object: "list",
+      data: [...served]
+        .sort()
+        .map((id) => ({ id, object: "model", created: 0, owned_by: "cluster" })),
+    });
+  });
+
+  app.post("/v1/chat/completions", async (c) => {
+    const body = await parseJson(c, ChatRequestSchema);
+    const cluster = o.cluster;
+    const target = servingInstance(cluster.snapshot(), body.model);
+    if (!target) {
+      throw new ServiceError(
+        "model_not_found",
+        `no instance found for model ${body.model}: place it first (POST /place_instance)`,
+        {
+          details: { model: body.model },
+        },
+      );
+    }
+    const commandId = `chatcmpl-${randomUUID()}` as CommandId;
+    const session = cluster.sessionId;
+    let taskId: TaskId | undefined;
+    const watch = watchFailure(cluster, () => taskId, session);
+    const upstreamAbort = new AbortController();
+    const clientSignal = c.req.raw.signal;
+    const onClientGone = () => upstreamAbort.abort(new Error("client disconnected"));
+    clientSignal.addEventListener("abort", onClientGone, { once: true });
+    const cleanup = (ok: boolean) => {
+      watch.off();
+      clientSignal.removeEventListener("abort", onClientGone);
+      if (taskId) {
+        o.onTask?.({ taskId, commandId, modelId: body.model, phase: "end", ok });
+        cluster
+          .command(
+            ok
+              ? { type: "FinishTask", task_id: taskId }
+              : { type: "FailTask", task_id: taskId, reason: "request failed" },
+          )
+          .catch(() => {});
+      }
+    };
+
+    // The task is created by the master while the upstream request is already on its way.
+    const taskP = cluster.command({
+      type: "CreateTask",
+      command_id: commandId,
+      model_id: target.instance.model_id,
+      instance_id: target.instance.instance_id,
+    });
+    const upstreamP = fetch(`${target.endpoint}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+      signal: upstreamAbort.signal,
+    });
+    upstreamP.catch(() => {});
+    let upstream: Response;
+    try {
+      const reply = await Promise.race([taskP, watch.failed.then((e) => Promise.reject(e))]);
+      taskId = reply.task_id;
+      if (taskId) o.onTask?.({ taskId, commandId, modelId: body.model, phase: "start" });
+      upstream = await Promise.race([upstreamP, watch.failed.then((e) => Promise.reject(e))]);
+    } catch (e) {
+      upstreamAbort.abort();
+      cleanup(false);
+      if (e instanceof ServiceError) throw e;
+      throw new ServiceError(
+        "upstream_failed",
+        `the engine for ${body.model} did not answer: ${(e as Error).message}`,
+        { cause: e },
+      );
+    }
+    const headers: Record<string, string> = {
+      "x-task-id": taskId ?? "",
+      "x-command-id": commandId,
+      "x-instance-id": target.instance.instance_id,
+    };
+
+    if (!upstream.ok) {
+      const text = await upstream.text().catch(() => "");
+      cleanup(false);
+      // The engine's own 4xx (e.g. context too long) is the client's problem; pass it through as is.
+      if (upstream.status >= 400 && upstream.status < 500) {
+        return new Response(text, {
+          status: upstream.status,
+          headers: { ...headers, "content-type": "application/json" },
+        });
+      }
+      throw new ServiceError(
+        "upstream_failed",
+        `engine answered ${upstream.status}: ${text.slice(0, 500)}`,
+      );
+    }
+
+    if (!body.stream) {
+      try {
+        const json = (await Promise.race([
+          upstream.json(),
+          watch.failed.then((e) => Promise.reject(e)),
+        ])) as Record<string, unknown>;
+        cleanup(true);
+        return c.json({ ...json, id: commandId }, 200, headers);
+      } catch (e) {
+        upstreamAbort.abort();
+        cleanup(false);
+        if (e instanceof ServiceError) throw e;
+        throw new ServiceError(
+          "instance_lost",
+          `the instance was lost mid-request: ${(e as Error).message}; retry`,
+          { cause: e },
+        );
+      }
+    }
+
+    // Streaming: forward complete SSE lines as they arrive, rewriting the engine's id to the command id.
+    const reader = upstream.body!.getReader();
+    const enc = new TextEncoder();
+    const dec = new TextDecoder();
+    let upstreamId: string | undefined;
+    let carry = "";
+    let finished = false;
+    const stream = new ReadableStream<Uint8Array>({
+      start: (controller) => {
+        const finish = (err?: ServiceError) => {
+          if (finished) return;
+          finished = true;
+          if (err) {
+            controller.enqueue(enc.encode(`data: ${JSON.stringify(errorBody(err))}\n\n`));
+            upstreamAbort.abort();
+          }
+          cleanup(!err);
+          try {
+            controller.close();
+          } catch {
+            // already closed by a client disconnect
+          }
+        };
+        void watch.failed.then((e) => finish(e));
+        const pump = async () => {
+          try {
+            for (;;) {
+              const { value, done } = await reader.read();
+              if (finished) return;
+              if (done) break;
+              const text = carry + dec.decode(value, { stream: true });
+              const cut = text.lastIndexOf("\n");
+              if (cut < 0) {
+                carry = text;
+                continue;
+              }
+              carry = text.slice(cut + 1);
+              let out = text.slice(0, cut + 1);
+              if (upstreamId === undefined) {
+                const m = /"id":"([^"]+)"/.exec(out);
+                if (m) upstreamId = m[1];
+              }
+              if (upstreamId) out = out.split(`"id":"${upstreamId}"`).join(`"id":"${commandId}"`);
+              controller.enqueue(enc.encode(out));
+            }
+            if (carry) controller.enqueue(enc.encode(carry));
+            finish();
+          } catch (e) {
+            if (clientSignal.aborted) return finish();
+            finish(
+              new ServiceError(
+                "instance_lost",
+                `the engine stream broke: ${(e as Error).message}; retry`,
+              ),
+            );
+          }
+        };
+        void pump();
+      },
+      cancel: () => {
+        upstreamAbort.abort(new Error("client disconnected"));
+        if (!finished) {
+          finished = true;
+          cleanup(false);
+        }
+      },
+    });
+    return new Response(stream, {
+      status: 200,
+      headers: {
+        ...headers,
+        "content-type": "text/event-stream",
+        "cache-control": "no-cache",
+        connection: "keep-alive",
+        "x-accel-buffering": "no",
+      },
+    });
+  });
+}

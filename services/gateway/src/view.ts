@@ -1,0 +1,74 @@
+// Builds the node's view documents from the replica and the heard heartbeats (GET /state, placement input).
+import { runnerKey } from "@ic/protocol";
+import type { NodeId, StateDocument } from "@ic/protocol";
+import { nodeIdFor } from "@ic/state";
+import type { ClusterView } from "./ports.ts";
+
+export function stateDocument(cluster: ClusterView, name: string, now: number): StateDocument {
+  const s = cluster.snapshot();
+  const session = s.session;
+  const live = new Map(cluster.livePeers().map((p) => [p.heartbeat.peer_key, p]));
+  const members = Object.values(s.members).sort(
+    (a, b) => a.started_at - b.started_at || a.node_id.localeCompare(b.node_id),
+  );
+  const idOf = new Map(members.map((m) => [m.peer_key, m.node_id]));
+  const links: StateDocument["topology"]["links"] = [];
+  for (const m of members) {
+    for (const l of live.get(m.peer_key)?.heartbeat.links ?? []) {
+      const to = idOf.get(l.peer_key);
+      if (to) links.push({ from: m.node_id, to, rtt_ms: l.rtt_ms });
+    }
+  }
+  return {
+    session,
+    index: s.index,
+    this_node: {
+      node_id: cluster.nodeId,
+      name,
+      is_master: cluster.isMaster,
+      synced: cluster.synced,
+    },
+    node_identities: members.map((m) => ({
+      node_id: m.node_id,
+      name: m.name,
+      api_url: m.api_url,
+      host: m.host,
+      is_master: session?.master_peer_key === m.peer_key,
+      started_at: m.started_at,
+      joined_at: m.joined_at,
+    })),
+    nodeHealth: members.flatMap((m) =>
+      (live.get(m.peer_key)?.heartbeat.health ?? []).map((h) => ({
+        ...h,
+        node_id: m.node_id,
+        node_name: m.name,
+      })),
+    ),
+    topology: {
+      nodes: members.map((m) => {
+        const p = live.get(m.peer_key);
+        return {
+          node_id: m.node_id,
+          name: m.name,
+          last_heard_ms_ago: p ? Math.max(0, now - p.lastHeard) : Number.MAX_SAFE_INTEGER,
+          telemetry: p?.heartbeat.telemetry ?? null,
+        };
+      }),
+      links,
+    },
+    models: Object.values(s.models),
+    instances: Object.values(s.instances).map((i) => ({
+      ...i,
+      runners: i.assignments.flatMap((a) => {
+        const r = s.runners[runnerKey(i.instance_id, a.rank)];
+        return r ? [r] : [];
+      }),
+    })),
+    tasks: Object.values(s.tasks),
+  };
+}
+
+/** The node id a peer key has in the current session (node ids are per session). */
+export function currentNodeId(cluster: ClusterView, peerKey: string): NodeId | null {
+  return cluster.sessionId ? nodeIdFor(cluster.sessionId, peerKey) : null;
+}

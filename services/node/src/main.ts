@@ -1,0 +1,101 @@
+// Process entry of a node. The outer process supervises an inner one that runs the node: a restart
+// request (POST /admin/restart) makes the inner process stop everything (runners, nats-server -- releasing
+// GPU memory) and exit with RESTART_EXIT_CODE, and the outer process starts a fresh image at once.
+// SIGTERM/SIGINT stop the node in reverse start order under a grace timeout.
+import { fork } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { loadConfig, ConfigError } from "@ic/config";
+import { createLogger } from "@ic/log";
+import { Node } from "./node.ts";
+
+export const RESTART_EXIT_CODE = 75;
+const GRACE_MS = 15_000;
+
+function argValue(name: string): string | undefined {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+async function runNode(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig({ file: argValue("--config") });
+  } catch (e) {
+    process.stderr.write(`${e instanceof ConfigError ? e.message : String(e)}\n`);
+    process.exit(2);
+  }
+  const log = createLogger({
+    enabled: config.logging.enabled,
+    level: config.logging.level,
+    ingestUrl: config.logging.ingest_url,
+    base: { pid: process.pid, node: config.node.name },
+  });
+  let exitCode = 0;
+  let stopping = false;
+  const node = new Node({
+    config,
+    log,
+    onRestartRequested: () => void shutdown(RESTART_EXIT_CODE, "restart requested"),
+  });
+  async function shutdown(code: number, why: string): Promise<void> {
+    if (stopping) return;
+    stopping = true;
+    exitCode = code;
+    log.info({ why }, "node stopping");
+    const timer = setTimeout(() => {
+      log.error("graceful stop timed out; exiting");
+      process.exit(code || 1);
+    }, GRACE_MS);
+    await node.stop();
+    clearTimeout(timer);
+    log.info("node stopped");
+    log.flush();
+    process.exit(exitCode);
+  }
+  process.on("SIGTERM", () => void shutdown(0, "SIGTERM"));
+  process.on("SIGINT", () => void shutdown(0, "SIGINT"));
+  process.on("disconnect", () => void shutdown(0, "supervisor gone"));
+  try {
+    await node.start();
+  } catch (e) {
+    log.fatal({ err: e }, "node failed to start");
+    await node.stop();
+    process.exit(1);
+  }
+  process.send?.({
+    type: "started",
+    api_url: node.apiUrl,
+    peer_key: node.peerKey,
+    nats_url: node.natsUrl,
+  });
+}
+
+function supervise(): void {
+  let child: ChildProcess | undefined;
+  let stopping = false;
+  const start = () => {
+    child = fork(fileURLToPath(import.meta.url), process.argv.slice(2), {
+      env: { ...process.env, IC_NODE_CHILD: "1" },
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+    });
+    child.on("message", (m) => process.send?.(m));
+    child.on("exit", (code, signal) => {
+      if (!stopping && code === RESTART_EXIT_CODE) {
+        start();
+        return;
+      }
+      process.exit(code ?? (signal ? 1 : 0));
+    });
+  };
+  const forward = (sig: NodeJS.Signals) => {
+    stopping = true;
+    child?.kill(sig);
+  };
+  process.on("SIGTERM", () => forward("SIGTERM"));
+  process.on("SIGINT", () => forward("SIGINT"));
+  start();
+}
+
+if (process.env.IC_NODE_CHILD === "1") void runNode();
+else supervise();

@@ -1,0 +1,223 @@
+// One node: its embedded nats-server, the bus, telemetry, the cluster agent, the worker and the HTTP API.
+// Components start in dependency order and stop in reverse order; stop() is idempotent.
+import { randomUUID } from "node:crypto";
+import { join } from "node:path";
+import type { Server } from "node:http";
+import { serve } from "@hono/node-server";
+import type { Hono } from "hono";
+import { Bus, NatsServer } from "@ic/bus";
+import type { Config } from "@ic/config";
+import { expandHome } from "@ic/config";
+import { locateEngine } from "@ic/engine";
+import type { Logger } from "@ic/log";
+import { ClusterAgent, systemClock } from "@ic/master";
+import type { EngineInfo } from "@ic/protocol";
+import { createGatewayApp } from "@ic/gateway";
+import { LinkProber, LocalStager, scanModels, TelemetryCollector, Worker } from "@ic/worker";
+
+export interface NodeOptions {
+  readonly config: Config;
+  readonly log: Logger;
+  /** Called when POST /admin/restart asks for a fresh process image. */
+  readonly onRestartRequested?: () => void;
+}
+
+type Stoppable = { stop(): Promise<void> | void; name: string };
+
+export class Node implements AsyncDisposable {
+  readonly peerKey = `p-${randomUUID()}`;
+  readonly startedAt = Date.now();
+  private readonly stack: Stoppable[] = [];
+  private stopping: Promise<void> | undefined;
+  private engineInfo: EngineInfo | undefined;
+  agent: ClusterAgent | undefined;
+  worker: Worker | undefined;
+  app: Hono | undefined;
+  apiPort = 0;
+  natsUrl = "";
+
+  constructor(private readonly o: NodeOptions) {}
+
+  get apiUrl(): string {
+    return `http://${this.o.config.node.host}:${this.apiPort}`;
+  }
+
+  async start(): Promise<void> {
+    const cfg = this.o.config;
+    const name = cfg.node.name!;
+    const log = this.o.log.child({ node: name });
+
+    // 1. Bus: our own nats-server, routed to the peers.
+    const nats = new NatsServer({
+      bin: cfg.bus.server_bin,
+      host: cfg.node.host,
+      clientPort: cfg.bus.client_port,
+      clusterPort: cfg.bus.cluster_port,
+      clusterName: cfg.bus.cluster_name,
+      routes: cfg.cluster.peers,
+      log: log.child({ component: "nats-server" }),
+    });
+    await nats.start();
+    this.stack.push({ name: "nats-server", stop: () => nats.stop() });
+    this.natsUrl = nats.clientUrl;
+    const bus = await Bus.connect(nats.clientUrl, log, name);
+    this.stack.push({ name: "bus", stop: () => bus.close() });
+
+    // 2. Engine and telemetry.
+    this.engineInfo = await locateEngine({
+      serverBinOverride: cfg.engine.server_bin,
+      rpcBinOverride: cfg.engine.rpc_bin,
+    });
+    if (!this.engineInfo.usable)
+      log.warn({ engine: this.engineInfo }, "engine unusable; this node cannot run instances");
+    const telemetry = new TelemetryCollector({
+      log,
+      engine: () => this.engineInfo!,
+      declaredBackend: cfg.node.backend,
+      modelsPath: cfg.node_cache_path,
+      intervalMs: cfg.cluster.heartbeat_ms,
+      memoryLimitBytes:
+        cfg.node.memory_limit_gb !== undefined ? cfg.node.memory_limit_gb * 1024 ** 3 : undefined,
+    });
+    await telemetry.start();
+    this.stack.push({ name: "telemetry", stop: () => telemetry.stop() });
+    const links = new LinkProber(1000);
+
+    // 3. HTTP API. It listens first (so heartbeats can advertise its port); requests get 503 until the app is wired.
+    let app: Hono | undefined;
+    const server = await new Promise<Server>((resolve, reject) => {
+      const s = serve(
+        {
+          fetch: (req) =>
+            app
+              ? app.fetch(req)
+              : Response.json(
+                  { error: { code: "unavailable", message: "node starting" } },
+                  { status: 503 },
+                ),
+          port: cfg.node.api_port,
+          hostname: cfg.node.bind,
+        },
+        () => resolve(s as Server),
+      );
+      (s as Server).once("error", reject);
+    });
+    const addr = server.address();
+    this.apiPort = typeof addr === "object" && addr ? addr.port : cfg.node.api_port;
+    this.stack.push({
+      name: "http",
+      stop: () =>
+        new Promise<void>((r) => {
+          server.close(() => r());
+          server.closeAllConnections();
+        }),
+    });
+    let worker: Worker | undefined;
+    const agent = new ClusterAgent({
+      bus,
+      log,
+      clock: systemClock,
+      self: {
+        peerKey: this.peerKey,
+        name,
+        host: cfg.node.host,
+        apiUrl: this.apiUrl,
+        startedAt: this.startedAt,
+      },
+      timings: {
+        heartbeatMs: cfg.cluster.heartbeat_ms,
+        livenessTimeoutMs: cfg.cluster.liveness_timeout_ms,
+        electionTimeoutMs: cfg.cluster.election_timeout_ms,
+      },
+      extras: () => ({
+        telemetry: telemetry.telemetry,
+        links: links.current,
+        runners: worker?.runners() ?? [],
+        health: telemetry.nodeHealth,
+      }),
+    });
+    this.agent = agent;
+    app = createGatewayApp({
+      cluster: agent,
+      log,
+      name,
+      restart: () => this.o.onRestartRequested?.(),
+    });
+    this.app = app;
+
+    // 4. Cluster agent (election, replica) and link probing.
+    agent.start();
+    this.stack.push({ name: "cluster", stop: () => agent.stop() });
+    const probe = setInterval(() => {
+      const targets = agent
+        .livePeers()
+        .filter((p) => p.heartbeat.peer_key !== this.peerKey && p.heartbeat.api_url)
+        .map((p) => ({ peer_key: p.heartbeat.peer_key, api_url: p.heartbeat.api_url }));
+      void links.probe(targets);
+    }, cfg.cluster.heartbeat_ms);
+    this.stack.push({ name: "links", stop: () => clearInterval(probe) });
+
+    // 5. Worker: runners for the instances assigned here.
+    const storeRoot = cfg.store_path ?? join(expandHome("~/.service"), "store");
+    worker = new Worker({
+      cluster: agent,
+      stager: new LocalStager(storeRoot, cfg.node_cache_path),
+      log,
+      engine: () => this.engineInfo!,
+      host: cfg.node.host,
+      runnerLogDir: cfg.engine.runner_log_dir,
+      contextSize: cfg.engine.context_size,
+      gpuLayers: cfg.engine.gpu_layers,
+      warmupDeadlineMs: cfg.engine.warmup_deadline_seconds * 1000,
+      restartBackoffMs: cfg.engine.restart_backoff_ms,
+      healthyUptimeMs: cfg.engine.healthy_uptime_ms,
+      portBase: cfg.engine.port_base,
+      extraArgs: cfg.engine.extra_args,
+    });
+    this.worker = worker;
+    worker.start();
+    this.stack.push({ name: "worker", stop: () => worker!.stop() });
+
+    // 6. A store host registers the models it holds once it has joined a session (and after each change).
+    if (cfg.store_path) {
+      const storePath = cfg.store_path;
+      let registeredFor: string | null = null;
+      const register = async () => {
+        if (!agent.synced || registeredFor === agent.sessionId) return;
+        const session = agent.sessionId;
+        const models = await scanModels(storePath, log);
+        for (const m of models) {
+          await agent.command({
+            type: "RegisterModel",
+            model: { ...m, registered_by: agent.nodeId! },
+          });
+        }
+        registeredFor = session;
+        log.info({ models: models.map((m) => m.model_id) }, "registered store models");
+      };
+      const t = setInterval(
+        () => register().catch((e: unknown) => log.debug({ err: e }, "model registration retry")),
+        500,
+      );
+      this.stack.push({ name: "registry", stop: () => clearInterval(t) });
+    }
+    log.info({ api: this.apiUrl, nats: nats.clientUrl, peer_key: this.peerKey }, "node started");
+  }
+
+  async stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      for (const c of this.stack.reverse()) {
+        try {
+          await c.stop();
+        } catch (e) {
+          this.o.log.warn({ err: e, component: c.name }, "stop failed");
+        }
+      }
+    })();
+    await this.stopping;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}

@@ -1,0 +1,36 @@
+// The narrow interfaces the worker needs from the rest of the node, wired in the launcher.
+import type {
+  Command,
+  ControlState,
+  IndexedEvent,
+  ModelId,
+  ModelRecord,
+  NodeId,
+} from "@ic/protocol";
+
+export interface ClusterPort {
+  readonly peerKey: string;
+  readonly synced: boolean;
+  readonly nodeId: NodeId | null;
+  snapshot(): ControlState;
+  command(cmd: Command): Promise<unknown>;
+  on(listener: {
+    event?: (ev: IndexedEvent, s: ControlState) => void;
+    snapshot?: (s: ControlState) => void;
+  }): () => void;
+}
+
+export interface StagedModel {
+  /** Directory the engine loads from. */
+  readonly dir: string;
+  /** Absolute path of the base GGUF file. */
+  readonly modelPath: string;
+  readonly mmprojPath?: string | undefined;
+}
+
+/** Puts a model (and its companions) on local disk before a runner loads it. */
+export interface Stager {
+  stage(model: ModelRecord, signal: AbortSignal): Promise<StagedModel>;
+  /** Records use (for LRU) and whether a live runner holds the model. */
+  setInUse(modelIds: readonly ModelId[]): void;
+}

@@ -1,0 +1,104 @@
+// Finds the models a store directory holds and reads their facts from the GGUF headers.
+// Layout: `<root>/<org>--<name>/*.gguf` (+ optional `model.json` naming companions).
+import { readdir, readFile, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { z } from "zod";
+import { readGgufHeader } from "@ic/gguf";
+import { ModelIdSchema, modelIdFromDirName } from "@ic/protocol";
+import type { ModelRecord } from "@ic/protocol";
+import type { Logger } from "@ic/log";
+
+/** Architectures whose weights llama.cpp can split by rows (Tensor sharding). */
+const ROW_SPLIT_ARCHS = new Set([
+  "llama",
+  "mistral",
+  "qwen2",
+  "qwen3",
+  "gemma",
+  "gemma2",
+  "gemma3",
+  "phi3",
+]);
+
+const ModelJsonSchema = z
+  .object({
+    drafter: ModelIdSchema.optional(),
+    mtp_sidecar: ModelIdSchema.optional(),
+    file: z
+      .string()
+      .regex(/^[^/\\]+\.gguf$/)
+      .optional(),
+  })
+  .strict();
+
+export async function readModelDir(
+  root: string,
+  dirName: string,
+  log: Logger,
+): Promise<ModelRecord | null> {
+  const modelId = modelIdFromDirName(dirName);
+  if (!modelId) return null;
+  const dir = join(root, dirName);
+  const names = (await readdir(dir)).filter((n) => !n.startsWith("."));
+  let meta: z.infer<typeof ModelJsonSchema> = {};
+  if (names.includes("model.json")) {
+    const parsed = ModelJsonSchema.safeParse(
+      JSON.parse(await readFile(join(dir, "model.json"), "utf8")),
+    );
+    if (!parsed.success) {
+      log.warn({ model: modelId, issues: parsed.error.issues }, "ignoring invalid model.json");
+    } else meta = parsed.data;
+  }
+  const ggufs = names.filter((n) => n.endsWith(".gguf"));
+  const mmproj = ggufs.find((n) => /mmproj/i.test(n));
+  const candidates = ggufs.filter((n) => n !== mmproj);
+  if (candidates.length === 0) return null;
+  let bytes = 0;
+  const sizes = new Map<string, number>();
+  for (const n of names) {
+    const s = await stat(join(dir, n));
+    if (s.isFile()) {
+      sizes.set(n, s.size);
+      bytes += s.size;
+    }
+  }
+  const file =
+    meta.file ?? candidates.sort((a, b) => (sizes.get(b) ?? 0) - (sizes.get(a) ?? 0))[0]!;
+  const h = await readGgufHeader(join(dir, file));
+  const f = h.facts;
+  const arch = f.architecture ?? "unknown";
+  return {
+    model_id: modelId,
+    file,
+    bytes,
+    architecture: arch,
+    layers: f.blockCount ?? 1,
+    context_length: f.contextLength ?? 0,
+    embedding_length: f.embeddingLength ?? 0,
+    head_count: f.headCount ?? 0,
+    head_count_kv: f.headCountKv ?? 0,
+    supports_tensor: ROW_SPLIT_ARCHS.has(arch) && (f.headCount ?? 0) > 0,
+    ...(meta.drafter ? { drafter: meta.drafter } : {}),
+    ...(meta.mtp_sidecar ? { mtp_sidecar: meta.mtp_sidecar } : {}),
+    ...(mmproj ? { mmproj } : {}),
+  };
+}
+
+export async function scanModels(root: string, log: Logger): Promise<ModelRecord[]> {
+  let entries: string[];
+  try {
+    entries = await readdir(root);
+  } catch {
+    return [];
+  }
+  const out: ModelRecord[] = [];
+  for (const e of entries) {
+    try {
+      const rec = await readModelDir(root, e, log);
+      if (rec) out.push(rec);
+    } catch (err) {
+      log.warn({ dir: e, err }, "skipping unreadable model directory");
+    }
+  }
+  return out;
+}

@@ -1,0 +1,357 @@
+// The node agent's runner side: turns the instances assigned to this node into supervised
+// llama.cpp processes, reports their states to the master, and tears down what is no longer wanted.
+// Invariants: one supervisor per (instance, rank) on this node; reconciliation only runs against a
+// synced replica; rank 0 of a multi-node instance starts only once every other rank is ready.
+import { runnerKey } from "@ic/protocol";
+import type {
+  ControlState,
+  EngineInfo,
+  Instance,
+  ModelId,
+  Runner,
+  RunnerState,
+} from "@ic/protocol";
+import type { Logger } from "@ic/log";
+import { freeTcpPort } from "./net.ts";
+import { rpcArgs, serverArgs } from "./args.ts";
+import { RunnerSupervisor } from "./runner.ts";
+import type { RunnerStatus } from "./runner.ts";
+import type { ClusterPort, Stager } from "./ports.ts";
+import { join } from "node:path";
+
+export interface WorkerOptions {
+  readonly cluster: ClusterPort;
+  readonly stager: Stager;
+  readonly log: Logger;
+  readonly engine: () => EngineInfo;
+  readonly host: string;
+  readonly runnerLogDir: string;
+  readonly contextSize: number;
+  readonly gpuLayers: number;
+  readonly warmupDeadlineMs: number;
+  readonly restartBackoffMs: number;
+  readonly healthyUptimeMs: number;
+  readonly portBase: number;
+  readonly extraArgs: readonly string[];
+}
+
+interface Slot {
+  readonly key: string;
+  readonly instance: Instance;
+  readonly rank: number;
+  readonly abort: AbortController;
+  supervisor?: RunnerSupervisor;
+  state: RunnerState;
+  reason?: string;
+  endpoint?: string;
+  restarts: number;
+  /** rank 0 of a multi-node instance: the rpc endpoints it was started with. */
+  rpc?: string;
+}
+
+export class Worker implements AsyncDisposable {
+  private readonly slots = new Map<string, Slot>();
+  private unlisten: (() => void) | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private reconciling = false;
+  private again = false;
+  private readonly log: Logger;
+
+  constructor(private readonly o: WorkerOptions) {
+    this.log = o.log.child({ component: "worker" });
+  }
+
+  start(): void {
+    this.unlisten = this.o.cluster.on({ event: () => this.kick(), snapshot: () => this.kick() });
+    // Periodic pass: re-reports states after a session change and retries what failed to start.
+    this.timer = setInterval(() => this.kick(), 1000);
+  }
+
+  /** Local runners for the heartbeat. */
+  runners(): {
+    instance_id: Instance["instance_id"];
+    rank: number;
+    state: RunnerState;
+    endpoint?: string;
+  }[] {
+    return [...this.slots.values()].map((s) => ({
+      instance_id: s.instance.instance_id,
+      rank: s.rank,
+      state: s.state,
+      ...(s.endpoint ? { endpoint: s.endpoint } : {}),
+    }));
+  }
+
+  supervisorFor(instanceId: string, rank: number): RunnerSupervisor | undefined {
+    return this.slots.get(runnerKey(instanceId, rank))?.supervisor;
+  }
+
+  private kick(): void {
+    if (this.stopped) return;
+    if (this.reconciling) {
+      this.again = true;
+      return;
+    }
+    this.reconciling = true;
+    this.reconcile()
+      .catch((e: unknown) => this.log.error({ err: e }, "reconcile failed"))
+      .finally(() => {
+        this.reconciling = false;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
+  }
+
+  private async reconcile(): Promise<void> {
+    const c = this.o.cluster;
+    if (!c.synced) return;
+    const state = c.snapshot();
+    const desired = new Map<string, { instance: Instance; rank: number }>();
+    for (const inst of Object.values(state.instances)) {
+      for (const a of inst.assignments) {
+        if (a.peer_key === c.peerKey)
+          desired.set(runnerKey(inst.instance_id, a.rank), { instance: inst, rank: a.rank });
+      }
+    }
+    for (const [key, slot] of this.slots) {
+      if (!desired.has(key)) await this.teardown(slot, "instance no longer assigned here");
+    }
+    for (const [key, d] of desired) {
+      let slot = this.slots.get(key);
+      if (!slot) {
+        slot = {
+          key,
+          instance: d.instance,
+          rank: d.rank,
+          abort: new AbortController(),
+          state: "RunnerStaging",
+          restarts: 0,
+        };
+        this.slots.set(key, slot);
+        void this.launch(slot);
+      } else if (slot.rank === 0 && slot.instance.assignments.length > 1 && slot.supervisor) {
+        // A restarted remote rank gets a new endpoint: rank 0 must reconnect to it.
+        const rpc = this.rpcEndpoints(state, slot.instance);
+        if (rpc && rpc.join(",") !== slot.rpc) {
+          this.log.warn(
+            { instance: slot.instance.instance_id },
+            "remote rank endpoints changed; restarting rank 0",
+          );
+          await slot.supervisor.stop();
+          slot.supervisor = undefined;
+          slot.state = "RunnerWarmingUp";
+          void this.launch(slot);
+        }
+      } else if (
+        slot.rank === 0 &&
+        !slot.supervisor &&
+        slot.state === "RunnerWarmingUp" &&
+        slot.rpc === undefined
+      ) {
+        void this.launch(slot);
+      }
+      this.reportIfStale(state, slot);
+    }
+    this.o.stager.setInUse(this.inUseModels(state));
+  }
+
+  private inUseModels(state: ControlState): ModelId[] {
+    const out = new Set<ModelId>();
+    for (const s of this.slots.values()) {
+      out.add(s.instance.model_id);
+      const m = state.models[s.instance.model_id];
+      if (m?.drafter) out.add(m.drafter);
+      if (m?.mtp_sidecar) out.add(m.mtp_sidecar);
+    }
+    return [...out];
+  }
+
+  /** Remote ranks' endpoints in rank order, once all are ready; undefined otherwise. */
+  private rpcEndpoints(state: ControlState, inst: Instance): string[] | undefined {
+    const out: string[] = [];
+    for (const a of inst.assignments.slice(1)) {
+      const r = state.runners[runnerKey(inst.instance_id, a.rank)];
+      if (r?.state !== "RunnerReady" || !r.endpoint) return undefined;
+      out.push(r.endpoint);
+    }
+    return out;
+  }
+
+  private launching = new Set<string>();
+
+  private async launch(slot: Slot): Promise<void> {
+    if (this.launching.has(slot.key)) return;
+    this.launching.add(slot.key);
+    try {
+      await this.launchInner(slot);
+    } catch (e) {
+      if (slot.abort.signal.aborted) return;
+      const reason = e instanceof Error ? e.message : String(e);
+      this.log.error(
+        { instance: slot.instance.instance_id, rank: slot.rank, reason },
+        "runner could not start",
+      );
+      this.update(slot, { state: "RunnerFailed", reason, restarts: slot.restarts });
+    } finally {
+      this.launching.delete(slot.key);
+    }
+  }
+
+  private async launchInner(slot: Slot): Promise<void> {
+    const c = this.o.cluster;
+    const state = c.snapshot();
+    const inst = slot.instance;
+    const engine = this.o.engine();
+    if (!engine.usable) throw new Error(`engine unusable: ${engine.problem ?? "unknown"}`);
+    const port =
+      this.o.portBase > 0 ? this.o.portBase + this.slots.size : await freeTcpPort(this.o.host);
+    const logFile = join(this.o.runnerLogDir, `${inst.instance_id}-rank${slot.rank}.log`);
+    const common = {
+      instanceId: inst.instance_id,
+      rank: slot.rank,
+      host: this.o.host,
+      port,
+      warmupDeadlineMs: this.o.warmupDeadlineMs,
+      restartBackoffMs: this.o.restartBackoffMs,
+      healthyUptimeMs: this.o.healthyUptimeMs,
+      maxCrashes: 5,
+      logFile,
+    };
+    let sup: RunnerSupervisor;
+    if (slot.rank > 0) {
+      if (!engine.rpc_bin) throw new Error("no ggml-rpc-server binary");
+      sup = new RunnerSupervisor(
+        { ...common, role: "rpc", bin: engine.rpc_bin, args: rpcArgs(this.o.host, port) },
+        this.log,
+        (s) => this.onStatus(slot, s),
+      );
+    } else {
+      const model = state.models[inst.model_id];
+      if (!model) throw new Error(`model ${inst.model_id} is not registered`);
+      this.update(slot, { state: "RunnerStaging", restarts: slot.restarts });
+      const staged = await this.o.stager.stage(model, slot.abort.signal);
+      const drafterRecord = model.drafter ? state.models[model.drafter] : undefined;
+      const drafter = drafterRecord
+        ? await this.o.stager.stage(drafterRecord, slot.abort.signal)
+        : undefined;
+      let rpc: string[] = [];
+      if (inst.assignments.length > 1) {
+        const eps = this.rpcEndpoints(c.snapshot(), inst);
+        if (!eps) {
+          // Wait for the other ranks; reconcile launches again when they report ready.
+          slot.rpc = undefined;
+          this.update(slot, {
+            state: "RunnerWarmingUp",
+            reason: "waiting for remote ranks",
+            restarts: slot.restarts,
+          });
+          return;
+        }
+        rpc = eps;
+      }
+      slot.rpc = rpc.join(",");
+      const bin = engine.server_bin!;
+      const args = serverArgs({
+        instance: inst,
+        modelPath: staged.modelPath,
+        drafterPath: drafter?.modelPath,
+        mmprojPath: staged.mmprojPath,
+        host: this.o.host,
+        port,
+        contextSize: Math.min(this.o.contextSize, model.context_length || this.o.contextSize),
+        gpuLayers: this.o.gpuLayers,
+        totalLayers: model.layers,
+        rpcEndpoints: rpc,
+        localGpu: engine.backend === "cuda" || engine.backend === "metal",
+        extraArgs: this.o.extraArgs,
+      });
+      sup = new RunnerSupervisor({ ...common, role: "server", bin, args }, this.log, (s) =>
+        this.onStatus(slot, s),
+      );
+    }
+    if (slot.abort.signal.aborted) return;
+    slot.supervisor = sup;
+    sup.start();
+  }
+
+  private onStatus(slot: Slot, s: RunnerStatus): void {
+    if (this.stopped && s.state === "RunnerStopped") return;
+    this.update(slot, s);
+  }
+
+  private update(
+    slot: Slot,
+    s: {
+      state: RunnerState;
+      reason?: string | undefined;
+      endpoint?: string | undefined;
+      restarts: number;
+    },
+  ): void {
+    slot.state = s.state;
+    slot.reason = s.reason;
+    slot.endpoint = s.state === "RunnerReady" ? s.endpoint : undefined;
+    slot.restarts = s.restarts;
+    this.report(slot);
+  }
+
+  private toRunner(slot: Slot): Runner | null {
+    const nodeId = this.o.cluster.nodeId;
+    if (!nodeId) return null;
+    return {
+      instance_id: slot.instance.instance_id,
+      node_id: nodeId,
+      rank: slot.rank,
+      state: slot.state,
+      ...(slot.reason ? { reason: slot.reason } : {}),
+      ...(slot.endpoint ? { endpoint: slot.endpoint } : {}),
+      restarts: slot.restarts,
+      since: Date.now(),
+    };
+  }
+
+  private report(slot: Slot): void {
+    const runner = this.toRunner(slot);
+    if (!runner || !this.o.cluster.synced) return;
+    this.o.cluster.command({ type: "ReportRunner", runner }).catch((e: unknown) => {
+      this.log.debug({ err: e }, "runner report not delivered; the periodic pass retries");
+    });
+  }
+
+  /** Re-reports when the replica disagrees with the local truth (lost report, new session). */
+  private reportIfStale(state: ControlState, slot: Slot): void {
+    const r = state.runners[slot.key];
+    const nodeId = this.o.cluster.nodeId;
+    if (
+      !r ||
+      r.state !== slot.state ||
+      r.endpoint !== slot.endpoint ||
+      r.restarts !== slot.restarts ||
+      r.node_id !== nodeId
+    ) {
+      this.report(slot);
+    }
+  }
+
+  private async teardown(slot: Slot, why: string): Promise<void> {
+    this.log.info({ instance: slot.instance.instance_id, rank: slot.rank, why }, "stopping runner");
+    slot.abort.abort();
+    this.slots.delete(slot.key);
+    await slot.supervisor?.stop();
+  }
+
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    clearInterval(this.timer);
+    this.unlisten?.();
+    await Promise.all([...this.slots.values()].map((s) => this.teardown(s, "node stopping")));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}
