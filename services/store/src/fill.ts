@@ -1,0 +1,204 @@
+// Filling a model directory from a file list: decide per file whether it is already present, can be
+// hardlinked from the store, resumes a partial or must be fetched, and so the exact additional bytes.
+import { link, lstat, rename, rm } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { basename, dirname, join } from "node:path";
+import { mkdir } from "node:fs/promises";
+import { artifactFile, isErrno, partFile, walkFiles } from "./paths.ts";
+import { sameContent, type RecordFile, type StagingRecord } from "./record.ts";
+import { partialBytes, transferFile, type OpenAt } from "./transfer.ts";
+
+export type FileActionKind = "present" | "link" | "resume" | "fetch";
+
+export interface FileAction {
+  readonly file: RecordFile;
+  readonly kind: FileActionKind;
+  /** Bytes already on the target filesystem for this file (complete file or resumable partial). */
+  readonly presentBytes: number;
+  /** Source of a hardlink. */
+  readonly linkFrom?: string;
+}
+
+export interface FillPlan {
+  readonly actions: FileAction[];
+  /** Sum of the file sizes: the exact selected manifest total. */
+  readonly manifestBytes: number;
+  /** Bytes the fill will newly allocate: manifest minus present, resumable and hardlinked bytes. */
+  readonly additionalBytes: number;
+}
+
+async function sizeOf(path: string): Promise<number | null> {
+  try {
+    const s = await lstat(path);
+    return s.isFile() ? s.size : null;
+  } catch (e) {
+    if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return null;
+    throw e;
+  }
+}
+
+/**
+ * Plans a fill of `dir` with `files`. A final file counts as present only when the prior record
+ * describes the same content; a partial is resumable only then too. With `linkFromDir` (a store model
+ * directory on the same filesystem), files of the right size there are hardlinked and count zero.
+ */
+export async function planFill(
+  dir: string,
+  files: readonly RecordFile[],
+  prior: StagingRecord | null,
+  linkFromDir?: string,
+): Promise<FillPlan> {
+  const priorByPath = new Map((prior?.files ?? []).map((f) => [f.path, f]));
+  const actions: FileAction[] = [];
+  for (const file of files) {
+    const finalPath = artifactFile(dir, file.path);
+    const known = priorByPath.get(file.path);
+    const matches = known !== undefined && sameContent(known, file);
+    if (matches && (await sizeOf(finalPath)) === file.bytes) {
+      actions.push({ file, kind: "present", presentBytes: file.bytes });
+      continue;
+    }
+    if (linkFromDir !== undefined) {
+      const src = artifactFile(linkFromDir, file.path);
+      if ((await sizeOf(src)) === file.bytes) {
+        actions.push({ file, kind: "link", presentBytes: file.bytes, linkFrom: src });
+        continue;
+      }
+    }
+    const part = matches ? await partialBytes(finalPath) : 0;
+    if (part > 0 && part <= file.bytes) {
+      actions.push({ file, kind: "resume", presentBytes: part });
+    } else {
+      actions.push({ file, kind: "fetch", presentBytes: 0 });
+    }
+  }
+  const manifestBytes = files.reduce((s, f) => s + f.bytes, 0);
+  const additionalBytes = actions.reduce((s, a) => s + (a.file.bytes - a.presentBytes), 0);
+  return { actions, manifestBytes, additionalBytes };
+}
+
+export interface FillProgress {
+  readonly file: string;
+  readonly phase: "link" | "transfer";
+  readonly fileDoneBytes: number;
+  readonly fileBytes: number;
+  readonly doneBytes: number;
+  readonly totalBytes: number;
+}
+
+export interface FillStats {
+  readonly fetchedBytes: number;
+  readonly resumedBytes: number;
+  readonly linkedBytes: number;
+  readonly reusedBytes: number;
+  /** sha256 of every file, computed or verified during the fill (present and linked files: as listed). */
+  readonly sha256: ReadonlyMap<string, string>;
+}
+
+/** Raised when a planned hardlink fails; the caller re-plans without links (admission must be redone). */
+export class LinkFailedError extends Error {
+  constructor(path: string, cause: unknown) {
+    super(`cannot hardlink ${path} from the store`, { cause });
+    this.name = "LinkFailedError";
+  }
+}
+
+/** Executes a plan; discards partials of files that must be fetched from scratch first. */
+export async function executeFill(args: {
+  readonly dir: string;
+  readonly plan: FillPlan;
+  readonly open: (file: RecordFile) => OpenAt;
+  readonly signal: AbortSignal;
+  readonly onProgress?: ((p: FillProgress) => void) | undefined;
+}): Promise<FillStats> {
+  const { dir, plan, signal } = args;
+  const total = plan.manifestBytes;
+  let done = 0;
+  let fetchedBytes = 0;
+  let resumedBytes = 0;
+  let linkedBytes = 0;
+  let reusedBytes = 0;
+  const sha256 = new Map<string, string>();
+  for (const a of plan.actions) {
+    const finalPath = artifactFile(dir, a.file.path);
+    if (a.kind === "present") {
+      reusedBytes += a.file.bytes;
+      done += a.file.bytes;
+      if (a.file.sha256) sha256.set(a.file.path, a.file.sha256);
+      continue;
+    }
+    if (a.kind === "link" && a.linkFrom) {
+      await mkdir(dirname(finalPath), { recursive: true });
+      const tmp = join(
+        dirname(finalPath),
+        `.${basename(finalPath)}.link-${randomBytes(4).toString("hex")}`,
+      );
+      try {
+        await link(a.linkFrom, tmp);
+        await rename(tmp, finalPath);
+      } catch (e) {
+        await rm(tmp, { force: true });
+        throw new LinkFailedError(a.file.path, e);
+      }
+      await rm(partFile(finalPath), { force: true });
+      linkedBytes += a.file.bytes;
+      done += a.file.bytes;
+      if (a.file.sha256) sha256.set(a.file.path, a.file.sha256);
+      args.onProgress?.({
+        file: a.file.path,
+        phase: "link",
+        fileDoneBytes: a.file.bytes,
+        fileBytes: a.file.bytes,
+        doneBytes: done,
+        totalBytes: total,
+      });
+      continue;
+    }
+    if (a.kind === "fetch") await rm(partFile(finalPath), { force: true });
+    let fileDone = a.presentBytes;
+    done += a.presentBytes;
+    const out = await transferFile({
+      finalPath,
+      file: {
+        path: a.file.path,
+        bytes: a.file.bytes,
+        sha256: a.file.sha256,
+        gitOid: a.file.git_oid,
+      },
+      open: args.open(a.file),
+      signal,
+      onBytes: (n) => {
+        fileDone += n;
+        done += n;
+        args.onProgress?.({
+          file: a.file.path,
+          phase: "transfer",
+          fileDoneBytes: fileDone,
+          fileBytes: a.file.bytes,
+          doneBytes: done,
+          totalBytes: total,
+        });
+      },
+    });
+    fetchedBytes += out.fetchedBytes;
+    resumedBytes += out.resumedBytes;
+    sha256.set(a.file.path, out.sha256);
+  }
+  return { fetchedBytes, resumedBytes, linkedBytes, reusedBytes, sha256 };
+}
+
+/** Removes files in `dir` that the manifest does not name (stale artifacts, stray partials, temps). */
+export async function removeStale(
+  dir: string,
+  keep: readonly string[],
+  keepNames: readonly string[],
+): Promise<string[]> {
+  const wanted = new Set(keep);
+  const removed: string[] = [];
+  for (const f of await walkFiles(dir)) {
+    if (wanted.has(f.path) || keepNames.includes(f.path)) continue;
+    await rm(join(dir, ...f.path.split("/")), { force: true });
+    removed.push(f.path);
+  }
+  return removed;
+}

@@ -1,0 +1,118 @@
+// Model-hub access through @huggingface/hub: list a repo's selected files with exact sizes and hashes,
+// and open one at a byte offset (Range) so hub downloads resume like store transfers.
+import { downloadFile, listFiles } from "@huggingface/hub";
+import { artifactPathProblem, type ModelId } from "@ic/protocol";
+import { parseContentRange } from "./range.ts";
+import type { OpenedStream } from "./transfer.ts";
+
+export interface HubFile {
+  readonly path: string;
+  readonly bytes: number;
+  /** sha256 of LFS-stored files. */
+  readonly sha256?: string | undefined;
+  /** Git blob id of files stored in git itself (no LFS), used to verify them. */
+  readonly gitOid?: string | undefined;
+}
+
+export interface HubListing {
+  readonly revision: string;
+  readonly files: HubFile[];
+}
+
+/** What store-side downloads and the node's direct fallback need from a model hub. */
+export interface HubSource {
+  /** The selected files of a repo with exact sizes: the selected manifest. */
+  list(modelId: ModelId, signal?: AbortSignal): Promise<HubListing>;
+  open(modelId: ModelId, file: HubFile, offset: number, signal: AbortSignal): Promise<OpenedStream>;
+}
+
+export interface HubSourceOptions {
+  /** Base URL of the hub (an emulator in tests); the library's default when absent. */
+  readonly hubUrl?: string | undefined;
+  readonly accessToken?: string | undefined;
+  readonly revision?: string | undefined;
+  /** Selects the artifact files of a repo; default: every file that is a valid artifact path. */
+  readonly include?: ((path: string) => boolean) | undefined;
+  readonly fetch?: typeof fetch;
+}
+
+const SHA256 = /^[0-9a-f]{64}$/;
+const SHA1 = /^[0-9a-f]{40}$/;
+
+export function createHubSource(opts: HubSourceOptions): HubSource {
+  const baseFetch = opts.fetch ?? fetch;
+  const revision = opts.revision ?? "main";
+  const common = {
+    revision,
+    ...(opts.hubUrl ? { hubUrl: opts.hubUrl } : {}),
+    ...(opts.accessToken ? { accessToken: opts.accessToken } : {}),
+  };
+  return {
+    async list(modelId, signal) {
+      const files: HubFile[] = [];
+      const f: typeof fetch = (input, init) =>
+        baseFetch(input, { ...init, ...(signal ? { signal } : {}) });
+      for await (const entry of listFiles({
+        ...common,
+        repo: { type: "model", name: modelId },
+        recursive: true,
+        fetch: f,
+      })) {
+        if (entry.type !== "file") continue;
+        if (artifactPathProblem(entry.path) !== null) continue;
+        if (opts.include && !opts.include(entry.path)) continue;
+        const lfsSha = entry.lfs?.oid;
+        files.push({
+          path: entry.path,
+          bytes: entry.size,
+          sha256: lfsSha && SHA256.test(lfsSha) ? lfsSha : undefined,
+          gitOid: !entry.lfs && entry.oid && SHA1.test(entry.oid) ? entry.oid : undefined,
+        });
+      }
+      files.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+      return { revision, files };
+    },
+
+    async open(modelId, file, offset, signal) {
+      let capture: ((res: Response) => void) | null = null;
+      let fail: ((e: unknown) => void) | null = null;
+      const served = new Promise<number>((resolve, reject) => {
+        capture = (res) => {
+          if (res.status === 206)
+            resolve(parseContentRange(res.headers.get("content-range"))?.start ?? -1);
+          else resolve(0);
+        };
+        fail = reject;
+      });
+      // Only awaited for ranged opens; never let an unawaited rejection escape.
+      served.catch(() => undefined);
+      let armed = false;
+      const f: typeof fetch = async (input, init) => {
+        try {
+          const res = await baseFetch(input, { ...init, signal });
+          if (armed) capture?.(res);
+          return res;
+        } catch (e) {
+          if (armed) fail?.(e);
+          throw e;
+        }
+      };
+      const blob = await downloadFile({
+        ...common,
+        repo: { type: "model", name: modelId },
+        path: file.path,
+        fetch: f,
+        xet: false,
+      });
+      if (!blob) throw new Error(`${file.path} not found in ${modelId} on the hub`);
+      if (blob.size !== file.bytes) {
+        throw new Error(
+          `hub reports ${blob.size} bytes for ${file.path}, listing said ${file.bytes}`,
+        );
+      }
+      armed = true;
+      const body = offset > 0 ? blob.slice(offset).stream() : blob.stream();
+      return { body, offset: offset > 0 ? await served : 0 };
+    },
+  };
+}

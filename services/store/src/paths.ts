@@ -1,0 +1,127 @@
+// Path rules for model directories and artifact files: every path is derived from a validated model id
+// or manifest path and checked to stay inside its root, so no input can reach outside it.
+import { createReadStream } from "node:fs";
+import { lstat, mkdir, open, readdir, rename, rm } from "node:fs/promises";
+import { basename, dirname, join, relative, resolve, sep } from "node:path";
+import { createHash, randomBytes } from "node:crypto";
+import { artifactPathProblem, modelDirName, modelIdProblem, type ModelId } from "@ic/protocol";
+import { ServiceError } from "@ic/protocol";
+
+function inside(root: string, p: string): string {
+  const r = resolve(root);
+  const abs = resolve(p);
+  if (abs !== r && !abs.startsWith(r + sep)) {
+    throw new ServiceError("invalid_request", `path ${p} escapes ${root}`);
+  }
+  return abs;
+}
+
+/** `<root>/<org>--<name>`, after re-validating the id. */
+export function modelDir(root: string, id: ModelId): string {
+  const problem = modelIdProblem(id);
+  if (problem) throw new ServiceError("invalid_request", `invalid model id ${id}: ${problem}`);
+  return inside(root, join(root, modelDirName(id)));
+}
+
+/** Absolute path of a manifest file inside a model directory, after re-validating the path. */
+export function artifactFile(dir: string, path: string): string {
+  const problem = artifactPathProblem(path);
+  if (problem)
+    throw new ServiceError("invalid_request", `invalid artifact path ${path}: ${problem}`);
+  const abs = inside(dir, join(dir, ...path.split("/")));
+  if (abs === resolve(dir)) throw new ServiceError("invalid_request", "artifact path is empty");
+  return abs;
+}
+
+/** The hidden partial beside a final file: `dir/sub/.name.part`. Artifact names never start with '.'. */
+export function partFile(finalPath: string): string {
+  return join(dirname(finalPath), `.${basename(finalPath)}.part`);
+}
+
+export interface TreeFile {
+  /** Forward-slash path relative to the walked directory. */
+  readonly path: string;
+  readonly bytes: number;
+  readonly nlink: number;
+  readonly mtimeMs: number;
+}
+
+/** Every regular file below `dir` (symlinks are neither followed nor listed). */
+export async function walkFiles(dir: string): Promise<TreeFile[]> {
+  const out: TreeFile[] = [];
+  async function walk(d: string): Promise<void> {
+    let entries;
+    try {
+      entries = await readdir(d, { withFileTypes: true });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return;
+      throw e;
+    }
+    for (const ent of entries) {
+      const p = join(d, ent.name);
+      if (ent.isDirectory()) await walk(p);
+      else if (ent.isFile()) {
+        const s = await lstat(p);
+        out.push({
+          path: relative(dir, p).split(sep).join("/"),
+          bytes: s.size,
+          nlink: s.nlink,
+          mtimeMs: s.mtimeMs,
+        });
+      }
+    }
+  }
+  await walk(dir);
+  return out;
+}
+
+/** sha256 (lowercase hex) of the first `length` bytes of a file, or all of it. */
+export async function hashFile(path: string, length?: number): Promise<string> {
+  const hash = createHash("sha256");
+  if (length === 0) return hash.digest("hex");
+  const stream = createReadStream(path, length === undefined ? {} : { start: 0, end: length - 1 });
+  for await (const chunk of stream) hash.update(chunk as Buffer);
+  return hash.digest("hex");
+}
+
+/** Feeds the first `length` bytes of a file into an existing hash (resuming a partial). */
+export async function hashPrefixInto(
+  hash: ReturnType<typeof createHash>,
+  path: string,
+  length: number,
+): Promise<void> {
+  if (length <= 0) return;
+  for await (const chunk of createReadStream(path, { start: 0, end: length - 1 })) {
+    hash.update(chunk as Buffer);
+  }
+}
+
+/** Writes JSON durably: temp file, fsync, rename over the target. */
+export async function writeJsonAtomic(path: string, value: unknown): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const tmp = `${path}.${randomBytes(4).toString("hex")}.tmp`;
+  const fh = await open(tmp, "w");
+  try {
+    await fh.writeFile(JSON.stringify(value, null, 2) + "\n");
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, path);
+}
+
+/** Makes a directory disappear atomically (rename into a trash name), then removes it. */
+export async function removeDirAtomic(root: string, dir: string): Promise<void> {
+  const trash = join(root, `.deleting-${basename(dir)}-${randomBytes(4).toString("hex")}`);
+  try {
+    await rename(dir, trash);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw e;
+  }
+  await rm(trash, { recursive: true, force: true });
+}
+
+export function isErrno(e: unknown, code: string): boolean {
+  return typeof e === "object" && e !== null && (e as NodeJS.ErrnoException).code === code;
+}

@@ -1,0 +1,855 @@
+// The worker-side staging client: copies models from a store host into node_cache_path/<org>--<name>,
+// runs every eviction pass through planEviction, and falls back to the model hub when the store is down.
+//
+// Invariants: one admission+transfer at a time (a FIFO); a transfer starts only after the capacity pass
+// found room for the exact additional bytes plus the headroom; a copy is complete only when its record
+// says so, and the record is written after every file was verified and renamed into place; deletion
+// renames a directory away first, so a crash never leaves half a copy that looks complete.
+import { mkdir, readdir, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import type { Logger } from "@ic/log";
+import {
+  modelIdFromDirName,
+  StoreManifestSchema,
+  type ModelId,
+  type StorageReport,
+  type StoreManifest,
+} from "@ic/protocol";
+import {
+  noFitMessage,
+  planEviction,
+  type EvictionPlan,
+  type EvictionTrigger,
+  type NoFitMessageInput,
+  type StagedCopy,
+} from "@ic/staging";
+import { nodeDisk, type Disk } from "./disk.ts";
+import { executeFill, LinkFailedError, planFill, removeStale, type FillStats } from "./fill.ts";
+import type { HubFile, HubSource } from "./hub.ts";
+import { isErrno, modelDir, removeDirAtomic, walkFiles } from "./paths.ts";
+import { parseContentRange } from "./range.ts";
+import {
+  readRecord,
+  RECORD_FILE,
+  writeRecord,
+  type RecordFile,
+  type StagingRecord,
+} from "./record.ts";
+import { Serial } from "./serial.ts";
+import { buildStorageReport } from "./storage-report.ts";
+import { errText, TransferError, type OpenAt } from "./transfer.ts";
+
+export const GIB = 1024 ** 3;
+
+/** The staging section of the config, in bytes. */
+export interface StagingSettings {
+  readonly cleanupOnDeactivate: boolean;
+  readonly keepRecentBytes: number;
+  /** Free space that must remain after a transfer (spec: 10 GiB). */
+  readonly headroomBytes: number;
+}
+
+/** Converts the config's `model_store.staging` section (GiB) into StagingSettings (bytes). */
+export function stagingSettings(section: {
+  readonly cleanup_on_deactivate: boolean;
+  readonly staging_keep_recent_gb: number;
+  readonly headroom_gb?: number | undefined;
+}): StagingSettings {
+  return {
+    cleanupOnDeactivate: section.cleanup_on_deactivate,
+    keepRecentBytes: Math.round(section.staging_keep_recent_gb * GIB),
+    headroomBytes: Math.round((section.headroom_gb ?? 10) * GIB),
+  };
+}
+
+/** Which models are in use on this node right now, from the state replica. */
+export interface ModelUsage {
+  /**
+   * Models a live runner names directly. Include every model of an instance assigned to this node,
+   * also while its runner is staging or warming up, so a lifecycle pass never removes it.
+   */
+  readonly live: ReadonlySet<ModelId>;
+  /** Companions (MTP sidecar, drafter, split vision weights) of active models. */
+  readonly companions: ReadonlySet<ModelId>;
+}
+
+export interface Clock {
+  now(): number;
+}
+
+export interface HubFallback {
+  readonly source: HubSource;
+  /** The node's model cache for direct hub downloads; checked for space on its own filesystem. */
+  readonly modelCachePath: string;
+}
+
+export interface StagingClientOptions {
+  /** node_cache_path, already expanded. */
+  readonly root: string;
+  /** Base URL of the store host (`http://host:port`); without it every stage goes to the hub. */
+  readonly storeUrl?: string | undefined;
+  /** The store's store_path when its files are visible on this machine; same filesystem => hardlinks. */
+  readonly storeLocalPath?: string | undefined;
+  readonly settings: StagingSettings;
+  readonly usage?: (() => ModelUsage) | undefined;
+  readonly hub?: HubFallback | undefined;
+  readonly disk?: Disk | undefined;
+  readonly clock?: Clock | undefined;
+  readonly logger: Logger;
+  readonly fetch?: typeof fetch | undefined;
+  /** Timeout of a manifest request; the store counts as unreachable after it (default 10 s). */
+  readonly manifestTimeoutMs?: number | undefined;
+}
+
+export interface StageProgress {
+  readonly modelId: ModelId;
+  readonly file: string;
+  readonly phase: "link" | "transfer";
+  readonly fileDoneBytes: number;
+  readonly fileBytes: number;
+  /** Bytes of this model present so far (reused, resumed, linked and fetched). */
+  readonly doneBytes: number;
+  readonly totalBytes: number;
+}
+
+export interface StageOptions {
+  /** Companion repositories staged after the base, one transfer at a time, protected with it. */
+  readonly companions?: readonly ModelId[] | undefined;
+  readonly onProgress?: ((p: StageProgress) => void) | undefined;
+  readonly signal?: AbortSignal | undefined;
+}
+
+export interface StagedModel {
+  readonly modelId: ModelId;
+  /** Directory the engine loads from. */
+  readonly path: string;
+  /** store: copied or linked from the store host; hub: direct hub download into the model cache. */
+  readonly source: "store" | "hub";
+  readonly totalBytes: number;
+  readonly fetchedBytes: number;
+  readonly resumedBytes: number;
+  readonly linkedBytes: number;
+  readonly reusedBytes: number;
+  /** Copies the capacity pass deleted to make room. */
+  readonly evicted: ModelId[];
+}
+
+export const DOWNLOAD_FAILED_CAUSES = [
+  "no_fit",
+  "store_unreachable",
+  "not_in_store",
+  "store_error",
+  "hub_error",
+  "transfer",
+  "integrity",
+  "aborted",
+] as const;
+export type DownloadFailedCause = (typeof DOWNLOAD_FAILED_CAUSES)[number];
+
+/** A transfer that did not happen or did not finish; the caller publishes it as a DownloadFailed event. */
+export interface DownloadFailed {
+  readonly ok: false;
+  readonly type: "DownloadFailed";
+  readonly modelId: ModelId;
+  readonly cause: DownloadFailedCause;
+  /** The event's reason; for no_fit it carries the byte arithmetic. */
+  readonly message: string;
+  readonly retryable: boolean;
+  /** no_fit only: the numbers behind the message. */
+  readonly arithmetic?: NoFitMessageInput;
+  /** Models of the same request staged before the failure (base before a failed companion). */
+  readonly staged: StagedModel[];
+}
+
+export type StageResult = { readonly ok: true; readonly models: StagedModel[] } | DownloadFailed;
+
+/** One directory under the staging root. */
+export interface StagedEntry {
+  readonly modelId: ModelId;
+  readonly path: string;
+  readonly bytes: number;
+  /** Bytes deleting the copy frees (files hardlinked from the store free nothing). */
+  readonly freeableBytes: number;
+  readonly lastUsedMs: number;
+  readonly complete: boolean;
+  readonly downloading: boolean;
+  readonly inUse: boolean;
+  readonly companionOfActive: boolean;
+}
+
+/** What a pass deleted; field names match the bus purge reply. */
+export interface EvictionOutcome {
+  readonly plan: EvictionPlan;
+  readonly deleted: ModelId[];
+  readonly freed_bytes: number;
+  readonly failed: { modelId: ModelId; error: string }[];
+}
+
+/** Purge result, shaped like the `ic.store.purge` reply fields. */
+export interface PurgeOutcome {
+  readonly deleted: ModelId[];
+  readonly freed_bytes: number;
+  readonly skipped_in_use: ModelId[];
+}
+
+const RETRYABLE: Readonly<Record<DownloadFailedCause, boolean>> = {
+  no_fit: true,
+  store_unreachable: true,
+  not_in_store: false,
+  store_error: true,
+  hub_error: true,
+  transfer: true,
+  integrity: true,
+  aborted: true,
+};
+
+type ManifestFetch =
+  | { kind: "ok"; manifest: StoreManifest }
+  | { kind: "unreachable" | "not_in_store" | "store_error" | "aborted"; message: string };
+
+const NO_USAGE: ModelUsage = { live: new Set(), companions: new Set() };
+
+export class StagingClient implements AsyncDisposable {
+  private readonly log: Logger;
+  private readonly disk: Disk;
+  private readonly clock: Clock;
+  private readonly fetchFn: typeof fetch;
+  private readonly serial = new Serial();
+  private readonly downloading = new Set<ModelId>();
+  private readonly controllers = new Set<AbortController>();
+  private state: "idle" | "running" | "stopped" = "idle";
+
+  constructor(private readonly opts: StagingClientOptions) {
+    this.log = opts.logger.child({ component: "staging" });
+    this.disk = opts.disk ?? nodeDisk;
+    this.clock = opts.clock ?? { now: () => Date.now() };
+    this.fetchFn = opts.fetch ?? fetch;
+  }
+
+  get root(): string {
+    return this.opts.root;
+  }
+
+  /** Creates the root, removes leftovers of a crashed session and runs the startup recency pass. */
+  async start(): Promise<EvictionOutcome> {
+    if (this.state === "stopped") throw new Error("staging client was stopped");
+    this.state = "running";
+    await mkdir(this.opts.root, { recursive: true });
+    const leftovers = await this.removeLeftovers();
+    if (leftovers > 0) this.log.info({ leftovers }, "removed leftovers of an interrupted session");
+    return this.runPass("startup");
+  }
+
+  /** Aborts running transfers (their partials stay for resume) and waits for them to settle. */
+  async stop(): Promise<void> {
+    if (this.state === "stopped") return;
+    this.state = "stopped";
+    for (const c of this.controllers) c.abort(new Error("staging client stopping"));
+    await this.serial.run(async () => undefined);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+
+  /** Directory the engine loads a staged model from. */
+  modelPath(modelId: ModelId): string {
+    return modelDir(this.opts.root, modelId);
+  }
+
+  /**
+   * Stages a model and its companions, one admission+transfer at a time. Never throws for transfer
+   * problems: they come back as a DownloadFailed result.
+   */
+  async stage(modelId: ModelId, options: StageOptions = {}): Promise<StageResult> {
+    const ids = [modelId, ...(options.companions ?? []).filter((c) => c !== modelId)];
+    const done: StagedModel[] = [];
+    for (const id of ids) {
+      const r = await this.serial.run(() => this.stageOne(id, ids, options));
+      if (!r.ok) return { ...r, staged: done };
+      done.push(r.model);
+    }
+    return { ok: true, models: done };
+  }
+
+  /** Records a use of the model now (runner start, request served); orders recency eviction. */
+  async touch(modelId: ModelId): Promise<void> {
+    const dir = this.modelPath(modelId);
+    const r = await readRecord(dir, modelId);
+    if (r.kind !== "ok") return;
+    await writeRecord(dir, { ...r.record, last_used_ms: this.clock.now() });
+  }
+
+  /** Instance deactivation: stamps the models' last use, then runs the deactivation pass. */
+  async deactivated(modelIds: readonly ModelId[]): Promise<EvictionOutcome> {
+    for (const id of modelIds) await this.touch(id);
+    return this.runPass("deactivation");
+  }
+
+  /** POST /store/purge-staging on this node: deletes every idle copy, or only the named model's. */
+  async purge(modelId?: ModelId): Promise<PurgeOutcome> {
+    const out = await this.runPass("purge", modelId);
+    const busy = out.plan.kept.filter(
+      (k) =>
+        k.reason === "in_use" || k.reason === "companion_of_active" || k.reason === "downloading",
+    );
+    return {
+      deleted: out.deleted,
+      freed_bytes: out.freed_bytes,
+      skipped_in_use: busy.map((k) => k.modelId),
+    };
+  }
+
+  /** Every model directory under the staging root, with sizes, last use and usage flags. */
+  async list(): Promise<StagedEntry[]> {
+    const usage = (this.opts.usage ?? (() => NO_USAGE))();
+    let names: string[];
+    try {
+      names = await readdir(this.opts.root);
+    } catch (e) {
+      if (isErrno(e, "ENOENT")) return [];
+      throw e;
+    }
+    const out: StagedEntry[] = [];
+    for (const name of names.sort()) {
+      if (name.startsWith(".")) continue;
+      const modelId = modelIdFromDirName(name);
+      if (!modelId) continue;
+      const path = join(this.opts.root, name);
+      let dirStat;
+      try {
+        dirStat = await stat(path);
+      } catch (e) {
+        if (isErrno(e, "ENOENT")) continue;
+        throw e;
+      }
+      if (!dirStat.isDirectory()) continue;
+      const files = await walkFiles(path);
+      const rec = await readRecord(path, modelId);
+      const record = rec.kind === "ok" ? rec.record : null;
+      const sizes = new Map(files.map((f) => [f.path, f.bytes]));
+      const complete =
+        record !== null &&
+        record.complete &&
+        record.files.every((f) => sizes.get(f.path) === f.bytes);
+      out.push({
+        modelId,
+        path,
+        bytes: files.reduce((s, f) => s + f.bytes, 0),
+        freeableBytes: files.reduce((s, f) => s + (f.nlink > 1 ? 0 : f.bytes), 0),
+        lastUsedMs: record?.last_used_ms ?? dirStat.mtimeMs,
+        complete,
+        downloading: this.downloading.has(modelId),
+        inUse: usage.live.has(modelId),
+        companionOfActive: usage.companions.has(modelId),
+      });
+    }
+    return out;
+  }
+
+  /** True when a complete, verified copy is staged. */
+  async isStaged(modelId: ModelId): Promise<boolean> {
+    return (await this.list()).some((e) => e.modelId === modelId && e.complete);
+  }
+
+  /** GET /store/storage: staged models, event-log usage (from the caller) and models-volume space. */
+  async storageReport(input: { eventLogBytes: number }): Promise<StorageReport> {
+    const [entries, space] = await Promise.all([this.list(), this.disk.space(this.opts.root)]);
+    return buildStorageReport({
+      nodeCachePath: this.opts.root,
+      entries,
+      eventLogBytes: input.eventLogBytes,
+      volume: space,
+      settings: this.opts.settings,
+      nowMs: this.clock.now(),
+    });
+  }
+
+  // ---- passes ----
+
+  private async runPass(
+    trigger: EvictionTrigger,
+    purgeModelId?: ModelId,
+  ): Promise<EvictionOutcome> {
+    const entries = await this.list();
+    const plan = planEviction({
+      trigger,
+      staged: entries.map(toCopy),
+      keepRecentBytes: this.opts.settings.keepRecentBytes,
+      cleanupOnDeactivate: this.opts.settings.cleanupOnDeactivate,
+      purgeModelId,
+    });
+    return this.apply(plan);
+  }
+
+  private async apply(plan: EvictionPlan): Promise<EvictionOutcome> {
+    const deleted: ModelId[] = [];
+    const failed: { modelId: ModelId; error: string }[] = [];
+    let freed = 0;
+    for (const item of plan.items) {
+      // A transfer may have started since the plan was made; never delete under it.
+      if (this.downloading.has(item.modelId)) continue;
+      try {
+        await removeDirAtomic(this.opts.root, this.modelPath(item.modelId));
+        deleted.push(item.modelId);
+        freed += item.freeableBytes;
+        this.log.info(
+          { modelId: item.modelId, reason: item.reason, bytes: item.bytes, trigger: plan.trigger },
+          "deleted staged copy",
+        );
+      } catch (e) {
+        failed.push({ modelId: item.modelId, error: errText(e) });
+        this.log.error({ modelId: item.modelId, err: e }, "could not delete staged copy");
+      }
+    }
+    return { plan, deleted, freed_bytes: freed, failed };
+  }
+
+  private async removeLeftovers(): Promise<number> {
+    let removed = 0;
+    for (const name of await readdir(this.opts.root)) {
+      const path = join(this.opts.root, name);
+      if (name.startsWith(".deleting-")) {
+        await rm(path, { recursive: true, force: true });
+        removed++;
+        continue;
+      }
+      const modelId = modelIdFromDirName(name);
+      if (!modelId || !(await stat(path)).isDirectory()) continue;
+      for (const f of await walkFiles(path)) {
+        const base = f.path.split("/").at(-1) ?? "";
+        if (base.startsWith(".") && (base.endsWith(".tmp") || base.includes(".link-"))) {
+          await rm(join(path, ...f.path.split("/")), { force: true });
+          removed++;
+        }
+      }
+    }
+    return removed;
+  }
+
+  // ---- one transfer ----
+
+  private async stageOne(
+    modelId: ModelId,
+    request: readonly ModelId[],
+    options: StageOptions,
+  ): Promise<{ ok: true; model: StagedModel } | Omit<DownloadFailed, "staged">> {
+    if (this.state !== "running") {
+      return this.failure(modelId, "aborted", "staging client is not running");
+    }
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(options.signal?.reason);
+    if (options.signal?.aborted) onAbort();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    this.controllers.add(controller);
+    try {
+      if (!this.opts.storeUrl) {
+        if (this.opts.hub) return await this.fromHub(modelId, options, controller.signal);
+        return this.failure(
+          modelId,
+          "store_unreachable",
+          "no store URL and no model hub configured",
+        );
+      }
+      const m = await this.fetchManifest(modelId, controller.signal);
+      if (m.kind === "unreachable" && this.opts.hub) {
+        this.log.warn(
+          { modelId, reason: m.message },
+          "store unreachable; direct model-hub download",
+        );
+        return await this.fromHub(modelId, options, controller.signal);
+      }
+      if (m.kind !== "ok") {
+        const cause = m.kind === "unreachable" ? "store_unreachable" : m.kind;
+        return this.failure(modelId, cause, m.message);
+      }
+      return await this.fromStore(modelId, m.manifest, request, options, controller.signal, true);
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+      this.controllers.delete(controller);
+    }
+  }
+
+  private async fromStore(
+    modelId: ModelId,
+    manifest: StoreManifest,
+    request: readonly ModelId[],
+    options: StageOptions,
+    signal: AbortSignal,
+    allowLinks: boolean,
+  ): Promise<{ ok: true; model: StagedModel } | Omit<DownloadFailed, "staged">> {
+    const dir = this.modelPath(modelId);
+    const prior = await readRecord(dir, modelId);
+    const priorRecord =
+      prior.kind === "ok" && prior.record.source === "store" ? prior.record : null;
+    const files: RecordFile[] = manifest.files.map((f) => ({
+      path: f.path,
+      bytes: f.bytes,
+      sha256: f.sha256,
+    }));
+    const linkFrom = allowLinks ? await this.linkSource(modelId) : undefined;
+    const plan = await planFill(dir, files, priorRecord, linkFrom);
+
+    // Rule 6: the capacity pass for the exact additional bytes, with the request's models protected.
+    const entries = await this.list();
+    const space = await this.disk.space(this.opts.root);
+    const evict = planEviction({
+      trigger: "capacity",
+      staged: entries.map(toCopy),
+      keepRecentBytes: this.opts.settings.keepRecentBytes,
+      cleanupOnDeactivate: this.opts.settings.cleanupOnDeactivate,
+      capacity: {
+        requiredBytes: plan.additionalBytes,
+        freeBytes: space.freeBytes,
+        headroomBytes: this.opts.settings.headroomBytes,
+        protectedIds: request,
+      },
+    });
+    if (!evict.fits) {
+      const arithmetic: NoFitMessageInput = {
+        modelId,
+        path: this.opts.root,
+        manifestBytes: plan.manifestBytes,
+        requiredBytes: plan.additionalBytes,
+        headroomBytes: this.opts.settings.headroomBytes,
+        freeBytes: space.freeBytes,
+        reclaimableBytes: evict.capacity?.reclaimableBytes ?? 0,
+      };
+      return { ...this.failure(modelId, "no_fit", noFitMessage(arithmetic)), arithmetic };
+    }
+    const applied = await this.apply(evict);
+    if (applied.failed.length > 0) {
+      const arithmetic: NoFitMessageInput = {
+        modelId,
+        path: this.opts.root,
+        manifestBytes: plan.manifestBytes,
+        requiredBytes: plan.additionalBytes,
+        headroomBytes: this.opts.settings.headroomBytes,
+        freeBytes: space.freeBytes + applied.freed_bytes,
+        reclaimableBytes: 0,
+      };
+      return { ...this.failure(modelId, "no_fit", noFitMessage(arithmetic)), arithmetic };
+    }
+
+    const record: StagingRecord = {
+      version: 1,
+      model_id: modelId,
+      source: "store",
+      files,
+      total_bytes: plan.manifestBytes,
+      complete: false,
+      last_used_ms: priorRecord?.last_used_ms ?? this.clock.now(),
+    };
+    this.downloading.add(modelId);
+    let stats: FillStats;
+    try {
+      await mkdir(dir, { recursive: true });
+      await writeRecord(dir, record);
+      this.log.info(
+        {
+          modelId,
+          manifestBytes: plan.manifestBytes,
+          additionalBytes: plan.additionalBytes,
+          freeBytes: space.freeBytes,
+          evicted: applied.deleted,
+        },
+        "staging admitted",
+      );
+      stats = await executeFill({
+        dir,
+        plan,
+        signal,
+        open: (file) => this.storeOpener(modelId, file),
+        onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
+      });
+    } catch (e) {
+      if (e instanceof LinkFailedError) {
+        this.log.warn({ modelId, err: e }, "hardlink failed; admitting again as a copy");
+        this.downloading.delete(modelId);
+        return this.fromStore(modelId, manifest, request, options, signal, false);
+      }
+      return this.transferFailure(modelId, e);
+    } finally {
+      this.downloading.delete(modelId);
+    }
+    await removeStale(
+      dir,
+      files.map((f) => f.path),
+      [RECORD_FILE],
+    );
+    const now = this.clock.now();
+    await writeRecord(dir, { ...record, complete: true, last_used_ms: now, completed_at_ms: now });
+    this.log.info({ modelId, ...statsLog(stats) }, "staged");
+    return {
+      ok: true,
+      model: {
+        modelId,
+        path: dir,
+        source: "store",
+        totalBytes: plan.manifestBytes,
+        fetchedBytes: stats.fetchedBytes,
+        resumedBytes: stats.resumedBytes,
+        linkedBytes: stats.linkedBytes,
+        reusedBytes: stats.reusedBytes,
+        evicted: applied.deleted,
+      },
+    };
+  }
+
+  /**
+   * Rule 8: direct hub download into the model cache when the store is unreachable. The exact check
+   * runs against the model cache's filesystem; nothing is evicted and the staging root plays no part.
+   */
+  private async fromHub(
+    modelId: ModelId,
+    options: StageOptions,
+    signal: AbortSignal,
+  ): Promise<{ ok: true; model: StagedModel } | Omit<DownloadFailed, "staged">> {
+    const hub = this.opts.hub;
+    if (!hub) return this.failure(modelId, "store_unreachable", "no model hub configured");
+    let listing;
+    try {
+      listing = await hub.source.list(modelId, signal);
+    } catch (e) {
+      return this.failure(
+        modelId,
+        "hub_error",
+        `cannot list ${modelId} on the model hub: ${errText(e)}`,
+      );
+    }
+    if (listing.files.length === 0) {
+      return this.failure(
+        modelId,
+        "hub_error",
+        `${modelId} has no artifact files on the model hub`,
+      );
+    }
+    await mkdir(hub.modelCachePath, { recursive: true });
+    const dir = modelDir(hub.modelCachePath, modelId);
+    const prior = await readRecord(dir, modelId);
+    const priorRecord = prior.kind === "ok" ? prior.record : null;
+    const files = listing.files.map(hubRecordFile);
+    const plan = await planFill(dir, files, priorRecord);
+    const space = await this.disk.space(hub.modelCachePath);
+    if (space.freeBytes < plan.additionalBytes + this.opts.settings.headroomBytes) {
+      const arithmetic: NoFitMessageInput = {
+        modelId,
+        path: hub.modelCachePath,
+        manifestBytes: plan.manifestBytes,
+        requiredBytes: plan.additionalBytes,
+        headroomBytes: this.opts.settings.headroomBytes,
+        freeBytes: space.freeBytes,
+        reclaimableBytes: 0,
+      };
+      return { ...this.failure(modelId, "no_fit", noFitMessage(arithmetic)), arithmetic };
+    }
+    const record: StagingRecord = {
+      version: 1,
+      model_id: modelId,
+      source: "hub",
+      revision: listing.revision,
+      files,
+      total_bytes: plan.manifestBytes,
+      complete: false,
+      last_used_ms: priorRecord?.last_used_ms ?? this.clock.now(),
+    };
+    let stats: FillStats;
+    try {
+      await mkdir(dir, { recursive: true });
+      await writeRecord(dir, record);
+      const byPath = new Map(listing.files.map((f) => [f.path, f]));
+      stats = await executeFill({
+        dir,
+        plan,
+        signal,
+        open: (file) => (offset, s) =>
+          hub.source.open(modelId, byPath.get(file.path) ?? file, offset, s),
+        onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
+      });
+    } catch (e) {
+      return this.transferFailure(modelId, e);
+    }
+    const filesWithSha = files.map((f) => ({ ...f, sha256: stats.sha256.get(f.path) ?? f.sha256 }));
+    await removeStale(
+      dir,
+      files.map((f) => f.path),
+      [RECORD_FILE],
+    );
+    const now = this.clock.now();
+    await writeRecord(dir, {
+      ...record,
+      files: filesWithSha,
+      complete: true,
+      last_used_ms: now,
+      completed_at_ms: now,
+    });
+    this.log.info({ modelId, path: dir, ...statsLog(stats) }, "downloaded from the model hub");
+    return {
+      ok: true,
+      model: {
+        modelId,
+        path: dir,
+        source: "hub",
+        totalBytes: plan.manifestBytes,
+        fetchedBytes: stats.fetchedBytes,
+        resumedBytes: stats.resumedBytes,
+        linkedBytes: 0,
+        reusedBytes: stats.reusedBytes,
+        evicted: [],
+      },
+    };
+  }
+
+  // ---- store access ----
+
+  private modelUrl(modelId: ModelId): string {
+    const [org, name] = modelId.split("/") as [string, string];
+    const base = (this.opts.storeUrl ?? "").replace(/\/+$/, "");
+    return `${base}/store/models/${encodeURIComponent(org)}/${encodeURIComponent(name)}`;
+  }
+
+  private async fetchManifest(modelId: ModelId, signal: AbortSignal): Promise<ManifestFetch> {
+    const url = `${this.modelUrl(modelId)}/manifest`;
+    const timeout = AbortSignal.timeout(this.opts.manifestTimeoutMs ?? 10_000);
+    let res: Response;
+    try {
+      res = await this.fetchFn(url, { signal: AbortSignal.any([signal, timeout]) });
+    } catch (e) {
+      if (signal.aborted) return { kind: "aborted", message: `staging ${modelId} aborted` };
+      return {
+        kind: "unreachable",
+        message: `store at ${this.opts.storeUrl} unreachable: ${errText(e)}`,
+      };
+    }
+    if (res.status === 404) {
+      await res.body?.cancel();
+      return { kind: "not_in_store", message: `${modelId} is not registered in the store` };
+    }
+    if (res.status >= 500) {
+      await res.body?.cancel();
+      return {
+        kind: "unreachable",
+        message: `store answered ${res.status} for the manifest of ${modelId}`,
+      };
+    }
+    if (!res.ok) {
+      await res.body?.cancel();
+      return {
+        kind: "store_error",
+        message: `store answered ${res.status} for the manifest of ${modelId}`,
+      };
+    }
+    let json: unknown;
+    try {
+      json = await res.json();
+    } catch (e) {
+      return { kind: "store_error", message: `manifest of ${modelId} is not JSON: ${errText(e)}` };
+    }
+    const parsed = StoreManifestSchema.safeParse(json);
+    if (!parsed.success || parsed.data.model_id !== modelId) {
+      const why = parsed.success ? `names ${parsed.data.model_id}` : parsed.error.message;
+      return {
+        kind: "store_error",
+        message: `invalid manifest for ${modelId} from the store: ${why}`,
+      };
+    }
+    return { kind: "ok", manifest: parsed.data };
+  }
+
+  private storeOpener(modelId: ModelId, file: RecordFile): OpenAt {
+    const url = `${this.modelUrl(modelId)}/files/${file.path.split("/").map(encodeURIComponent).join("/")}`;
+    return async (offset, signal) => {
+      const headers: Record<string, string> = {};
+      if (offset > 0) {
+        headers.range = `bytes=${offset}-`;
+        if (file.sha256) headers["if-range"] = `"${file.sha256}"`;
+      }
+      const res = await this.fetchFn(url, { headers, signal });
+      if (!res.body)
+        throw new Error(`store answered ${res.status} without a body for ${file.path}`);
+      if (res.status === 206) {
+        const cr = parseContentRange(res.headers.get("content-range"));
+        if (!cr || cr.total !== file.bytes) {
+          await res.body.cancel();
+          throw new Error(`bad content-range ${res.headers.get("content-range")} for ${file.path}`);
+        }
+        return { body: res.body, offset: cr.start };
+      }
+      if (res.status === 200) return { body: res.body, offset: 0 };
+      await res.body.cancel();
+      throw new Error(`store answered ${res.status} for ${file.path}`);
+    };
+  }
+
+  /** The store's model directory when it is on the staging filesystem, so files can be hardlinked. */
+  private async linkSource(modelId: ModelId): Promise<string | undefined> {
+    const storePath = this.opts.storeLocalPath;
+    if (!storePath) return undefined;
+    const dir = modelDir(storePath, modelId);
+    try {
+      return (await this.disk.sameFilesystem(dir, this.opts.root)) ? dir : undefined;
+    } catch (e) {
+      if (isErrno(e, "ENOENT")) return undefined;
+      throw e;
+    }
+  }
+
+  // ---- results ----
+
+  private failure(
+    modelId: ModelId,
+    cause: DownloadFailedCause,
+    message: string,
+  ): Omit<DownloadFailed, "staged"> {
+    this.log.warn({ modelId, cause }, message);
+    return {
+      ok: false,
+      type: "DownloadFailed",
+      modelId,
+      cause,
+      message,
+      retryable: RETRYABLE[cause],
+    };
+  }
+
+  private transferFailure(modelId: ModelId, e: unknown): Omit<DownloadFailed, "staged"> {
+    if (e instanceof TransferError) {
+      const cause: DownloadFailedCause = e.kind;
+      const hint =
+        e.kind === "integrity" ? "" : "; the partial is kept and the next attempt resumes";
+      return this.failure(modelId, cause, `staging ${modelId} failed: ${e.message}${hint}`);
+    }
+    this.log.error({ modelId, err: e }, "staging failed unexpectedly");
+    return this.failure(modelId, "transfer", `staging ${modelId} failed: ${errText(e)}`);
+  }
+}
+
+function toCopy(e: StagedEntry): StagedCopy {
+  return {
+    modelId: e.modelId,
+    bytes: e.bytes,
+    freeableBytes: e.freeableBytes,
+    lastUsedMs: e.lastUsedMs,
+    inUse: e.inUse,
+    companionOfActive: e.companionOfActive,
+    downloading: e.downloading,
+  };
+}
+
+function hubRecordFile(f: HubFile): RecordFile {
+  return {
+    path: f.path,
+    bytes: f.bytes,
+    ...(f.sha256 ? { sha256: f.sha256 } : {}),
+    ...(f.gitOid ? { git_oid: f.gitOid } : {}),
+  };
+}
+
+function statsLog(s: FillStats) {
+  return {
+    fetchedBytes: s.fetchedBytes,
+    resumedBytes: s.resumedBytes,
+    linkedBytes: s.linkedBytes,
+    reusedBytes: s.reusedBytes,
+  };
+}
