@@ -1,3 +1,4 @@
 // Front door of the testkit: real processes on free ports, fixtures and emulators for tests.
 export * from "./ports.ts";
 export * from "./cluster.ts";
+export * from "./hub/index.ts";
