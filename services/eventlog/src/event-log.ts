@@ -427,8 +427,9 @@ export class EventLog {
   }
 
   private dropOldest<T>(queue: T[]): void {
-    const excess = queue.length - this.maxPending;
-    if (excess <= 0) return;
+    if (queue.length <= this.maxPending) return;
+    // Drop at least 1% at once, so a flood does not pay an O(n) splice on every append.
+    const excess = Math.max(queue.length - this.maxPending, Math.ceil(this.maxPending / 100));
     queue.splice(0, excess);
     this.dropped += excess;
     if (this.dropped === excess || this.dropped % 10_000 < excess) {
