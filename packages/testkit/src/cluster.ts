@@ -273,3 +273,60 @@ export async function waitForConvergence(
     { timeoutMs, intervalMs: 100, what: `${nodes.length} nodes converging on ${count} members` },
   );
 }
+
+/** Writes the tiny test model (and optionally its drafter) into `<store>/<org>--<name>/`. */
+export async function seedStore(
+  store: string,
+  opts: { modelId?: string; drafterId?: string; layers?: number } = {},
+): Promise<{ store: string; modelId: string; drafterId?: string }> {
+  const { writeTinyModel } = await import("@ic/gguf");
+  const modelId = opts.modelId ?? "test/tiny-llama";
+  const dir = join(store, modelId.replace("/", "--"));
+  mkdirSync(dir, { recursive: true });
+  await writeTinyModel(join(dir, "tiny-llama.gguf"), opts.layers ? { nLayer: opts.layers } : {});
+  if (opts.drafterId) {
+    const ddir = join(store, opts.drafterId.replace("/", "--"));
+    mkdirSync(ddir, { recursive: true });
+    await writeTinyModel(join(ddir, "tiny-llama-drafter.gguf"), { drafter: true });
+    writeFileSync(join(dir, "model.json"), JSON.stringify({ drafter: opts.drafterId }));
+    return { store, modelId, drafterId: opts.drafterId };
+  }
+  return { store, modelId };
+}
+
+/** POST /place_instance and wait until rank 0 of the new instance is ready. */
+export async function placeAndWait(
+  node: NodeProcess,
+  body: Record<string, unknown>,
+  timeoutMs = 60_000,
+): Promise<{ instance_id: string; assignments: { node_id: string; rank: number }[] }> {
+  const r = await fetch(`${node.apiUrl}/place_instance`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const placed = (await r.json()) as {
+    instance?: { instance_id: string; assignments: { node_id: string; rank: number }[] };
+  };
+  if (r.status !== 200 || !placed.instance)
+    throw new Error(`place_instance ${r.status}: ${JSON.stringify(placed)}`);
+  const id = placed.instance.instance_id;
+  await waitFor(
+    async () => {
+      const s = await node.get<{
+        instances: {
+          instance_id: string;
+          runners: { rank: number; state: string; reason?: string }[];
+        }[];
+      }>("/state");
+      const inst = s.instances.find((i) => i.instance_id === id);
+      const failed = inst?.runners.find((x) => x.state === "RunnerFailed");
+      if (failed) throw new Error(`runner failed: ${failed.reason}`);
+      return inst?.runners.some((x) => x.rank === 0 && x.state === "RunnerReady")
+        ? true
+        : undefined;
+    },
+    { timeoutMs, intervalMs: 100, what: `instance ${id} ready` },
+  );
+  return placed.instance;
+}

@@ -7,6 +7,7 @@ import type { ClusterView } from "./ports.ts";
 import { chatRoutes } from "./routes/chat.ts";
 import type { ChatOptions } from "./routes/chat.ts";
 import { clusterRoutes } from "./routes/cluster.ts";
+import { placementRoutes } from "./routes/placement.ts";
 
 export interface GatewayOptions {
   readonly cluster: ClusterView;
@@ -15,6 +16,10 @@ export interface GatewayOptions {
   readonly now?: () => number;
   readonly restart?: () => void;
   readonly onTask?: ChatOptions["onTask"];
+  /** How long POST /place_instance waits for topology and memory (spec: 15 s). */
+  readonly infoPendingWaitMs?: number;
+  /** Runner context size, for the KV-cache part of the memory model. */
+  readonly contextSize?: number;
   /** Extra route groups (placement, store, events, tracing) registered by the launcher. */
   readonly extensions?: ReadonlyArray<(app: Hono) => void>;
 }
@@ -31,6 +36,13 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     name: o.name,
     now: o.now ?? Date.now,
     restart: o.restart ?? (() => log.warn("restart requested but not supported by this launcher")),
+  });
+  placementRoutes(app, {
+    cluster: o.cluster,
+    log,
+    infoPendingWaitMs: o.infoPendingWaitMs ?? 15_000,
+    now: o.now ?? Date.now,
+    ...(o.contextSize ? { memory: { contextSize: o.contextSize } } : {}),
   });
   chatRoutes(app, { cluster: o.cluster, log, ...(o.onTask ? { onTask: o.onTask } : {}) });
   for (const ext of o.extensions ?? []) ext(app);

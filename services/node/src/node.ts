@@ -13,6 +13,7 @@ import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
 import type { EngineInfo } from "@ic/protocol";
 import { createGatewayApp } from "@ic/gateway";
+import { EventLog, eventRoutes } from "@ic/eventlog";
 import { LinkProber, LocalStager, scanModels, TelemetryCollector, Worker } from "@ic/worker";
 
 export interface NodeOptions {
@@ -31,6 +32,7 @@ export class Node implements AsyncDisposable {
   private stopping: Promise<void> | undefined;
   private engineInfo: EngineInfo | undefined;
   agent: ClusterAgent | undefined;
+  eventLog: EventLog | undefined;
   worker: Worker | undefined;
   app: Hono | undefined;
   apiPort = 0;
@@ -63,7 +65,16 @@ export class Node implements AsyncDisposable {
     const bus = await Bus.connect(nats.clientUrl, log, name);
     this.stack.push({ name: "bus", stop: () => bus.close() });
 
-    // 2. Engine and telemetry.
+    // 2. The durable event log (records the replicated control stream; backs GET /events).
+    const eventLog = new EventLog({
+      config: cfg.event_log,
+      logger: log.child({ component: "eventlog" }),
+    });
+    await eventLog.start();
+    this.stack.push({ name: "eventlog", stop: () => eventLog.stop() });
+    this.eventLog = eventLog;
+
+    // 3. Engine and telemetry.
     this.engineInfo = await locateEngine({
       serverBinOverride: cfg.engine.server_bin,
       rpcBinOverride: cfg.engine.rpc_bin,
@@ -83,7 +94,7 @@ export class Node implements AsyncDisposable {
     this.stack.push({ name: "telemetry", stop: () => telemetry.stop() });
     const links = new LinkProber(1000);
 
-    // 3. HTTP API. It listens first (so heartbeats can advertise its port); requests get 503 until the app is wired.
+    // 4. HTTP API. It listens first (so heartbeats can advertise its port); requests get 503 until the app is wired.
     let app: Hono | undefined;
     const server = await new Promise<Server>((resolve, reject) => {
       const s = serve(
@@ -142,10 +153,14 @@ export class Node implements AsyncDisposable {
       log,
       name,
       restart: () => this.o.onRestartRequested?.(),
+      infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
+      contextSize: cfg.engine.context_size,
+      extensions: [(a) => eventRoutes(a, eventLog)],
     });
+    agent.on({ event: (ev) => eventLog.append(ev) });
     this.app = app;
 
-    // 4. Cluster agent (election, replica) and link probing.
+    // 5. Cluster agent (election, replica) and link probing.
     agent.start();
     this.stack.push({ name: "cluster", stop: () => agent.stop() });
     const probe = setInterval(() => {
@@ -157,7 +172,7 @@ export class Node implements AsyncDisposable {
     }, cfg.cluster.heartbeat_ms);
     this.stack.push({ name: "links", stop: () => clearInterval(probe) });
 
-    // 5. Worker: runners for the instances assigned here.
+    // 6. Worker: runners for the instances assigned here.
     const storeRoot = cfg.store_path ?? join(expandHome("~/.service"), "store");
     worker = new Worker({
       cluster: agent,
@@ -178,7 +193,7 @@ export class Node implements AsyncDisposable {
     worker.start();
     this.stack.push({ name: "worker", stop: () => worker!.stop() });
 
-    // 6. A store host registers the models it holds once it has joined a session (and after each change).
+    // 7. A store host registers the models it holds once it has joined a session (and after each change).
     if (cfg.store_path) {
       const storePath = cfg.store_path;
       let registeredFor: string | null = null;

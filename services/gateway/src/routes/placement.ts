@@ -1,0 +1,133 @@
+// POST /place_instance, GET /instance/previews, DELETE /instance/{id}: placement decided synchronously
+// from this node's view (replica + heartbeats) with the pure @ic/placement package, then sequenced by the
+// master. Impossible placements are refused here with a typed reason before any command reaches the master.
+import { randomUUID } from "node:crypto";
+import type { Hono } from "hono";
+import { z } from "zod";
+import { InstanceIdSchema, ModelIdSchema, ServiceError, ShardingSchema } from "@ic/protocol";
+import type { Instance, InstanceId, ModelRecord } from "@ic/protocol";
+import type { Logger } from "@ic/log";
+import { parseJson, validationError } from "../errors.ts";
+import type { ClusterView } from "../ports.ts";
+import { placementView, decide, previewAll } from "../placement-adapter.ts";
+import type { PlacementView } from "../placement-adapter.ts";
+import type { MemoryModel } from "@ic/placement";
+
+export const PlaceRequestSchema = z
+  .object({
+    model_id: ModelIdSchema,
+    min_nodes: z.number().int().min(1).max(1024).default(1),
+    excluded_nodes: z.array(z.string().max(128)).max(1024).default([]),
+    sharding: ShardingSchema.default("Pipeline"),
+    instance_type: z.enum(["llama"]).default("llama"),
+  })
+  .strict();
+
+const PreviewQuerySchema = z.object({
+  model_id: ModelIdSchema,
+  excluded_node_ids: z.string().optional(),
+});
+
+export interface PlacementRouteOptions {
+  readonly cluster: ClusterView;
+  readonly log: Logger;
+  /** How long to wait for topology/memory info before answering 503 (spec: 15 s). */
+  readonly infoPendingWaitMs: number;
+  readonly now: () => number;
+  readonly memory?: Partial<MemoryModel>;
+}
+
+function modelOrThrow(cluster: ClusterView, id: string): ModelRecord {
+  const m = cluster.snapshot().models[id];
+  if (!m) {
+    throw new ServiceError(
+      "model_not_found",
+      `model ${id} is not registered in the cluster (no store host holds it)`,
+      {
+        details: { model_id: id },
+      },
+    );
+  }
+  return m;
+}
+
+function splitIds(v: string | undefined): string[] {
+  return (v ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
+export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
+  const { cluster } = o;
+
+  app.post("/place_instance", async (c) => {
+    const req = await parseJson(c, PlaceRequestSchema);
+    const deadline = o.now() + o.infoPendingWaitMs;
+    // Info-pending: wait (up to the limit) for a session and for every live node's memory and links.
+    for (;;) {
+      if (!cluster.synced) {
+        if (o.now() >= deadline) {
+          throw new ServiceError(
+            "info_pending",
+            "this node has not joined a cluster session yet; retry in a few seconds",
+          );
+        }
+      } else {
+        const model = modelOrThrow(cluster, req.model_id);
+        const view = placementView(cluster, o.now());
+        const result = decide(
+          view,
+          model,
+          { minNodes: req.min_nodes, sharding: req.sharding, excluded: req.excluded_nodes },
+          o.memory,
+        );
+        if (result.ok) {
+          const instance: Instance = {
+            instance_id: `i-${randomUUID()}` as InstanceId,
+            model_id: model.model_id,
+            sharding: req.sharding,
+            created_at: o.now(),
+            assignments: result.assignments,
+          };
+          const reply = await cluster.command({ type: "PlaceInstance", instance });
+          o.log.info(
+            {
+              instance: instance.instance_id,
+              model: model.model_id,
+              nodes: instance.assignments.map((a) => a.node_id),
+            },
+            "instance placed",
+          );
+          return c.json({ ok: true, index: reply.index, instance }, 200);
+        }
+        if (result.error.code !== "info_pending" || o.now() >= deadline) throw result.error;
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  });
+
+  app.get("/instance/previews", (c) => {
+    const parsed = PreviewQuerySchema.safeParse(c.req.query());
+    if (!parsed.success) throw validationError(parsed.error, "query");
+    const model = modelOrThrow(cluster, parsed.data.model_id);
+    const view: PlacementView = placementView(cluster, o.now());
+    return c.json({
+      model_id: model.model_id,
+      excluded_node_ids: splitIds(parsed.data.excluded_node_ids),
+      previews: previewAll(view, model, splitIds(parsed.data.excluded_node_ids), o.memory),
+    });
+  });
+
+  app.delete("/instance/:instance_id", async (c) => {
+    const id = InstanceIdSchema.safeParse(c.req.param("instance_id"));
+    if (!id.success) throw validationError(id.error, "instance_id");
+    const reply = await cluster.command({ type: "DeleteInstance", instance_id: id.data });
+    return c.json({ ok: true, index: reply.index, instance_id: id.data });
+  });
+
+  app.get("/instances", (c) => {
+    const s = cluster.snapshot();
+    return c.json({ instances: Object.values(s.instances) });
+  });
+}

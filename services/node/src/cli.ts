@@ -1,0 +1,154 @@
+// `npm start`: brings up a local cluster on loopback (default one node; `--nodes 3` for three),
+// generates the tiny demo model into the first node's store, places it, and prints the base URL
+// and a ready-to-paste curl. Ctrl-C stops every node.
+import { existsSync, mkdirSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { writeTinyModel } from "@ic/gguf";
+import { freePort, prepareNode, waitFor, waitForConvergence } from "@ic/testkit";
+import type { NodeProcess } from "@ic/testkit";
+import { createServer } from "node:net";
+
+const MODEL_ID = "demo/tiny-llama";
+
+function arg(name: string, fallback: string): string {
+  const i = process.argv.indexOf(name);
+  return i >= 0 && process.argv[i + 1] ? process.argv[i + 1]! : fallback;
+}
+
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once("error", () => resolve(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
+  });
+}
+
+async function main(): Promise<void> {
+  const command = process.argv[2] ?? "start";
+  if (command !== "start") {
+    console.error(`unknown command ${command}; usage: npm start [-- --nodes N] [--port P]`);
+    process.exit(2);
+  }
+  const n = Number(arg("--nodes", "1"));
+  if (!Number.isInteger(n) || n < 1 || n > 16) {
+    console.error("--nodes must be an integer between 1 and 16");
+    process.exit(2);
+  }
+  const root = process.env.IC_DATA_DIR ?? join(homedir(), ".service", "local-cluster");
+  const store = join(root, "store");
+  const modelDir = join(store, "demo--tiny-llama");
+  mkdirSync(modelDir, { recursive: true });
+  if (!existsSync(join(modelDir, "tiny-llama.gguf"))) {
+    const m = await writeTinyModel(join(modelDir, "tiny-llama.gguf"));
+    console.log(`generated the demo model ${MODEL_ID} (${m.bytes} bytes)`);
+  }
+
+  const basePort = Number(arg("--port", "8080"));
+  const clusterPorts: number[] = [];
+  for (let i = 0; i < n; i++) clusterPorts.push(await freePort());
+  const nodes: NodeProcess[] = [];
+  for (let i = 0; i < n; i++) {
+    const want = basePort + i;
+    const apiPort = (await portFree(want)) ? want : 0;
+    nodes.push(
+      prepareNode({
+        name: `local-${i + 1}`,
+        clusterPort: clusterPorts[i]!,
+        peers: clusterPorts.filter((_, j) => j !== i).map((p) => `127.0.0.1:${p}`),
+        dataDir: join(root, `node-${i + 1}`),
+        verbose: process.argv.includes("--verbose"),
+        config: {
+          node: { api_port: apiPort },
+          // The spec's default timings, not the test ones.
+          cluster: {
+            heartbeat_ms: 2000,
+            liveness_timeout_ms: 4000,
+            election_timeout_ms: 3000,
+            info_pending_wait_ms: 15000,
+          },
+          engine: { context_size: 2048 },
+          ...(i === 0
+            ? {
+                store_path: store,
+                node_overrides: {
+                  "local-1": { model_store: { staging: { cleanup_on_deactivate: false } } },
+                },
+              }
+            : {}),
+        },
+      }),
+    );
+  }
+  const stopAll = async () => {
+    await Promise.all(nodes.map((x) => x.stop(10_000)));
+  };
+  let stopping = false;
+  const onSignal = () => {
+    if (stopping) return;
+    stopping = true;
+    console.log("\nstopping the local cluster...");
+    void stopAll().then(() => process.exit(0));
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  try {
+    for (const node of nodes) {
+      await node.start(60_000);
+      console.log(`started ${node.spec.name} at ${node.apiUrl}`);
+    }
+    await waitForConvergence(nodes, n, 30_000);
+    const base = nodes[0]!.apiUrl;
+    await waitFor(
+      async () => {
+        const s = await nodes[0]!.get<{ models: { model_id: string }[] }>("/state");
+        return s.models.some((m) => m.model_id === MODEL_ID) ? true : undefined;
+      },
+      { timeoutMs: 30_000, what: "the demo model to be registered" },
+    );
+    const state = await nodes[0]!.get<{ instances: { model_id: string }[] }>("/state");
+    if (!state.instances.some((i) => i.model_id === MODEL_ID)) {
+      const r = await fetch(`${base}/place_instance`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model_id: MODEL_ID, min_nodes: 1, excluded_nodes: [] }),
+      });
+      if (!r.ok) throw new Error(`placing ${MODEL_ID} failed: ${r.status} ${await r.text()}`);
+    }
+    await waitFor(
+      async () => {
+        const r = await fetch(`${base}/v1/models`);
+        const body = (await r.json()) as { data: { id: string }[] };
+        if (!body.data.some((m) => m.id === MODEL_ID)) return undefined;
+        const s = await nodes[0]!.get<{
+          instances: { model_id: string; runners: { rank: number; state: string }[] }[];
+        }>("/state");
+        const inst = s.instances.find((i) => i.model_id === MODEL_ID);
+        return inst?.runners.some((r0) => r0.rank === 0 && r0.state === "RunnerReady")
+          ? true
+          : undefined;
+      },
+      { timeoutMs: 120_000, what: "the demo instance to become ready" },
+    );
+    console.log(`
+Local cluster ready: ${n} node(s), model ${MODEL_ID} placed.
+Base URL: ${base}
+
+  curl -s ${base}/state | head -c 600; echo
+  curl -s ${base}/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{"model":"${MODEL_ID}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":16}'
+
+Press Ctrl-C to stop.`);
+  } catch (e) {
+    console.error(`local cluster failed: ${e instanceof Error ? e.message : String(e)}`);
+    for (const node of nodes)
+      console.error(
+        `--- last log lines of ${node.spec.name} ---\n${node.logLines.slice(-15).join("\n")}`,
+      );
+    await stopAll();
+    process.exit(1);
+  }
+}
+
+void main();
