@@ -8,6 +8,7 @@
 import { createReadStream } from "node:fs";
 import { lstat, mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
+import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
 import type { AddressInfo } from "node:net";
 import { Hono } from "hono";
@@ -329,7 +330,7 @@ export class StoreHost implements AsyncDisposable {
         ...(f.sha256 ? { sha256: f.sha256 } : {}),
         ...(f.gitOid ? { git_oid: f.gitOid } : {}),
       }));
-      const prior = await this.priorForDownload(modelId, dir);
+      const prior = await this.priorForDownload(modelId, dir, files);
       const plan = await planFill(dir, files, prior);
       const headroom = this.opts.headroomBytes ?? DEFAULT_HEADROOM;
       const space = await this.disk.space(this.opts.storePath);
@@ -391,17 +392,44 @@ export class StoreHost implements AsyncDisposable {
     }
   }
 
-  /** What is already in the store for a download: an interrupted download's record, or the manifest. */
-  private async priorForDownload(modelId: ModelId, dir: string): Promise<StagingRecord | null> {
+  /**
+   * What is already in the store for a download: an interrupted download's record, or the registered
+   * manifest. Small files the hub identifies only by git blob id get that id computed from disk.
+   */
+  private async priorForDownload(
+    modelId: ModelId,
+    dir: string,
+    wanted: readonly RecordFile[],
+  ): Promise<StagingRecord | null> {
     const rec = await readRecord(dir, modelId, DOWNLOAD_RECORD_FILE);
     if (rec.kind === "ok") return rec.record;
     const manifest = this.manifests.get(modelId);
     if (!manifest) return null;
+    const byPath = new Map(wanted.map((f) => [f.path, f]));
+    const files: RecordFile[] = [];
+    for (const f of manifest.files) {
+      const hubFile = byPath.get(f.path);
+      let gitOid: string | undefined;
+      if (
+        hubFile?.git_oid &&
+        !hubFile.sha256 &&
+        hubFile.bytes === f.bytes &&
+        f.bytes <= GIT_OID_MAX_BYTES
+      ) {
+        gitOid = await gitBlobOid(artifactFile(dir, f.path), f.bytes);
+      }
+      files.push({
+        path: f.path,
+        bytes: f.bytes,
+        sha256: f.sha256,
+        ...(gitOid ? { git_oid: gitOid } : {}),
+      });
+    }
     return {
       version: 1,
       model_id: modelId,
       source: "hub",
-      files: manifest.files.map((f) => ({ path: f.path, bytes: f.bytes, sha256: f.sha256 })),
+      files,
       total_bytes: manifest.total_bytes,
       complete: true,
       last_used_ms: 0,
@@ -518,6 +546,19 @@ export class StoreHost implements AsyncDisposable {
       this.counters.bytes_served += (chunk as Buffer).length;
     });
     return new Response(Readable.toWeb(stream) as ReadableStream<Uint8Array>, { status, headers });
+  }
+}
+
+/** Files stored in git itself (not LFS) are small; larger ones are never hashed twice. */
+const GIT_OID_MAX_BYTES = 64 * 1024 * 1024;
+
+async function gitBlobOid(path: string, bytes: number): Promise<string | undefined> {
+  try {
+    const hash = createHash("sha1").update(`blob ${bytes}\0`);
+    for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+    return hash.digest("hex");
+  } catch {
+    return undefined;
   }
 }
 
