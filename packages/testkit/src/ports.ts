@@ -49,3 +49,8 @@ export async function waitFor<T>(
     `timed out after ${opts.timeoutMs} ms waiting for ${opts.what ?? "condition"}${last ? `: ${String(last)}` : ""}`,
   );
 }
+
+/** Absolute path of a fixture shipped with the testkit (e.g. "slow-engine.sh"). */
+export function fixturePath(name: string): string {
+  return new URL(`../fixtures/${name}`, import.meta.url).pathname;
+}

@@ -24,6 +24,8 @@ export function serverArgs(i: ServerArgsInput): string[] {
   const a = [
     "-m",
     i.modelPath,
+    "--alias",
+    i.instance.model_id,
     "--host",
     i.host,
     "--port",
