@@ -1,6 +1,7 @@
 // Model-hub access through @huggingface/hub: list a repo's selected files with exact sizes and hashes,
 // and open one at a byte offset (Range) so hub downloads resume like store transfers.
 import { downloadFile, listFiles } from "@huggingface/hub";
+import { z } from "zod";
 import { artifactPathProblem, type ModelId } from "@ic/protocol";
 import { parseContentRange } from "./range.ts";
 import type { OpenedStream } from "./transfer.ts";
@@ -39,6 +40,14 @@ export interface HubSourceOptions {
 const SHA256 = /^[0-9a-f]{64}$/;
 const SHA1 = /^[0-9a-f]{40}$/;
 
+/** One entry of the hub's tree listing, validated at the edge (the library passes the JSON through). */
+const TreeEntrySchema = z.object({
+  path: z.string(),
+  size: z.number().int().nonnegative(),
+  oid: z.string().optional(),
+  lfs: z.object({ oid: z.string(), size: z.number().int().nonnegative() }).optional(),
+});
+
 export function createHubSource(opts: HubSourceOptions): HubSource {
   const baseFetch = opts.fetch ?? fetch;
   const revision = opts.revision ?? "main";
@@ -52,13 +61,20 @@ export function createHubSource(opts: HubSourceOptions): HubSource {
       const files: HubFile[] = [];
       const f: typeof fetch = (input, init) =>
         baseFetch(input, { ...init, ...(signal ? { signal } : {}) });
-      for await (const entry of listFiles({
+      for await (const raw of listFiles({
         ...common,
         repo: { type: "model", name: modelId },
         recursive: true,
         fetch: f,
       })) {
-        if (entry.type !== "file") continue;
+        if (raw.type !== "file") continue;
+        const parsed = TreeEntrySchema.safeParse(raw);
+        if (!parsed.success) {
+          throw new Error(
+            `invalid tree entry from the hub for ${modelId}: ${parsed.error.message}`,
+          );
+        }
+        const entry = parsed.data;
         if (artifactPathProblem(entry.path) !== null) continue;
         if (opts.include && !opts.include(entry.path)) continue;
         const lfsSha = entry.lfs?.oid;

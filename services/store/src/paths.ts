@@ -97,8 +97,12 @@ export async function hashPrefixInto(
 }
 
 /** Writes JSON durably: temp file, fsync, rename over the target. */
-export async function writeJsonAtomic(path: string, value: unknown): Promise<void> {
-  await mkdir(dirname(path), { recursive: true });
+export async function writeJsonAtomic(
+  path: string,
+  value: unknown,
+  createDir = true,
+): Promise<void> {
+  if (createDir) await mkdir(dirname(path), { recursive: true });
   const tmp = `${path}.${randomBytes(4).toString("hex")}.tmp`;
   const fh = await open(tmp, "w");
   try {

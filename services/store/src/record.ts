@@ -72,8 +72,9 @@ export function writeRecord(
   dir: string,
   record: StagingRecord,
   name: string = RECORD_FILE,
+  createDir = true,
 ): Promise<void> {
-  return writeJsonAtomic(join(dir, name), record);
+  return writeJsonAtomic(join(dir, name), record, createDir);
 }
 
 /** Two descriptions of a file name the same content (same size and a shared hash). */

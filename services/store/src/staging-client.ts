@@ -274,10 +274,17 @@ export class StagingClient implements AsyncDisposable {
 
   /** Records a use of the model now (runner start, request served); orders recency eviction. */
   async touch(modelId: ModelId): Promise<void> {
+    // A running transfer stamps the time itself when it completes.
+    if (this.downloading.has(modelId)) return;
     const dir = this.modelPath(modelId);
     const r = await readRecord(dir, modelId);
     if (r.kind !== "ok") return;
-    await writeRecord(dir, { ...r.record, last_used_ms: this.clock.now() });
+    try {
+      await writeRecord(dir, { ...r.record, last_used_ms: this.clock.now() }, RECORD_FILE, false);
+    } catch (e) {
+      // Deleted by a pass meanwhile: nothing to stamp.
+      if (!isErrno(e, "ENOENT")) throw e;
+    }
   }
 
   /** Instance deactivation: stamps the models' last use, then runs the deactivation pass. */
@@ -562,23 +569,29 @@ export class StagingClient implements AsyncDisposable {
         open: (file) => this.storeOpener(modelId, file),
         onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
       });
+      // Still marked downloading here, so no pass can delete the copy while it is finalized.
+      await removeStale(
+        dir,
+        files.map((f) => f.path),
+        [RECORD_FILE],
+      );
+      const now = this.clock.now();
+      await writeRecord(dir, {
+        ...record,
+        complete: true,
+        last_used_ms: now,
+        completed_at_ms: now,
+      });
     } catch (e) {
       if (e instanceof LinkFailedError) {
         this.log.warn({ modelId, err: e }, "hardlink failed; admitting again as a copy");
         this.downloading.delete(modelId);
-        return this.fromStore(modelId, manifest, request, options, signal, false);
+        return await this.fromStore(modelId, manifest, request, options, signal, false);
       }
       return this.transferFailure(modelId, e);
     } finally {
       this.downloading.delete(modelId);
     }
-    await removeStale(
-      dir,
-      files.map((f) => f.path),
-      [RECORD_FILE],
-    );
-    const now = this.clock.now();
-    await writeRecord(dir, { ...record, complete: true, last_used_ms: now, completed_at_ms: now });
     this.log.info({ modelId, ...statsLog(stats) }, "staged");
     return {
       ok: true,
