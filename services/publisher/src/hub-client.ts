@@ -1,0 +1,222 @@
+// The narrow slice of the model hub the publisher needs, implemented over @huggingface/hub.
+// Reads are Range requests on resolve URLs; uploads go through the LFS commit flow with byte counting.
+import { pathToFileURL } from "node:url";
+import { commitIter, createRepo, downloadFile, HubApiError, modelInfo } from "@huggingface/hub";
+import type { CommitOperation } from "@huggingface/hub";
+import type { RepoId } from "./model-ref.ts";
+import { parseRepoId } from "./model-ref.ts";
+
+export interface RemoteFile {
+  readonly path: string;
+  readonly size: number;
+  /** Bytes [start, end) in one Range request. */
+  read(start: number, end: number): Promise<Uint8Array>;
+  /** Bytes [start, end) as a stream from one Range request; never buffered whole. */
+  stream(start: number, end: number): ReadableStream<Uint8Array>;
+}
+
+export interface HubModel {
+  readonly id: RepoId;
+  readonly cardData: Record<string, unknown> | null;
+  readonly files: readonly string[];
+}
+
+export type UploadSource =
+  | { readonly path: string; readonly localPath: string }
+  | { readonly path: string; readonly text: string };
+
+export interface UploadOptions {
+  readonly title: string;
+  /** Bytes of large-file (LFS) content handed to the connection so far, over all files. */
+  readonly onBytes?: (sent: number) => void;
+  readonly onPhase?: (phase: "preuploading" | "uploadingLargeFiles" | "committing") => void;
+  readonly signal?: AbortSignal;
+}
+
+export interface HubClient {
+  /** Repo metadata, or null when the repo does not exist or is not visible with the token. */
+  modelInfo(id: RepoId, signal?: AbortSignal): Promise<HubModel | null>;
+  /** A file opened for Range reads, or null when it does not exist. */
+  open(id: RepoId, path: string, signal?: AbortSignal): Promise<RemoteFile | null>;
+  /** A small text file (config, index, card), or null when it does not exist. */
+  readText(
+    id: RepoId,
+    path: string,
+    maxBytes: number,
+    signal?: AbortSignal,
+  ): Promise<string | null>;
+  ensureRepo(id: RepoId, signal?: AbortSignal): Promise<"created" | "exists">;
+  upload(
+    id: RepoId,
+    files: readonly UploadSource[],
+    opts: UploadOptions,
+  ): Promise<{ commit: string | null }>;
+}
+
+export interface HubClientOptions {
+  /** Hub base URL (HF_ENDPOINT); the library's default when absent. */
+  readonly hubUrl?: string | undefined;
+  /** Read at every call, so a token saved through the API applies at once. */
+  readonly token: () => string | undefined;
+  readonly fetch?: typeof fetch;
+}
+
+function isMissing(err: unknown): boolean {
+  return err instanceof HubApiError && (err.statusCode === 404 || err.statusCode === 401);
+}
+
+export function createHubClient(opts: HubClientOptions): HubClient {
+  const baseFetch = opts.fetch ?? fetch;
+  const common = (): { hubUrl?: string; accessToken?: string } => {
+    const token = opts.token();
+    return {
+      ...(opts.hubUrl ? { hubUrl: opts.hubUrl } : {}),
+      ...(token ? { accessToken: token } : {}),
+    };
+  };
+  const withSignal =
+    (signal: AbortSignal | undefined): typeof fetch =>
+    (input, init) =>
+      baseFetch(input, signal ? { ...init, signal } : init);
+
+  const open = async (
+    id: RepoId,
+    path: string,
+    signal?: AbortSignal,
+  ): Promise<RemoteFile | null> => {
+    const blob = await downloadFile({
+      ...common(),
+      repo: { type: "model", name: id },
+      path,
+      xet: false,
+      fetch: withSignal(signal),
+    });
+    if (!blob) return null;
+    return {
+      path,
+      size: blob.size,
+      async read(start, end) {
+        const buf = new Uint8Array(await blob.slice(start, end).arrayBuffer());
+        if (buf.byteLength !== end - start) {
+          throw new Error(
+            `${path}: asked for ${end - start} bytes at ${start}, got ${buf.byteLength}`,
+          );
+        }
+        return buf;
+      },
+      stream: (start, end) => blob.slice(start, end).stream(),
+    };
+  };
+
+  return {
+    async modelInfo(id, signal) {
+      try {
+        const info = await modelInfo({
+          ...common(),
+          name: id,
+          additionalFields: ["cardData", "filePaths"],
+          fetch: withSignal(signal),
+        });
+        const card = info.cardData as unknown;
+        return {
+          id: parseRepoId(info.name) ?? id,
+          cardData:
+            card && typeof card === "object" && !Array.isArray(card)
+              ? (card as Record<string, unknown>)
+              : null,
+          files: info.filePaths ?? [],
+        };
+      } catch (err) {
+        if (isMissing(err)) return null;
+        throw err;
+      }
+    },
+
+    open,
+
+    async readText(id, path, maxBytes, signal) {
+      const file = await open(id, path, signal);
+      if (!file) return null;
+      if (file.size > maxBytes)
+        throw new Error(`${id}/${path} is ${file.size} bytes, more than the ${maxBytes} allowed`);
+      if (file.size === 0) return "";
+      return new TextDecoder().decode(await file.read(0, file.size));
+    },
+
+    async ensureRepo(id, signal) {
+      const token = opts.token();
+      if (!token) throw new Error("no model-hub token configured");
+      try {
+        await createRepo({
+          repo: { type: "model", name: id },
+          accessToken: token,
+          ...(opts.hubUrl ? { hubUrl: opts.hubUrl } : {}),
+          fetch: withSignal(signal),
+        });
+        return "created";
+      } catch (err) {
+        if (err instanceof HubApiError && err.statusCode === 409) return "exists";
+        throw err;
+      }
+    },
+
+    async upload(id, files, o) {
+      const token = opts.token();
+      if (!token) throw new Error("no model-hub token configured");
+      const operations: CommitOperation[] = files.map((f) =>
+        "localPath" in f
+          ? { operation: "addOrUpdate", path: f.path, content: pathToFileURL(f.localPath) }
+          : { operation: "addOrUpdate", path: f.path, content: new Blob([f.text]) },
+      );
+      // Large files go up as PUTs of a file-backed Blob. Re-sending it as a counted stream with an
+      // explicit length gives byte-level progress without reading the file into memory.
+      let sent = 0;
+      const countingFetch: typeof fetch = async (input, init) => {
+        const body = init?.body;
+        if (init?.method === "PUT" && body instanceof Blob) {
+          const counted = body.stream().pipeThrough(
+            new TransformStream<Uint8Array, Uint8Array>({
+              transform(chunk, controller) {
+                sent += chunk.byteLength;
+                o.onBytes?.(sent);
+                controller.enqueue(chunk);
+              },
+            }),
+          );
+          const headers = new Headers(init.headers);
+          headers.set("content-length", String(body.size));
+          return baseFetch(input, {
+            ...init,
+            body: counted,
+            headers,
+            duplex: "half",
+            ...(o.signal ? { signal: o.signal } : {}),
+          } as RequestInit);
+        }
+        return baseFetch(input, o.signal ? { ...init, signal: o.signal } : init);
+      };
+      const iter = commitIter({
+        repo: { type: "model", name: id },
+        accessToken: token,
+        ...(opts.hubUrl ? { hubUrl: opts.hubUrl } : {}),
+        operations,
+        title: o.title,
+        useXet: false,
+        fetch: countingFetch,
+        ...(o.signal ? { abortSignal: o.signal } : {}),
+      });
+      const failed: string[] = [];
+      let res = await iter.next();
+      while (!res.done) {
+        const ev = res.value;
+        if (ev.event === "phase") o.onPhase?.(ev.phase);
+        else if (ev.state === "error") {
+          failed.push(ev.path);
+        }
+        res = await iter.next();
+      }
+      if (failed.length > 0) throw new Error(`upload failed for ${failed.join(", ")}`);
+      return { commit: res.value?.commit.oid ?? null };
+    },
+  };
+}

@@ -1,0 +1,441 @@
+// The publisher as a real server against the hub emulator: detection, publish end to end, the job
+// stream (reconnect, eviction), concurrency, registration and lookup, and every error row of the spec.
+import { createHash } from "node:crypto";
+import { readFile, stat } from "node:fs/promises";
+import { request as httpRequest } from "node:http";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import YAML from "yaml";
+import { parseCardData, parseSafetensors, waitFor } from "@ic/testkit";
+import { FakeClock } from "./clock.ts";
+import { REPOS, readSse, startHubFixture, startTestServer, TEST_TOKEN } from "./testing.ts";
+import type { HubFixture, TestServer } from "./testing.ts";
+
+const sha256 = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
+
+async function post(
+  url: string,
+  path: string,
+  body: unknown,
+): Promise<{ status: number; json: Record<string, unknown> }> {
+  const res = await fetch(`${url}${path}`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+}
+
+async function publish(s: TestServer, base: string, sidecar: string): Promise<string> {
+  const r = await post(s.url, "/api/publish", { base_model: base, sidecar_repo: sidecar });
+  expect(r.status).toBe(200);
+  expect(typeof r.json["job_id"]).toBe("string");
+  return r.json["job_id"] as string;
+}
+
+const stream = (s: TestServer, id: string, signal?: AbortSignal): Promise<Response> =>
+  fetch(`${s.url}/api/stream/${id}`, signal ? { signal } : {});
+
+describe("weights publisher against the hub emulator", () => {
+  let fx: HubFixture;
+  let s: TestServer;
+
+  beforeAll(async () => {
+    fx = await startHubFixture({ multipartChunkSize: 64 * 1024 });
+    s = await startTestServer(fx.hub.url);
+    expect((await post(s.url, "/api/config", { hf_token: TEST_TOKEN })).status).toBe(200);
+  });
+  afterAll(async () => {
+    await s?.stop();
+    await fx?.stop();
+  });
+
+  describe("detection", () => {
+    it("detects MTP tensors of the base behind a q4k quant from a hub URL", async () => {
+      const r = await post(s.url, "/api/detect", {
+        url: `https://huggingface.co/${REPOS.q4k}/tree/main`,
+      });
+      expect(r.status).toBe(200);
+      expect(r.json).toEqual({
+        model_id: REPOS.q4k,
+        base_model: REPOS.base,
+        quant: "q4k",
+        tier: "full",
+        mtp_key_count: fx.base.mtpKeys.length,
+        mtp_keys: fx.base.mtpKeys,
+        sidecar_repo: "quant-org/Tiny-MTP-MTP",
+        can_publish: true,
+        assistant_model_repo: null,
+        can_publish_assistant: false,
+      });
+      expect(fx.base.mtpKeys.every((k) => k.startsWith("model.layers.2."))).toBe(true);
+    });
+
+    it("reads only headers: every shard request is a Range read far smaller than the shard", async () => {
+      const before = fx.hub.requests.length;
+      await post(s.url, "/api/detect", { url: REPOS.base });
+      const shardReads = fx.hub.requests
+        .slice(before)
+        .filter(
+          (r) =>
+            r.method === "GET" && /\/resolve\/[^/]+\/model-\d+-of-\d+\.safetensors$/.test(r.path),
+        );
+      expect(shardReads.length).toBeGreaterThan(0);
+      for (const r of shardReads) {
+        const m = /^bytes=(\d+)-(\d+)$/.exec(r.range ?? "");
+        expect(m, `${r.path} read without a bounded Range`).not.toBeNull();
+        const size = fx.hub.fileInfo(REPOS.base, r.path.split("/").pop() ?? "")?.size ?? 0;
+        expect(Number(m?.[2]) - Number(m?.[1]) + 1).toBeLessThan(size / 4);
+      }
+    });
+
+    it("reports a Gemma-type model without MTP heads, with its companion assistant", async () => {
+      const r = await post(s.url, "/api/detect", { url: REPOS.gemmaQ4k });
+      expect(r.json).toMatchObject({
+        model_id: REPOS.gemmaQ4k,
+        base_model: REPOS.gemmaBase,
+        quant: "q4k",
+        mtp_key_count: 0,
+        mtp_keys: [],
+        sidecar_repo: null,
+        can_publish: false,
+        assistant_model_repo: REPOS.gemmaAssistant,
+        can_publish_assistant: true,
+      });
+    });
+
+    it("finds mtp.* tensors in a single-file checkpoint and detects the expert-server tier", async () => {
+      const q = await post(s.url, "/api/detect", { url: REPOS.qwenNext });
+      expect(q.json).toMatchObject({
+        model_id: REPOS.qwenNext,
+        base_model: REPOS.qwenNext,
+        quant: "bf16",
+        can_publish: true,
+      });
+      expect(q.json["mtp_keys"]).toEqual(fx.qwen.mtpKeys);
+      const e = await post(s.url, "/api/detect", { url: REPOS.expertServer });
+      expect(e.json).toMatchObject({ tier: "expert-server", quant: "q4k", base_model: REPOS.base });
+    });
+  });
+
+  describe("publish", () => {
+    it("uploads exactly the MTP tensors, byte-identical, streaming the documented progress", async () => {
+      const sidecar = "quant-org/Tiny-MTP-MTP";
+      const id = await publish(s, REPOS.base, sidecar);
+      const lines = await readSse(await stream(s, id));
+      expect(lines.at(-1)).toBe("[done]");
+      expect(lines.at(-2)).toBe("publish complete");
+      expect(lines.some((l) => l.startsWith("[error]:"))).toBe(false);
+      const firstIndex = (re: RegExp): number => lines.findIndex((l) => re.test(l));
+      const order = [
+        /^finding shards/,
+        /^downloading /,
+        /^streaming to disk: /,
+        /^uploading mtp\.safetensors: \d+\/\d+ bytes/,
+      ];
+      const positions = order.map(firstIndex);
+      expect(positions.every((p) => p >= 0)).toBe(true);
+      expect([...positions].sort((a, b) => a - b)).toEqual(positions);
+      const uploads = lines.filter((l) => l.startsWith("uploading mtp.safetensors:"));
+      expect(uploads.length).toBeGreaterThan(2);
+      expect(uploads.at(-1)).toMatch(/: (\d+)\/\1 bytes \(100%\)$/);
+
+      const file = await fx.hub.readFile(sidecar, "mtp.safetensors");
+      expect(file).not.toBeNull();
+      const parsed = parseSafetensors(file ?? new Uint8Array());
+      expect([...parsed.tensors.keys()].sort()).toEqual(fx.base.mtpKeys);
+      for (const [name, t] of parsed.tensors)
+        expect(sha256(t.data), name).toBe(fx.base.tensorSha256[name]);
+      expect(parsed.metadata).toMatchObject({
+        source_model: REPOS.base,
+        num_nextn_predict_layers: "1",
+      });
+      const card = parseCardData((await fx.hub.readFile(sidecar, "README.md"))?.toString() ?? "");
+      expect(card?.["base_model"]).toBe(REPOS.base);
+      // The sidecar was big enough for the multipart LFS protocol.
+      expect(
+        fx.hub.requests.some((r) => r.method === "PUT" && r.path.includes("/__lfs/multipart/")),
+      ).toBe(true);
+    });
+
+    it("never downloads a whole shard while extracting: bounded Range reads of the MTP bytes only", async () => {
+      const before = fx.hub.requests.length;
+      const id = await publish(s, REPOS.base, "quant-org/Tiny-MTP-MTP-2");
+      expect((await readSse(await stream(s, id))).at(-2)).toBe("publish complete");
+      const shardReads = fx.hub.requests
+        .slice(before)
+        .filter(
+          (r) =>
+            r.method === "GET" && /\/resolve\/main\/model-\d+-of-\d+\.safetensors$/.test(r.path),
+        );
+      let requested = 0;
+      for (const r of shardReads) {
+        const m = /^bytes=(\d+)-(\d+)$/.exec(r.range ?? "");
+        expect(m, `${r.path} read without a bounded Range`).not.toBeNull();
+        const size = fx.hub.fileInfo(REPOS.base, r.path.split("/").pop() ?? "")?.size ?? 0;
+        const n = Number(m?.[2]) - Number(m?.[1]) + 1;
+        expect(n).toBeLessThan(size);
+        requested += n;
+      }
+      const sidecar = await fx.hub.readFile("quant-org/Tiny-MTP-MTP-2", "mtp.safetensors");
+      const mtpData = [...parseSafetensors(sidecar ?? new Uint8Array()).tensors.values()].reduce(
+        (a, t) => a + t.data.length,
+        0,
+      );
+      expect(requested).toBeGreaterThanOrEqual(mtpData);
+      expect(requested).toBeLessThan(mtpData + 64 * 1024);
+      expect(requested).toBeLessThan(fx.base.tensorDataBytes / 2);
+    });
+
+    it("ends a job without MTP heads with an [error]: line, then [done]", async () => {
+      const id = await publish(s, REPOS.gemmaBase, "quant-org/Gemma-Tiny-MTP");
+      const lines = await readSse(await stream(s, id));
+      expect(lines.slice(-2)).toEqual([
+        `[error]: no MTP head tensors found in ${REPOS.gemmaBase}`,
+        "[done]",
+      ]);
+      expect(fx.hub.listRepoFiles("quant-org/Gemma-Tiny-MTP")).toBeNull();
+    });
+
+    it("refuses a third concurrent job with 429 and runs the two to completion", async () => {
+      const hold = fx.hub.hold(
+        (r) => r.method === "GET" && /model-\d+-of-\d+\.safetensors$/.test(r.path),
+      );
+      try {
+        const a = await publish(s, REPOS.base, "quant-org/Tiny-MTP-A");
+        const b = await publish(s, REPOS.base, "quant-org/Tiny-MTP-B");
+        const third = await post(s.url, "/api/publish", {
+          base_model: REPOS.base,
+          sidecar_repo: "quant-org/Tiny-MTP-C",
+        });
+        expect(third.status).toBe(429);
+        expect(third.json).toEqual({
+          error: "2 publish jobs already running; retry when one finishes",
+        });
+        hold.release();
+        for (const id of [a, b])
+          expect((await readSse(await stream(s, id))).slice(-2)).toEqual([
+            "publish complete",
+            "[done]",
+          ]);
+        const again = await publish(s, REPOS.base, "quant-org/Tiny-MTP-C");
+        expect((await readSse(await stream(s, again))).at(-2)).toBe("publish complete");
+      } finally {
+        hold.release();
+      }
+    });
+
+    it("keeps the job running when the stream client leaves and replays from the start on reconnect", async () => {
+      const hold = fx.hub.hold(
+        (r) => r.method === "GET" && /model-\d+-of-\d+\.safetensors$/.test(r.path),
+      );
+      try {
+        const id = await publish(s, REPOS.base, "quant-org/Tiny-MTP-R");
+        const abort = new AbortController();
+        const first = await readSse(await stream(s, id, abort.signal), { maxLines: 1 });
+        abort.abort();
+        expect(first).toEqual([`finding shards of ${REPOS.base}`]);
+        const midway = await readSse(await stream(s, id), { maxLines: 1 });
+        expect(midway).toEqual(first);
+        hold.release();
+        await waitFor(() => (s.server.jobs.state(id) === "running" ? undefined : true), {
+          timeoutMs: 20_000,
+        });
+        const replay = await readSse(await stream(s, id));
+        expect(replay[0]).toBe(first[0]);
+        expect(replay.slice(-2)).toEqual(["publish complete", "[done]"]);
+        expect(await fx.hub.readFile("quant-org/Tiny-MTP-R", "mtp.safetensors")).not.toBeNull();
+      } finally {
+        hold.release();
+      }
+    });
+
+    it("reports an upload the hub refuses as an [error]: line without echoing the token", async () => {
+      await using bad = await startTestServer(fx.hub.url, { envToken: "hf_wrongtoken0000000000" });
+      const id = await publish(bad, REPOS.base, "quant-org/Tiny-MTP-denied");
+      const lines = await readSse(await stream(bad, id));
+      expect(lines.at(-2)).toMatch(/^\[error\]: /);
+      expect(lines.at(-1)).toBe("[done]");
+      expect(lines.join("\n")).not.toContain("hf_wrongtoken0000000000");
+      expect(bad.logText()).not.toContain("hf_wrongtoken0000000000");
+    });
+  });
+
+  describe("registration and catalog lookup", () => {
+    it("registers a q4k quant with its assistant and finds it by source model", async () => {
+      const r = await post(s.url, "/api/register", { url: REPOS.gemmaQ4k });
+      expect(r.status).toBe(200);
+      expect(r.json).toMatchObject({
+        ok: true,
+        key: "gemma-tiny-q4k",
+        assistant_model_repo: REPOS.gemmaAssistant,
+        catalog_path: s.catalogPath,
+      });
+      const block = YAML.parse(r.json["entry_block"] as string) as Record<string, unknown>[];
+      expect(block).toEqual([
+        {
+          key: "gemma-tiny-q4k",
+          hf_repo: REPOS.gemmaQ4k,
+          output_name: "quant-org--Gemma-Tiny-Q4K",
+          source_model: REPOS.gemmaBase,
+          base_model: REPOS.gemmaBase,
+          quant: "q4k",
+          tier: "full",
+          sidecar_repo: null,
+          assistant_model_repo: REPOS.gemmaAssistant,
+        },
+      ]);
+      const file = YAML.parse(await readFile(s.catalogPath, "utf8")) as unknown[];
+      expect(file.at(-1)).toEqual(block[0]);
+      const found = await post(s.url, "/api/catalog/find", {
+        url: `https://huggingface.co/${REPOS.gemmaBase}`,
+      });
+      expect(found.status).toBe(200);
+      expect(found.json).toEqual({ source_model: REPOS.gemmaBase, entries: block });
+    });
+
+    it("maps one source model to its full and expert-server entries", async () => {
+      expect((await post(s.url, "/api/register", { url: REPOS.q4k })).status).toBe(200);
+      expect((await post(s.url, "/api/register", { url: REPOS.expertServer })).status).toBe(200);
+      const found = await post(s.url, "/api/catalog/find", { url: REPOS.base });
+      const entries = found.json["entries"] as {
+        key: string;
+        tier: string;
+        sidecar_repo: string;
+      }[];
+      expect(entries.map((e) => [e.key, e.tier])).toEqual([
+        ["tiny-mtp-q4k", "full"],
+        ["tiny-mtp-expert-server-q4k", "expert-server"],
+      ]);
+      expect(entries[0]?.sidecar_repo).toBe("quant-org/Tiny-MTP-MTP");
+    });
+  });
+
+  describe("error rows of the spec", () => {
+    it("POST /api/config 400: hf_token empty", async () => {
+      expect(await post(s.url, "/api/config", { hf_token: "" })).toEqual({
+        status: 400,
+        json: { error: "hf_token must not be empty" },
+      });
+    });
+
+    it("POST /api/detect 400: url empty or unparseable; 500: any other failure", async () => {
+      expect((await post(s.url, "/api/detect", { url: "" })).status).toBe(400);
+      expect((await post(s.url, "/api/detect", { url: "https://example.com/a/b" })).status).toBe(
+        400,
+      );
+      const missing = await post(s.url, "/api/detect", { url: "nobody/nothing" });
+      expect(missing.status).toBe(500);
+      expect(missing.json["error"]).toContain("nobody/nothing");
+    });
+
+    it("POST /api/publish 400: no token configured", async () => {
+      await using bare = await startTestServer(fx.hub.url);
+      const r = await post(bare.url, "/api/publish", {
+        base_model: REPOS.base,
+        sidecar_repo: "x/y",
+      });
+      expect(r.status).toBe(400);
+      expect(r.json["error"]).toMatch(/no model-hub token configured/);
+    });
+
+    it("POST /api/register 400: invalid url or quant outside ALLOWED_QUANTS; 409: collision; 500: other", async () => {
+      expect((await post(s.url, "/api/register", { url: "" })).status).toBe(400);
+      expect((await post(s.url, "/api/register", { url: "not a model" })).status).toBe(400);
+      const q8 = await post(s.url, "/api/register", { url: REPOS.q8k });
+      expect(q8.status).toBe(400);
+      expect(q8.json["error"]).toMatch(/"q8k".*allowed: q4k/);
+      await post(s.url, "/api/register", { url: REPOS.q4k });
+      const dup = await post(s.url, "/api/register", { url: REPOS.q4k });
+      expect(dup.status).toBe(409);
+      expect(dup.json["error"]).toMatch(/key "tiny-mtp-q4k"/);
+      expect((await post(s.url, "/api/register", { url: "nobody/nothing-q4k" })).status).toBe(500);
+    });
+
+    it("POST /api/catalog/find 400 / 404 with source_model / 500 when the catalog fails to load", async () => {
+      expect((await post(s.url, "/api/catalog/find", { url: "" })).status).toBe(400);
+      expect((await post(s.url, "/api/catalog/find", { url: "a/b/c" })).status).toBe(400);
+      expect(await post(s.url, "/api/catalog/find", { url: "nobody/nothing" })).toEqual({
+        status: 404,
+        json: {
+          error: "no catalog entry has source model nobody/nothing",
+          source_model: "nobody/nothing",
+        },
+      });
+      await using broken = await startTestServer(fx.hub.url, {
+        env: { PUBLISHER_CATALOG: join(s.dir, "missing.yaml") },
+      });
+      const r = await post(broken.url, "/api/catalog/find", { url: REPOS.base });
+      expect(r.status).toBe(500);
+      expect(r.json["error"]).toMatch(/catalog .* failed to load/);
+    });
+
+    it("GET /api/stream/{job_id} 404: unknown job", async () => {
+      const res = await fetch(`${s.url}/api/stream/does-not-exist`);
+      expect(res.status).toBe(404);
+      expect(await res.json()).toEqual({ error: "job not found" });
+    });
+  });
+
+  describe("token and local-only access", () => {
+    it("persists the token with mode 0600, masks it and never returns or logs it", async () => {
+      const envFile = join(s.dir, "config", ".env");
+      expect((await stat(envFile)).mode & 0o777).toBe(0o600);
+      expect(await readFile(envFile, "utf8")).toBe(`HF_TOKEN=${TEST_TOKEN}\n`);
+      const config = (await (await fetch(`${s.url}/api/config`)).json()) as {
+        hf_token_masked: string;
+      };
+      expect(config.hf_token_masked).toBe("hf_t…cdef");
+      expect(await (await fetch(`${s.url}/api/status`)).json()).toEqual({ hf_token_set: true });
+      expect(s.logText()).not.toContain(TEST_TOKEN);
+      expect(s.logText()).toContain("hub token saved");
+    });
+
+    it("rejects a non-local Host (DNS rebinding) and a cross-site Origin with 403", async () => {
+      const port = new URL(s.url).port;
+      const raw = (headers: Record<string, string>): Promise<number> =>
+        new Promise((resolve, reject) => {
+          const req = httpRequest(
+            { host: "127.0.0.1", port, path: "/api/status", headers },
+            (res) => {
+              res.resume();
+              resolve(res.statusCode ?? 0);
+            },
+          );
+          req.on("error", reject);
+          req.end();
+        });
+      expect(await raw({ Host: `localhost:${port}` })).toBe(200);
+      expect(await raw({ Host: `attacker.example:${port}` })).toBe(403);
+      expect(await raw({ Host: `127.0.0.1:${port}`, Origin: "https://attacker.example" })).toBe(
+        403,
+      );
+      expect(await raw({ Host: `127.0.0.1:${port}`, Origin: `http://localhost:${port}` })).toBe(
+        200,
+      );
+    });
+
+    it("binds to the loopback interface only", () => {
+      expect(new URL(s.url).hostname).toBe("127.0.0.1");
+    });
+  });
+});
+
+describe("finished job retention", () => {
+  it("evicts a finished job after 600 s: the stream answers 404 from then on", async () => {
+    await using fx = await startHubFixture().then((f) =>
+      Object.assign(f, { [Symbol.asyncDispose]: f.stop }),
+    );
+    const clock = new FakeClock();
+    await using s = await startTestServer(fx.hub.url, { envToken: TEST_TOKEN, clock });
+    const id = await publish(s, REPOS.base, "quant-org/Tiny-MTP-E");
+    expect((await readSse(await stream(s, id))).slice(-2)).toEqual(["publish complete", "[done]"]);
+    clock.advance(599_000);
+    const still = await readSse(await stream(s, id));
+    expect(still.slice(-2)).toEqual(["publish complete", "[done]"]);
+    clock.advance(1_000);
+    const gone = await stream(s, id);
+    expect(gone.status).toBe(404);
+    expect(await gone.json()).toEqual({ error: "job not found" });
+  });
+});

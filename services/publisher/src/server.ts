@@ -1,0 +1,125 @@
+// Wires the publisher's components and serves them on 127.0.0.1 only.
+// Lifecycle: start() once, stop() idempotent (cancels running jobs, closes connections).
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { serve } from "@hono/node-server";
+import type { ServerType } from "@hono/node-server";
+import type { Hono } from "hono";
+import type { Logger } from "@ic/log";
+import { createPublisherApp } from "./app.ts";
+import { Catalog } from "./catalog.ts";
+import { systemClock } from "./clock.ts";
+import type { Clock } from "./clock.ts";
+import type { PublisherConfig } from "./config.ts";
+import { PUBLIC_DIR } from "./config.ts";
+import { Detector } from "./detector.ts";
+import { errorMessage } from "./errors.ts";
+import { createHubClient } from "./hub-client.ts";
+import type { HubClient } from "./hub-client.ts";
+import { JobManager } from "./jobs.ts";
+import { runPublish } from "./publish.ts";
+import { TokenStore } from "./token-store.ts";
+
+export const BIND_HOST = "127.0.0.1";
+
+export interface PublisherServerOptions {
+  readonly config: PublisherConfig;
+  readonly log: Logger;
+  /** HF_TOKEN from the environment. */
+  readonly envToken?: string | undefined;
+  readonly clock?: Clock;
+  /** Replaces the hub client built from the config (e.g. with a custom fetch). */
+  readonly hub?: HubClient;
+  readonly publicDir?: string;
+}
+
+export class PublisherServer {
+  readonly tokens: TokenStore;
+  readonly jobs: JobManager;
+  readonly catalog: Catalog;
+  readonly app: Hono;
+  private server: ServerType | null = null;
+  private stopped: Promise<void> | null = null;
+  private readonly log: Logger;
+  private address = "";
+
+  constructor(private readonly o: PublisherServerOptions) {
+    this.log = o.log.child({ component: "publisher" });
+    const c = o.config;
+    this.tokens = new TokenStore({ configDir: c.configDir, envToken: o.envToken, log: o.log });
+    const hub = o.hub ?? createHubClient({ hubUrl: c.hubUrl, token: () => this.tokens.get() });
+    this.jobs = new JobManager({
+      clock: o.clock ?? systemClock,
+      log: o.log,
+      retentionMs: c.retentionMs,
+      maxRunning: c.maxJobs,
+      secret: () => this.tokens.get(),
+    });
+    this.catalog = new Catalog({ path: c.catalogPath, log: o.log });
+    const workDir = c.workDir ?? tmpdir();
+    this.app = createPublisherApp({
+      tokens: this.tokens,
+      detector: new Detector({ hub, log: o.log }),
+      jobs: this.jobs,
+      catalog: this.catalog,
+      startPublish: (req) =>
+        this.jobs.start(`${req.baseModel} -> ${req.sidecarRepo}`, (ctx) =>
+          runPublish(req, ctx, { hub, workDir }),
+        ),
+      publicDir: o.publicDir ?? PUBLIC_DIR,
+      log: o.log,
+      hubUrl: c.hubUrl,
+    });
+  }
+
+  get url(): string {
+    return this.address;
+  }
+
+  async start(): Promise<string> {
+    if (this.server) return this.address;
+    await this.tokens.load();
+    try {
+      const n = (await this.catalog.load()).length;
+      this.log.info({ catalog: this.catalog.path, entries: n }, "catalog loaded");
+    } catch (err) {
+      this.log.error(
+        { catalog: this.catalog.path, err: errorMessage(err) },
+        "catalog failed to load; lookups will fail until it is fixed",
+      );
+    }
+    const server: ServerType = await new Promise((resolve, reject) => {
+      const s = serve(
+        { fetch: this.app.fetch, hostname: BIND_HOST, port: this.o.config.port },
+        () => resolve(s),
+      );
+      s.once("error", reject);
+    });
+    this.server = server;
+    this.address = `http://${BIND_HOST}:${(server.address() as AddressInfo).port}`;
+    this.log.info(
+      { url: this.address, hub: this.o.config.hubUrl ?? "https://huggingface.co" },
+      "weights publisher listening",
+    );
+    return this.address;
+  }
+
+  stop(): Promise<void> {
+    this.stopped ??= (async () => {
+      await this.jobs.stop();
+      const server = this.server;
+      if (server) {
+        await new Promise<void>((resolve) => {
+          server.close(() => resolve());
+          if ("closeAllConnections" in server) server.closeAllConnections();
+        });
+      }
+      this.log.info("weights publisher stopped");
+    })();
+    return this.stopped;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.stop();
+  }
+}
