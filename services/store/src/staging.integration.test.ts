@@ -256,6 +256,27 @@ describe("staging from a store host", () => {
   });
 });
 
+describe("a copy being downloaded", () => {
+  it("is skipped by a purge that arrives mid-transfer and completes intact", async () => {
+    await using store = await startStore();
+    await store.add("acme/m", { "w.gguf": 8 * MiB });
+    await using root = await tempDir("node");
+    await using node = client(root.path, store);
+    await node.start();
+    let purge: ReturnType<StagingClient["purge"]> | undefined;
+    const r = await node.stage(id("acme/m"), {
+      onProgress: () => {
+        purge ??= node.purge();
+      },
+    });
+    expect(await purge).toEqual({ deleted: [], freed_bytes: 0, skipped_in_use: ["acme/m"] });
+    expect(r.ok).toBe(true);
+    expect(await node.isStaged(id("acme/m"))).toBe(true);
+    const report = await node.storageReport({ eventLogBytes: 0 });
+    expect(report.staged_models[0]).toMatchObject({ complete: true, downloading: false });
+  });
+});
+
 describe("capacity pass before a transfer", () => {
   it("refuses with DownloadFailed and the byte arithmetic when no safe fit exists, deleting nothing", async () => {
     await using store = await startStore();
