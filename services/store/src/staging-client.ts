@@ -113,6 +113,8 @@ export interface StageProgress {
 }
 
 export interface StageOptions {
+  /** Store host to stage from for this call; overrides the client's `storeUrl` (the store may move). */
+  readonly storeUrl?: string | undefined;
   /** Companion repositories staged after the base, one transfer at a time, protected with it. */
   readonly companions?: readonly ModelId[] | undefined;
   readonly onProgress?: ((p: StageProgress) => void) | undefined;
@@ -441,16 +443,18 @@ export class StagingClient implements AsyncDisposable {
     request: readonly ModelId[],
     options: StageOptions,
   ): Promise<{ ok: true; model: StagedModel } | Omit<DownloadFailed, "staged">> {
-    if (this.state !== "running") {
-      return this.failure(modelId, "aborted", "staging client is not running");
+    // Staging works before start() too (the root is created on demand); only stop() refuses.
+    if (this.state === "stopped") {
+      return this.failure(modelId, "aborted", "staging client is stopped");
     }
+    const storeUrl = options.storeUrl ?? this.opts.storeUrl;
     const controller = new AbortController();
     const onAbort = () => controller.abort(options.signal?.reason);
     if (options.signal?.aborted) onAbort();
     options.signal?.addEventListener("abort", onAbort, { once: true });
     this.controllers.add(controller);
     try {
-      if (!this.opts.storeUrl) {
+      if (!storeUrl) {
         if (this.opts.hub) return await this.fromHub(modelId, options, controller.signal);
         return this.failure(
           modelId,
@@ -458,7 +462,7 @@ export class StagingClient implements AsyncDisposable {
           "no store URL and no model hub configured",
         );
       }
-      const m = await this.fetchManifest(modelId, controller.signal);
+      const m = await this.fetchManifest(storeUrl, modelId, controller.signal);
       if (m.kind === "unreachable" && this.opts.hub) {
         this.log.warn(
           { modelId, reason: m.message },
@@ -470,7 +474,15 @@ export class StagingClient implements AsyncDisposable {
         const cause = m.kind === "unreachable" ? "store_unreachable" : m.kind;
         return this.failure(modelId, cause, m.message);
       }
-      return await this.fromStore(modelId, m.manifest, request, options, controller.signal, true);
+      return await this.fromStore(
+        storeUrl,
+        modelId,
+        m.manifest,
+        request,
+        options,
+        controller.signal,
+        true,
+      );
     } finally {
       options.signal?.removeEventListener("abort", onAbort);
       this.controllers.delete(controller);
@@ -478,6 +490,7 @@ export class StagingClient implements AsyncDisposable {
   }
 
   private async fromStore(
+    storeUrl: string,
     modelId: ModelId,
     manifest: StoreManifest,
     request: readonly ModelId[],
@@ -485,6 +498,7 @@ export class StagingClient implements AsyncDisposable {
     signal: AbortSignal,
     allowLinks: boolean,
   ): Promise<{ ok: true; model: StagedModel } | Omit<DownloadFailed, "staged">> {
+    await mkdir(this.opts.root, { recursive: true });
     const dir = this.modelPath(modelId);
     const prior = await readRecord(dir, modelId);
     const priorRecord =
@@ -566,7 +580,7 @@ export class StagingClient implements AsyncDisposable {
         dir,
         plan,
         signal,
-        open: (file) => this.storeOpener(modelId, file),
+        open: (file) => this.storeOpener(storeUrl, modelId, file),
         onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
       });
       // Still marked downloading here, so no pass can delete the copy while it is finalized.
@@ -586,7 +600,7 @@ export class StagingClient implements AsyncDisposable {
       if (e instanceof LinkFailedError) {
         this.log.warn({ modelId, err: e }, "hardlink failed; admitting again as a copy");
         this.downloading.delete(modelId);
-        return await this.fromStore(modelId, manifest, request, options, signal, false);
+        return await this.fromStore(storeUrl, modelId, manifest, request, options, signal, false);
       }
       return this.transferFailure(modelId, e);
     } finally {
@@ -715,14 +729,18 @@ export class StagingClient implements AsyncDisposable {
 
   // ---- store access ----
 
-  private modelUrl(modelId: ModelId): string {
+  private modelUrl(storeUrl: string, modelId: ModelId): string {
     const [org, name] = modelId.split("/") as [string, string];
-    const base = (this.opts.storeUrl ?? "").replace(/\/+$/, "");
+    const base = storeUrl.replace(/\/+$/, "");
     return `${base}/store/models/${encodeURIComponent(org)}/${encodeURIComponent(name)}`;
   }
 
-  private async fetchManifest(modelId: ModelId, signal: AbortSignal): Promise<ManifestFetch> {
-    const url = `${this.modelUrl(modelId)}/manifest`;
+  private async fetchManifest(
+    storeUrl: string,
+    modelId: ModelId,
+    signal: AbortSignal,
+  ): Promise<ManifestFetch> {
+    const url = `${this.modelUrl(storeUrl, modelId)}/manifest`;
     const timeout = AbortSignal.timeout(this.opts.manifestTimeoutMs ?? 10_000);
     let res: Response;
     try {
@@ -731,7 +749,7 @@ export class StagingClient implements AsyncDisposable {
       if (signal.aborted) return { kind: "aborted", message: `staging ${modelId} aborted` };
       return {
         kind: "unreachable",
-        message: `store at ${this.opts.storeUrl} unreachable: ${errText(e)}`,
+        message: `store at ${storeUrl} unreachable: ${errText(e)}`,
       };
     }
     if (res.status === 404) {
@@ -769,8 +787,8 @@ export class StagingClient implements AsyncDisposable {
     return { kind: "ok", manifest: parsed.data };
   }
 
-  private storeOpener(modelId: ModelId, file: RecordFile): OpenAt {
-    const url = `${this.modelUrl(modelId)}/files/${file.path.split("/").map(encodeURIComponent).join("/")}`;
+  private storeOpener(storeUrl: string, modelId: ModelId, file: RecordFile): OpenAt {
+    const url = `${this.modelUrl(storeUrl, modelId)}/files/${file.path.split("/").map(encodeURIComponent).join("/")}`;
     return async (offset, signal) => {
       const headers: Record<string, string> = {};
       if (offset > 0) {

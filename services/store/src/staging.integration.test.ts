@@ -136,6 +136,24 @@ describe("staging from a store host", () => {
     expect(report.models_volume.free_bytes).toBeGreaterThan(0);
   });
 
+  it("stages from a store URL given per call, also before start()", async () => {
+    await using store = await startStore();
+    await store.add("acme/base", { "model.gguf": MiB });
+    await using root = await tempDir("node");
+    await using node = new StagingClient({
+      root: join(root.path, "not-yet-created"),
+      settings: { cleanupOnDeactivate: true, keepRecentBytes: 0, headroomBytes: 0 },
+      logger: silentLogger(),
+    });
+    const r = await node.stage(id("acme/base"), { storeUrl: store.url });
+    expect(r.ok && r.models[0]!.fetchedBytes).toBe(MiB);
+    await node.stop();
+    expect(await node.stage(id("acme/base"), { storeUrl: store.url })).toMatchObject({
+      ok: false,
+      cause: "aborted",
+    });
+  });
+
   it("hardlinks instead of copying when the store is on the same filesystem", async () => {
     await using store = await startStore();
     await store.add("acme/base", { "model.gguf": 3 * MiB });
