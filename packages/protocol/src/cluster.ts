@@ -57,6 +57,8 @@ export const ModelRecordSchema = z.object({
   /** Multi-token-prediction sidecar repository staged with the model. */
   mtp_sidecar: ModelIdSchema.optional(),
   registered_by: NodeIdSchema.optional(),
+  /** Base URL of the store host serving this model's files (manifest + Range downloads). */
+  store_url: z.string().optional(),
 });
 export type ModelRecord = z.infer<typeof ModelRecordSchema>;
 

@@ -1,20 +1,23 @@
 // One node: its embedded nats-server, the bus, telemetry, the cluster agent, the worker and the HTTP API.
 // Components start in dependency order and stop in reverse order; stop() is idempotent.
 import { randomUUID } from "node:crypto";
-import { join } from "node:path";
+import { basename, dirname } from "node:path";
 import type { Server } from "node:http";
 import { serve } from "@hono/node-server";
 import type { Hono } from "hono";
 import { Bus, NatsServer } from "@ic/bus";
 import type { Config } from "@ic/config";
-import { expandHome } from "@ic/config";
 import { locateEngine } from "@ic/engine";
 import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
 import type { EngineInfo } from "@ic/protocol";
 import { createGatewayApp } from "@ic/gateway";
 import { EventLog, eventRoutes } from "@ic/eventlog";
-import { LinkProber, LocalStager, scanModels, TelemetryCollector, Worker } from "@ic/worker";
+import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
+import { stagingFor } from "@ic/config";
+import { StoreHost, stagingSettings } from "@ic/store";
+import { StoreStager } from "./store-stager.ts";
+import { servePurge, storeRoutes } from "./store-routes.ts";
 
 export interface NodeOptions {
   readonly config: Config;
@@ -124,6 +127,16 @@ export class Node implements AsyncDisposable {
         }),
     });
     let worker: Worker | undefined;
+    // The store host (a node with store_path) serves registered artifacts under /store/models on this API.
+    const storeHost = cfg.store_path ? new StoreHost({ storePath: cfg.store_path, logger: log, headroomBytes: cfg.model_store.staging.headroom_gb * 1024 ** 3 }) : undefined;
+    if (storeHost) {
+      await storeHost.start();
+      this.stack.push({ name: "store-host", stop: () => storeHost.stop() });
+    }
+    const settings = stagingSettings(stagingFor(cfg, name));
+    // eslint-disable-next-line prefer-const
+    let stager: StoreStager;
+    const storeOpts = () => ({ bus, cluster: agent, stager, eventLog, nodeCachePath: cfg.node_cache_path, settings, name, log });
     const agent = new ClusterAgent({
       bus,
       log,
@@ -155,7 +168,7 @@ export class Node implements AsyncDisposable {
       restart: () => this.o.onRestartRequested?.(),
       infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
       contextSize: cfg.engine.context_size,
-      extensions: [(a) => eventRoutes(a, eventLog)],
+      extensions: [(a) => eventRoutes(a, eventLog), (a) => storeRoutes(a, storeOpts()), ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : [])],
     });
     agent.on({ event: (ev) => eventLog.append(ev) });
     this.app = app;
@@ -172,11 +185,15 @@ export class Node implements AsyncDisposable {
     }, cfg.cluster.heartbeat_ms);
     this.stack.push({ name: "links", stop: () => clearInterval(probe) });
 
-    // 6. Worker: runners for the instances assigned here.
-    const storeRoot = cfg.store_path ?? join(expandHome("~/.service"), "store");
+    // 6. Staging (startup reconciliation first) and the worker: runners for the instances assigned here.
+    stager = new StoreStager({ root: cfg.node_cache_path, settings, log, cluster: agent, storeLocalPath: cfg.store_path });
+    await stager.start();
+    this.stack.push({ name: "staging", stop: () => stager.stop() });
+    const unservePurge = servePurge(storeOpts());
+    this.stack.push({ name: "purge", stop: () => unservePurge() });
     worker = new Worker({
       cluster: agent,
-      stager: new LocalStager(storeRoot, cfg.node_cache_path),
+      stager,
       log,
       engine: () => this.engineInfo!,
       host: cfg.node.host,
@@ -194,21 +211,25 @@ export class Node implements AsyncDisposable {
     this.stack.push({ name: "worker", stop: () => worker!.stop() });
 
     // 7. A store host registers the models it holds once it has joined a session (and after each change).
-    if (cfg.store_path) {
-      const storePath = cfg.store_path;
+    if (storeHost) {
       let registeredFor: string | null = null;
       const register = async () => {
         if (!agent.synced || registeredFor === agent.sessionId) return;
         const session = agent.sessionId;
-        const models = await scanModels(storePath, log);
-        for (const m of models) {
+        await storeHost.registerAll();
+        const ids: string[] = [];
+        for (const manifest of storeHost.models()) {
+          const dir = storeHost.modelPath(manifest.model_id);
+          const rec = await readModelDir(dirname(dir), basename(dir), log);
+          if (!rec) continue;
           await agent.command({
             type: "RegisterModel",
-            model: { ...m, registered_by: agent.nodeId! },
+            model: { ...rec, bytes: manifest.total_bytes, registered_by: agent.nodeId!, store_url: this.apiUrl },
           });
+          ids.push(rec.model_id);
         }
         registeredFor = session;
-        log.info({ models: models.map((m) => m.model_id) }, "registered store models");
+        log.info({ models: ids }, "registered store models");
       };
       const t = setInterval(
         () => register().catch((e: unknown) => log.debug({ err: e }, "model registration retry")),

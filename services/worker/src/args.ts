@@ -39,7 +39,8 @@ export function serverArgs(i: ServerArgsInput): string[] {
     a.push("--rpc", i.rpcEndpoints.join(","));
     if (i.instance.sharding === "Tensor") {
       a.push("-sm", "row", "-ngl", String(i.totalLayers + 1));
-      const shares = (i.localGpu ? ranks : ranks.slice(1)).map((r) =>
+      // llama.cpp puts RPC devices first, then local GPUs: split shares follow that order.
+      const shares = (i.localGpu ? [...ranks.slice(1), ranks[0]!] : ranks.slice(1)).map((r) =>
         String(r.fraction ?? 1 / ranks.length),
       );
       a.push("-ts", shares.join(","));
@@ -59,7 +60,8 @@ export function serverArgs(i: ServerArgsInput): string[] {
         );
       } else {
         const offloaded = remote.reduce((s, n) => s + n, 0);
-        a.push("-sm", "layer", "-ngl", String(offloaded), "-ts", remote.join(","));
+        // -ngl counts the output layer too: it goes with the offloaded layers to the last remote rank.
+        a.push("-sm", "layer", "-ngl", String(offloaded + 1), "-ts", remote.join(","));
       }
     }
   } else {

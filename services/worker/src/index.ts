@@ -9,6 +9,5 @@ export { rpcArgs, serverArgs } from "./args.ts";
 export { Worker } from "./worker.ts";
 export type { WorkerOptions } from "./worker.ts";
 export type { ClusterPort, StagedModel, Stager } from "./ports.ts";
-export { LocalStager } from "./local-stager.ts";
-export { readModelDir, scanModels } from "./registry.ts";
+export { readModelDir } from "./registry.ts";
 export { freeTcpPort } from "./net.ts";

@@ -31,6 +31,8 @@ export interface StagedModel {
 /** Puts a model (and its companions) on local disk before a runner loads it. */
 export interface Stager {
   stage(model: ModelRecord, signal: AbortSignal): Promise<StagedModel>;
-  /** Records use (for LRU) and whether a live runner holds the model. */
-  setInUse(modelIds: readonly ModelId[]): void;
+  /** The models live runners on this node name directly, and the companions of those models. */
+  setInUse(live: readonly ModelId[], companions: readonly ModelId[]): void;
+  /** An instance using `modelId` was torn down here (the deactivation eviction trigger). */
+  released(modelId: ModelId): Promise<void>;
 }

@@ -83,22 +83,3 @@ export async function readModelDir(
     ...(mmproj ? { mmproj } : {}),
   };
 }
-
-export async function scanModels(root: string, log: Logger): Promise<ModelRecord[]> {
-  let entries: string[];
-  try {
-    entries = await readdir(root);
-  } catch {
-    return [];
-  }
-  const out: ModelRecord[] = [];
-  for (const e of entries) {
-    try {
-      const rec = await readModelDir(root, e, log);
-      if (rec) out.push(rec);
-    } catch (err) {
-      log.warn({ dir: e, err }, "skipping unreadable model directory");
-    }
-  }
-  return out;
-}

@@ -53,7 +53,7 @@ describe("serverArgs", () => {
   });
   it("Pipeline over rpc on a CPU rank 0: remote layers offloaded in rank order, rank 0 keeps its own", () => {
     const a = serverArgs({ ...base, instance: instance(3, "Pipeline", [2, 1, 1]), totalLayers: 4, rpcEndpoints: ["h1:1", "h2:2"] });
-    expect(a.join(" ")).toContain("--rpc h1:1,h2:2 -sm layer -ngl 2 -ts 1,1");
+    expect(a.join(" ")).toContain("--rpc h1:1,h2:2 -sm layer -ngl 3 -ts 1,1");
   });
   it("Tensor over rpc uses row split", () => {
     const a = serverArgs({ ...base, instance: instance(2, "Tensor", []), totalLayers: 4, rpcEndpoints: ["h1:1"], localGpu: true });

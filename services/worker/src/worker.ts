@@ -155,18 +155,15 @@ export class Worker implements AsyncDisposable {
       }
       this.reportIfStale(state, slot);
     }
-    this.o.stager.setInUse(this.inUseModels(state));
-  }
-
-  private inUseModels(state: ControlState): ModelId[] {
-    const out = new Set<ModelId>();
+    const live = new Set<ModelId>();
+    const companions = new Set<ModelId>();
     for (const s of this.slots.values()) {
-      out.add(s.instance.model_id);
+      live.add(s.instance.model_id);
       const m = state.models[s.instance.model_id];
-      if (m?.drafter) out.add(m.drafter);
-      if (m?.mtp_sidecar) out.add(m.mtp_sidecar);
+      if (m?.drafter) companions.add(m.drafter);
+      if (m?.mtp_sidecar) companions.add(m.mtp_sidecar);
     }
-    return [...out];
+    this.o.stager.setInUse([...live], [...companions]);
   }
 
   /** Remote ranks' endpoints in rank order, once all are ready; undefined otherwise. */
@@ -341,6 +338,9 @@ export class Worker implements AsyncDisposable {
     slot.abort.abort();
     this.slots.delete(slot.key);
     await slot.supervisor?.stop();
+    if (slot.rank === 0 && !this.stopped) {
+      await this.o.stager.released(slot.instance.model_id).catch((e: unknown) => this.log.warn({ err: e }, "deactivation eviction failed"));
+    }
   }
 
   async stop(): Promise<void> {

@@ -1,0 +1,111 @@
+// Adapts the store's StagingClient to the worker's Stager port: stages over HTTP from the store host
+// that registered the model, reports DownloadFailed to the master, and feeds in-use sets to eviction.
+import { join } from "node:path";
+import type { Logger } from "@ic/log";
+import { ServiceError } from "@ic/protocol";
+import type { ModelId, ModelRecord } from "@ic/protocol";
+import { StagingClient } from "@ic/store";
+import type { HubFallback, StagingSettings } from "@ic/store";
+import type { ClusterPort, StagedModel, Stager } from "@ic/worker";
+
+export interface StoreStagerOptions {
+  readonly root: string;
+  readonly settings: StagingSettings;
+  readonly log: Logger;
+  readonly cluster: ClusterPort;
+  /** This node's own store_path (hardlinks instead of copies when on the same filesystem). */
+  readonly storeLocalPath?: string | undefined;
+  readonly hub?: HubFallback | undefined;
+}
+
+export class StoreStager implements Stager, AsyncDisposable {
+  private client: StagingClient | undefined;
+  private clientUrl: string | undefined;
+  private live = new Set<ModelId>();
+  private companions = new Set<ModelId>();
+  private readonly log: Logger;
+
+  constructor(private readonly o: StoreStagerOptions) {
+    this.log = o.log.child({ component: "staging" });
+  }
+
+  /** Startup reconciliation of copies orphaned by a crashed session (eviction trigger 2). */
+  async start(): Promise<void> {
+    await this.clientFor(undefined);
+  }
+
+  /** The running staging client for a store URL (one store host per cluster; recreated if it moves). */
+  private async clientFor(storeUrl: string | undefined): Promise<StagingClient> {
+    if (this.client && (storeUrl === undefined || storeUrl === this.clientUrl)) return this.client;
+    const old = this.client;
+    const client = new StagingClient({
+      root: this.o.root,
+      storeUrl,
+      storeLocalPath: this.o.storeLocalPath,
+      settings: this.o.settings,
+      usage: () => ({ live: this.live, companions: this.companions }),
+      hub: this.o.hub,
+      logger: this.o.log,
+    });
+    await client.start();
+    this.client = client;
+    this.clientUrl = storeUrl;
+    if (old) await old.stop();
+    return client;
+  }
+
+  /** The current staging client (for reports and purges). */
+  get staging(): StagingClient {
+    if (!this.client) throw new Error("staging not started");
+    return this.client;
+  }
+
+  async stage(model: ModelRecord, signal: AbortSignal): Promise<StagedModel> {
+    const companions = [model.drafter, model.mtp_sidecar].filter((x): x is ModelId => Boolean(x));
+    for (const c of companions) this.companions.add(c);
+    this.live.add(model.model_id);
+    const client = await this.clientFor(model.store_url);
+    let lastLog = 0;
+    const r = await client.stage(model.model_id, {
+      companions,
+      signal,
+      onProgress: (p) => {
+        const now = Date.now();
+        if (now - lastLog < 2000 && p.doneBytes < p.totalBytes) return;
+        lastLog = now;
+        this.log.info({ model: p.modelId, file: p.file, done: p.doneBytes, total: p.totalBytes }, "staging progress");
+      },
+    });
+    if (!r.ok) {
+      await this.o.cluster
+        .command({ type: "ReportDownloadFailed", model_id: r.modelId, reason: r.message })
+        .catch((e: unknown) => this.log.warn({ err: e }, "could not report DownloadFailed"));
+      throw new ServiceError("download_failed", `DownloadFailed for ${r.modelId}: ${r.message}`);
+    }
+    const base = r.models.find((m) => m.modelId === model.model_id)!;
+    await client.touch(model.model_id);
+    return {
+      dir: base.path,
+      modelPath: join(base.path, model.file),
+      mmprojPath: model.mmproj ? join(base.path, model.mmproj) : undefined,
+    };
+  }
+
+  setInUse(live: readonly ModelId[], companions: readonly ModelId[]): void {
+    this.live = new Set(live);
+    this.companions = new Set(companions);
+  }
+
+  async released(modelId: ModelId): Promise<void> {
+    const out = await this.staging.deactivated([modelId]);
+    if (out.deleted.length > 0) this.log.info({ deleted: out.deleted, freed_bytes: out.freed_bytes }, "deactivation eviction");
+  }
+
+  async stop(): Promise<void> {
+    await this.client?.stop();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+}
