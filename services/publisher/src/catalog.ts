@@ -46,7 +46,10 @@ export function entryBlock(entry: NewCatalogEntry): string {
 }
 
 /** Which unique field of `entry` already exists in `entries`, or null. Pure. */
-export function collision(entries: readonly CatalogEntry[], entry: NewCatalogEntry): string | null {
+export function collision(
+  entries: ReadonlyArray<Pick<CatalogEntry, "key" | "hf_repo" | "output_name">>,
+  entry: NewCatalogEntry,
+): string | null {
   for (const e of entries) {
     if (same(e.key, entry.key)) return `catalog already has an entry with key "${entry.key}"`;
     if (same(e.hf_repo, entry.hf_repo))
