@@ -277,13 +277,21 @@ export async function waitForConvergence(
 /** Writes the tiny test model (and optionally its drafter) into `<store>/<org>--<name>/`. */
 export async function seedStore(
   store: string,
-  opts: { modelId?: string; drafterId?: string; layers?: number } = {},
+  opts: { modelId?: string; drafterId?: string; layers?: number; slow?: boolean } = {},
 ): Promise<{ store: string; modelId: string; drafterId?: string }> {
   const { writeTinyModel } = await import("@ic/gguf");
   const modelId = opts.modelId ?? "test/tiny-llama";
   const dir = join(store, modelId.replace("/", "--"));
   mkdirSync(dir, { recursive: true });
-  await writeTinyModel(join(dir, "tiny-llama.gguf"), opts.layers ? { nLayer: opts.layers } : {});
+  // `slow`: a wider model (~30 MB, F16) that generates a few hundred tokens per second on one thread,
+  // so a stream stays open long enough for failure tests to kill a node mid-generation.
+  const shape = opts.slow
+    ? { nEmbd: 384, nHead: 6, nHeadKv: 2, nFf: 1536, nLayer: 6, weightType: "F16" as const }
+    : {};
+  await writeTinyModel(join(dir, "tiny-llama.gguf"), {
+    ...shape,
+    ...(opts.layers ? { nLayer: opts.layers } : {}),
+  });
   if (opts.drafterId) {
     const ddir = join(store, opts.drafterId.replace("/", "--"));
     mkdirSync(ddir, { recursive: true });

@@ -128,15 +128,18 @@ export class Node implements AsyncDisposable {
     });
     let worker: Worker | undefined;
     // The store host (a node with store_path) serves registered artifacts under /store/models on this API.
-    const storeHost = cfg.store_path ? new StoreHost({ storePath: cfg.store_path, logger: log, headroomBytes: cfg.model_store.staging.headroom_gb * 1024 ** 3 }) : undefined;
+    const storeHost = cfg.store_path
+      ? new StoreHost({
+          storePath: cfg.store_path,
+          logger: log,
+          headroomBytes: cfg.model_store.staging.headroom_gb * 1024 ** 3,
+        })
+      : undefined;
     if (storeHost) {
       await storeHost.start();
       this.stack.push({ name: "store-host", stop: () => storeHost.stop() });
     }
     const settings = stagingSettings(stagingFor(cfg, name));
-    // eslint-disable-next-line prefer-const
-    let stager: StoreStager;
-    const storeOpts = () => ({ bus, cluster: agent, stager, eventLog, nodeCachePath: cfg.node_cache_path, settings, name, log });
     const agent = new ClusterAgent({
       bus,
       log,
@@ -161,6 +164,26 @@ export class Node implements AsyncDisposable {
       }),
     });
     this.agent = agent;
+    // Staging: startup reconciliation of orphaned copies runs before any runner starts.
+    const stager = new StoreStager({
+      root: cfg.node_cache_path,
+      settings,
+      log,
+      cluster: agent,
+      storeLocalPath: cfg.store_path,
+    });
+    await stager.start();
+    this.stack.push({ name: "staging", stop: () => stager.stop() });
+    const storeOpts = {
+      bus,
+      cluster: agent,
+      stager,
+      eventLog,
+      nodeCachePath: cfg.node_cache_path,
+      settings,
+      name,
+      log,
+    };
     app = createGatewayApp({
       cluster: agent,
       log,
@@ -168,7 +191,11 @@ export class Node implements AsyncDisposable {
       restart: () => this.o.onRestartRequested?.(),
       infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
       contextSize: cfg.engine.context_size,
-      extensions: [(a) => eventRoutes(a, eventLog), (a) => storeRoutes(a, storeOpts()), ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : [])],
+      extensions: [
+        (a) => eventRoutes(a, eventLog),
+        (a) => storeRoutes(a, storeOpts),
+        ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : []),
+      ],
     });
     agent.on({ event: (ev) => eventLog.append(ev) });
     this.app = app;
@@ -185,11 +212,8 @@ export class Node implements AsyncDisposable {
     }, cfg.cluster.heartbeat_ms);
     this.stack.push({ name: "links", stop: () => clearInterval(probe) });
 
-    // 6. Staging (startup reconciliation first) and the worker: runners for the instances assigned here.
-    stager = new StoreStager({ root: cfg.node_cache_path, settings, log, cluster: agent, storeLocalPath: cfg.store_path });
-    await stager.start();
-    this.stack.push({ name: "staging", stop: () => stager.stop() });
-    const unservePurge = servePurge(storeOpts());
+    // 6. Purge broadcasts and the worker: runners for the instances assigned here.
+    const unservePurge = servePurge(storeOpts);
     this.stack.push({ name: "purge", stop: () => unservePurge() });
     worker = new Worker({
       cluster: agent,
@@ -224,7 +248,12 @@ export class Node implements AsyncDisposable {
           if (!rec) continue;
           await agent.command({
             type: "RegisterModel",
-            model: { ...rec, bytes: manifest.total_bytes, registered_by: agent.nodeId!, store_url: this.apiUrl },
+            model: {
+              ...rec,
+              bytes: manifest.total_bytes,
+              registered_by: agent.nodeId!,
+              store_url: this.apiUrl,
+            },
           });
           ids.push(rec.model_id);
         }

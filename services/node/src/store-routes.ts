@@ -29,10 +29,28 @@ export function servePurge(o: StoreRouteOptions): () => void {
   return o.bus.respond("storePurge", async (req): Promise<PurgeReply> => {
     try {
       const out = await o.stager.staging.purge(req.model_id);
-      o.log.info({ model: req.model_id ?? "(all idle)", deleted: out.deleted, freed_bytes: out.freed_bytes }, "purged staging");
-      return { peer_key: o.cluster.peerKey, name: o.name, ok: true, deleted: out.deleted, freed_bytes: out.freed_bytes, skipped_in_use: out.skipped_in_use };
+      o.log.info(
+        { model: req.model_id ?? "(all idle)", deleted: out.deleted, freed_bytes: out.freed_bytes },
+        "purged staging",
+      );
+      return {
+        peer_key: o.cluster.peerKey,
+        name: o.name,
+        ok: true,
+        deleted: out.deleted,
+        freed_bytes: out.freed_bytes,
+        skipped_in_use: out.skipped_in_use,
+      };
     } catch (e) {
-      return { peer_key: o.cluster.peerKey, name: o.name, ok: false, deleted: [], freed_bytes: 0, skipped_in_use: [], error: toWireError(e) };
+      return {
+        peer_key: o.cluster.peerKey,
+        name: o.name,
+        ok: false,
+        deleted: [],
+        freed_bytes: 0,
+        skipped_in_use: [],
+        error: toWireError(e),
+      };
     }
   });
 }
@@ -49,7 +67,7 @@ export function storeRoutes(app: Hono, o: StoreRouteOptions): void {
       settings: o.settings,
       nowMs: Date.now(),
     });
-    return c.json({ ...report, event_log: { mode: usage.mode, active_bytes: usage.active_bytes, archive_bytes: usage.archive_bytes } });
+    return c.json(report);
   });
 
   app.post("/store/purge-staging", async (c) => {

@@ -73,7 +73,10 @@ export class StoreStager implements Stager, AsyncDisposable {
         const now = Date.now();
         if (now - lastLog < 2000 && p.doneBytes < p.totalBytes) return;
         lastLog = now;
-        this.log.info({ model: p.modelId, file: p.file, done: p.doneBytes, total: p.totalBytes }, "staging progress");
+        this.log.info(
+          { model: p.modelId, file: p.file, done: p.doneBytes, total: p.totalBytes },
+          "staging progress",
+        );
       },
     });
     if (!r.ok) {
@@ -98,7 +101,11 @@ export class StoreStager implements Stager, AsyncDisposable {
 
   async released(modelId: ModelId): Promise<void> {
     const out = await this.staging.deactivated([modelId]);
-    if (out.deleted.length > 0) this.log.info({ deleted: out.deleted, freed_bytes: out.freed_bytes }, "deactivation eviction");
+    if (out.deleted.length > 0)
+      this.log.info(
+        { deleted: out.deleted, freed_bytes: out.freed_bytes },
+        "deactivation eviction",
+      );
   }
 
   async stop(): Promise<void> {

@@ -33,7 +33,9 @@ export function serverArgs(i: ServerArgsInput): string[] {
     "-c",
     String(i.contextSize),
   ];
-  a.push("-fit", "off", "--metrics", "--no-webui");
+  // -lv 4: the runner log then shows each device's buffers (RPC0[...], CPU_Mapped), per-request
+  // timings and speculative-decoding statistics -- what the health checklist reads.
+  a.push("-fit", "off", "--metrics", "--no-webui", "-lv", "4");
   const ranks = i.instance.assignments;
   if (ranks.length > 1) {
     a.push("--rpc", i.rpcEndpoints.join(","));

@@ -24,7 +24,16 @@ const inst: Instance = {
   model_id: "test/tiny" as ModelId,
   sharding: "Pipeline",
   created_at: 0,
-  assignments: [{ node_id: "n" as NodeId, peer_key: "p", rank: 0, layers: 4, weight_bytes: 1, required_bytes: 1 }],
+  assignments: [
+    {
+      node_id: "n" as NodeId,
+      peer_key: "p",
+      rank: 0,
+      layers: 4,
+      weight_bytes: 1,
+      required_bytes: 1,
+    },
+  ],
 };
 
 async function realSpec(over: Partial<RunnerSpec> = {}): Promise<RunnerSpec> {
@@ -37,7 +46,18 @@ async function realSpec(over: Partial<RunnerSpec> = {}): Promise<RunnerSpec> {
     rank: 0,
     role: "server",
     bin: engine.server_bin!,
-    args: serverArgs({ instance: inst, modelPath: model.path, host: "127.0.0.1", port, contextSize: 256, gpuLayers: 0, totalLayers: 4, rpcEndpoints: [], localGpu: false, extraArgs: [] }),
+    args: serverArgs({
+      instance: inst,
+      modelPath: model.path,
+      host: "127.0.0.1",
+      port,
+      contextSize: 256,
+      gpuLayers: 0,
+      totalLayers: 4,
+      rpcEndpoints: [],
+      localGpu: false,
+      extraArgs: [],
+    }),
     host: "127.0.0.1",
     port,
     warmupDeadlineMs: 30_000,
@@ -65,10 +85,16 @@ describe("RunnerSupervisor with the real llama-server", () => {
     const spec = await realSpec();
     const sup = new RunnerSupervisor(spec, log, (s) => states.push(s));
     sup.start();
-    await waitFor(() => (sup.current.state === "RunnerReady" ? true : undefined), { timeoutMs: 30_000, what: "ready" });
+    await waitFor(() => (sup.current.state === "RunnerReady" ? true : undefined), {
+      timeoutMs: 30_000,
+      what: "ready",
+    });
     const pid1 = sup.current.pid!;
     process.kill(pid1, "SIGKILL");
-    await waitFor(() => (sup.current.state === "RunnerReady" && sup.current.pid !== pid1 ? true : undefined), { timeoutMs: 30_000, what: "restart" });
+    await waitFor(
+      () => (sup.current.state === "RunnerReady" && sup.current.pid !== pid1 ? true : undefined),
+      { timeoutMs: 30_000, what: "restart" },
+    );
     expect(sup.current.restarts).toBe(1);
     const r = await fetch(`${sup.endpoint}/health`);
     expect(r.status).toBe(200);
@@ -85,9 +111,14 @@ describe("RunnerSupervisor with the real llama-server", () => {
     const spec = await realSpec({ bin: fixturePath("slow-engine.sh"), warmupDeadlineMs: 1000 });
     const sup = new RunnerSupervisor(spec, log, () => {});
     sup.start();
-    await waitFor(() => (sup.current.state === "RunnerFailed" ? true : undefined), { timeoutMs: 10_000, what: "RunnerFailed" });
+    await waitFor(() => (sup.current.state === "RunnerFailed" ? true : undefined), {
+      timeoutMs: 10_000,
+      what: "RunnerFailed",
+    });
     expect(sup.current.reason).toBe("warmup exceeded its deadline");
-    const critical = lines.map((l) => JSON.parse(l) as { level: number; msg: string }).find((l) => l.msg.startsWith("CRITICAL"));
+    const critical = lines
+      .map((l) => JSON.parse(l) as { level: number; msg: string })
+      .find((l) => l.msg.startsWith("CRITICAL"));
     expect(critical?.level).toBe(60);
     expect(critical?.msg).toMatch(/reboot the machine/);
     // No restart after a deadline: still failed a moment later.

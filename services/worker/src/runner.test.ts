@@ -8,20 +8,47 @@ const half = () => 0.5;
 
 describe("nextRunnerAction", () => {
   it("restarts a crash with exponential backoff", () => {
-    expect(nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 0, spec, half)).toEqual({ action: "restart", delayMs: 1000, crashes: 1 });
-    expect(nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 2, spec, half)).toEqual({ action: "restart", delayMs: 4000, crashes: 3 });
+    expect(
+      nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 0, spec, half),
+    ).toEqual({ action: "restart", delayMs: 1000, crashes: 1 });
+    expect(
+      nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 2, spec, half),
+    ).toEqual({ action: "restart", delayMs: 4000, crashes: 3 });
   });
   it("jitters the delay within +-20%", () => {
-    expect(nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 0, spec, () => 0)).toMatchObject({ delayMs: 800 });
-    expect(nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 0, spec, () => 1)).toMatchObject({ delayMs: 1200 });
+    expect(
+      nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 0, spec, () => 0),
+    ).toMatchObject({ delayMs: 800 });
+    expect(
+      nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 0, spec, () => 1),
+    ).toMatchObject({ delayMs: 1200 });
   });
   it("resets the backoff after a healthy uptime", () => {
-    expect(nextRunnerAction({ kind: "exited", code: 139, signal: undefined, uptimeMs: 120_000 }, 4, spec, half)).toEqual({ action: "restart", delayMs: 1000, crashes: 1 });
-    expect(nextRunnerAction({ kind: "exited", code: 139, signal: undefined, uptimeMs: 10 }, 1, spec, half)).toEqual({ action: "restart", delayMs: 2000, crashes: 2 });
+    expect(
+      nextRunnerAction(
+        { kind: "exited", code: 139, signal: undefined, uptimeMs: 120_000 },
+        4,
+        spec,
+        half,
+      ),
+    ).toEqual({ action: "restart", delayMs: 1000, crashes: 1 });
+    expect(
+      nextRunnerAction(
+        { kind: "exited", code: 139, signal: undefined, uptimeMs: 10 },
+        1,
+        spec,
+        half,
+      ),
+    ).toEqual({ action: "restart", delayMs: 2000, crashes: 2 });
   });
   it("fails after too many crashes in a row, and on a warmup deadline without restarting", () => {
-    expect(nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 5, spec, half)).toMatchObject({ action: "fail" });
-    expect(nextRunnerAction({ kind: "deadline" }, 0, spec, half)).toEqual({ action: "fail", reason: "warmup exceeded its deadline" });
+    expect(
+      nextRunnerAction({ kind: "crashed", code: 1, signal: undefined }, 5, spec, half),
+    ).toMatchObject({ action: "fail" });
+    expect(nextRunnerAction({ kind: "deadline" }, 0, spec, half)).toEqual({
+      action: "fail",
+      reason: "warmup exceeded its deadline",
+    });
   });
   it("does nothing after a requested stop", () => {
     expect(nextRunnerAction({ kind: "stopped" }, 3, spec, half)).toEqual({ action: "none" });
@@ -44,23 +71,53 @@ function instance(nodes: number, sharding: "Pipeline" | "Tensor", layers: number
     })),
   };
 }
-const base = { modelPath: "/s/m.gguf", host: "127.0.0.1", port: 9000, contextSize: 512, gpuLayers: 999, rpcEndpoints: [] as string[], localGpu: false, extraArgs: [] as string[] };
+const base = {
+  modelPath: "/s/m.gguf",
+  host: "127.0.0.1",
+  port: 9000,
+  contextSize: 512,
+  gpuLayers: 999,
+  rpcEndpoints: [] as string[],
+  localGpu: false,
+  extraArgs: [] as string[],
+};
 
 describe("serverArgs", () => {
   it("single node: explicit host, port, context, -fit off, metrics, -ngl, alias", () => {
     const a = serverArgs({ ...base, instance: instance(1, "Pipeline", [4]), totalLayers: 4 });
-    expect(a.join(" ")).toBe("-m /s/m.gguf --alias org/m --host 127.0.0.1 --port 9000 -c 512 -fit off --metrics --no-webui -ngl 999");
+    expect(a.join(" ")).toBe(
+      "-m /s/m.gguf --alias org/m --host 127.0.0.1 --port 9000 -c 512 -fit off --metrics --no-webui -lv 4 -ngl 999",
+    );
   });
   it("Pipeline over rpc on a CPU rank 0: remote layers offloaded in rank order, rank 0 keeps its own", () => {
-    const a = serverArgs({ ...base, instance: instance(3, "Pipeline", [2, 1, 1]), totalLayers: 4, rpcEndpoints: ["h1:1", "h2:2"] });
+    const a = serverArgs({
+      ...base,
+      instance: instance(3, "Pipeline", [2, 1, 1]),
+      totalLayers: 4,
+      rpcEndpoints: ["h1:1", "h2:2"],
+    });
     expect(a.join(" ")).toContain("--rpc h1:1,h2:2 -sm layer -ngl 3 -ts 1,1");
   });
   it("Tensor over rpc uses row split", () => {
-    const a = serverArgs({ ...base, instance: instance(2, "Tensor", []), totalLayers: 4, rpcEndpoints: ["h1:1"], localGpu: true });
+    const a = serverArgs({
+      ...base,
+      instance: instance(2, "Tensor", []),
+      totalLayers: 4,
+      rpcEndpoints: ["h1:1"],
+      localGpu: true,
+    });
     expect(a.join(" ")).toContain("--rpc h1:1 -sm row -ngl 5 -ts 0.5,0.5");
   });
   it("a drafter adds -md with draft-simple speculation; vision weights add --mmproj", () => {
-    const a = serverArgs({ ...base, instance: instance(1, "Pipeline", [4]), totalLayers: 4, drafterPath: "/s/d.gguf", mmprojPath: "/s/mm.gguf" });
-    expect(a.join(" ")).toContain("-md /s/d.gguf -ngld 999 --spec-type draft-simple --mmproj /s/mm.gguf");
+    const a = serverArgs({
+      ...base,
+      instance: instance(1, "Pipeline", [4]),
+      totalLayers: 4,
+      drafterPath: "/s/d.gguf",
+      mmprojPath: "/s/mm.gguf",
+    });
+    expect(a.join(" ")).toContain(
+      "-md /s/d.gguf -ngld 999 --spec-type draft-simple --mmproj /s/mm.gguf",
+    );
   });
 });

@@ -339,7 +339,9 @@ export class Worker implements AsyncDisposable {
     this.slots.delete(slot.key);
     await slot.supervisor?.stop();
     if (slot.rank === 0 && !this.stopped) {
-      await this.o.stager.released(slot.instance.model_id).catch((e: unknown) => this.log.warn({ err: e }, "deactivation eviction failed"));
+      await this.o.stager
+        .released(slot.instance.model_id)
+        .catch((e: unknown) => this.log.warn({ err: e }, "deactivation eviction failed"));
     }
   }
 
