@@ -162,12 +162,22 @@ function follow(jobId) {
     }
   };
   source.onerror = () => {
-    // A 404 (evicted job) closes the EventSource; a dropped connection reconnects on its own.
-    if (source && source.readyState === EventSource.CLOSED && !finished) {
-      setJobState("job no longer available");
-      sessionStorage.removeItem(JOB_KEY);
-      source = null;
-    }
+    // A dropped connection reconnects on its own; a refused one (404: evicted) closes the source.
+    // Ask the server which it was before forgetting the job: a page unload also lands here.
+    if (!source || source.readyState !== EventSource.CLOSED || finished) return;
+    source = null;
+    const probe = new AbortController();
+    fetch(`/api/stream/${encodeURIComponent(jobId)}`, { signal: probe.signal })
+      .then((res) => {
+        probe.abort();
+        if (res.status === 404) {
+          setJobState("job no longer available");
+          sessionStorage.removeItem(JOB_KEY);
+        } else {
+          follow(jobId);
+        }
+      })
+      .catch(() => undefined);
   };
 }
 
@@ -234,6 +244,12 @@ $("find-form").addEventListener("submit", async (ev) => {
 refreshToken().catch((err) => {
   $("token-message").className = "error";
   $("token-message").textContent = err.message;
+});
+// Leaving or reloading the page closes the stream first, so its error handler does not
+// mistake the unload for a vanished job; the job keeps running and a reload resumes it.
+window.addEventListener("pagehide", () => {
+  if (source) source.close();
+  source = null;
 });
 const resumeJob = sessionStorage.getItem(JOB_KEY);
 if (resumeJob) follow(resumeJob);
