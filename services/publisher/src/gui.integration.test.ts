@@ -126,10 +126,9 @@ describe("publisher GUI in headless Chromium", () => {
       expect(log).toMatch(/uploading mtp\.safetensors: (\d+)\/\1 bytes \(100%\)/);
       expect(log.trimEnd().endsWith("publish complete")).toBe(true);
       expect(await page.getAttribute("#publish-progress", "value")).toBe("100");
+      // The live property, not just the attribute.
       expect(
-        await page.evaluate(
-          () => (document.getElementById("publish-progress") as HTMLProgressElement).value,
-        ),
+        await page.$eval("#publish-progress", (el) => (el as unknown as { value: number }).value),
       ).toBe(100);
       await shot("05-published");
     } finally {
