@@ -14,8 +14,13 @@ export default tseslint.config(
     rules: {
       "@typescript-eslint/no-floating-promises": "error",
       "@typescript-eslint/consistent-type-imports": "error",
-      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
+      "@typescript-eslint/no-unused-vars": [
+        "error",
+        { argsIgnorePattern: "^_", varsIgnorePattern: "^_" },
+      ],
       "no-console": "error",
+      // Late-bound handles (a server's handler wired before the app exists) are read before assignment.
+      "prefer-const": ["error", { ignoreReadBeforeAssign: true }],
     },
   },
   {

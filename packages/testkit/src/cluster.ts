@@ -308,6 +308,14 @@ export async function placeAndWait(
   body: Record<string, unknown>,
   timeoutMs = 60_000,
 ): Promise<{ instance_id: string; assignments: { node_id: string; rank: number }[] }> {
+  // The store host registers its models shortly after joining the session.
+  await waitFor(
+    async () => {
+      const s = await node.get<{ models: { model_id: string }[] }>("/state");
+      return s.models.some((m) => m.model_id === body.model_id) ? true : undefined;
+    },
+    { timeoutMs, intervalMs: 100, what: `model ${String(body.model_id)} registered` },
+  );
   const r = await fetch(`${node.apiUrl}/place_instance`, {
     method: "POST",
     headers: { "content-type": "application/json" },

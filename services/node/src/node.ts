@@ -102,9 +102,10 @@ export class Node implements AsyncDisposable {
     const server = await new Promise<Server>((resolve, reject) => {
       const s = serve(
         {
-          fetch: (req) =>
+          // The Node request/response pair (env) goes along: streaming responses write to it directly.
+          fetch: (req, env) =>
             app
-              ? app.fetch(req)
+              ? app.fetch(req, env)
               : Response.json(
                   { error: { code: "unavailable", message: "node starting" } },
                   { status: 503 },

@@ -60,8 +60,12 @@ async function gpuVisible(): Promise<{ visible: boolean; controllers: Gpu[] }> {
   }
 }
 
+/** The PCI device list does not change while a node runs; re-read it only this often. */
+const GRAPHICS_REFRESH_MS = 60_000;
+
 export class TelemetryCollector implements AsyncDisposable {
   private latest: Telemetry | null = null;
+  private graphics: { at: number; value: Awaited<ReturnType<typeof gpuVisible>> } | undefined;
   private health: HealthEntry[] = [];
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;

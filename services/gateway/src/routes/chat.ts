@@ -3,6 +3,8 @@
 // (TaskFailed), a lost master (session change) or a dead upstream ends the request within seconds with
 // an error -- an SSE error event for streams, a 500 for non-streaming requests.
 import { randomUUID } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Hono } from "hono";
 import { z } from "zod";
 import { errorBody, ServiceError } from "@ic/protocol";
@@ -10,6 +12,7 @@ import type { CommandId, SessionId, TaskId } from "@ic/protocol";
 import { servingInstance } from "@ic/state";
 import type { Logger } from "@ic/log";
 import { parseJson } from "../errors.ts";
+import { IdRewriter, postUpstream, readAll } from "../upstream.ts";
 import type { ClusterView } from "../ports.ts";
 
 const ContentPart = z.object({ type: z.string() }).passthrough();
@@ -105,7 +108,8 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
         },
       );
     }
-    const commandId = `chatcmpl-${randomUUID()}` as CommandId;
+    // 32 characters after the prefix, like llama-server's own ids (see the streaming rewrite).
+    const commandId = `chatcmpl-${randomUUID().replaceAll("-", "")}` as CommandId;
     const session = cluster.sessionId;
     let taskId: TaskId | undefined;
     const watch = watchFailure(cluster, () => taskId, session);
@@ -128,26 +132,27 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       }
     };
 
-    // The task is created by the master while the upstream request is already on its way.
+    // The upstream request leaves first; the master creates the task while the engine starts working.
+    const upstreamP = postUpstream(
+      `${target.endpoint}/v1/chat/completions`,
+      JSON.stringify(body),
+      upstreamAbort.signal,
+    );
+    upstreamP.catch(() => {});
     const taskP = cluster.command({
       type: "CreateTask",
       command_id: commandId,
       model_id: target.instance.model_id,
       instance_id: target.instance.instance_id,
     });
-    const upstreamP = fetch(`${target.endpoint}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify(body),
-      signal: upstreamAbort.signal,
-    });
-    upstreamP.catch(() => {});
-    let upstream: Response;
+    const failed = watch.failed.then((e) => Promise.reject(e));
+    failed.catch(() => {});
+    let upstream: IncomingMessage;
     try {
-      const reply = await Promise.race([taskP, watch.failed.then((e) => Promise.reject(e))]);
+      const reply = await Promise.race([taskP, failed]);
       taskId = reply.task_id;
       if (taskId) o.onTask?.({ taskId, commandId, modelId: body.model, phase: "start" });
-      upstream = await Promise.race([upstreamP, watch.failed.then((e) => Promise.reject(e))]);
+      upstream = await Promise.race([upstreamP, failed]);
     } catch (e) {
       upstreamAbort.abort();
       cleanup(false);
@@ -163,29 +168,25 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       "x-command-id": commandId,
       "x-instance-id": target.instance.instance_id,
     };
+    const status = upstream.statusCode ?? 502;
 
-    if (!upstream.ok) {
-      const text = await upstream.text().catch(() => "");
+    if (status !== 200) {
+      const text = (await readAll(upstream).catch(() => Buffer.alloc(0))).toString();
       cleanup(false);
       // The engine's own 4xx (e.g. context too long) is the client's problem; pass it through as is.
-      if (upstream.status >= 400 && upstream.status < 500) {
+      if (status >= 400 && status < 500) {
         return new Response(text, {
-          status: upstream.status,
+          status,
           headers: { ...headers, "content-type": "application/json" },
         });
       }
-      throw new ServiceError(
-        "upstream_failed",
-        `engine answered ${upstream.status}: ${text.slice(0, 500)}`,
-      );
+      throw new ServiceError("upstream_failed", `engine answered ${status}: ${text.slice(0, 500)}`);
     }
 
     if (!body.stream) {
       try {
-        const json = (await Promise.race([
-          upstream.json(),
-          watch.failed.then((e) => Promise.reject(e)),
-        ])) as Record<string, unknown>;
+        const raw = await Promise.race([readAll(upstream), failed]);
+        const json = JSON.parse(raw.toString()) as Record<string, unknown>;
         cleanup(true);
         return c.json({ ...json, id: commandId }, 200, headers);
       } catch (e) {
@@ -200,82 +201,76 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       }
     }
 
-    // Streaming: forward complete SSE lines as they arrive, rewriting the engine's id to the command id.
-    const reader = upstream.body!.getReader();
-    const enc = new TextEncoder();
-    const dec = new TextDecoder();
-    let upstreamId: string | undefined;
-    let carry = "";
-    let finished = false;
-    const stream = new ReadableStream<Uint8Array>({
-      start: (controller) => {
-        const finish = (err?: ServiceError) => {
-          if (finished) return;
-          finished = true;
-          if (err) {
-            controller.enqueue(enc.encode(`data: ${JSON.stringify(errorBody(err))}\n\n`));
-            upstreamAbort.abort();
-          }
-          cleanup(!err);
+    // Streaming: complete SSE lines are forwarded as they arrive (id rewritten in place). Under
+    // @hono/node-server they go straight to the Node response; elsewhere through a web stream.
+    const rewriter = new IdRewriter(commandId);
+    const sseHeaders = {
+      ...headers,
+      "content-type": "text/event-stream",
+      "cache-control": "no-cache",
+      connection: "keep-alive",
+      "x-accel-buffering": "no",
+    };
+    const outgoing = (c.env as { outgoing?: ServerResponse } | undefined)?.outgoing;
+    let sink: { write(b: Buffer): void; end(): void };
+    let web: ReadableStream<Uint8Array> | undefined;
+    if (outgoing) {
+      outgoing.writeHead(200, sseHeaders);
+      outgoing.socket?.setNoDelay(true);
+      sink = { write: (b) => void outgoing.write(b), end: () => outgoing.end() };
+      outgoing.on("close", () => {
+        if (!outgoing.writableFinished) onClientGone();
+      });
+    } else {
+      let ctl!: ReadableStreamDefaultController<Uint8Array>;
+      web = new ReadableStream<Uint8Array>({
+        start: (k) => void (ctl = k),
+        cancel: () => onClientGone(),
+      });
+      sink = {
+        write: (b) => ctl.enqueue(b),
+        end: () => {
           try {
-            controller.close();
+            ctl.close();
           } catch {
             // already closed by a client disconnect
           }
-        };
-        void watch.failed.then((e) => finish(e));
-        const pump = async () => {
-          try {
-            for (;;) {
-              const { value, done } = await reader.read();
-              if (finished) return;
-              if (done) break;
-              const text = carry + dec.decode(value, { stream: true });
-              const cut = text.lastIndexOf("\n");
-              if (cut < 0) {
-                carry = text;
-                continue;
-              }
-              carry = text.slice(cut + 1);
-              let out = text.slice(0, cut + 1);
-              if (upstreamId === undefined) {
-                const m = /"id":"([^"]+)"/.exec(out);
-                if (m) upstreamId = m[1];
-              }
-              if (upstreamId) out = out.split(`"id":"${upstreamId}"`).join(`"id":"${commandId}"`);
-              controller.enqueue(enc.encode(out));
-            }
-            if (carry) controller.enqueue(enc.encode(carry));
-            finish();
-          } catch (e) {
-            if (clientSignal.aborted) return finish();
-            finish(
-              new ServiceError(
-                "instance_lost",
-                `the engine stream broke: ${(e as Error).message}; retry`,
-              ),
-            );
-          }
-        };
-        void pump();
-      },
-      cancel: () => {
-        upstreamAbort.abort(new Error("client disconnected"));
-        if (!finished) {
-          finished = true;
-          cleanup(false);
-        }
-      },
+        },
+      };
+    }
+    let finished = false;
+    const finish = (err?: ServiceError) => {
+      if (finished) return;
+      finished = true;
+      if (err) {
+        sink.write(Buffer.from(`data: ${JSON.stringify(errorBody(err))}\n\n`));
+        upstreamAbort.abort();
+      }
+      cleanup(!err);
+      sink.end();
+    };
+    void watch.failed.then((e) => finish(e));
+    upstream.on("data", (chunk: Buffer) => {
+      if (finished) return;
+      const out = rewriter.push(chunk);
+      if (out) sink.write(out);
     });
-    return new Response(stream, {
-      status: 200,
-      headers: {
-        ...headers,
-        "content-type": "text/event-stream",
-        "cache-control": "no-cache",
-        connection: "keep-alive",
-        "x-accel-buffering": "no",
-      },
+    upstream.on("end", () => {
+      if (finished) return;
+      const rest = rewriter.flush();
+      if (rest) sink.write(rest);
+      finish();
     });
+    upstream.on("error", (e) => {
+      if (clientSignal.aborted || upstreamAbort.signal.aborted) return finish();
+      finish(new ServiceError("instance_lost", `the engine stream broke: ${e.message}; retry`));
+    });
+    upstream.on("close", () => {
+      if (!upstream.complete)
+        finish(
+          new ServiceError("instance_lost", "the engine stream broke before it completed; retry"),
+        );
+    });
+    return web ? new Response(web, { status: 200, headers: sseHeaders }) : RESPONSE_ALREADY_SENT;
   });
 }
