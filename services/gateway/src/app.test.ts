@@ -1,0 +1,289 @@
+import { describe, expect, it } from "vitest";
+import { emptyState } from "@ic/protocol";
+import type {
+  Command,
+  ControlState,
+  Heartbeat,
+  ModelId,
+  ModelRecord,
+  NodeId,
+  SessionId,
+  Telemetry,
+} from "@ic/protocol";
+import { nodeIdFor } from "@ic/state";
+import { silentLogger } from "@ic/log";
+import { createGatewayApp } from "./app.ts";
+import type { ClusterView, PeerView } from "./ports.ts";
+
+const S = "s-test" as SessionId;
+const G = 1e9;
+const model: ModelRecord = {
+  model_id: "org/big" as ModelId,
+  file: "big.gguf",
+  bytes: 30 * G,
+  architecture: "llama",
+  layers: 40,
+  context_length: 4096,
+  embedding_length: 4096,
+  head_count: 32,
+  head_count_kv: 8,
+  supports_tensor: true,
+};
+
+function telemetry(freeGb: number): Telemetry {
+  return {
+    memory_total_bytes: 128 * G,
+    memory_free_bytes: freeGb * G,
+    gpus: [],
+    disk_free_bytes: 100 * G,
+    engine: { server_bin: "/e", rpc_bin: "/r", backend: "cpu", usable: true, overridden: false },
+    declared_backend: "auto",
+  };
+}
+
+/** A scripted cluster view: nodes with given free memory, fully linked; records the commands it gets. */
+function fakeCluster(
+  nodes: { name: string; freeGb: number | null }[],
+  opts: { synced?: boolean } = {},
+) {
+  const state: ControlState = emptyState();
+  state.session = {
+    session_id: S,
+    master_node_id: nodeIdFor(S, "p-0"),
+    master_peer_key: "p-0",
+    master_started_at: 0,
+    started_at: 0,
+  };
+  state.models[model.model_id] = model;
+  const peers: PeerView[] = nodes.map((n, i) => {
+    const peer = `p-${i}`;
+    const id = nodeIdFor(S, peer);
+    state.members[id] = {
+      node_id: id,
+      peer_key: peer,
+      name: n.name,
+      api_url: "",
+      host: "",
+      started_at: i,
+      joined_at: 0,
+    };
+    const hb: Heartbeat = {
+      peer_key: peer,
+      name: n.name,
+      host: "",
+      api_url: "",
+      started_at: i,
+      session_id: S,
+      master_peer_key: "p-0",
+      is_master: i === 0,
+      last_index: 0,
+      telemetry: n.freeGb === null ? null : telemetry(n.freeGb),
+      links: nodes
+        .map((_, j) => ({ peer_key: `p-${j}`, rtt_ms: 0.5 }))
+        .filter((l) => l.peer_key !== peer),
+      runners: [],
+      health: [],
+      sent_at: 0,
+    };
+    return { heartbeat: hb, lastHeard: 0 };
+  });
+  const commands: Command[] = [];
+  const view: ClusterView = {
+    peerKey: "p-0",
+    synced: opts.synced ?? true,
+    isMaster: true,
+    sessionId: S,
+    nodeId: nodeIdFor(S, "p-0"),
+    snapshot: () => state,
+    livePeers: () => peers,
+    command: async (cmd) => {
+      commands.push(cmd);
+      return { ok: true, index: commands.length };
+    },
+    on: () => () => {},
+  };
+  const idOf = (name: string) =>
+    Object.values(state.members).find((m) => m.name === name)!.node_id as NodeId;
+  return { view, commands, idOf };
+}
+
+function app(view: ClusterView, infoPendingWaitMs = 300) {
+  return createGatewayApp({ cluster: view, log: silentLogger(), name: "test", infoPendingWaitMs });
+}
+
+async function post(a: ReturnType<typeof app>, path: string, body: unknown) {
+  const r = await a.request(path, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+  return {
+    status: r.status,
+    body: (await r.json()) as {
+      ok?: boolean;
+      instance?: { assignments: { node_id: string; layers?: number }[] };
+      error?: { code: string; message: string; retryable: boolean };
+    },
+  };
+}
+
+describe("POST /place_instance", () => {
+  it("accepts synchronously with rank-ordered assignments and sends one PlaceInstance command", async () => {
+    const c = fakeCluster([
+      { name: "a", freeGb: 64 },
+      { name: "b", freeGb: 32 },
+    ]);
+    const r = await post(app(c.view), "/place_instance", {
+      model_id: "org/big",
+      min_nodes: 2,
+      excluded_nodes: [],
+    });
+    expect(r.status).toBe(200);
+    expect(r.body.instance!.assignments.map((x) => x.layers)).toEqual([27, 13]);
+    expect(c.commands.map((x) => x.type)).toEqual(["PlaceInstance"]);
+  });
+
+  it("400 insufficient_memory names the node and gives the GB arithmetic; nothing reaches the master", async () => {
+    const c = fakeCluster([
+      { name: "small", freeGb: 10 },
+      { name: "big", freeGb: 100 },
+    ]);
+    const r = await post(app(c.view), "/place_instance", {
+      model_id: "org/big",
+      min_nodes: 2,
+      sharding: "Tensor",
+    });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatchObject({ code: "insufficient_memory", retryable: false });
+    expect(r.body.error!.message).toMatch(
+      /node small \(n-[0-9a-f]+\) cannot fit its share .* needs \d+\.\d\d GB .* but has 10\.00 GB free/,
+    );
+    expect(c.commands).toEqual([]);
+  });
+
+  it("400 all_excluded when the exclusions remove every candidate; stale ids are ignored", async () => {
+    const c = fakeCluster([{ name: "a", freeGb: 64 }]);
+    const a = app(c.view);
+    expect(
+      (await post(a, "/place_instance", { model_id: "org/big", excluded_nodes: [c.idOf("a")] }))
+        .body.error!.code,
+    ).toBe("all_excluded");
+    expect(
+      (await post(a, "/place_instance", { model_id: "org/big", excluded_nodes: ["n-stale000000"] }))
+        .status,
+    ).toBe(200);
+  });
+
+  it("400 no_cycle and tensor_unsupported", async () => {
+    const c = fakeCluster([{ name: "a", freeGb: 64 }]);
+    expect(
+      (await post(app(c.view), "/place_instance", { model_id: "org/big", min_nodes: 3 })).body
+        .error!.code,
+    ).toBe("no_cycle");
+    const d = fakeCluster([
+      { name: "a", freeGb: 64 },
+      { name: "b", freeGb: 64 },
+      { name: "c", freeGb: 64 },
+    ]);
+    expect(
+      (
+        await post(app(d.view), "/place_instance", {
+          model_id: "org/big",
+          min_nodes: 3,
+          sharding: "Tensor",
+        })
+      ).body.error!.code,
+    ).toBe("tensor_unsupported");
+  });
+
+  it("503 info_pending after waiting when a node's memory was not gossiped yet (never a false insufficient_memory)", async () => {
+    const c = fakeCluster([
+      { name: "a", freeGb: null },
+      { name: "b", freeGb: 1 },
+    ]);
+    const t0 = Date.now();
+    const r = await post(app(c.view, 300), "/place_instance", { model_id: "org/big" });
+    expect(r.status).toBe(503);
+    expect(r.body.error).toMatchObject({ code: "info_pending", retryable: true });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(280);
+  });
+
+  it("validates the body: unknown fields, bad model ids and non-JSON are 400 invalid_request", async () => {
+    const c = fakeCluster([{ name: "a", freeGb: 64 }]);
+    const a = app(c.view);
+    for (const bad of [
+      { model_id: "org/big", surprise: 1 },
+      { model_id: "../../etc/passwd" },
+      { model_id: "org/big", min_nodes: 0 },
+      "{not json",
+    ]) {
+      const r = await post(a, "/place_instance", bad);
+      expect(r.status).toBe(400);
+      expect(r.body.error!.code).toBe("invalid_request");
+    }
+    expect((await post(a, "/place_instance", { model_id: "org/unknown" })).status).toBe(404);
+  });
+});
+
+describe("GET /instance/previews and DELETE /instance", () => {
+  it("lists every sharding x node count with placement or reason, honoring excluded_node_ids", async () => {
+    const c = fakeCluster([
+      { name: "a", freeGb: 64 },
+      { name: "b", freeGb: 20 },
+    ]);
+    const r = await app(c.view).request(
+      `/instance/previews?model_id=org/big&excluded_node_ids=${c.idOf("a")}`,
+    );
+    const body = (await r.json()) as {
+      previews: { sharding: string; nodes: number; ok: boolean; error?: { code: string } }[];
+    };
+    expect(
+      body.previews.map((p) => `${p.sharding}/${p.nodes}:${p.ok ? "ok" : p.error!.code}`),
+    ).toEqual([
+      "Pipeline/1:insufficient_memory",
+      "Pipeline/2:all_excluded",
+      "Tensor/1:insufficient_memory",
+      "Tensor/2:all_excluded",
+    ]);
+  });
+  it("DELETE sends DeleteInstance", async () => {
+    const c = fakeCluster([{ name: "a", freeGb: 64 }]);
+    const r = await app(c.view).request("/instance/i-123", { method: "DELETE" });
+    expect(r.status).toBe(200);
+    expect(c.commands).toEqual([{ type: "DeleteInstance", instance_id: "i-123" }]);
+  });
+});
+
+describe("GET /state and errors", () => {
+  it("reports node_identities and nodeHealth as the spec names them", async () => {
+    const c = fakeCluster([
+      { name: "a", freeGb: 64 },
+      { name: "b", freeGb: 20 },
+    ]);
+    const doc = (await (await app(c.view).request("/state")).json()) as {
+      node_identities: unknown[];
+      nodeHealth: unknown[];
+      topology: { links: unknown[] };
+    };
+    expect(doc.node_identities).toHaveLength(2);
+    expect(doc.nodeHealth).toEqual([]);
+    // One measurement per direction: each node reports the peers it reaches.
+    expect(doc.topology.links).toHaveLength(2);
+  });
+  it("unknown routes get the typed 404 envelope", async () => {
+    const c = fakeCluster([{ name: "a", freeGb: 64 }]);
+    const r = await app(c.view).request("/nope");
+    expect(r.status).toBe(404);
+    expect(((await r.json()) as { error: { code: string } }).error.code).toBe("not_found");
+  });
+  it("chat for a model without an instance is a 404 model_not_found in the OpenAI error shape", async () => {
+    const c = fakeCluster([{ name: "a", freeGb: 64 }]);
+    const r = await post(app(c.view), "/v1/chat/completions", {
+      model: "org/big",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 2,
+    });
+    expect(r.status).toBe(404);
+    expect(r.body.error).toMatchObject({ code: "model_not_found", type: "not_found_error" });
+  });
+});
