@@ -215,7 +215,7 @@ export async function startCluster(
   n: number,
   opts: {
     config?: (i: number) => Record<string, unknown>;
-    env?: Record<string, string>;
+    env?: Record<string, string> | ((i: number) => Record<string, string>);
     verbose?: boolean;
     namePrefix?: string;
   } = {},
@@ -228,7 +228,7 @@ export async function startCluster(
       clusterPort: p,
       peers: ports.filter((q) => q !== p).map((q) => `127.0.0.1:${q}`),
       config: opts.config?.(i) ?? {},
-      env: opts.env ?? {},
+      env: typeof opts.env === "function" ? opts.env(i) : (opts.env ?? {}),
       verbose: opts.verbose ?? process.env.IC_TEST_VERBOSE === "1",
     }),
   );

@@ -135,7 +135,23 @@ export class Worker implements AsyncDisposable {
       } else if (slot.rank === 0 && slot.instance.assignments.length > 1 && slot.supervisor) {
         // A restarted remote rank gets a new endpoint: rank 0 must reconnect to it.
         const rpc = this.rpcEndpoints(state, slot.instance);
-        if (rpc && rpc.join(",") !== slot.rpc) {
+        if (!rpc) {
+          // A remote rank is down or restarting: llama-server would abort or hang on the lost peer,
+          // so rank 0 stops now and starts again once every remote rank is ready.
+          this.log.warn(
+            { instance: slot.instance.instance_id },
+            "a remote rank is not ready; stopping rank 0 until it is",
+          );
+          const sup = slot.supervisor;
+          slot.supervisor = undefined;
+          slot.rpc = undefined;
+          await sup.stop();
+          this.update(slot, {
+            state: "RunnerWarmingUp",
+            reason: "waiting for remote ranks",
+            restarts: slot.restarts,
+          });
+        } else if (rpc.join(",") !== slot.rpc) {
           this.log.warn(
             { instance: slot.instance.instance_id },
             "remote rank endpoints changed; restarting rank 0",
