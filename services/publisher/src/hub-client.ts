@@ -1,10 +1,18 @@
 // The narrow slice of the model hub the publisher needs, implemented over @huggingface/hub.
 // Reads are Range requests on resolve URLs; uploads go through the LFS commit flow with byte counting.
-import { pathToFileURL } from "node:url";
-import { commitIter, createRepo, downloadFile, HubApiError, modelInfo } from "@huggingface/hub";
+import { createRequire } from "node:module";
+import type * as HubLib from "@huggingface/hub";
 import type { CommitOperation } from "@huggingface/hub";
+import { FileSliceBlob } from "./file-blob.ts";
 import type { RepoId } from "./model-ref.ts";
 import { parseRepoId } from "./model-ref.ts";
+
+// The library's CommonJS build, on purpose: under tsx on Node 20 its ESM build has its dynamic
+// imports rewritten with an inline source map, which costs ~35 MiB of resident memory for the
+// life of the process (docs/publisher.md, "Memory"). Same package, same version, same API.
+const { commitIter, createRepo, downloadFile, HubApiError, modelInfo } = createRequire(
+  import.meta.url,
+)("@huggingface/hub") as typeof HubLib;
 
 export interface RemoteFile {
   readonly path: string;
@@ -163,10 +171,12 @@ export function createHubClient(opts: HubClientOptions): HubClient {
     async upload(id, files, o) {
       const token = opts.token();
       if (!token) throw new Error("no model-hub token configured");
-      const operations: CommitOperation[] = files.map((f) =>
-        "localPath" in f
-          ? { operation: "addOrUpdate", path: f.path, content: pathToFileURL(f.localPath) }
-          : { operation: "addOrUpdate", path: f.path, content: new Blob([f.text]) },
+      const operations: CommitOperation[] = await Promise.all(
+        files.map(async (f) => ({
+          operation: "addOrUpdate" as const,
+          path: f.path,
+          content: "localPath" in f ? await FileSliceBlob.open(f.localPath) : new Blob([f.text]),
+        })),
       );
       // Large files go up as PUTs of a file-backed Blob. Re-sending it as a counted stream with an
       // explicit length gives byte-level progress without reading the file into memory.
