@@ -109,6 +109,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
   cfg.tracing.dir = expandHome(cfg.tracing.dir);
   cfg.event_log.dir = expandHome(cfg.event_log.dir);
   cfg.engine.runner_log_dir = expandHome(cfg.engine.runner_log_dir);
+  cfg.model_store.hub_cache_path = expandHome(cfg.model_store.hub_cache_path);
   return deepFreeze(cfg);
 }
 

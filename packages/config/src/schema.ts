@@ -73,7 +73,10 @@ export const ConfigSchema = z
         staging: StagingSchema.prefault({}),
         /** URL of the store host; when absent, a node with store_path serves itself. */
         url: z.string().url().optional(),
+        /** Model hub base URL; enables the direct hub fallback when the store host is unreachable. */
         hub_url: z.string().url().optional(),
+        /** Where direct hub downloads land (checked for space on its own filesystem). */
+        hub_cache_path: z.string().min(1).default("~/.service/hub-cache"),
       })
       .strict()
       .prefault({}),

@@ -15,7 +15,7 @@ import { createGatewayApp } from "@ic/gateway";
 import { EventLog, eventRoutes } from "@ic/eventlog";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
 import { stagingFor } from "@ic/config";
-import { StoreHost, stagingSettings } from "@ic/store";
+import { createHubSource, StoreHost, stagingSettings } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
 import { servePurge, storeRoutes } from "./store-routes.ts";
 
@@ -166,12 +166,20 @@ export class Node implements AsyncDisposable {
     });
     this.agent = agent;
     // Staging: startup reconciliation of orphaned copies runs before any runner starts.
+    // The hub token comes from the environment only and is never logged.
+    const hubUrl = cfg.model_store.hub_url;
     const stager = new StoreStager({
       root: cfg.node_cache_path,
       settings,
       log,
       cluster: agent,
       storeLocalPath: cfg.store_path,
+      hub: hubUrl
+        ? {
+            source: createHubSource({ hubUrl, accessToken: process.env.HF_TOKEN }),
+            modelCachePath: cfg.model_store.hub_cache_path,
+          }
+        : undefined,
     });
     await stager.start();
     this.stack.push({ name: "staging", stop: () => stager.stop() });
