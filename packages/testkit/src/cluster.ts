@@ -3,7 +3,7 @@
 // and its runners at once -- like a machine that lost power.
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -67,6 +67,8 @@ export class NodeProcess implements AsyncDisposable {
     readonly spec: NodeSpec,
     readonly configPath: string,
     readonly dataDir: string,
+    /** A temp data dir made for this node is removed by dispose; a given one is kept. */
+    private readonly ownsDataDir = false,
   ) {}
 
   get pid(): number | undefined {
@@ -172,6 +174,7 @@ export class NodeProcess implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop(5000);
+    if (this.ownsDataDir) rmSync(this.dataDir, { recursive: true, force: true });
   }
 
   async get<T = unknown>(path: string): Promise<T> {
@@ -182,6 +185,7 @@ export class NodeProcess implements AsyncDisposable {
 
 /** Writes the node's config file and returns an unstarted NodeProcess. */
 export function prepareNode(spec: NodeSpec): NodeProcess {
+  const owns = spec.dataDir === undefined;
   const dataDir = spec.dataDir ?? mkdtempSync(join(tmpdir(), `ic-${spec.name}-`));
   mkdirSync(dataDir, { recursive: true });
   const base: Record<string, unknown> = {
@@ -202,7 +206,7 @@ export function prepareNode(spec: NodeSpec): NodeProcess {
   const configPath = join(dataDir, "config.yaml");
   // JSON is valid YAML, and the loader parses it as such.
   writeFileSync(configPath, `${JSON.stringify(cfg, null, 2)}\n`);
-  return new NodeProcess(spec, configPath, dataDir);
+  return new NodeProcess(spec, configPath, dataDir, owns);
 }
 
 export interface LocalCluster extends AsyncDisposable {
@@ -237,7 +241,9 @@ export async function startCluster(
     stop: async () => {
       await Promise.all(nodes.map((x) => x.stop(5000)));
     },
-    [Symbol.asyncDispose]: async () => cluster.stop(),
+    [Symbol.asyncDispose]: async () => {
+      await Promise.all(nodes.map((x) => x[Symbol.asyncDispose]()));
+    },
   };
   try {
     // Start sequentially so seniority (and thus the first master) is deterministic: node-1.

@@ -17,7 +17,7 @@ beforeAll(async () => {
   await placeAndWait(cluster.nodes[0]!, { model_id: modelId, min_nodes: 1 });
 });
 afterAll(async () => {
-  await cluster?.stop();
+  await cluster?.[Symbol.asyncDispose]();
 });
 
 describe("chat completions on a 1-node cluster", () => {
