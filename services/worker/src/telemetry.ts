@@ -88,12 +88,12 @@ export class TelemetryCollector implements AsyncDisposable {
 
   async read(): Promise<void> {
     try {
-      const [mem, nv, vis, disk] = await Promise.all([
-        si.mem(),
-        nvidiaGpus(),
-        gpuVisible(),
-        this.diskFree(),
-      ]);
+      const now = Date.now();
+      if (!this.graphics || now - this.graphics.at > GRAPHICS_REFRESH_MS) {
+        this.graphics = { at: now, value: await gpuVisible() };
+      }
+      const vis = this.graphics.value;
+      const [mem, nv, disk] = await Promise.all([si.mem(), nvidiaGpus(), this.diskFree()]);
       const engine = this.o.engine();
       const gpus = nv ?? vis.controllers;
       const vramFree = gpus.reduce((s, g) => s + (g.vram_free_bytes ?? 0), 0);
