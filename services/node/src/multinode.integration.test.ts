@@ -214,9 +214,11 @@ describe("multi-node instances and staging", () => {
         const procs = readdirSync("/proc").filter((p) => /^\d+$/.test(p));
         const left = procs.filter((p) => {
           try {
+            // Rank 0 loads from a node's staging dir; the other rank is the only ggml-rpc-server here.
+            const cmd = readFileSync(`/proc/${p}/cmdline`, "utf8");
             return (
-              readFileSync(`/proc/${p}/cmdline`, "utf8").includes(inst.instance_id) ||
-              readFileSync(`/proc/${p}/cmdline`, "utf8").includes(join(n1.dataDir, "staging"))
+              cmd.includes("ggml-rpc-server") ||
+              cluster.nodes.some((n) => cmd.includes(join(n.dataDir, "staging")))
             );
           } catch {
             return false;
@@ -226,6 +228,16 @@ describe("multi-node instances and staging", () => {
       },
       { timeoutMs: 10_000, what: "runner processes gone" },
     );
+    // Once the runners are gone the copies are idle on every node.
+    for (const node of cluster.nodes) {
+      await waitFor(
+        async () => {
+          const rep = await node.get<{ staged_models: { in_use: boolean }[] }>("/store/storage");
+          return rep.staged_models.every((m) => !m.in_use) ? true : undefined;
+        },
+        { timeoutMs: 10_000, what: "staged copies idle" },
+      );
+    }
     // Purge broadcast: every node answers; the store copy stays.
     const purge = await fetch(`${n1.apiUrl}/store/purge-staging`, {
       method: "POST",

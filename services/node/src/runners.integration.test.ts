@@ -44,11 +44,18 @@ describe("runners", () => {
       temperature: 0,
     });
     expect(r.usage?.completion_tokens).toBe(32);
-    const log = readFileSync(
-      join(node.dataDir, "runners", `${inst.instance_id}-rank0.log`),
-      "utf8",
+    // llama-server prints the statistics as the request finishes, possibly just after the response.
+    const line = await waitFor(
+      () => {
+        const log = readFileSync(
+          join(node.dataDir, "runners", `${inst.instance_id}-rank0.log`),
+          "utf8",
+        );
+        return /draft acceptance = [\d.]+ \(\s*\d+ accepted \/\s*\d+ generated\)/.exec(log)?.[0];
+      },
+      { timeoutMs: 5000, what: "speculative decoding statistics in the runner log" },
     );
-    expect(log).toMatch(/draft acceptance = [\d.]+ \(\s*\d+ accepted \/\s*\d+ generated\)/);
+    expect(line).toMatch(/accepted/);
     // The drafter is staged with the model and counted as in use.
     const rep = await node.get<{ staged_models: { model_id: string; in_use: boolean }[] }>(
       "/store/storage",

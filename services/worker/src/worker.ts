@@ -171,6 +171,12 @@ export class Worker implements AsyncDisposable {
       }
       this.reportIfStale(state, slot);
     }
+    this.publishInUse();
+  }
+
+  /** Tells staging which models live runners here use (and their companions); eviction reads it. */
+  private publishInUse(): void {
+    const state = this.o.cluster.snapshot();
     const live = new Set<ModelId>();
     const companions = new Set<ModelId>();
     for (const s of this.slots.values()) {
@@ -354,6 +360,8 @@ export class Worker implements AsyncDisposable {
     slot.abort.abort();
     this.slots.delete(slot.key);
     await slot.supervisor?.stop();
+    // The process is gone: its model is no longer in use, so the deactivation pass may evict it.
+    this.publishInUse();
     if (slot.rank === 0 && !this.stopped) {
       await this.o.stager
         .released(slot.instance.model_id)
