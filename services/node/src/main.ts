@@ -29,7 +29,7 @@ async function runNode(): Promise<void> {
     enabled: config.logging.enabled,
     level: config.logging.level,
     ingestUrl: config.logging.ingest_url,
-    base: { pid: process.pid, node: config.node.name },
+    base: { pid: process.pid },
   });
   let exitCode = 0;
   let stopping = false;
