@@ -15,10 +15,8 @@ interface One {
   tokens: number;
 }
 
-/** One streaming request; TTFT = first SSE chunk carrying generated content. */
-async function streamOnce(base: string, model: string): Promise<One> {
-  const t0 = performance.now();
-  const r = await fetch(`${base}/v1/chat/completions`, {
+function post(base: string, model: string): Promise<Response> {
+  return fetch(`${base}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({
@@ -28,6 +26,17 @@ async function streamOnce(base: string, model: string): Promise<One> {
       stream: true,
       temperature: 0,
     }),
+  });
+}
+
+/** One streaming request; TTFT = first SSE chunk carrying generated content. */
+async function streamOnce(base: string, model: string): Promise<One> {
+  const t0 = performance.now();
+  const r = await post(base, model).catch((e: unknown) => {
+    // llama-server closes idle keep-alive connections; a request that lost that race is retried once.
+    if ((e as { cause?: { code?: string } }).cause?.code === "UND_ERR_SOCKET")
+      return post(base, model);
+    throw e;
   });
   if (!r.ok || !r.body) throw new Error(`${base}: ${r.status} ${await r.text()}`);
   const reader = r.body.getReader();

@@ -63,7 +63,13 @@ export class Worker implements AsyncDisposable {
   }
 
   start(): void {
-    this.unlisten = this.o.cluster.on({ event: () => this.kick(), snapshot: () => this.kick() });
+    // Task events (two per chat request) never change what runs here: skip them on the hot path.
+    this.unlisten = this.o.cluster.on({
+      event: (ev) => {
+        if (!ev.event.type.startsWith("Task")) this.kick();
+      },
+      snapshot: () => this.kick(),
+    });
     // Periodic pass: re-reports states after a session change and retries what failed to start.
     this.timer = setInterval(() => this.kick(), 1000);
   }

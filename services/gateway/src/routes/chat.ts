@@ -246,8 +246,9 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
         sink.write(Buffer.from(`data: ${JSON.stringify(errorBody(err))}\n\n`));
         upstreamAbort.abort();
       }
-      cleanup(!err);
+      // The client gets its last bytes before the task bookkeeping runs.
       sink.end();
+      cleanup(!err);
     };
     void watch.failed.then((e) => finish(e));
     upstream.on("data", (chunk: Buffer) => {
