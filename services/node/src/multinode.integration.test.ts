@@ -42,6 +42,30 @@ async function drain(
   }
 }
 
+/** Places the model on node-3 only (excluding the others by node id); waits until `observer` sees it ready. */
+async function placeOnNode3(
+  via: NodeProcess,
+  observer: NodeProcess,
+  modelId: string,
+  doc: Pick<StateDoc, "node_identities">,
+) {
+  const inst = await placeAndWait(via, {
+    model_id: modelId,
+    min_nodes: 1,
+    excluded_nodes: [idOf(doc, "node-1"), idOf(doc, "node-2")],
+  });
+  await waitFor(
+    async () =>
+      (await observer.get<StateDoc>("/state")).instances[0]?.runners.some(
+        (r) => r.state === "RunnerReady",
+      )
+        ? true
+        : undefined,
+    { timeoutMs: 10_000, what: "instance ready on the observer" },
+  );
+  return inst;
+}
+
 function seeded(slow = false) {
   return seedStore(mkdtempSync(join(tmpdir(), "ic-store-")), { slow });
 }
@@ -58,21 +82,7 @@ describe("chat across a 3-node cluster", () => {
     });
     const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
     const docs = await waitForConvergence(cluster.nodes, 3);
-    // Place on node-3 only (exclude the others by their node ids).
-    await placeAndWait(n1, {
-      model_id: modelId,
-      min_nodes: 1,
-      excluded_nodes: [idOf(docs[0]!, "node-1"), idOf(docs[0]!, "node-2")],
-    });
-    await waitFor(
-      async () =>
-        (await n2.get<StateDoc>("/state")).instances[0]?.runners.some(
-          (r) => r.state === "RunnerReady",
-        )
-          ? true
-          : undefined,
-      { timeoutMs: 10_000 },
-    );
+    await placeOnNode3(n1, n2, modelId, docs[0]!);
     for (const node of cluster.nodes) {
       const client = new OpenAI({ baseURL: `${node.apiUrl}/v1`, apiKey: "unused" });
       const r = await client.chat.completions.create({
@@ -122,20 +132,7 @@ describe("chat across a 3-node cluster", () => {
     });
     const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
     const docs = await waitForConvergence(cluster.nodes, 3);
-    const inst = await placeAndWait(n2, {
-      model_id: modelId,
-      min_nodes: 1,
-      excluded_nodes: [idOf(docs[0]!, "node-1"), idOf(docs[0]!, "node-2")],
-    });
-    await waitFor(
-      async () =>
-        (await n2.get<StateDoc>("/state")).instances[0]?.runners.some(
-          (r) => r.state === "RunnerReady",
-        )
-          ? true
-          : undefined,
-      { timeoutMs: 10_000 },
-    );
+    const inst = await placeOnNode3(n2, n2, modelId, docs[0]!);
     const stream = await openStream(n2, modelId, 1900);
     const reading = drain(stream);
     await new Promise((r) => setTimeout(r, 1000));
