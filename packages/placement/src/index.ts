@@ -1,21 +1,29 @@
 // Front door of the placement package: the memory model, place() and previews(), all pure.
+// The gateway builds PlacementInput from its cluster view and maps results onto HTTP and commands.
 export {
   DEFAULT_MEMORY_MODEL,
   GB,
+  effectiveContext,
+  estimateNodeRequirement,
+  fits,
   gb,
   kvCacheBytes,
-  requirementFor,
+  resolveMemoryModel,
   splitLayers,
 } from "./memory.ts";
-export type { MemoryModel, ModelFacts, ShareRequirement } from "./memory.ts";
-export { httpStatusOf, memoryMessage, place, previews, REFUSAL_CODES, sharesFor } from "./place.ts";
+export type { MemoryModel, ModelFacts, NodeRequirement } from "./memory.ts";
+export { REFUSAL_CODES, httpStatusOf, memoryMessage } from "./refusals.ts";
+export type { Refusal, RefusalCode } from "./refusals.ts";
+export { buildGraph, isCycle, largestBlock, searchCycles } from "./topology.ts";
+export type { LinkEdge, LinkGraph } from "./topology.ts";
+export { DEFAULT_SEARCH_BUDGET, SHARDINGS, place, previews } from "./place.ts";
 export type {
   CandidateNode,
-  LinkEdge,
   NodeShare,
+  Placement,
   PlacementInput,
   PlacementResult,
   PreviewEntry,
-  RefusalCode,
+  PreviewInput,
   Sharding,
 } from "./place.ts";

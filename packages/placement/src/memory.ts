@@ -1,90 +1,166 @@
-// The per-node memory model: raw weight share x runtime-overhead factor, plus that share of the KV
-// cache for the configured context, plus a fixed runner allowance. Never summed across nodes.
+// The per-node memory model: a node's weight share x runtime-overhead factor, plus its share of the KV
+// cache at the configured context, plus a fixed runner allowance. Memory is never summed across nodes.
+
+/** What the placement needs to know about a model (the gateway fills it from the GGUF header). */
 export interface ModelFacts {
   readonly model_id: string;
   /** Exact bytes of the weights (artifact bytes). */
   readonly weight_bytes: number;
+  /** Transformer blocks (GGUF `<arch>.block_count`); Pipeline splits these. */
   readonly layers: number;
+  /** Trained context (`<arch>.context_length`); 0 when unknown. Caps the configured context. */
   readonly context_length: number;
+  /** Hidden size (`<arch>.embedding_length`). */
   readonly embedding_length: number;
+  /** Attention heads (`<arch>.attention.head_count`); 0 when unknown. */
   readonly head_count: number;
+  /** KV heads (`<arch>.attention.head_count_kv`); equals head_count without GQA; 0 when unknown. */
   readonly head_count_kv: number;
+  /** Per-head K width (`<arch>.attention.key_length`); default embedding_length / head_count. */
+  readonly key_length?: number;
+  /** Per-head V width (`<arch>.attention.value_length`); default key_length. */
+  readonly value_length?: number;
+  /** Whether the architecture is one the engine can split by rows (`-sm row`). */
   readonly supports_tensor: boolean;
 }
 
+/** Tunables of the memory model; every field has a documented default (DEFAULT_MEMORY_MODEL). */
 export interface MemoryModel {
   /** Multiplies raw weight bytes (activations, compute buffers, fragmentation). Default 1.2. */
   readonly overheadFactor: number;
   /** Fixed allowance per runner process (engine, CUDA context, scratch). Default 256 MiB. */
   readonly runnerBytes: number;
-  /** Bytes per KV cache element (f16 = 2). */
+  /** Bytes per KV cache element (f16 = 2, q8_0 ≈ 1.0625). Default 2. */
   readonly kvBytesPerElement: number;
-  /** Context the runner is started with; capped by the model's trained context. */
+  /** Context the runner is started with; capped by the model's trained context. Default 4096. */
   readonly contextSize: number;
 }
 
-export const DEFAULT_MEMORY_MODEL: MemoryModel = {
+export const DEFAULT_MEMORY_MODEL: MemoryModel = Object.freeze({
   overheadFactor: 1.2,
   runnerBytes: 256 * 1024 ** 2,
   kvBytesPerElement: 2,
   contextSize: 4096,
-};
+});
 
-/** Total KV cache bytes of the model at the configured context: K and V, every layer. */
-export function kvCacheBytes(m: ModelFacts, mem: MemoryModel): number {
-  const ctx = m.context_length > 0 ? Math.min(mem.contextSize, m.context_length) : mem.contextSize;
-  const kvDim =
-    m.head_count > 0 ? (m.embedding_length * m.head_count_kv) / m.head_count : m.embedding_length;
-  return 2 * m.layers * ctx * kvDim * mem.kvBytesPerElement;
+/** Defaults overlaid with the caller's overrides (undefined fields keep the default). */
+export function resolveMemoryModel(over: Partial<MemoryModel> = {}): MemoryModel {
+  const pick = (k: keyof MemoryModel): number => over[k] ?? DEFAULT_MEMORY_MODEL[k];
+  return {
+    overheadFactor: pick("overheadFactor"),
+    runnerBytes: pick("runnerBytes"),
+    kvBytesPerElement: pick("kvBytesPerElement"),
+    contextSize: pick("contextSize"),
+  };
 }
 
-export interface ShareRequirement {
+/** Why a memory model cannot be used, or null when it is sound. */
+export function invalidMemoryModel(mem: MemoryModel): string | null {
+  if (!(mem.overheadFactor >= 1) || !Number.isFinite(mem.overheadFactor))
+    return "memory.overheadFactor must be a finite number >= 1";
+  if (!(mem.runnerBytes >= 0) || !Number.isFinite(mem.runnerBytes))
+    return "memory.runnerBytes must be a finite number >= 0";
+  if (!(mem.kvBytesPerElement >= 0) || !Number.isFinite(mem.kvBytesPerElement))
+    return "memory.kvBytesPerElement must be a finite number >= 0";
+  if (!Number.isInteger(mem.contextSize) || mem.contextSize < 1)
+    return "memory.contextSize must be a positive integer";
+  return null;
+}
+
+/** Why model facts cannot be placed, or null when they are sound. */
+export function invalidModelFacts(m: ModelFacts): string | null {
+  if (!Number.isInteger(m.layers) || m.layers < 1)
+    return `model ${m.model_id} has no layer count (${m.layers}); its GGUF header is incomplete`;
+  if (!(m.weight_bytes > 0) || !Number.isFinite(m.weight_bytes))
+    return `model ${m.model_id} has no weight size (${m.weight_bytes} bytes)`;
+  return null;
+}
+
+/** Context the runner actually gets: the configured one, capped by the trained context when known. */
+export function effectiveContext(m: ModelFacts, mem: MemoryModel): number {
+  return m.context_length > 0 ? Math.min(mem.contextSize, m.context_length) : mem.contextSize;
+}
+
+/**
+ * Total KV cache bytes of the model at the effective context: for every layer and token, K and V of
+ * every KV head: layers x ctx x kv_heads x (key_length + value_length) x bytes per element.
+ */
+export function kvCacheBytes(m: ModelFacts, mem: MemoryModel): number {
+  const heads = m.head_count > 0 ? m.head_count : 1;
+  const kvHeads = m.head_count_kv > 0 ? m.head_count_kv : heads;
+  const keyLen = m.key_length ?? m.embedding_length / heads;
+  const valueLen = m.value_length ?? keyLen;
+  return (
+    m.layers * effectiveContext(m, mem) * kvHeads * (keyLen + valueLen) * mem.kvBytesPerElement
+  );
+}
+
+/** What one node needs to hold a share of the model, itemized for the refusal message. */
+export interface NodeRequirement {
+  /** Raw weight bytes of the share. */
   readonly weight_bytes: number;
+  /** The share's KV cache at the effective context. */
   readonly kv_bytes: number;
+  /** The fixed runner allowance. */
+  readonly runner_bytes: number;
+  /** weight_bytes x overheadFactor + kv_bytes + runner_bytes; must be strictly below free memory. */
   readonly required_bytes: number;
 }
 
-/** What one node needs to hold `fraction` of the model. */
-export function requirementFor(
+/**
+ * What one node needs to hold `fraction` of the model (Tensor: 1/k; Pipeline: its layers / total):
+ * required = fraction x weight_bytes x overheadFactor + fraction x KV cache + runnerBytes.
+ */
+export function estimateNodeRequirement(
   m: ModelFacts,
   fraction: number,
-  mem: MemoryModel,
-): ShareRequirement {
+  mem: MemoryModel = DEFAULT_MEMORY_MODEL,
+): NodeRequirement {
   const weight = m.weight_bytes * fraction;
   const kv = kvCacheBytes(m, mem) * fraction;
   return {
     weight_bytes: weight,
     kv_bytes: kv,
+    runner_bytes: mem.runnerBytes,
     required_bytes: weight * mem.overheadFactor + kv + mem.runnerBytes,
   };
 }
 
-export const GB = 1e9;
-export function gb(bytes: number): string {
-  return (bytes / GB).toFixed(2);
+/** The rule of the spec: a share fits only when it is strictly less than the node's free memory. */
+export function fits(requiredBytes: number, freeBytes: number): boolean {
+  return requiredBytes < freeBytes;
 }
 
 /**
- * Pipeline layer split: proportional to free memory, at least one layer each, summing to `layers`
- * (largest remainder). Returns null when there are fewer layers than nodes.
+ * Pipeline layer split: proportional to free memory, at least one layer each, integer counts summing
+ * to `layers`, largest-remainder rounding (ties to the lower rank). Null when layers < nodes.
  */
 export function splitLayers(layers: number, free: readonly number[]): number[] | null {
   const n = free.length;
-  if (n === 0 || layers < n) return null;
-  const total = free.reduce((s, f) => s + Math.max(0, f), 0);
-  const ideal = free.map((f) => (total > 0 ? (Math.max(0, f) / total) * layers : layers / n));
+  if (n === 0 || !Number.isInteger(layers) || layers < n) return null;
+  const clean = free.map((f) => (Number.isFinite(f) && f > 0 ? f : 0));
+  const total = clean.reduce((s, f) => s + f, 0);
+  const ideal = clean.map((f) => (total > 0 ? (f / total) * layers : layers / n));
   const out = ideal.map((x) => Math.max(1, Math.floor(x)));
   let sum = out.reduce((s, x) => s + x, 0);
   // The one-layer minimum can overshoot: take layers back from the ranks furthest above their ideal.
   while (sum > layers) {
     let j = -1;
-    for (let i = 0; i < n; i++)
+    for (let i = 0; i < n; i++) {
       if (out[i]! > 1 && (j < 0 || out[i]! - ideal[i]! > out[j]! - ideal[j]!)) j = i;
+    }
     out[j]! -= 1;
     sum -= 1;
   }
-  // Largest remainder for what is left; ties go to the lower rank.
+  // Largest remainder for what is left; ties go to the lower rank. At most n - 1 layers remain.
   const order = ideal.map((x, i) => ({ i, r: x - out[i]! })).sort((a, b) => b.r - a.r || a.i - b.i);
   for (let j = 0; sum < layers; j = (j + 1) % n, sum++) out[order[j]!.i]! += 1;
   return out;
+}
+
+export const GB = 1e9;
+
+/** Bytes as decimal gigabytes with two decimals, as every message prints them. */
+export function gb(bytes: number): string {
+  return (bytes / GB).toFixed(2);
 }

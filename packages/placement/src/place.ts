@@ -1,126 +1,232 @@
-// Placement: chooses a connected cycle of `min_nodes` nodes that can each hold their share, or returns
-// a typed refusal naming the node and the GB arithmetic. Pure; bounded search, no cycle enumeration.
-import { DEFAULT_MEMORY_MODEL, gb, requirementFor, splitLayers } from "./memory.ts";
+// Placement: picks a connected cycle of min_nodes nodes whose every member holds its share with room to
+// spare, or returns a typed refusal naming the node and the GB arithmetic. Pure; bounded search.
+import {
+  estimateNodeRequirement,
+  fits,
+  gb,
+  invalidMemoryModel,
+  invalidModelFacts,
+  kvCacheBytes,
+  resolveMemoryModel,
+  splitLayers,
+} from "./memory.ts";
 import type { MemoryModel, ModelFacts } from "./memory.ts";
+import { memoryMessage, refusal } from "./refusals.ts";
+import type { Refusal } from "./refusals.ts";
+import { biconnectedBlocks, buildGraph, cycleRtt, improveRing, searchCycles } from "./topology.ts";
+import type {
+  Budget,
+  CycleSearchOptions,
+  CycleSearchOutcome,
+  LinkEdge,
+  LinkGraph,
+} from "./topology.ts";
 
-export type Sharding = "Pipeline" | "Tensor";
+export const SHARDINGS = ["Pipeline", "Tensor"] as const;
+export type Sharding = (typeof SHARDINGS)[number];
 
 export interface CandidateNode {
   readonly node_id: string;
+  /** Display name, used in messages. */
   readonly name: string;
-  /** null while the node's memory has not been gossiped yet. */
+  /** Free memory the runner may use; null while the node's memory has not been gossiped yet. */
   readonly free_bytes: number | null;
 }
 
-export interface LinkEdge {
-  readonly a: string;
-  readonly b: string;
-  readonly rtt_ms: number;
-}
-
 export interface PlacementInput {
+  /** Every live member of the cluster (excluded ones included; exclusions are applied here). */
   readonly nodes: readonly CandidateNode[];
+  /** Measured undirected links; unknown ids and self links are ignored, duplicates keep the fastest. */
   readonly links: readonly LinkEdge[];
-  /** True while some node's link measurements have not arrived. */
+  /** True while some node's link measurements have not arrived (multi-node placements wait). */
   readonly linksPending?: boolean;
   readonly model: ModelFacts;
   readonly minNodes: number;
   readonly sharding: Sharding;
+  /** Node ids to leave out; unknown or stale ids are ignored. */
   readonly excluded?: readonly string[];
+  /** Overrides of DEFAULT_MEMORY_MODEL. */
   readonly memory?: Partial<MemoryModel>;
-  /** Cap on search steps; keeps the answer fast on large clusters. */
+  /** Steps (adjacency entries looked at) the cycle search may spend. Default DEFAULT_SEARCH_BUDGET. */
   readonly searchBudget?: number;
 }
 
-export const REFUSAL_CODES = [
-  "insufficient_memory",
-  "no_cycle",
-  "all_excluded",
-  "tensor_unsupported",
-  "info_pending",
-  "invalid_request",
-] as const;
-export type RefusalCode = (typeof REFUSAL_CODES)[number];
-
-export function httpStatusOf(code: RefusalCode): 400 | 503 {
-  switch (code) {
-    case "insufficient_memory":
-    case "no_cycle":
-    case "all_excluded":
-    case "tensor_unsupported":
-    case "invalid_request":
-      return 400;
-    case "info_pending":
-      return 503;
-  }
-}
+/** Bounds one placement to a millisecond or two of search on any cluster (a step is one adjacency entry). */
+export const DEFAULT_SEARCH_BUDGET = 100_000;
+/** Once a fitting cycle is found, the search keeps looking this many steps for a better one. */
+const IMPROVE_STEPS = 2_000;
+/** ...and stops after this many fitting cycles (or, when none fits, this many rings for the message). */
+const MAX_FITS = 8;
+/** Rings up to this size get a latency 2-opt pass. */
+const TWO_OPT_MAX = 32;
 
 export interface NodeShare {
   readonly node_id: string;
   readonly name: string;
+  /** Position in the ring; rank 0 runs the server, the others serve it their share. */
   readonly rank: number;
+  /** Pipeline: layers held by this rank. */
   readonly layers?: number;
+  /** Share of the weights and KV cache (Tensor: 1/k; Pipeline: layers / total layers). */
   readonly fraction: number;
   readonly weight_bytes: number;
   readonly kv_bytes: number;
+  /** weight_bytes x overhead factor + kv_bytes + runner allowance. */
   readonly required_bytes: number;
   readonly free_bytes: number;
 }
 
-export type PlacementResult =
-  | { readonly ok: true; readonly sharding: Sharding; readonly shares: readonly NodeShare[] }
-  | {
-      readonly ok: false;
-      readonly code: RefusalCode;
-      readonly message: string;
-      readonly node_id?: string;
-    };
+export interface Placement {
+  readonly ok: true;
+  readonly sharding: Sharding;
+  /** The ring in order, rank 0 first; consecutive ranks (and the last and first) are linked. */
+  readonly shares: readonly NodeShare[];
+  /** Summed latency of the ring's links (0 for one node, the link's for two). */
+  readonly cycle_rtt_ms: number;
+  /** Smallest (free - required) / free over the ring. */
+  readonly min_headroom: number;
+}
 
-const refuse = (code: RefusalCode, message: string, node_id?: string): PlacementResult => ({
-  ok: false,
-  code,
-  message,
-  ...(node_id ? { node_id } : {}),
-});
+export type PlacementResult = Placement | Refusal;
 
-/** Shares for an ordered set of nodes, or the first node (by rank) that cannot fit. */
-export function sharesFor(
-  nodes: readonly (CandidateNode & { free_bytes: number })[],
-  model: ModelFacts,
-  sharding: Sharding,
-  mem: MemoryModel,
-):
-  { ok: true; shares: NodeShare[] } | { ok: false; share: NodeShare; reason: "memory" | "layers" } {
-  let fractions: number[];
-  let layers: number[] | null = null;
-  if (sharding === "Tensor") {
-    fractions = nodes.map(() => 1 / nodes.length);
-  } else {
-    layers = splitLayers(
-      model.layers,
-      nodes.map((n) => n.free_bytes),
-    );
-    if (!layers) {
-      const n0 = nodes[0]!;
-      return {
-        ok: false,
-        reason: "layers",
-        share: {
-          node_id: n0.node_id,
-          name: n0.name,
-          rank: 0,
-          fraction: 0,
-          weight_bytes: 0,
-          kv_bytes: 0,
-          required_bytes: 0,
-          free_bytes: n0.free_bytes,
-        },
-      };
-    }
-    fractions = layers.map((l) => l / model.layers);
+export interface PreviewEntry {
+  readonly sharding: Sharding;
+  readonly nodes: number;
+  readonly result: PlacementResult;
+}
+
+export type PreviewInput = Omit<PlacementInput, "minNodes" | "sharding">;
+
+interface KnownNode {
+  readonly node_id: string;
+  readonly name: string;
+  readonly free_bytes: number;
+}
+
+/** Everything about an input that does not depend on (sharding, min_nodes); previews share it. */
+interface Prepared {
+  readonly model: ModelFacts;
+  readonly mem: MemoryModel;
+  readonly memError: string | null;
+  readonly modelError: string | null;
+  readonly total: number;
+  readonly candidates: number;
+  readonly pending: readonly string[];
+  readonly linksPending: boolean;
+  /** Known candidates by rank: most free memory first, then node id. */
+  readonly ranked: readonly KnownNode[];
+  /** prefix[i] = free bytes of ranks 0..i-1. */
+  readonly prefix: Float64Array;
+  readonly budget: number;
+  graph(): LinkGraph;
+  /** Biconnected blocks among ranks < limit, best-ranked block first (cached per limit). */
+  blocks(limit: number): readonly (readonly number[])[];
+}
+
+function prepare(input: PreviewInput): Prepared {
+  const mem = resolveMemoryModel(input.memory);
+  const excluded = new Set(input.excluded ?? []);
+  const seen = new Set<string>();
+  const all: CandidateNode[] = [];
+  for (const n of input.nodes) {
+    if (seen.has(n.node_id)) continue;
+    seen.add(n.node_id);
+    all.push(n);
   }
-  const shares: NodeShare[] = nodes.map((n, rank) => {
-    const r = requirementFor(model, fractions[rank]!, mem);
+  const candidates = all.filter((n) => !excluded.has(n.node_id));
+  const known: KnownNode[] = [];
+  const pending: string[] = [];
+  for (const n of candidates) {
+    const f = n.free_bytes;
+    if (f === null || !Number.isFinite(f)) pending.push(n.name);
+    else known.push({ node_id: n.node_id, name: n.name, free_bytes: Math.max(0, f) });
+  }
+  const ranked = known.sort(
+    (a, b) =>
+      b.free_bytes - a.free_bytes || (a.node_id < b.node_id ? -1 : a.node_id > b.node_id ? 1 : 0),
+  );
+  const prefix = new Float64Array(ranked.length + 1);
+  ranked.forEach((n, i) => (prefix[i + 1] = prefix[i]! + n.free_bytes));
+  let graph: LinkGraph | undefined;
+  const blockCache = new Map<number, number[][]>();
+  const getGraph = () =>
+    (graph ??= buildGraph(
+      ranked.map((n) => n.node_id),
+      input.links,
+    ));
+  return {
+    model: input.model,
+    mem,
+    memError: invalidMemoryModel(mem),
+    modelError: invalidModelFacts(input.model),
+    total: all.length,
+    candidates: candidates.length,
+    pending,
+    linksPending: input.linksPending ?? false,
+    ranked,
+    prefix,
+    budget: input.searchBudget ?? DEFAULT_SEARCH_BUDGET,
+    graph: getGraph,
+    blocks(limit) {
+      let b = blockCache.get(limit);
+      if (b === undefined) {
+        b = biconnectedBlocks(getGraph(), limit).sort(
+          (x, y) => x[0]! - y[0]! || y.length - x.length,
+        );
+        blockCache.set(limit, b);
+      }
+      return b;
+    },
+  };
+}
+
+/** A ring evaluated against the memory model. */
+interface Evaluated {
+  readonly ring: readonly number[];
+  readonly shares: NodeShare[];
+  readonly fits: boolean;
+  readonly minHeadroom: number;
+  /** Index in shares of the node with the least headroom. */
+  readonly worst: number;
+  readonly rtt: number;
+}
+
+function evaluate(
+  p: Prepared,
+  g: LinkGraph,
+  ring: readonly number[],
+  sharding: Sharding,
+): Evaluated {
+  const k = ring.length;
+  const nodes = ring.map((r) => p.ranked[r]!);
+  let layers: number[] | null = null;
+  let fractions: number[];
+  if (sharding === "Tensor" || k === 1) {
+    fractions = nodes.map(() => 1 / k);
+    if (sharding === "Pipeline") layers = [p.model.layers];
+  } else {
+    // Split in rank order (free memory, then id) so a node set's split does not depend on the ring's
+    // direction; the caller guarantees layers >= k, so it exists.
+    const byRank = [...ring].sort((a, b) => a - b);
+    const split = splitLayers(
+      p.model.layers,
+      byRank.map((r) => p.ranked[r]!.free_bytes),
+    )!;
+    const of = new Map(byRank.map((r, i) => [r, split[i]!]));
+    layers = ring.map((r) => of.get(r)!);
+    fractions = layers.map((l) => l / p.model.layers);
+  }
+  let ok = true;
+  let minHeadroom = Infinity;
+  let worst = 0;
+  const shares = nodes.map((n, rank): NodeShare => {
+    const r = estimateNodeRequirement(p.model, fractions[rank]!, p.mem);
+    if (!fits(r.required_bytes, n.free_bytes)) ok = false;
+    const h = (n.free_bytes - r.required_bytes) / Math.max(n.free_bytes, 1);
+    if (h < minHeadroom) {
+      minHeadroom = h;
+      worst = rank;
+    }
     return {
       node_id: n.node_id,
       name: n.name,
@@ -133,193 +239,265 @@ export function sharesFor(
       free_bytes: n.free_bytes,
     };
   });
-  // Equal to free is rejected: a node must have strictly more free memory than its share needs.
-  const bad = shares.find((s) => s.required_bytes >= s.free_bytes);
-  return bad ? { ok: false, share: bad, reason: "memory" } : { ok: true, shares };
+  return { ring, shares, fits: ok, minHeadroom, worst, rtt: cycleRtt(g, ring) };
 }
 
-export function memoryMessage(s: NodeShare, mem: MemoryModel, sharding: Sharding): string {
-  const what =
-    sharding === "Pipeline"
-      ? `${s.layers ?? "?"} layer(s)`
-      : `1/${Math.round(1 / s.fraction)} of every tensor`;
-  return (
-    `node ${s.name} (${s.node_id}) cannot fit its share (${what}): needs ${gb(s.required_bytes)} GB ` +
-    `(${gb(s.weight_bytes)} GB weights x ${mem.overheadFactor.toFixed(2)} overhead + ${gb(s.kv_bytes)} GB KV cache + ` +
-    `${gb(mem.runnerBytes)} GB runner) but has ${gb(s.free_bytes)} GB free`
+/** Most headroom (in whole percent) first, then lowest ring latency, then node ids. */
+function better(a: Evaluated, b: Evaluated): boolean {
+  const ha = Math.floor(a.minHeadroom * 100);
+  const hb = Math.floor(b.minHeadroom * 100);
+  if (ha !== hb) return ha > hb;
+  if (a.rtt !== b.rtt) return a.rtt < b.rtt;
+  for (let i = 0; i < a.shares.length && i < b.shares.length; i++) {
+    const x = a.shares[i]!.node_id;
+    const y = b.shares[i]!.node_id;
+    if (x !== y) return x < y;
+  }
+  return false;
+}
+
+/** Rank 0 is the ring's best-ranked node; the ring runs towards its better-ranked neighbour. */
+function orient(ring: readonly number[]): number[] {
+  const r = [...ring];
+  const s = r.indexOf(Math.min(...r));
+  const rot = [...r.slice(s), ...r.slice(0, s)];
+  if (rot.length >= 3 && rot[rot.length - 1]! < rot[1]!)
+    return [rot[0]!, ...rot.slice(1).reverse()];
+  return rot;
+}
+
+function accept(e: Evaluated, sharding: Sharding): Placement {
+  return { ok: true, sharding, shares: e.shares, cycle_rtt_ms: e.rtt, min_headroom: e.minHeadroom };
+}
+
+function memoryRefusal(p: Prepared, e: Evaluated, suffix = ""): Refusal {
+  const s = e.shares[e.worst]!;
+  return refusal(
+    "insufficient_memory",
+    memoryMessage(s, p.mem, p.model.layers, e.shares.length) + suffix,
+    s.node_id,
+  );
+}
+
+/** The checks that need no search: request shape, model support, membership, pending info. */
+function precheck(p: Prepared, k: number, sharding: Sharding): Refusal | null {
+  const m = p.model;
+  if (!Number.isInteger(k) || k < 1)
+    return refusal("invalid_request", `min_nodes must be a positive integer (got ${k})`);
+  if (p.memError) return refusal("invalid_request", p.memError);
+  if (p.modelError) return refusal("invalid_request", p.modelError);
+  if (sharding === "Tensor") {
+    if (!m.supports_tensor) {
+      return refusal(
+        "tensor_unsupported",
+        `model ${m.model_id} does not support Tensor sharding (its architecture cannot be split by rows); use Pipeline`,
+      );
+    }
+    if (k > 1 && m.head_count > 0 && m.head_count % k !== 0) {
+      return refusal(
+        "tensor_unsupported",
+        `model ${m.model_id} has ${m.head_count} attention heads, which cannot be split evenly across ${k} nodes; use Pipeline or a node count dividing ${m.head_count}`,
+      );
+    }
+  } else if (m.layers < k) {
+    return refusal(
+      "invalid_request",
+      `model ${m.model_id} has ${m.layers} layers, fewer than min_nodes ${k}; Pipeline needs at least one layer per node`,
+    );
+  }
+  if (p.total === 0)
+    return refusal("info_pending", "no cluster members are known yet; retry in a few seconds");
+  if (p.candidates === 0) {
+    return refusal(
+      "all_excluded",
+      `exclusions removed every candidate: all ${p.total} node(s) are excluded`,
+    );
+  }
+  if (p.candidates < k) {
+    return p.total >= k
+      ? refusal(
+          "all_excluded",
+          `exclusions left ${p.candidates} of ${p.total} node(s); min_nodes is ${k}`,
+        )
+      : refusal(
+          "no_cycle",
+          `the cluster has ${p.total} node(s); a cycle of min_nodes ${k} needs ${k} connected nodes`,
+        );
+  }
+  if (p.pending.length > 0) {
+    const names = [...p.pending].sort();
+    const shown =
+      names.slice(0, 5).join(", ") + (names.length > 5 ? ` and ${names.length - 5} more` : "");
+    return refusal(
+      "info_pending",
+      `memory of ${shown} not yet known (telemetry not gossiped); retry in a few seconds`,
+    );
+  }
+  if (k > 1 && p.linksPending) {
+    return refusal(
+      "info_pending",
+      "link measurements between nodes not yet gossiped; retry in a few seconds",
+    );
+  }
+  return null;
+}
+
+/**
+ * Rings of k nodes among ranks < limit: a ring of k >= 3 lies inside one biconnected block, so only
+ * blocks of at least k nodes are searched, best-ranked first, sharing one budget.
+ */
+function rings(
+  p: Prepared,
+  k: number,
+  limit: number,
+  o: Omit<CycleSearchOptions, "k" | "limit" | "within">,
+): CycleSearchOutcome {
+  const g = p.graph();
+  if (k < 3) return searchCycles(g, { ...o, k, limit });
+  let found = 0;
+  let exhausted = false;
+  const mask = new Uint8Array(limit);
+  for (const block of p.blocks(limit)) {
+    if (block.length < k) continue;
+    if (o.budget.left <= 0) return { found, exhausted: true, stopped: false };
+    mask.fill(0);
+    for (const v of block) mask[v] = 1;
+    const r = searchCycles(g, { ...o, k, limit, within: mask });
+    found += r.found;
+    exhausted ||= r.exhausted;
+    if (r.stopped) return { found, exhausted, stopped: true };
+  }
+  return { found, exhausted, stopped: false };
+}
+
+function largest(p: Prepared, limit: number): number {
+  return p.blocks(limit).reduce((m, b) => Math.max(m, b.length), 0);
+}
+
+function solve(p: Prepared, k: number, sharding: Sharding): PlacementResult {
+  const early = precheck(p, k, sharding);
+  if (early) return early;
+  const n = p.ranked.length;
+  const g = p.graph();
+
+  // Topology proof: a ring of k >= 2 nodes lies inside one 2-connected block (a link, for k = 2).
+  if (k > 1 && largest(p, n) < k) {
+    return refusal(
+      "no_cycle",
+      k === 2
+        ? `no two of the ${n} candidate node(s) are linked in the measured link graph; 2 nodes need a direct link`
+        : `no connected cycle of ${k} nodes exists in the measured link graph: the largest group of candidates joined by two independent paths has ${largest(p, n)} node(s) (of ${n})`,
+    );
+  }
+
+  // Memory proofs: nodes that cannot hold the smallest possible share, and the total that k nodes
+  // must hold (the shares' requirements always sum to it).
+  const smallest = sharding === "Tensor" ? 1 / k : 1 / p.model.layers;
+  const floor = estimateNodeRequirement(p.model, smallest, p.mem).required_bytes;
+  let eligible = 0;
+  while (eligible < n && fits(floor, p.ranked[eligible]!.free_bytes)) eligible++;
+  const need =
+    p.model.weight_bytes * p.mem.overheadFactor +
+    kvCacheBytes(p.model, p.mem) +
+    k * p.mem.runnerBytes;
+  const topK = Array.from({ length: k }, (_, i) => i);
+  const shortInTotal = k > 1 && p.prefix[k]! <= need;
+  const hopeless = eligible < k || p.prefix[k]! <= need;
+  const totalNote = shortInTotal
+    ? `; the ${k} nodes with most free memory have ${gb(p.prefix[k]!)} GB free in total but ${k} shares need ${gb(need)} GB`
+    : "";
+
+  let bestFit: Evaluated | null = null;
+  let bestMiss: Evaluated | null = null;
+  let exhausted = false;
+  const pipelineCut =
+    sharding === "Pipeline" && k > 1
+      ? (sum: number, missing: number, s: number) =>
+          sum + p.prefix[Math.min(eligible, s + 1 + missing)]! - p.prefix[s + 1]! <= need
+      : undefined;
+
+  if (!hopeless) {
+    // Search the eligible prefix; Pipeline also cuts paths whose free memory cannot reach `need`.
+    let fitsFound = 0;
+    const budget: Budget = { left: p.budget };
+    const first = rings(p, k, eligible, {
+      budget,
+      weight: (v) => p.ranked[v]!.free_bytes,
+      ...(pipelineCut ? { cut: pipelineCut } : {}),
+      visit: (cycle) => {
+        const e = evaluate(p, g, orient(cycle), sharding);
+        if (e.fits) {
+          if (!bestFit || better(e, bestFit)) bestFit = e;
+          fitsFound++;
+          if (fitsFound === 1) budget.left = Math.min(budget.left, IMPROVE_STEPS);
+          return fitsFound >= MAX_FITS || k === 1;
+        }
+        if (!bestMiss || better(e, bestMiss)) bestMiss = e;
+        return false;
+      },
+    });
+    const fit = bestFit as Evaluated | null;
+    if (fit) {
+      if (k < 4 || k > TWO_OPT_MAX) return accept(fit, sharding);
+      const tuned = evaluate(p, g, orient(improveRing(g, fit.ring)), sharding);
+      return accept(tuned.fits && !better(fit, tuned) ? tuned : fit, sharding);
+    }
+    const miss = bestMiss as Evaluated | null;
+    if (miss) return memoryRefusal(p, miss, totalNote);
+    exhausted = first.exhausted;
+  }
+
+  // No fitting ring. Look for any ring of k candidates, memory aside: if one exists, memory is what
+  // blocks (name the tightest node of the best ring found); if none does, the topology does. The
+  // first pass already covered this when every candidate was eligible and nothing was cut.
+  if (hopeless || eligible < n || pipelineCut) {
+    let late: Evaluated | null = null;
+    let seen = 0;
+    const second = rings(p, k, n, {
+      budget: { left: p.budget },
+      visit: (cycle) => {
+        const e = evaluate(p, g, orient(cycle), sharding);
+        // A ring the budgeted first pass missed may still fit: take it.
+        if (e.fits) late = e;
+        else if (!bestMiss || better(e, bestMiss)) bestMiss = e;
+        return e.fits || ++seen >= MAX_FITS;
+      },
+    });
+    const lateFit = late as Evaluated | null;
+    if (lateFit) return accept(lateFit, sharding);
+    const miss = bestMiss as Evaluated | null;
+    if (miss) return memoryRefusal(p, miss, totalNote);
+    // Memory is proven short while the ring search only ran out of budget: report what is proven.
+    if (hopeless && second.exhausted)
+      return memoryRefusal(p, evaluate(p, g, topK, sharding), totalNote);
+    exhausted = second.exhausted;
+  }
+  return refusal(
+    "no_cycle",
+    `no connected cycle of ${k} nodes among the ${n} candidate node(s) in the measured link graph` +
+      (exhausted ? ` (bounded search: gave up after ${p.budget} steps)` : ""),
   );
 }
 
 /**
- * Finds simple cycles of exactly k nodes (k = 1: a node; k = 2: a linked pair), trying the nodes with
- * most free memory first, and returns the first whose shares fit. DFS is bounded by `budget` expansions,
- * so the cost is O(budget + E log E) whatever the cluster size.
+ * Places a model on a ring of `minNodes` nodes: per node memory (share x overhead + KV + runner,
+ * strictly below free), Pipeline layers proportional to free memory or an even Tensor split, the ring
+ * connected in the link graph. Prefers the ring with most headroom, then lowest latency, then node ids.
  */
 export function place(input: PlacementInput): PlacementResult {
-  const mem: MemoryModel = { ...DEFAULT_MEMORY_MODEL, ...input.memory };
-  const k = input.minNodes;
-  const { model, sharding } = input;
-  if (!Number.isInteger(k) || k < 1)
-    return refuse("invalid_request", "min_nodes must be a positive integer");
-  if (sharding === "Tensor") {
-    if (!model.supports_tensor) {
-      return refuse(
-        "tensor_unsupported",
-        `model ${model.model_id} (${model.layers} layers) does not support Tensor sharding; use Pipeline`,
-      );
-    }
-    if (k > 1 && model.head_count > 0 && model.head_count % k !== 0) {
-      return refuse(
-        "tensor_unsupported",
-        `model ${model.model_id} has ${model.head_count} attention heads, which cannot be split evenly across ${k} nodes; use Pipeline or a node count dividing ${model.head_count}`,
-      );
-    }
-  }
-  if (sharding === "Pipeline" && model.layers < k) {
-    return refuse(
-      "no_cycle",
-      `model ${model.model_id} has ${model.layers} layers, fewer than min_nodes ${k}; Pipeline needs at least one layer per node`,
-    );
-  }
-  const excluded = new Set(input.excluded ?? []);
-  const all = input.nodes;
-  const candidates = all.filter((n) => !excluded.has(n.node_id));
-  if (all.length === 0) return refuse("info_pending", "no cluster members are known yet");
-  if (candidates.length === 0) {
-    return refuse(
-      "all_excluded",
-      `exclusions removed every candidate (${all.length} node(s) excluded)`,
-    );
-  }
-  if (candidates.length < k) {
-    if (all.length >= k) {
-      return refuse(
-        "all_excluded",
-        `exclusions left ${candidates.length} of ${all.length} node(s); min_nodes is ${k}`,
-      );
-    }
-    return refuse(
-      "no_cycle",
-      `the cluster has ${all.length} node(s); no cycle of min_nodes ${k} exists`,
-    );
-  }
-  const pending = candidates.filter((n) => n.free_bytes === null);
-  if (pending.length > 0) {
-    return refuse(
-      "info_pending",
-      `memory of ${pending.map((n) => n.name).join(", ")} not yet known; retry in a few seconds`,
-    );
-  }
-  if (k > 1 && input.linksPending)
-    return refuse(
-      "info_pending",
-      "link measurements between nodes not yet gossiped; retry in a few seconds",
-    );
-  const known = candidates as (CandidateNode & { free_bytes: number })[];
-  const ranked = [...known].sort(
-    (a, b) => b.free_bytes - a.free_bytes || a.node_id.localeCompare(b.node_id),
-  );
-
-  if (k === 1) {
-    let best: NodeShare | undefined;
-    for (const n of ranked) {
-      const r = sharesFor([n], model, sharding, mem);
-      if (r.ok) return { ok: true, sharding, shares: r.shares };
-      best ??= r.share;
-    }
-    return refuse("insufficient_memory", memoryMessage(best!, mem, sharding), best!.node_id);
-  }
-
-  // Adjacency among candidates, neighbors ordered by free memory then latency.
-  const byId = new Map(ranked.map((n) => [n.node_id, n]));
-  const adj = new Map<string, { id: string; rtt: number }[]>();
-  for (const l of input.links) {
-    if (l.a === l.b || !byId.has(l.a) || !byId.has(l.b)) continue;
-    for (const [x, y] of [
-      [l.a, l.b],
-      [l.b, l.a],
-    ] as const) {
-      const list = adj.get(x) ?? [];
-      if (!list.some((e) => e.id === y)) list.push({ id: y, rtt: l.rtt_ms });
-      adj.set(x, list);
-    }
-  }
-  for (const list of adj.values()) {
-    list.sort(
-      (p, q) =>
-        byId.get(q.id)!.free_bytes - byId.get(p.id)!.free_bytes ||
-        p.rtt - q.rtt ||
-        p.id.localeCompare(q.id),
-    );
-  }
-  const linked = (x: string, y: string) => adj.get(x)?.some((e) => e.id === y) ?? false;
-
-  let budget = input.searchBudget ?? 4_000;
-  let firstMisfit: NodeShare | undefined;
-  const path: string[] = [];
-  const onPath = new Set<string>();
-
-  const tryCycle = (): PlacementResult | null => {
-    const nodes = path.map((id) => byId.get(id)!);
-    const r = sharesFor(nodes, model, sharding, mem);
-    if (r.ok) return { ok: true, sharding, shares: r.shares };
-    firstMisfit ??= r.share;
-    return null;
-  };
-
-  const dfs = (start: string): PlacementResult | null => {
-    if (budget-- <= 0) return null;
-    const last = path[path.length - 1]!;
-    if (path.length === k) return k === 2 || linked(last, start) ? tryCycle() : null;
-    for (const e of adj.get(last) ?? []) {
-      if (onPath.has(e.id)) continue;
-      // Prune: a node that is not the start's neighbour can only close the cycle later, never last.
-      if (path.length === k - 1 && k > 2 && !linked(e.id, start)) continue;
-      path.push(e.id);
-      onPath.add(e.id);
-      const r = dfs(start);
-      path.pop();
-      onPath.delete(e.id);
-      if (r) return r;
-      if (budget <= 0) return null;
-    }
-    return null;
-  };
-
-  for (const start of ranked) {
-    if (budget <= 0) break;
-    path.push(start.node_id);
-    onPath.add(start.node_id);
-    const r = dfs(start.node_id);
-    path.pop();
-    onPath.delete(start.node_id);
-    if (r) return r;
-  }
-  if (firstMisfit)
-    return refuse(
-      "insufficient_memory",
-      memoryMessage(firstMisfit, mem, sharding),
-      firstMisfit.node_id,
-    );
-  return refuse(
-    "no_cycle",
-    `no connected cycle of ${k} nodes exists among ${candidates.length} candidate(s) in the measured link graph`,
-  );
+  return solve(prepare(input), input.minNodes, input.sharding);
 }
 
-export interface PreviewEntry {
-  readonly sharding: Sharding;
-  readonly nodes: number;
-  readonly result: PlacementResult;
-}
-
-/** Every combination (sharding x node count) with its placement or typed reason. */
-export function previews(input: Omit<PlacementInput, "minNodes" | "sharding">): PreviewEntry[] {
+/**
+ * Every combination of sharding (Pipeline, Tensor) and node count 1..N (N = nodes in the cluster,
+ * at least 1), each with its placement or the typed reason it fails, honouring exclusions.
+ */
+export function previews(input: PreviewInput): PreviewEntry[] {
+  const p = prepare(input);
+  const max = Math.max(1, p.total);
   const out: PreviewEntry[] = [];
-  const max = Math.max(1, input.nodes.length);
-  for (const sharding of ["Pipeline", "Tensor"] as const) {
-    for (let k = 1; k <= max; k++)
-      out.push({ sharding, nodes: k, result: place({ ...input, minNodes: k, sharding }) });
+  for (const sharding of SHARDINGS) {
+    for (let k = 1; k <= max; k++) out.push({ sharding, nodes: k, result: solve(p, k, sharding) });
   }
   return out;
 }

@@ -1,0 +1,91 @@
+// The closed set of placement refusal codes, their HTTP statuses, and the messages operators read.
+// One place for the wording so every refusal names the node and shows the GB arithmetic the same way.
+import { gb } from "./memory.ts";
+import type { MemoryModel } from "./memory.ts";
+
+export const REFUSAL_CODES = [
+  "insufficient_memory",
+  "no_cycle",
+  "all_excluded",
+  "tensor_unsupported",
+  "info_pending",
+  "invalid_request",
+] as const;
+export type RefusalCode = (typeof REFUSAL_CODES)[number];
+
+/** HTTP status of a refusal: 503 (retry soon) only while cluster info is pending, else 400. */
+export function httpStatusOf(code: RefusalCode): 400 | 503 {
+  switch (code) {
+    case "insufficient_memory":
+    case "no_cycle":
+    case "all_excluded":
+    case "tensor_unsupported":
+    case "invalid_request":
+      return 400;
+    case "info_pending":
+      return 503;
+    default: {
+      const unreachable: never = code;
+      throw new Error(`unknown refusal code ${String(unreachable)}`);
+    }
+  }
+}
+
+/** A typed refusal: the code, its HTTP status, an operator-readable message, the node at fault. */
+export interface Refusal {
+  readonly ok: false;
+  readonly code: RefusalCode;
+  readonly httpStatus: 400 | 503;
+  readonly message: string;
+  /** The node that cannot fit its share (insufficient_memory only). */
+  readonly node_id?: string;
+}
+
+export function refusal(code: RefusalCode, message: string, node_id?: string): Refusal {
+  return {
+    ok: false,
+    code,
+    httpStatus: httpStatusOf(code),
+    message,
+    ...(node_id !== undefined ? { node_id } : {}),
+  };
+}
+
+/** The itemized share a refusal message explains. */
+export interface ShareFigures {
+  readonly node_id: string;
+  readonly name: string;
+  readonly layers?: number;
+  readonly fraction: number;
+  readonly weight_bytes: number;
+  readonly kv_bytes: number;
+  readonly required_bytes: number;
+  readonly free_bytes: number;
+}
+
+/** Which part of the model the share is, in words. */
+export function shareWords(s: ShareFigures, totalLayers: number, nodes: number): string {
+  if (nodes === 1) return "the whole model";
+  if (s.layers !== undefined) return `${s.layers} of ${totalLayers} layers`;
+  return `1/${nodes} of every tensor`;
+}
+
+/**
+ * "node gpu-a (n-1f2e) cannot fit its share (6 of 32 layers): needs 12.67 GB (10.00 GB weights x
+ * 1.20 overhead + 0.17 GB KV cache + 0.50 GB runner) but has 12.50 GB free".
+ */
+export function memoryMessage(
+  s: ShareFigures,
+  mem: MemoryModel,
+  totalLayers: number,
+  nodes: number,
+): string {
+  const equal = gb(s.required_bytes) === gb(s.free_bytes);
+  return (
+    `node ${s.name} (${s.node_id}) cannot fit its share (${shareWords(s, totalLayers, nodes)}): ` +
+    `needs ${gb(s.required_bytes)} GB (${gb(s.weight_bytes)} GB weights x ` +
+    `${mem.overheadFactor.toFixed(2)} overhead + ${gb(s.kv_bytes)} GB KV cache + ` +
+    `${gb(mem.runnerBytes)} GB runner) but has ${gb(s.free_bytes)} GB free` +
+    (equal ? " (a share must be strictly less than free memory)" : "")
+  );
+}
