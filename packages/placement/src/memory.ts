@@ -138,11 +138,17 @@ export function fits(requiredBytes: number, freeBytes: number): boolean {
 export function splitLayers(layers: number, free: readonly number[]): number[] | null {
   const n = free.length;
   if (n === 0 || !Number.isInteger(layers) || layers < n) return null;
-  const clean = free.map((f) => (Number.isFinite(f) && f > 0 ? f : 0));
-  const total = clean.reduce((s, f) => s + f, 0);
-  const ideal = clean.map((f) => (total > 0 ? (f / total) * layers : layers / n));
-  const out = ideal.map((x) => Math.max(1, Math.floor(x)));
-  let sum = out.reduce((s, x) => s + x, 0);
+  let total = 0;
+  for (const f of free) if (Number.isFinite(f) && f > 0) total += f;
+  const ideal = new Float64Array(n);
+  const out = new Array<number>(n);
+  let sum = 0;
+  for (let i = 0; i < n; i++) {
+    const f = free[i]!;
+    ideal[i] = total > 0 ? ((Number.isFinite(f) && f > 0 ? f : 0) / total) * layers : layers / n;
+    out[i] = Math.max(1, Math.floor(ideal[i]!));
+    sum += out[i]!;
+  }
   // The one-layer minimum can overshoot: take layers back from the ranks furthest above their ideal.
   while (sum > layers) {
     let j = -1;
@@ -152,9 +158,12 @@ export function splitLayers(layers: number, free: readonly number[]): number[] |
     out[j]! -= 1;
     sum -= 1;
   }
-  // Largest remainder for what is left; ties go to the lower rank. At most n - 1 layers remain.
-  const order = ideal.map((x, i) => ({ i, r: x - out[i]! })).sort((a, b) => b.r - a.r || a.i - b.i);
-  for (let j = 0; sum < layers; j = (j + 1) % n, sum++) out[order[j]!.i]! += 1;
+  if (sum < layers) {
+    // Largest remainder for what is left; ties go to the lower rank. At most n - 1 layers remain.
+    const rem = (i: number) => ideal[i]! - out[i]!;
+    const order = Array.from({ length: n }, (_, i) => i).sort((a, b) => rem(b) - rem(a) || a - b);
+    for (let j = 0; sum < layers; j = (j + 1) % n, sum++) out[order[j]!]! += 1;
+  }
   return out;
 }
 

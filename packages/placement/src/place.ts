@@ -115,10 +115,14 @@ interface Prepared {
   readonly linksPending: boolean;
   /** Known candidates by rank: most free memory first, then node id. */
   readonly ranked: readonly KnownNode[];
+  /** KV cache of the whole model at the effective context. */
+  readonly kvBytes: number;
   /** prefix[i] = free bytes of ranks 0..i-1. */
   readonly prefix: Float64Array;
   readonly budget: number;
   graph(): LinkGraph;
+  /** The nodes without their links: all a single-node placement needs. */
+  nodesOnly(): LinkGraph;
   /** Biconnected blocks among ranks < limit, best-ranked block first (cached per limit). */
   blocks(limit: number): readonly (readonly number[])[];
 }
@@ -154,6 +158,7 @@ function prepare(input: PreviewInput): Prepared {
       ranked.map((n) => n.node_id),
       input.links,
     ));
+  let bare: LinkGraph | undefined;
   return {
     model: input.model,
     mem,
@@ -164,9 +169,16 @@ function prepare(input: PreviewInput): Prepared {
     pending,
     linksPending: input.linksPending ?? false,
     ranked,
+    kvBytes: kvCacheBytes(input.model, mem),
     prefix,
     budget: input.searchBudget ?? DEFAULT_SEARCH_BUDGET,
     graph: getGraph,
+    nodesOnly: () =>
+      graph ??
+      (bare ??= buildGraph(
+        ranked.map((n) => n.node_id),
+        [],
+      )),
     blocks(limit) {
       let b = blockCache.get(limit);
       if (b === undefined) {
@@ -180,15 +192,40 @@ function prepare(input: PreviewInput): Prepared {
   };
 }
 
-/** A ring evaluated against the memory model. */
+/** A ring scored against the memory model with plain arithmetic; shares are built only for answers. */
 interface Evaluated {
   readonly ring: readonly number[];
-  readonly shares: NodeShare[];
+  readonly sharding: Sharding;
+  /** Pipeline: layers per ring position. */
+  readonly layers: readonly number[] | null;
   readonly fits: boolean;
+  /** Smallest (free - required) / free over the ring. */
   readonly minHeadroom: number;
-  /** Index in shares of the node with the least headroom. */
+  /** Ring position of the node with the least headroom. */
   readonly worst: number;
   readonly rtt: number;
+}
+
+/** Layers per ring position: split in rank order, so a node set's split does not depend on direction. */
+function ringLayers(p: Prepared, ring: readonly number[]): number[] {
+  const L = p.model.layers;
+  if (ring.length === 1) return [L];
+  const byRank = Int32Array.from(ring).sort();
+  // The caller guarantees layers >= k, so the split exists.
+  const split = splitLayers(
+    L,
+    Array.from(byRank, (r) => p.ranked[r]!.free_bytes),
+  )!;
+  return ring.map((r) => {
+    let lo = 0;
+    let hi = byRank.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (byRank[mid]! < r) lo = mid + 1;
+      else hi = mid;
+    }
+    return split[lo]!;
+  });
 }
 
 function evaluate(
@@ -198,59 +235,75 @@ function evaluate(
   sharding: Sharding,
 ): Evaluated {
   const k = ring.length;
-  const nodes = ring.map((r) => p.ranked[r]!);
-  let layers: number[] | null = null;
-  let fractions: number[];
-  if (sharding === "Tensor" || k === 1) {
-    fractions = nodes.map(() => 1 / k);
-    if (sharding === "Pipeline") layers = [p.model.layers];
-  } else {
-    // Split in rank order (free memory, then id) so a node set's split does not depend on the ring's
-    // direction; the caller guarantees layers >= k, so it exists.
-    const byRank = [...ring].sort((a, b) => a - b);
-    const split = splitLayers(
-      p.model.layers,
-      byRank.map((r) => p.ranked[r]!.free_bytes),
-    )!;
-    const of = new Map(byRank.map((r, i) => [r, split[i]!]));
-    layers = ring.map((r) => of.get(r)!);
-    fractions = layers.map((l) => l / p.model.layers);
-  }
+  const layers = sharding === "Pipeline" ? ringLayers(p, ring) : null;
+  const { overheadFactor, runnerBytes } = p.mem;
   let ok = true;
   let minHeadroom = Infinity;
   let worst = 0;
-  const shares = nodes.map((n, rank): NodeShare => {
-    const r = estimateNodeRequirement(p.model, fractions[rank]!, p.mem);
-    if (!fits(r.required_bytes, n.free_bytes)) ok = false;
-    const h = (n.free_bytes - r.required_bytes) / Math.max(n.free_bytes, 1);
+  for (let i = 0; i < k; i++) {
+    const fraction = layers ? layers[i]! / p.model.layers : 1 / k;
+    // The same arithmetic, in the same order, as estimateNodeRequirement.
+    const required =
+      p.model.weight_bytes * fraction * overheadFactor + p.kvBytes * fraction + runnerBytes;
+    const free = p.ranked[ring[i]!]!.free_bytes;
+    if (!fits(required, free)) ok = false;
+    const h = (free - required) / Math.max(free, 1);
     if (h < minHeadroom) {
       minHeadroom = h;
-      worst = rank;
+      worst = i;
     }
-    return {
-      node_id: n.node_id,
-      name: n.name,
-      rank,
-      ...(layers ? { layers: layers[rank]! } : {}),
-      fraction: fractions[rank]!,
-      weight_bytes: r.weight_bytes,
-      kv_bytes: r.kv_bytes,
-      required_bytes: r.required_bytes,
-      free_bytes: n.free_bytes,
-    };
-  });
-  return { ring, shares, fits: ok, minHeadroom, worst, rtt: cycleRtt(g, ring) };
+  }
+  return { ring, sharding, layers, fits: ok, minHeadroom, worst, rtt: cycleRtt(g, ring) };
 }
 
-/** Most headroom (in whole percent) first, then lowest ring latency, then node ids. */
-function better(a: Evaluated, b: Evaluated): boolean {
+/** The per-node shares of an evaluated ring, in ring order (arithmetic of estimateNodeRequirement). */
+function sharesOf(p: Prepared, e: Evaluated): NodeShare[] {
+  const { overheadFactor, runnerBytes } = p.mem;
+  const out: NodeShare[] = [];
+  for (let rank = 0; rank < e.ring.length; rank++) {
+    const n = p.ranked[e.ring[rank]!]!;
+    const layers = e.layers?.[rank];
+    const fraction = layers !== undefined ? layers / p.model.layers : 1 / e.ring.length;
+    const weight = p.model.weight_bytes * fraction;
+    const kv = p.kvBytes * fraction;
+    const required = weight * overheadFactor + kv + runnerBytes;
+    out.push(
+      layers !== undefined
+        ? {
+            node_id: n.node_id,
+            name: n.name,
+            rank,
+            layers,
+            fraction,
+            weight_bytes: weight,
+            kv_bytes: kv,
+            required_bytes: required,
+            free_bytes: n.free_bytes,
+          }
+        : {
+            node_id: n.node_id,
+            name: n.name,
+            rank,
+            fraction,
+            weight_bytes: weight,
+            kv_bytes: kv,
+            required_bytes: required,
+            free_bytes: n.free_bytes,
+          },
+    );
+  }
+  return out;
+}
+
+/** Most headroom (in whole percent) first, then lowest ring latency, then node ids in ring order. */
+function better(p: Prepared, a: Evaluated, b: Evaluated): boolean {
   const ha = Math.floor(a.minHeadroom * 100);
   const hb = Math.floor(b.minHeadroom * 100);
   if (ha !== hb) return ha > hb;
   if (a.rtt !== b.rtt) return a.rtt < b.rtt;
-  for (let i = 0; i < a.shares.length && i < b.shares.length; i++) {
-    const x = a.shares[i]!.node_id;
-    const y = b.shares[i]!.node_id;
+  for (let i = 0; i < a.ring.length && i < b.ring.length; i++) {
+    const x = p.ranked[a.ring[i]!]!.node_id;
+    const y = p.ranked[b.ring[i]!]!.node_id;
     if (x !== y) return x < y;
   }
   return false;
@@ -266,15 +319,21 @@ function orient(ring: readonly number[]): number[] {
   return rot;
 }
 
-function accept(e: Evaluated, sharding: Sharding): Placement {
-  return { ok: true, sharding, shares: e.shares, cycle_rtt_ms: e.rtt, min_headroom: e.minHeadroom };
+function accept(p: Prepared, e: Evaluated): Placement {
+  return {
+    ok: true,
+    sharding: e.sharding,
+    shares: sharesOf(p, e),
+    cycle_rtt_ms: e.rtt,
+    min_headroom: e.minHeadroom,
+  };
 }
 
 function memoryRefusal(p: Prepared, e: Evaluated, suffix = ""): Refusal {
-  const s = e.shares[e.worst]!;
+  const s = sharesOf(p, e)[e.worst]!;
   return refusal(
     "insufficient_memory",
-    memoryMessage(s, p.mem, p.model.layers, e.shares.length) + suffix,
+    memoryMessage(s, p.mem, p.model.layers, e.ring.length) + suffix,
     s.node_id,
   );
 }
@@ -352,7 +411,7 @@ function rings(
   limit: number,
   o: Omit<CycleSearchOptions, "k" | "limit" | "within">,
 ): CycleSearchOutcome {
-  const g = p.graph();
+  const g = k === 1 ? p.nodesOnly() : p.graph();
   if (k < 3) return searchCycles(g, { ...o, k, limit });
   let found = 0;
   let exhausted = false;
@@ -378,7 +437,7 @@ function solve(p: Prepared, k: number, sharding: Sharding): PlacementResult {
   const early = precheck(p, k, sharding);
   if (early) return early;
   const n = p.ranked.length;
-  const g = p.graph();
+  const g = k === 1 ? p.nodesOnly() : p.graph();
 
   // Topology proof: a ring of k >= 2 nodes lies inside one 2-connected block (a link, for k = 2).
   if (k > 1 && largest(p, n) < k) {
@@ -396,10 +455,7 @@ function solve(p: Prepared, k: number, sharding: Sharding): PlacementResult {
   const floor = estimateNodeRequirement(p.model, smallest, p.mem).required_bytes;
   let eligible = 0;
   while (eligible < n && fits(floor, p.ranked[eligible]!.free_bytes)) eligible++;
-  const need =
-    p.model.weight_bytes * p.mem.overheadFactor +
-    kvCacheBytes(p.model, p.mem) +
-    k * p.mem.runnerBytes;
+  const need = p.model.weight_bytes * p.mem.overheadFactor + p.kvBytes + k * p.mem.runnerBytes;
   const topK = Array.from({ length: k }, (_, i) => i);
   const shortInTotal = k > 1 && p.prefix[k]! <= need;
   const hopeless = eligible < k || p.prefix[k]! <= need;
@@ -427,20 +483,20 @@ function solve(p: Prepared, k: number, sharding: Sharding): PlacementResult {
       visit: (cycle) => {
         const e = evaluate(p, g, orient(cycle), sharding);
         if (e.fits) {
-          if (!bestFit || better(e, bestFit)) bestFit = e;
+          if (!bestFit || better(p, e, bestFit)) bestFit = e;
           fitsFound++;
           if (fitsFound === 1) budget.left = Math.min(budget.left, IMPROVE_STEPS);
           return fitsFound >= MAX_FITS || k === 1;
         }
-        if (!bestMiss || better(e, bestMiss)) bestMiss = e;
+        if (!bestMiss || better(p, e, bestMiss)) bestMiss = e;
         return false;
       },
     });
     const fit = bestFit as Evaluated | null;
     if (fit) {
-      if (k < 4 || k > TWO_OPT_MAX) return accept(fit, sharding);
+      if (k < 4 || k > TWO_OPT_MAX) return accept(p, fit);
       const tuned = evaluate(p, g, orient(improveRing(g, fit.ring)), sharding);
-      return accept(tuned.fits && !better(fit, tuned) ? tuned : fit, sharding);
+      return accept(p, tuned.fits && !better(p, fit, tuned) ? tuned : fit);
     }
     const miss = bestMiss as Evaluated | null;
     if (miss) return memoryRefusal(p, miss, totalNote);
@@ -459,12 +515,12 @@ function solve(p: Prepared, k: number, sharding: Sharding): PlacementResult {
         const e = evaluate(p, g, orient(cycle), sharding);
         // A ring the budgeted first pass missed may still fit: take it.
         if (e.fits) late = e;
-        else if (!bestMiss || better(e, bestMiss)) bestMiss = e;
+        else if (!bestMiss || better(p, e, bestMiss)) bestMiss = e;
         return e.fits || ++seen >= MAX_FITS;
       },
     });
     const lateFit = late as Evaluated | null;
-    if (lateFit) return accept(lateFit, sharding);
+    if (lateFit) return accept(p, lateFit);
     const miss = bestMiss as Evaluated | null;
     if (miss) return memoryRefusal(p, miss, totalNote);
     // Memory is proven short while the ring search only ran out of budget: report what is proven.

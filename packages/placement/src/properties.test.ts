@@ -156,7 +156,13 @@ describe("placement properties", () => {
         expect(ids).toHaveLength(c.k);
         expect(new Set(ids).size).toBe(c.k);
         for (const id of ids) expect(input.excluded).not.toContain(id);
-        for (const s of r.shares) expect(s.required_bytes).toBeLessThan(s.free_bytes);
+        const mem = resolveMemoryModel(input.memory);
+        for (const s of r.shares) {
+          expect(s.required_bytes).toBeLessThan(s.free_bytes);
+          expect(s.required_bytes).toBe(
+            estimateNodeRequirement(input.model, s.fraction, mem).required_bytes,
+          );
+        }
         expect(r.shares.reduce((t, s) => t + s.fraction, 0)).toBeCloseTo(1, 9);
         if (c.sharding === "Pipeline") {
           expect(r.shares.reduce((t, s) => t + s.layers!, 0)).toBe(c.layers);

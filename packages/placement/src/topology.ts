@@ -11,6 +11,7 @@ export interface LinkEdge {
 /**
  * Nodes are numbered by rank (0 = the preferred node, e.g. most free memory); adjacency lists are
  * sorted by rank. Duplicate links keep the lowest latency; self links and unknown ids are dropped.
+ * Latency lookups binary-search the adjacency list (O(log degree)); building is one sort, O(V + E log E).
  */
 export interface LinkGraph {
   readonly n: number;
@@ -23,20 +24,86 @@ export function buildGraph(rankedIds: readonly string[], links: readonly LinkEdg
   const n = rankedIds.length;
   const index = new Map<string, number>();
   rankedIds.forEach((id, i) => index.set(id, i));
-  const lat: Map<number, number>[] = Array.from({ length: n }, () => new Map());
+  const m = Math.max(1, links.length);
+  const ea = new Int32Array(m);
+  const eb = new Int32Array(m);
+  const er = new Float64Array(m);
+  const deg = new Int32Array(n);
+  let e = 0;
   for (const l of links) {
     const a = index.get(l.a);
     const b = index.get(l.b);
     if (a === undefined || b === undefined || a === b) continue;
-    const rtt = Number.isFinite(l.rtt_ms) && l.rtt_ms >= 0 ? l.rtt_ms : Number.MAX_VALUE;
-    const old = lat[a]!.get(b);
-    if (old === undefined || rtt < old) {
-      lat[a]!.set(b, rtt);
-      lat[b]!.set(a, rtt);
-    }
+    ea[e] = a;
+    eb[e] = b;
+    er[e] = Number.isFinite(l.rtt_ms) && l.rtt_ms >= 0 ? l.rtt_ms : Number.MAX_VALUE;
+    deg[a]!++;
+    deg[b]!++;
+    e++;
   }
-  const adj = lat.map((m) => Int32Array.from([...m.keys()].sort((x, y) => x - y)));
-  return { n, adj, rtt: (a, b) => lat[a]?.get(b) };
+  // Both directions of every link, ordered by node, then neighbour, then input order: two stable
+  // counting sorts (by neighbour, then by node), O(V + E) with no comparisons.
+  const from = new Int32Array(2 * e);
+  const to = new Int32Array(2 * e);
+  const via = new Int32Array(2 * e);
+  for (let j = 0; j < e; j++) {
+    from[2 * j] = ea[j]!;
+    to[2 * j] = eb[j]!;
+    from[2 * j + 1] = eb[j]!;
+    to[2 * j + 1] = ea[j]!;
+    via[2 * j] = via[2 * j + 1] = j;
+  }
+  const byTo = countingOrder(to, n, null);
+  const order = countingOrder(from, n, byTo);
+  const adj: Int32Array[] = [];
+  const lat: Float64Array[] = [];
+  let at = 0;
+  for (let v = 0; v < n; v++) {
+    const nb = new Int32Array(deg[v]!);
+    const rt = new Float64Array(deg[v]!);
+    let d = 0;
+    for (const end = at + deg[v]!; at < end; at++) {
+      const x = order[at]!;
+      const w = to[x]!;
+      const r = er[via[x]!]!;
+      if (d > 0 && nb[d - 1] === w) rt[d - 1] = Math.min(rt[d - 1]!, r);
+      else {
+        nb[d] = w;
+        rt[d++] = r;
+      }
+    }
+    adj.push(d === nb.length ? nb : nb.slice(0, d));
+    lat.push(d === rt.length ? rt : rt.slice(0, d));
+  }
+  const rtt = (a: number, b: number): number | undefined => {
+    const nb = adj[a];
+    if (!nb) return undefined;
+    let lo = 0;
+    let hi = nb.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const x = nb[mid]!;
+      if (x === b) return lat[a]![mid];
+      if (x < b) lo = mid + 1;
+      else hi = mid - 1;
+    }
+    return undefined;
+  };
+  return { n, adj, rtt };
+}
+
+/** Stable counting sort: the entries of `within` (or 0..len-1) reordered by key[x] in [0, range). */
+function countingOrder(key: Int32Array, range: number, within: Int32Array | null): Int32Array {
+  const len = key.length;
+  const count = new Int32Array(range + 1);
+  for (let i = 0; i < len; i++) count[key[i]! + 1]!++;
+  for (let r = 0; r < range; r++) count[r + 1]! += count[r]!;
+  const out = new Int32Array(len);
+  for (let i = 0; i < len; i++) {
+    const x = within ? within[i]! : i;
+    out[count[key[x]!]!++] = x;
+  }
+  return out;
 }
 
 /** Sum of link latencies around a cycle (k = 1: 0; k = 2: the one link). */
@@ -158,14 +225,17 @@ export interface CycleSearchOutcome {
   readonly stopped: boolean;
 }
 
-/** Share of the budget backtracking gets before rotation-extension takes over on long rings. */
-const BACKTRACK_SHARE = 0.2;
+/** Long rings: backtracking probes with this share of the budget (it settles small graphs exactly)... */
+const PROBE_SHARE = 0.05;
+/** ...then rotation-extension may spend up to this share, then backtracking resumes with the rest. */
+const ROTATE_SHARE = 0.5;
 
 /**
  * Finds simple cycles of exactly k nodes (k = 1: a node; k = 2: two linked nodes). Backtracking
- * (depth-first, see depthFirst) is exhaustive when the budget allows, so a search that ends without
- * exhausting it proves no cycle exists. For long rings (k more than half the allowed nodes, k >= 3),
- * backtracking gets a fifth of the budget and rotation-extension (rotateExtend) the rest.
+ * (depthFirst) is exhaustive when the budget allows, so a search that ends without exhausting it
+ * proves that no such cycle exists. Long rings (k >= 3 and more than half the allowed nodes) are
+ * where backtracking drowns in permutations, so there a short backtracking probe runs first, then
+ * rotation-extension (rotateExtend), then backtracking again with whatever budget is left.
  */
 export function searchCycles(g: LinkGraph, o: CycleSearchOptions): CycleSearchOutcome {
   const limit = Math.min(o.limit, g.n);
@@ -173,17 +243,30 @@ export function searchCycles(g: LinkGraph, o: CycleSearchOptions): CycleSearchOu
   for (let v = 0; v < limit; v++) if (!o.within || o.within[v]) allowed++;
   if (o.k < 3 || 2 * o.k <= allowed) return depthFirst(g, o);
   const total = o.budget.left;
-  const share: Budget = { left: Math.floor(total * BACKTRACK_SHARE) };
-  const first = depthFirst(g, { ...o, budget: share });
-  o.budget.left = total - (Math.floor(total * BACKTRACK_SHARE) - share.left);
-  if (first.found > 0 || !first.exhausted || o.budget.left <= 0) return first;
-  const ring = rotateExtend(g, o.k, limit, o.within, o.budget);
-  if (!ring) return { found: 0, exhausted: true, stopped: false };
-  const s = ring.indexOf(Math.min(...ring));
-  const path = [...ring.slice(s), ...ring.slice(0, s)];
-  const w = path.reduce((t, v) => t + (o.weight?.(v) ?? 0), 0);
-  if (o.cut?.(w, 0, path[0]!)) return { found: 0, exhausted: true, stopped: false };
-  return { found: 1, exhausted: false, stopped: o.visit(path) };
+  const probe = spend(o.budget, Math.floor(total * PROBE_SHARE), (b) =>
+    depthFirst(g, { ...o, budget: b }),
+  );
+  if (probe.found > 0 || !probe.exhausted || o.budget.left <= 0) return probe;
+  const ring = spend(o.budget, Math.floor(total * ROTATE_SHARE), (b) =>
+    rotateExtend(g, o.k, limit, o.within, b),
+  );
+  if (ring) {
+    const s = ring.indexOf(Math.min(...ring));
+    const path = [...ring.slice(s), ...ring.slice(0, s)];
+    const w = path.reduce((t, v) => t + (o.weight?.(v) ?? 0), 0);
+    if (!o.cut?.(w, 0, path[0]!)) return { found: 1, exhausted: false, stopped: o.visit(path) };
+  }
+  if (o.budget.left <= 0) return { found: 0, exhausted: true, stopped: false };
+  return depthFirst(g, o);
+}
+
+/** Runs `f` on a sub-budget of at most `cap` steps and charges what it used to `budget`. */
+function spend<T>(budget: Budget, cap: number, f: (b: Budget) => T): T {
+  const sub: Budget = { left: Math.min(cap, budget.left) };
+  const start = sub.left;
+  const out = f(sub);
+  budget.left -= start - sub.left;
+  return out;
 }
 
 /**
