@@ -7,6 +7,8 @@ export {
   estimateNodeRequirement,
   fits,
   gb,
+  invalidMemoryModel,
+  invalidModelFacts,
   kvCacheBytes,
   resolveMemoryModel,
   splitLayers,

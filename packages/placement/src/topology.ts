@@ -1,5 +1,5 @@
 // The measured link graph and a bounded search for simple cycles of exactly k nodes in it. Placement
-// needs a ring of min_nodes nodes; enumerating all cycles is exponential, so the search is pruned and budgeted.
+// needs a ring of min_nodes nodes; enumerating every cycle is exponential, so the search is budgeted.
 
 /** An undirected measured link between two nodes. */
 export interface LinkEdge {
@@ -11,7 +11,7 @@ export interface LinkEdge {
 /**
  * Nodes are numbered by rank (0 = the preferred node, e.g. most free memory); adjacency lists are
  * sorted by rank. Duplicate links keep the lowest latency; self links and unknown ids are dropped.
- * Latency lookups binary-search the adjacency list (O(log degree)); building is one sort, O(V + E log E).
+ * Latency lookups binary-search the adjacency list (O(log degree)).
  */
 export interface LinkGraph {
   readonly n: number;
@@ -20,6 +20,7 @@ export interface LinkGraph {
   rtt(a: number, b: number): number | undefined;
 }
 
+/** The graph over `rankedIds` (index = rank) from measured links; O(V + E), two counting sorts. */
 export function buildGraph(rankedIds: readonly string[], links: readonly LinkEdge[]): LinkGraph {
   const n = rankedIds.length;
   const index = new Map<string, number>();
