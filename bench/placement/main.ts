@@ -92,6 +92,7 @@ const stress: ModelFacts = {
   weight_bytes: 200e9,
   layers: 1024,
   head_count: 0,
+  key_length: 128,
 };
 
 function time(fn: () => void, runs: number): number[] {
@@ -178,8 +179,8 @@ Clusters: mixed GPUs (24–128 GB, 60–100 % free). "racks": racks of 8 nodes, 
 linked (5 % of probes lost), two uplinks per node to other racks. "sparse ring + chords": one ring
 through every node plus two random chords per node, the hard case for long rings. Models: Llama-3-70B
 Q4_K_M (42.5 GB, 80 layers, 64 heads: Pipeline beyond 80 nodes and Tensor across a count not dividing
-64 are refused without a search), and a synthetic 1024-layer, 200 GB model with no head constraint, so
-every combination runs a real ring search. Search budget ${DEFAULT_SEARCH_BUDGET.toLocaleString("en-US")} steps per placement.
+64 are refused without a search), and a synthetic 1024-layer, 200 GB model (8 KV heads of width 128) with no
+head-count constraint, so every combination runs a real ring search. Search budget ${DEFAULT_SEARCH_BUDGET.toLocaleString("en-US")} steps per placement.
 Baseline: sorting and scanning the node list once, measured in the same run. "bounded" counts
 refusals where the search ran out of budget rather than proving there is no ring. Single run on a
 2-core machine shared with other work: read the figures as orders of magnitude.

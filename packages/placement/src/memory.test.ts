@@ -55,10 +55,22 @@ describe("KV cache sizing", () => {
       10 * 1024 * 8 * 256 * 2,
     ],
     [
-      "unknown heads: one head as wide as the embedding",
+      "unknown heads: K and V each as wide as the embedding",
       model({ head_count: 0, head_count_kv: 0 }),
       mem(),
-      10 * 4096 * 1 * 8192 * 2,
+      10 * 4096 * 8192 * 2,
+    ],
+    [
+      "unknown heads but known KV heads: still no grouped-query saving assumed",
+      model({ head_count: 0, head_count_kv: 8 }),
+      mem(),
+      10 * 4096 * 8192 * 2,
+    ],
+    [
+      "unknown heads with key_length: KV heads x key width",
+      model({ head_count: 0, head_count_kv: 8, key_length: 128 }),
+      mem(),
+      10 * 4096 * 8 * 256 * 2,
     ],
   ])("%s", (_name, m, mm, bytes) => {
     expect(kvCacheBytes(m, mm)).toBe(bytes);

@@ -82,17 +82,20 @@ export function effectiveContext(m: ModelFacts, mem: MemoryModel): number {
 }
 
 /**
- * Total KV cache bytes of the model at the effective context: for every layer and token, K and V of
- * every KV head: layers x ctx x kv_heads x (key_length + value_length) x bytes per element.
+ * Total KV cache bytes of the model at the effective context: for every layer and token, the K and V
+ * widths (kv_heads x key_length, kv_heads x value_length) x bytes per element. key_length defaults to
+ * embedding_length / head_count; with the head count unknown, K and V are each assumed as wide as the
+ * embedding (no grouped-query saving), which can only overestimate.
  */
 export function kvCacheBytes(m: ModelFacts, mem: MemoryModel): number {
-  const heads = m.head_count > 0 ? m.head_count : 1;
+  const heads = m.head_count > 0 ? m.head_count : 0;
   const kvHeads = m.head_count_kv > 0 ? m.head_count_kv : heads;
-  const keyLen = m.key_length ?? m.embedding_length / heads;
-  const valueLen = m.value_length ?? keyLen;
-  return (
-    m.layers * effectiveContext(m, mem) * kvHeads * (keyLen + valueLen) * mem.kvBytesPerElement
-  );
+  let kWidth: number;
+  if (m.key_length !== undefined && kvHeads > 0) kWidth = kvHeads * m.key_length;
+  else if (heads > 0) kWidth = (kvHeads * m.embedding_length) / heads;
+  else kWidth = m.embedding_length;
+  const vWidth = m.value_length !== undefined && kvHeads > 0 ? kvHeads * m.value_length : kWidth;
+  return m.layers * effectiveContext(m, mem) * (kWidth + vWidth) * mem.kvBytesPerElement;
 }
 
 /** What one node needs to hold a share of the model, itemized for the refusal message. */
