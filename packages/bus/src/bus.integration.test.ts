@@ -64,6 +64,31 @@ describe("embedded nats-server", () => {
     expect(seen.every((p) => p === "from-a")).toBe(true);
   });
 
+  it("ignoreOwn drops only what the same connection published", async () => {
+    await using s = new NatsServer({
+      host: "127.0.0.1",
+      clientPort: 0,
+      clusterPort: 0,
+      clusterName: "t",
+      routes: [],
+      log,
+    });
+    await s.start();
+    await using busA = await Bus.connect(s.clientUrl, log);
+    await using busB = await Bus.connect(s.clientUrl, log);
+    const ownIgnored: string[] = [];
+    const all: string[] = [];
+    busA.subscribe("heartbeat", (m) => ownIgnored.push(m.peer_key), { ignoreOwn: true });
+    busA.subscribe("heartbeat", (m) => all.push(m.peer_key));
+    await busA.flush();
+    busA.publish("heartbeat", heartbeat("from-a"));
+    busB.publish("heartbeat", heartbeat("from-b"));
+    await busB.flush();
+    await waitFor(() => (all.length === 2 ? true : undefined), { timeoutMs: 5000, intervalMs: 20, what: "both messages" });
+    expect(all.sort()).toEqual(["from-a", "from-b"]);
+    expect(ownIgnored).toEqual(["from-b"]);
+  });
+
   it("restarts a killed server on the same port and clients reconnect", async () => {
     await using s = new NatsServer({
       host: "127.0.0.1",

@@ -1,6 +1,7 @@
 // Typed publish / subscribe / request over nats.js, generic over the protocol catalog.
 // Every inbound message and reply is validated with safeParse (the bus edge); invalid ones are dropped and logged.
-import { connect, createInbox, JSONCodec } from "nats";
+import { randomUUID } from "node:crypto";
+import { connect, createInbox, headers, JSONCodec } from "nats";
 import type { NatsConnection, Subscription } from "nats";
 import { CATALOG, ServiceError } from "@ic/protocol";
 import type {
@@ -15,6 +16,8 @@ import type { Logger } from "@ic/log";
 import type { z } from "zod";
 
 const codec = JSONCodec();
+/** Header naming the bus connection that published a message (lets a subscriber skip its own). */
+const ORIGIN_HEADER = "ic-origin";
 
 export interface Unsubscribe {
   (): void;
@@ -35,6 +38,8 @@ function subjectOf(name: keyof typeof CATALOG, suffix?: string): string {
 }
 
 export class Bus implements AsyncDisposable {
+  private readonly origin = randomUUID();
+
   private constructor(
     private readonly nc: NatsConnection,
     private readonly log: Logger,
@@ -67,18 +72,25 @@ export class Bus implements AsyncDisposable {
 
   publish<K extends PublishName>(name: K, msg: MessageIn<K>, suffix?: string): void {
     if (this.nc.isClosed()) return;
-    this.nc.publish(subjectOf(name, suffix), codec.encode(msg));
+    const h = headers();
+    h.set(ORIGIN_HEADER, this.origin);
+    this.nc.publish(subjectOf(name, suffix), codec.encode(msg), { headers: h });
   }
 
+  /**
+   * Handles every valid message on a subject. With `ignoreOwn`, messages this connection published
+   * are dropped before decoding (a publisher that already applied what it sent skips the echo).
+   */
   subscribe<K extends PublishName>(
     name: K,
     handler: (msg: MessageOf<K>) => void,
-    opts: { suffix?: string } = {},
+    opts: { suffix?: string; ignoreOwn?: boolean } = {},
   ): Unsubscribe {
     const schema = messageSchema(name);
     const sub = this.nc.subscribe(subjectOf(name, opts.suffix), {
       callback: (err, m) => {
         if (err) return;
+        if (opts.ignoreOwn && m.headers?.get(ORIGIN_HEADER) === this.origin) return;
         const parsed = this.decode(schema, m.data, name);
         if (parsed !== undefined) handler(parsed);
       },

@@ -130,7 +130,8 @@ export class ClusterAgent implements AsyncDisposable {
     this.upSince = this.o.clock.now();
     const bus = this.o.bus;
     this.subs.push(bus.subscribe("heartbeat", (hb) => this.onHeartbeat(hb)));
-    this.subs.push(bus.subscribe("events", (ev) => this.onEvent(ev)));
+    // Only a master publishes events and it applies them as it emits them: its own echo is skipped.
+    this.subs.push(bus.subscribe("events", (ev) => this.onEvent(ev), { ignoreOwn: true }));
     this.publishHeartbeat();
     this.hbTimer = setInterval(() => this.publishHeartbeat(), this.o.timings.heartbeatMs);
     const tickMs = Math.max(20, Math.min(250, this.o.timings.electionTimeoutMs / 10));
