@@ -4,6 +4,7 @@ import { HTTPException } from "hono/http-exception";
 import type { z } from "zod";
 import { errorBody, httpStatusFor, ServiceError } from "@ic/protocol";
 import type { Logger } from "@ic/log";
+import { readBody } from "./node-http.ts";
 
 export function validationError(error: z.ZodError, what: string): ServiceError {
   const issues = error.issues
@@ -20,9 +21,10 @@ export async function parseJson<S extends z.ZodType>(
   schema: S,
   what = "request body",
 ): Promise<z.output<S>> {
+  const bytes = await readBody(c);
   let raw: unknown;
   try {
-    raw = await c.req.json();
+    raw = JSON.parse(bytes.toString("utf8"));
   } catch {
     throw new ServiceError("invalid_request", `${what} must be valid JSON`);
   }

@@ -8,13 +8,20 @@ import type { LocalCluster } from "@ic/testkit";
 
 let cluster: LocalCluster;
 let modelId: string;
+/** A wider model that streams a few hundred tokens per second: long enough to disconnect mid-stream. */
+const slowModelId = "test/slow-llama";
 
 beforeAll(async () => {
   const store = mkdtempSync(join(tmpdir(), "ic-store-"));
   ({ modelId } = await seedStore(store));
-  cluster = await startCluster(1, { config: () => ({ store_path: store }) });
+  await seedStore(store, { modelId: slowModelId, slow: true });
+  // A 2048-token context (the testkit default is 512): an uncancelled 1500-token request runs ~5 s.
+  cluster = await startCluster(1, {
+    config: () => ({ store_path: store, engine: { context_size: 2048 } }),
+  });
   await waitForConvergence(cluster.nodes, 1);
   await placeAndWait(cluster.nodes[0]!, { model_id: modelId, min_nodes: 1 });
+  await placeAndWait(cluster.nodes[0]!, { model_id: slowModelId, min_nodes: 1 });
 });
 afterAll(async () => {
   await cluster?.[Symbol.asyncDispose]();
@@ -99,6 +106,95 @@ describe("chat completions on a 1-node cluster", () => {
       body: "{nope",
     });
     expect(notJson.status).toBe(400);
+    // A body over 64 MiB is refused: declared up front, or counted while it streams in (chunked).
+    const mib = Buffer.alloc(1024 * 1024, 0x20);
+    const declared = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: Buffer.concat(Array.from({ length: 65 }, () => mib)),
+    });
+    expect(declared.status).toBe(400);
+    let sent = 0;
+    const chunked = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: new ReadableStream<Uint8Array>({
+        pull: (ctl) => (sent++ < 70 ? ctl.enqueue(mib) : ctl.close()),
+      }),
+      duplex: "half",
+    } as RequestInit);
+    expect(chunked.status).toBe(400);
+    expect(((await chunked.json()) as { error: { message: string } }).error.message).toMatch(
+      /larger than 64 MiB/,
+    );
+  });
+
+  it("a client that disconnects mid-stream cancels the generation in llama-server", async () => {
+    const state = await cluster.nodes[0]!.get<{
+      instances: { model_id: string; runners: { rank: number; endpoint?: string }[] }[];
+    }>("/state");
+    const endpoint = state.instances
+      .find((i) => i.model_id === slowModelId)!
+      .runners.find((r) => r.rank === 0)!.endpoint!;
+    const metric = async (name: string): Promise<number> => {
+      const text = await (await fetch(`${endpoint}/metrics`)).text();
+      const line = text.split("\n").find((l) => l.startsWith(`llamacpp:${name} `));
+      return Number(line!.split(" ")[1]);
+    };
+    const predictedBefore = await metric("tokens_predicted_total");
+    const abort = new AbortController();
+    const res = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        model: slowModelId,
+        messages: [{ role: "user", content: "Write a very long story" }],
+        max_tokens: 1500,
+        ignore_eos: true,
+        stream: true,
+      }),
+      signal: abort.signal,
+    });
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.read();
+    expect(await metric("requests_processing")).toBe(1);
+    abort.abort();
+    // The engine stops the slot at its next token: the request counted a handful of the 1500.
+    const deadline = Date.now() + 5000;
+    while ((await metric("requests_processing")) !== 0) {
+      expect(Date.now()).toBeLessThan(deadline);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const predicted = (await metric("tokens_predicted_total")) - predictedBefore;
+    expect(predicted).toBeLessThan(150);
+    // The task ends in the replicated state too.
+    await expect
+      .poll(async () => (await cluster.nodes[0]!.get<{ tasks: unknown[] }>("/state")).tasks.length)
+      .toBe(0);
+
+    // The same for a non-streaming request abandoned while the engine generates. llama-server checks
+    // a waiting non-streaming request's connection after a quiet second (every result restarts that
+    // wait, /metrics polls included), so the test leaves the engine alone for 1.5 s after the abort.
+    const before2 = await metric("tokens_predicted_total");
+    const abort2 = new AbortController();
+    const pending = fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        model: slowModelId,
+        messages: [{ role: "user", content: "Write a very long story" }],
+        max_tokens: 1500,
+        ignore_eos: true,
+      }),
+      signal: abort2.signal,
+    });
+    pending.catch(() => {});
+    await new Promise((r) => setTimeout(r, 300));
+    abort2.abort();
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(await metric("requests_processing")).toBe(0);
+    expect((await metric("tokens_predicted_total")) - before2).toBeLessThan(1000);
   });
 
   it("lists the served model in /v1/models and the instance in /state", async () => {

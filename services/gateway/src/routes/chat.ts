@@ -3,7 +3,7 @@
 // (TaskFailed), a lost master (session change) or a dead upstream ends the request within seconds with
 // an error -- an SSE error event for streams, a 500 for non-streaming requests.
 import { randomUUID } from "node:crypto";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingMessage } from "node:http";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Hono } from "hono";
 import { z } from "zod";
@@ -12,6 +12,7 @@ import type { CommandId, SessionId, TaskId } from "@ic/protocol";
 import { servingInstance } from "@ic/state";
 import type { Logger } from "@ic/log";
 import { parseJson } from "../errors.ts";
+import { nodePair, watchClient } from "../node-http.ts";
 import { IdRewriter, postUpstream, readAll } from "../upstream.ts";
 import type { ClusterView } from "../ports.ts";
 
@@ -114,12 +115,15 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     let taskId: TaskId | undefined;
     const watch = watchFailure(cluster, () => taskId, session);
     const upstreamAbort = new AbortController();
-    const clientSignal = c.req.raw.signal;
-    const onClientGone = () => upstreamAbort.abort(new Error("client disconnected"));
-    clientSignal.addEventListener("abort", onClientGone, { once: true });
+    let clientGone = false;
+    const onClientGone = () => {
+      clientGone = true;
+      upstreamAbort.abort(new Error("client disconnected"));
+    };
+    const unwatchClient = watchClient(c, onClientGone);
     const cleanup = (ok: boolean) => {
       watch.off();
-      clientSignal.removeEventListener("abort", onClientGone);
+      unwatchClient();
       if (taskId) {
         o.onTask?.({ taskId, commandId, modelId: body.model, phase: "end", ok });
         cluster
@@ -133,18 +137,22 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     };
 
     // The upstream request leaves first; the master creates the task while the engine starts working.
+    // The command waits one turn of the event loop so the request is on the wire before it (on the
+    // master node the command runs synchronously).
     const upstreamP = postUpstream(
       `${target.endpoint}/v1/chat/completions`,
       JSON.stringify(body),
       upstreamAbort.signal,
     );
     upstreamP.catch(() => {});
-    const taskP = cluster.command({
-      type: "CreateTask",
-      command_id: commandId,
-      model_id: target.instance.model_id,
-      instance_id: target.instance.instance_id,
-    });
+    const taskP = new Promise<void>((r) => setImmediate(r)).then(() =>
+      cluster.command({
+        type: "CreateTask",
+        command_id: commandId,
+        model_id: target.instance.model_id,
+        instance_id: target.instance.instance_id,
+      }),
+    );
     const failed = watch.failed.then((e) => Promise.reject(e));
     failed.catch(() => {});
     let upstream: IncomingMessage;
@@ -211,16 +219,13 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       connection: "keep-alive",
       "x-accel-buffering": "no",
     };
-    const outgoing = (c.env as { outgoing?: ServerResponse } | undefined)?.outgoing;
+    const outgoing = nodePair(c)?.outgoing;
     let sink: { write(b: Buffer): void; end(): void };
     let web: ReadableStream<Uint8Array> | undefined;
     if (outgoing) {
       outgoing.writeHead(200, sseHeaders);
       outgoing.socket?.setNoDelay(true);
       sink = { write: (b) => void outgoing.write(b), end: () => outgoing.end() };
-      outgoing.on("close", () => {
-        if (!outgoing.writableFinished) onClientGone();
-      });
     } else {
       let ctl!: ReadableStreamDefaultController<Uint8Array>;
       web = new ReadableStream<Uint8Array>({
@@ -263,7 +268,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       finish();
     });
     upstream.on("error", (e) => {
-      if (clientSignal.aborted || upstreamAbort.signal.aborted) return finish();
+      if (clientGone || upstreamAbort.signal.aborted) return finish();
       finish(new ServiceError("instance_lost", `the engine stream broke: ${e.message}; retry`));
     });
     upstream.on("close", () => {

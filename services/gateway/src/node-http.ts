@@ -1,0 +1,93 @@
+// Access to the Node request/response pair under @hono/node-server. Reading the body and watching for
+// a client disconnect through them avoids building a full web Request per call (undici headers and a
+// web body stream), which is most of the gateway's fixed cost on the chat hot path. Without the pair
+// (app.request() in tests, other runtimes) the web Request is used.
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Context } from "hono";
+import { ServiceError } from "@ic/protocol";
+
+/** Request bodies above this are refused (a chat body with inline images stays far below). */
+export const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+interface NodeEnv {
+  incoming?: IncomingMessage;
+  outgoing?: ServerResponse;
+}
+
+export function nodePair(c: Context): { incoming: IncomingMessage; outgoing: ServerResponse } | undefined {
+  const env = c.env as NodeEnv | undefined;
+  return env?.incoming && env.outgoing ? { incoming: env.incoming, outgoing: env.outgoing } : undefined;
+}
+
+function tooLarge(): ServiceError {
+  return new ServiceError(
+    "invalid_request",
+    `request body is larger than ${MAX_BODY_BYTES / 1024 / 1024} MiB`,
+  );
+}
+
+/**
+ * The whole request body. Bodies over MAX_BODY_BYTES are refused without being kept: the rest is
+ * read and discarded, so the client gets its 400 (a client still sending would see a broken pipe if
+ * the connection closed) and the connection stays usable.
+ */
+export async function readBody(c: Context): Promise<Buffer> {
+  const pair = nodePair(c);
+  const refuse = (): never => {
+    pair?.incoming.resume();
+    throw tooLarge();
+  };
+  const declared = Number(c.req.header("content-length") ?? 0);
+  if (declared > MAX_BODY_BYTES) refuse();
+  if (!pair) {
+    const buf = Buffer.from(await c.req.arrayBuffer());
+    if (buf.length > MAX_BODY_BYTES) refuse();
+    return buf;
+  }
+  const { incoming } = pair;
+  const parts: Buffer[] = [];
+  let size = 0;
+  const complete = await new Promise<boolean>((resolve, reject) => {
+    const done = (ok: boolean) => {
+      incoming.off("data", onData);
+      incoming.off("end", onEnd);
+      incoming.off("error", onError);
+      resolve(ok);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) return done(false);
+      parts.push(chunk);
+    };
+    const onEnd = () => done(true);
+    const onError = (e: Error) => {
+      incoming.off("data", onData);
+      incoming.off("end", onEnd);
+      reject(new ServiceError("invalid_request", `the request body broke off: ${e.message}`));
+    };
+    incoming.on("data", onData);
+    incoming.once("end", onEnd);
+    incoming.once("error", onError);
+  });
+  if (!complete) refuse();
+  return parts.length === 1 ? parts[0]! : Buffer.concat(parts, size);
+}
+
+/**
+ * Calls `onGone` once if the client goes away before the response is complete; returns the
+ * function that stops watching.
+ */
+export function watchClient(c: Context, onGone: () => void): () => void {
+  const pair = nodePair(c);
+  if (pair) {
+    const { outgoing } = pair;
+    const onClose = () => {
+      if (!outgoing.writableFinished) onGone();
+    };
+    outgoing.once("close", onClose);
+    return () => outgoing.off("close", onClose);
+  }
+  const signal = c.req.raw.signal;
+  signal.addEventListener("abort", onGone, { once: true });
+  return () => signal.removeEventListener("abort", onGone);
+}
