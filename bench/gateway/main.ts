@@ -1,53 +1,72 @@
 // Gateway overhead: time to first token and tokens/s through a node's /v1/chat/completions versus the
 // same llama-server called directly, at concurrency 1 and 16, in one run. Writes "## Gateway".
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { execFileSync } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { Agent, request } from "node:http";
+import type { IncomingMessage } from "node:http";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
+import { locateEngine } from "@ic/engine";
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
 
 const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 64);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
+/** Requests per path before measuring: the node's JavaScript runs optimized only after many calls. */
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 200);
 
 interface One {
   ttftMs: number;
   tokens: number;
 }
 
-function post(base: string, model: string): Promise<Response> {
-  return fetch(`${base}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({
-      model,
-      messages: [{ role: "user", content: "Tell me a story about a cluster." }],
-      max_tokens: MAX_TOKENS,
-      stream: true,
-      temperature: 0,
-    }),
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+const PROMPT = [{ role: "user", content: "Tell me a story about a cluster." }];
+
+function postOnce(base: string, body: string): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(`${base}/v1/chat/completions`);
+    const req = request(
+      {
+        agent,
+        host: u.hostname,
+        port: u.port,
+        path: u.pathname,
+        method: "POST",
+        headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) },
+      },
+      resolve,
+    );
+    req.on("error", (e) => reject(Object.assign(e, { reusedSocket: req.reusedSocket })));
+    req.end(body);
   });
 }
 
-/** One streaming request; TTFT = first SSE chunk carrying generated content. */
+/**
+ * One streaming request through a lean node:http client (the same client for both paths, so its own
+ * cost does not crowd the node off the shared core); TTFT = first SSE chunk with generated content.
+ */
 async function streamOnce(base: string, model: string): Promise<One> {
+  const body = JSON.stringify({
+    model,
+    messages: PROMPT,
+    max_tokens: MAX_TOKENS,
+    stream: true,
+    temperature: 0,
+  });
   const t0 = performance.now();
-  const r = await post(base, model).catch((e: unknown) => {
+  const res = await postOnce(base, body).catch((e: { reusedSocket?: boolean }) => {
     // llama-server closes idle keep-alive connections; a request that lost that race is retried once.
-    if ((e as { cause?: { code?: string } }).cause?.code === "UND_ERR_SOCKET")
-      return post(base, model);
+    if (e.reusedSocket) return postOnce(base, body);
     throw e;
   });
-  if (!r.ok || !r.body) throw new Error(`${base}: ${r.status} ${await r.text()}`);
-  const reader = r.body.getReader();
-  const dec = new TextDecoder();
   let ttft = -1;
   let tokens = 0;
   let buf = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
+  res.setEncoding("utf8");
+  for await (const chunk of res) {
+    buf += chunk as string;
     let i;
     while ((i = buf.indexOf("\n\n")) >= 0) {
       const ev = buf.slice(0, i);
@@ -60,7 +79,36 @@ async function streamOnce(base: string, model: string): Promise<One> {
       }
     }
   }
+  if (res.statusCode !== 200) throw new Error(`${base}: ${res.statusCode} ${buf}`);
   return { ttftMs: ttft, tokens };
+}
+
+/**
+ * On a machine with taskset and at least two cores, the engine gets the last core to itself and the
+ * node, nats-server and this client share the others, in both paths alike: otherwise the scheduler
+ * moves the engine's compute thread around and the noise swamps the gateway's own cost. Returns a
+ * line for the report.
+ */
+async function pinCores(env: Record<string, string>): Promise<string> {
+  const cores = availableParallelism();
+  try {
+    execFileSync("taskset", ["-V"], { stdio: "ignore" });
+  } catch {
+    return "not pinned (no taskset)";
+  }
+  if (cores < 2) return "not pinned (one core)";
+  const engine = await locateEngine({ serverBinOverride: process.env.SERVICE_ENGINE_SERVER_BIN });
+  const bin = engine.server_bin;
+  if (!bin) return "not pinned (no engine build found)";
+  const last = cores - 1;
+  const rest = cores === 2 ? "0" : `0-${last - 1}`;
+  execFileSync("taskset", ["-a", "-p", "-c", rest, String(process.pid)], { stdio: "ignore" });
+  const dir = mkdtempSync(join(tmpdir(), "bench-pin-"));
+  const wrapper = join(dir, "llama-server");
+  writeFileSync(wrapper, `#!/bin/sh\nexec taskset -c ${last} '${bin}' "$@"\n`);
+  chmodSync(wrapper, 0o755);
+  env.SERVICE_ENGINE_SERVER_BIN = wrapper;
+  return `engine pinned to core ${last}; node, nats-server and client on core${cores === 2 ? "" : "s"} ${rest}`;
 }
 
 async function batch(
@@ -83,10 +131,13 @@ async function main(): Promise<void> {
   const store = mkdtempSync(join(tmpdir(), "bench-gw-"));
   const wide = process.env.BENCH_MODEL === "wide";
   const { modelId } = await seedStore(store, { slow: wide });
+  const env: Record<string, string> = {};
+  const pinning = await pinCores(env);
   const cluster = await startCluster(1, {
-    env: process.env.BENCH_PROFILE
-      ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` }
-      : {},
+    env,
+    ...(process.env.BENCH_PROFILE
+      ? { nodeArgs: ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] }
+      : {}),
     config: () => ({
       store_path: store,
       cluster: { heartbeat_ms: 2000, liveness_timeout_ms: 4000, election_timeout_ms: 3000 },
@@ -109,10 +160,10 @@ async function main(): Promise<void> {
       .runners.find((r) => r.rank === 0)!.endpoint!;
     const gateway = node.apiUrl;
     console.log(
-      `direct llama-server ${direct}, gateway ${gateway}, max_tokens ${MAX_TOKENS}, ${ROUNDS} rounds`,
+      `direct llama-server ${direct}, gateway ${gateway}, max_tokens ${MAX_TOKENS}, ${ROUNDS} rounds, ${pinning}`,
     );
     // Warm up both paths.
-    for (let i = 0; i < 3; i++) {
+    for (let i = 0; i < WARMUP; i++) {
       await streamOnce(direct, modelId);
       await streamOnce(gateway, modelId);
     }
@@ -148,9 +199,10 @@ async function main(): Promise<void> {
       `\`npx tsx bench/gateway/main.ts\` — ${machineLine()}.
 
 Streaming chat completions (max_tokens ${MAX_TOKENS}, temperature 0) against one llama-server (CPU
-build, \`-t 1 -tb 1\`: the engine takes one of this machine's two cores, the node and the client share the other;
+build, \`-t 1 -tb 1\`; ${pinning};
 ${wide ? "the wide test model: 384 wide, 6 layers, F16" : "the 0.8 MB tiny test model: thousands of tokens/s, the worst case for per-chunk overhead"}), called directly and through a node's \`/v1/chat/completions\` (task
-creation through the master, SSE pass-through with id rewriting), interleaved in the same run.
+creation through the master, SSE pass-through with id rewriting), interleaved in the same run, after
+${WARMUP} warm-up requests per path; the client is a keep-alive node:http client.
 TTFT = first SSE chunk with generated content, median over all requests; tokens/s = generated
 tokens of a batch / its wall time, median over batches. Targets: under 2 ms added TTFT, over 97% of
 direct throughput — ${verdict}.

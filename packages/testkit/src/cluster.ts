@@ -21,6 +21,8 @@ export interface NodeSpec {
   /** Extra configuration merged into the generated file (any key of the config schema). */
   readonly config?: Record<string, unknown>;
   readonly env?: Record<string, string>;
+  /** Extra flags for the node's Node.js processes (e.g. `--cpu-prof`; NODE_OPTIONS refuses some). */
+  readonly nodeArgs?: readonly string[];
   /** Where this node keeps its state; a temp dir by default. */
   readonly dataDir?: string;
   /** Pipe the node's log to the parent's stderr. */
@@ -83,7 +85,7 @@ export class NodeProcess implements AsyncDisposable {
   async start(timeoutMs = 30_000): Promise<void> {
     const child = spawn(
       process.execPath,
-      ["--import", "tsx", NODE_MAIN, "--config", this.configPath],
+      [...(this.spec.nodeArgs ?? []), "--import", "tsx", NODE_MAIN, "--config", this.configPath],
       {
         cwd: REPO_ROOT,
         env: { ...process.env, ...this.spec.env },
@@ -220,6 +222,7 @@ export async function startCluster(
   opts: {
     config?: (i: number) => Record<string, unknown>;
     env?: Record<string, string> | ((i: number) => Record<string, string>);
+    nodeArgs?: readonly string[];
     verbose?: boolean;
     namePrefix?: string;
   } = {},
@@ -233,6 +236,7 @@ export async function startCluster(
       peers: ports.filter((q) => q !== p).map((q) => `127.0.0.1:${q}`),
       config: opts.config?.(i) ?? {},
       env: typeof opts.env === "function" ? opts.env(i) : (opts.env ?? {}),
+      ...(opts.nodeArgs ? { nodeArgs: opts.nodeArgs } : {}),
       verbose: opts.verbose ?? process.env.IC_TEST_VERBOSE === "1",
     }),
   );
