@@ -14,17 +14,28 @@ export async function postUpstream(
   url: string,
   body: string,
   signal: AbortSignal,
+  onSent?: () => void,
 ): Promise<IncomingMessage> {
   try {
-    return await postOnce(url, body, signal);
+    return await postOnce(url, body, signal, onSent);
   } catch (e) {
     if ((e as { reusedSocket?: boolean }).reusedSocket && !signal.aborted)
-      return postOnce(url, body, signal);
+      return postOnce(url, body, signal, onSent);
+    onSent?.();
     throw e;
   }
 }
 
-function postOnce(url: string, body: string, signal: AbortSignal): Promise<IncomingMessage> {
+/**
+ * `onSent` runs once the request is handed to the kernel (after the connect), or when it fails:
+ * work that should not delay the request waits for it.
+ */
+function postOnce(
+  url: string,
+  body: string,
+  signal: AbortSignal,
+  onSent?: () => void,
+): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     const u = new URL(url);
     const req = request(
@@ -39,6 +50,7 @@ function postOnce(url: string, body: string, signal: AbortSignal): Promise<Incom
       resolve,
     );
     req.setNoDelay(true);
+    if (onSent) req.once("finish", onSent);
     req.on("error", (e) => reject(Object.assign(e, { reusedSocket: req.reusedSocket })));
     const onAbort = () =>
       req.destroy(signal.reason instanceof Error ? signal.reason : new Error("aborted"));

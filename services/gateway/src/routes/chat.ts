@@ -137,15 +137,19 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     };
 
     // The upstream request leaves first; the master creates the task while the engine starts working.
-    // The command waits one turn of the event loop so the request is on the wire before it (on the
-    // master node the command runs synchronously).
+    // The command waits until the request is on the wire: a new connection to the engine (llama-server
+    // closes one after each stream) takes an event-loop turn, and on the master node the command runs
+    // synchronously, so starting it at once would put its work ahead of the request.
+    let sent!: () => void;
+    const onWire = new Promise<void>((r) => (sent = r));
     const upstreamP = postUpstream(
       `${target.endpoint}/v1/chat/completions`,
       JSON.stringify(body),
       upstreamAbort.signal,
+      sent,
     );
     upstreamP.catch(() => {});
-    const taskP = new Promise<void>((r) => setImmediate(r)).then(() =>
+    const taskP = onWire.then(() =>
       cluster.command({
         type: "CreateTask",
         command_id: commandId,
