@@ -196,7 +196,7 @@ async function main(): Promise<void> {
     const verdict = met ? "met in this run" : "**not met in this run** (see the table)";
     await writeSection(
       wide ? "Gateway (wide model)" : "Gateway (tiny model)",
-      `\`npx tsx bench/gateway/main.ts\` — ${machineLine()}.
+      `\`${wide ? "BENCH_MODEL=wide " : ""}npm run bench gateway\` — ${machineLine()}.
 
 Streaming chat completions (max_tokens ${MAX_TOKENS}, temperature 0) against one llama-server (CPU
 build, \`-t 1 -tb 1\`; ${pinning};
