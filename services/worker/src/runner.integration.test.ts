@@ -1,8 +1,8 @@
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { writeTinyModel } from "@ic/gguf";
 import { locateEngine } from "@ic/engine";
 import { createLogger } from "@ic/log";
@@ -36,8 +36,12 @@ const inst: Instance = {
   ],
 };
 
+const dirs: string[] = [];
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
 async function realSpec(over: Partial<RunnerSpec> = {}): Promise<RunnerSpec> {
   const dir = mkdtempSync(join(tmpdir(), "runner-"));
+  dirs.push(dir);
   const model = await writeTinyModel(join(dir, "tiny.gguf"));
   const engine = await locateEngine();
   const port = await freePort();
@@ -80,7 +84,7 @@ function pidAlive(pid: number): boolean {
 
 describe("RunnerSupervisor with the real llama-server", () => {
   it("becomes ready, is restarted after being killed, serves again, and leaves no process after stop", async () => {
-    const { log } = capturingLogger();
+    const { log, lines } = capturingLogger();
     const states: RunnerStatus[] = [];
     const spec = await realSpec();
     const sup = new RunnerSupervisor(spec, log, (s) => states.push(s));
@@ -102,7 +106,14 @@ describe("RunnerSupervisor with the real llama-server", () => {
     await sup.stop();
     expect(pidAlive(pid2)).toBe(false);
     expect(sup.current.state).toBe("RunnerStopped");
-    expect(readFileSync(spec.logFile, "utf8")).toContain("llama");
+    // Both runs wrote straight into the same file, and the restart message quotes its tail.
+    const text = readFileSync(spec.logFile, "utf8");
+    expect(text.match(/listening on http/g)?.length).toBe(2);
+    const restart = lines
+      .map((l) => JSON.parse(l) as { msg: string; log_tail?: string[]; log_file?: string })
+      .find((l) => l.msg === "runner exited; restarting");
+    expect(restart?.log_file).toBe(spec.logFile);
+    expect(restart?.log_tail?.join("\n")).toMatch(/listening on http/);
     expect(states.map((s) => s.state)).toContain("RunnerWarmingUp");
   });
 

@@ -1,5 +1,8 @@
-import { describe, expect, it } from "vitest";
-import { nextRunnerAction } from "./runner.ts";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { logTail, nextRunnerAction } from "./runner.ts";
 import { serverArgs } from "./args.ts";
 import type { Instance, InstanceId, ModelId, NodeId } from "@ic/protocol";
 
@@ -119,5 +122,32 @@ describe("serverArgs", () => {
     expect(a.join(" ")).toContain(
       "-md /s/d.gguf -ngld 999 --spec-type draft-simple --mmproj /s/mm.gguf",
     );
+  });
+});
+
+describe("logTail", () => {
+  const dir = mkdtempSync(join(tmpdir(), "runner-tail-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("returns the last lines of a small file, all of it when it fits", async () => {
+    const f = join(dir, "small.log");
+    writeFileSync(f, "one\ntwo\n\nthree\n");
+    expect(await logTail(f)).toEqual(["one", "two", "three"]);
+    expect(await logTail(f, 2)).toEqual(["two", "three"]);
+  });
+
+  it("reads only the end of a large file and drops the line cut in half", async () => {
+    const f = join(dir, "large.log");
+    const lines = Array.from({ length: 5000 }, (_, i) => `line ${i} ${"x".repeat(i % 7)}`);
+    writeFileSync(f, lines.join("\n") + "\n");
+    const tail = await logTail(f, 1000);
+    expect(tail.at(-1)).toBe(lines.at(-1));
+    expect(tail.length).toBeLessThan(1000);
+    expect(lines.join("\n").endsWith(tail.join("\n"))).toBe(true);
+    expect(lines).toContain(tail[0]);
+  });
+
+  it("is empty for a file that does not exist", async () => {
+    expect(await logTail(join(dir, "missing.log"))).toEqual([]);
   });
 });

@@ -2,11 +2,13 @@
 // Invariants: at most one child per supervisor; a run ends as ready->exited, crashed, or deadline;
 // crashes restart with jittered exponential backoff that resets after a healthy uptime; a warmup
 // overrun logs a CRITICAL diagnosis and ends in RunnerFailed without restarting; stop() is idempotent
-// and leaves no process behind (SIGTERM, then SIGKILL after the grace period).
+// and leaves no process behind (SIGTERM, then SIGKILL after the grace period). The process writes its
+// output straight into its log file (the file is its stdout and stderr), so the engine's per-request
+// logging never passes through this node's event loop; failures quote the file's tail.
 import { execa } from "execa";
 import type { ResultPromise } from "execa";
-import { createWriteStream, mkdirSync } from "node:fs";
-import type { WriteStream } from "node:fs";
+import { closeSync, mkdirSync, openSync } from "node:fs";
+import { open } from "node:fs/promises";
 import { dirname } from "node:path";
 import { connect as tcpConnect } from "node:net";
 import type { RunnerState } from "@ic/protocol";
@@ -84,15 +86,35 @@ export function nextRunnerAction(
   }
 }
 
-const RING = 400;
+/** How much of the log file's end a failure message quotes. */
+const TAIL_BYTES = 4096;
+const TAIL_LINES = 20;
+
+/** The last lines of a log file (at most TAIL_LINES from its last TAIL_BYTES); [] if unreadable. */
+export async function logTail(file: string, maxLines = TAIL_LINES): Promise<string[]> {
+  let fh;
+  try {
+    fh = await open(file, "r");
+    const { size } = await fh.stat();
+    const len = Math.min(size, TAIL_BYTES);
+    const buf = Buffer.alloc(len);
+    await fh.read(buf, 0, len, size - len);
+    const lines = buf.toString("utf8").split("\n").filter(Boolean);
+    // A cut first line is dropped unless the whole file fit.
+    if (len < size) lines.shift();
+    return lines.slice(-maxLines);
+  } catch {
+    return [];
+  } finally {
+    await fh?.close();
+  }
+}
 
 export class RunnerSupervisor implements AsyncDisposable {
   private child: ResultPromise | undefined;
   private status: RunnerStatus = { state: "RunnerWarmingUp", restarts: 0 };
   private stopping = false;
   private loop: Promise<void> | undefined;
-  private readonly ring: string[] = [];
-  private logStream: WriteStream | undefined;
   private wake: (() => void) | undefined;
 
   constructor(
@@ -109,15 +131,14 @@ export class RunnerSupervisor implements AsyncDisposable {
       ? `http://${this.spec.host}:${this.spec.port}`
       : `${this.spec.host}:${this.spec.port}`;
   }
-  /** The last lines the process printed (stdout and stderr). */
-  recentLog(): string[] {
-    return [...this.ring];
+  /** The last lines the process printed (stdout and stderr), from its log file. */
+  recentLog(maxLines = TAIL_LINES): Promise<string[]> {
+    return logTail(this.spec.logFile, maxLines);
   }
 
   start(): void {
     if (this.loop) return;
     mkdirSync(dirname(this.spec.logFile), { recursive: true });
-    this.logStream = createWriteStream(this.spec.logFile, { flags: "a" });
     this.loop = this.run();
   }
 
@@ -141,6 +162,8 @@ export class RunnerSupervisor implements AsyncDisposable {
               instance: this.spec.instanceId,
               rank: this.spec.rank,
               deadline_s: this.spec.warmupDeadlineMs / 1000,
+              log_file: this.spec.logFile,
+              log_tail: await this.recentLog(),
             },
             `CRITICAL: runner warmup exceeded its deadline of ${this.spec.warmupDeadlineMs / 1000} s; the engine process was stopped. ` +
               "If this node has a GPU, the GPU may be wedged (driver hang or leaked memory): check nvidia-smi and reboot the machine if it does not respond. " +
@@ -148,7 +171,13 @@ export class RunnerSupervisor implements AsyncDisposable {
           );
         } else {
           this.log.error(
-            { instance: this.spec.instanceId, rank: this.spec.rank, reason: next.reason },
+            {
+              instance: this.spec.instanceId,
+              rank: this.spec.rank,
+              reason: next.reason,
+              log_file: this.spec.logFile,
+              log_tail: await this.recentLog(),
+            },
             "runner failed",
           );
         }
@@ -164,6 +193,8 @@ export class RunnerSupervisor implements AsyncDisposable {
           outcome: outcome.kind,
           delay_ms: next.delayMs,
           restarts,
+          log_file: this.spec.logFile,
+          log_tail: await this.recentLog(),
         },
         "runner exited; restarting",
       );
@@ -193,23 +224,25 @@ export class RunnerSupervisor implements AsyncDisposable {
       { instance: spec.instanceId, rank: spec.rank, bin: spec.bin, args: spec.args },
       "starting runner",
     );
-    const child = execa(spec.bin, [...spec.args], {
+    // The child gets its own copy of the descriptor; ours is closed once it is spawned. execa's
+    // types name only descriptors 1-9, but any integer is handed to spawn() as is (the integration
+    // test checks that the output lands in the file).
+    const out = openSync(spec.logFile, "a") as 1;
+    const options = {
       reject: false,
-      stdio: ["ignore", "pipe", "pipe"],
+      stdin: "ignore",
+      stdout: out,
+      stderr: out,
       forceKillAfterDelay: spec.gracefulStopMs ?? 5000,
       cleanup: true,
-    });
+    } as const;
+    let child: ResultPromise<typeof options>;
+    try {
+      child = execa(spec.bin, [...spec.args], options);
+    } finally {
+      closeSync(out);
+    }
     this.child = child;
-    const onData = (c: Buffer) => {
-      this.logStream?.write(c);
-      for (const line of c.toString().split("\n")) {
-        if (!line) continue;
-        this.ring.push(line);
-        if (this.ring.length > RING) this.ring.shift();
-      }
-    };
-    child.stdout?.on("data", onData);
-    child.stderr?.on("data", onData);
     let exit: { code: number | undefined; signal: string | undefined } | undefined;
     const exited = child.then((r) => {
       exit = { code: r.exitCode, signal: r.signal };
@@ -270,7 +303,6 @@ export class RunnerSupervisor implements AsyncDisposable {
     await this.loop;
     if (this.status.state !== "RunnerFailed")
       this.set({ state: "RunnerStopped", restarts: this.status.restarts });
-    await new Promise<void>((r) => (this.logStream ? this.logStream.end(r) : r()));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
