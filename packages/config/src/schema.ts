@@ -112,6 +112,7 @@ export const ConfigSchema = z
         archive_total_mb: z.number().positive().default(1024),
         free_floor_gb: z.number().min(0).default(2),
         check_every: z.number().int().positive().default(1024),
+        write_delay_ms: z.number().int().min(0).max(10_000).default(50),
       })
       .strict()
       .prefault({}),

@@ -111,7 +111,57 @@ async function archivedSeqs(): Promise<number[]> {
   return seqs;
 }
 
+/** Real files that count the writes. */
+class CountingFiles implements EventFiles {
+  writes = 0;
+  async openAppend(path: string): Promise<AppendHandle> {
+    const real = await nodeFiles.openAppend(path);
+    return {
+      append: (data) => {
+        this.writes++;
+        return real.append(data);
+      },
+      truncate: (len) => real.truncate(len),
+      close: () => real.close(),
+    };
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 describe("EventLog", () => {
+  it("gathers records for write_delay_ms into one write; readers and stop() see them before it", async () => {
+    const files = new CountingFiles();
+    const log = makeLog({ write_delay_ms: 200 }, { files });
+    await log.start();
+    for (let i = 1; i <= 5; i++) log.append(finished(i));
+    await sleep(50);
+    for (let i = 6; i <= 8; i++) log.append(finished(i));
+    await sleep(50);
+    expect(files.writes).toBe(0);
+    expect((await log.read()).map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    await sleep(250);
+    expect(files.writes).toBe(1);
+    expect(await activeLines()).toHaveLength(8);
+    // A record queued just before stop() is written by it, not lost to the pending timer.
+    log.append(finished(9));
+    await log.stop();
+    expect(files.writes).toBe(2);
+    expect(await activeLines()).toHaveLength(9);
+  });
+
+  it("with write_delay_ms 0 writes each append at once", async () => {
+    const files = new CountingFiles();
+    await using log = makeLog({ write_delay_ms: 0 }, { files });
+    await log.start();
+    log.append(finished(1));
+    await sleep(50);
+    log.append(finished(2));
+    await sleep(50);
+    expect(files.writes).toBe(2);
+    expect(await activeLines()).toHaveLength(2);
+  });
+
   it("stores each event as one validated JSON line, in append order, and reads newest last", async () => {
     await using log = makeLog();
     await log.start();

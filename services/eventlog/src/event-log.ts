@@ -3,7 +3,8 @@
 //
 // Invariants:
 // - append() is synchronous, never throws and never waits for I/O; records queue in memory and a
-//   single serial lane (writes, compactions, reads) writes them in append order.
+//   single serial lane (writes, compactions, reads) writes them in append order, gathered for up to
+//   write_delay_ms so a busy cluster pays one write per batch, not one per event.
 // - seq is assigned once a record is accepted for writing and strictly increases across restarts.
 // - A compaction writes the archive before it replaces the active file, so a crash between the two
 //   can duplicate records into an archive but never lose one.
@@ -47,7 +48,11 @@ export interface EventLogConfig {
   readonly archive_total_mb: number;
   readonly free_floor_gb: number;
   readonly check_every: number;
+  /** How long an accepted record may wait in memory for others to share its write (default 50 ms; 0: at once). */
+  readonly write_delay_ms?: number;
 }
+
+export const WRITE_DELAY_MS_DEFAULT = 50;
 
 export interface EventLogDeps {
   readonly config: EventLogConfig;
@@ -137,6 +142,7 @@ export class EventLog {
   private early: IndexedEvent[] = [];
   private pending: Pending[] = [];
   private flushQueued = false;
+  private flushTimer: NodeJS.Timeout | undefined;
   private lastSeq = 0;
 
   private appendsSinceCheck = 0;
@@ -315,6 +321,8 @@ export class EventLog {
       return;
     }
     this.state = "stopping";
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
     await this.checking;
     await this.lane.run(async () => {
       while (this.pending.length > 0) await this.writeBatch();
@@ -455,14 +463,22 @@ export class EventLog {
     this.queueFlush();
   }
 
-  private queueFlush(): void {
+  /** Schedules a write of the queue: after write_delay_ms, or at once when a backlog is left. */
+  private queueFlush(now = false): void {
     if (this.flushQueued || this.state !== "running") return;
     this.flushQueued = true;
-    void this.lane.run(async () => {
-      this.flushQueued = false;
-      await this.writeBatch();
-      if (this.pending.length > 0) this.queueFlush();
-    });
+    const write = () =>
+      void this.lane.run(async () => {
+        this.flushTimer = undefined;
+        this.flushQueued = false;
+        await this.writeBatch();
+        if (this.pending.length > 0) this.queueFlush(true);
+      });
+    const delay = this.deps.config.write_delay_ms ?? WRITE_DELAY_MS_DEFAULT;
+    if (now || delay <= 0) return write();
+    // Unref'd: a queued write never keeps the process alive; stop() writes what is queued.
+    this.flushTimer = setTimeout(write, delay);
+    this.flushTimer.unref();
   }
 
   /** Writes up to BATCH_MAX queued records, then compacts when due. Never rejects. */
