@@ -140,8 +140,7 @@ describe("EventLog", () => {
     await sleep(50);
     expect(files.writes).toBe(0);
     expect((await log.read()).map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    await sleep(250);
-    expect(files.writes).toBe(1);
+    await expect.poll(() => files.writes, { timeout: 5000 }).toBe(1);
     expect(await activeLines()).toHaveLength(8);
     // A record queued just before stop() is written by it, not lost to the pending timer.
     log.append(finished(9));
@@ -157,8 +156,7 @@ describe("EventLog", () => {
     log.append(finished(1));
     await sleep(50);
     log.append(finished(2));
-    await sleep(50);
-    expect(files.writes).toBe(2);
+    await expect.poll(() => files.writes, { timeout: 5000 }).toBe(2);
     expect(await activeLines()).toHaveLength(2);
   });
 

@@ -100,7 +100,7 @@ export async function logTail(file: string, maxLines = TAIL_LINES): Promise<stri
     const buf = Buffer.alloc(len);
     await fh.read(buf, 0, len, size - len);
     const lines = buf.toString("utf8").split("\n").filter(Boolean);
-    // A cut first line is dropped unless the whole file fit.
+    // The first line may have been cut by the window: dropped unless the whole file fit.
     if (len < size) lines.shift();
     return lines.slice(-maxLines);
   } catch {
