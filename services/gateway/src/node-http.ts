@@ -14,9 +14,13 @@ interface NodeEnv {
   outgoing?: ServerResponse;
 }
 
-export function nodePair(c: Context): { incoming: IncomingMessage; outgoing: ServerResponse } | undefined {
+export function nodePair(
+  c: Context,
+): { incoming: IncomingMessage; outgoing: ServerResponse } | undefined {
   const env = c.env as NodeEnv | undefined;
-  return env?.incoming && env.outgoing ? { incoming: env.incoming, outgoing: env.outgoing } : undefined;
+  return env?.incoming && env.outgoing
+    ? { incoming: env.incoming, outgoing: env.outgoing }
+    : undefined;
 }
 
 function tooLarge(): ServiceError {
@@ -48,21 +52,25 @@ export async function readBody(c: Context): Promise<Buffer> {
   const parts: Buffer[] = [];
   let size = 0;
   const complete = await new Promise<boolean>((resolve, reject) => {
-    const done = (ok: boolean) => {
+    const detach = () => {
       incoming.off("data", onData);
       incoming.off("end", onEnd);
       incoming.off("error", onError);
-      resolve(ok);
     };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > MAX_BODY_BYTES) return done(false);
+      if (size > MAX_BODY_BYTES) {
+        detach();
+        return resolve(false);
+      }
       parts.push(chunk);
     };
-    const onEnd = () => done(true);
+    const onEnd = () => {
+      detach();
+      resolve(true);
+    };
     const onError = (e: Error) => {
-      incoming.off("data", onData);
-      incoming.off("end", onEnd);
+      detach();
       reject(new ServiceError("invalid_request", `the request body broke off: ${e.message}`));
     };
     incoming.on("data", onData);

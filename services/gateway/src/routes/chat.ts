@@ -115,11 +115,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     let taskId: TaskId | undefined;
     const watch = watchFailure(cluster, () => taskId, session);
     const upstreamAbort = new AbortController();
-    let clientGone = false;
-    const onClientGone = () => {
-      clientGone = true;
-      upstreamAbort.abort(new Error("client disconnected"));
-    };
+    const onClientGone = () => upstreamAbort.abort(new Error("client disconnected"));
     const unwatchClient = watchClient(c, onClientGone);
     const cleanup = (ok: boolean) => {
       watch.off();
@@ -272,7 +268,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       finish();
     });
     upstream.on("error", (e) => {
-      if (clientGone || upstreamAbort.signal.aborted) return finish();
+      if (upstreamAbort.signal.aborted) return finish();
       finish(new ServiceError("instance_lost", `the engine stream broke: ${e.message}; retry`));
     });
     upstream.on("close", () => {
