@@ -25,6 +25,19 @@ function heartbeat(peer: string): Heartbeat {
   };
 }
 
+/** A server without routes, on free ports. */
+function loneServer(extra: { restartBackoffMs?: number } = {}): NatsServer {
+  return new NatsServer({
+    host: "127.0.0.1",
+    clientPort: 0,
+    clusterPort: 0,
+    clusterName: "t",
+    routes: [],
+    log,
+    ...extra,
+  });
+}
+
 describe("embedded nats-server", () => {
   it("two clustered servers carry messages between their clients and drop invalid ones", async () => {
     const [c1, c2] = await freePorts(2);
@@ -65,14 +78,7 @@ describe("embedded nats-server", () => {
   });
 
   it("ignoreOwn drops only what the same connection published", async () => {
-    await using s = new NatsServer({
-      host: "127.0.0.1",
-      clientPort: 0,
-      clusterPort: 0,
-      clusterName: "t",
-      routes: [],
-      log,
-    });
+    await using s = loneServer();
     await s.start();
     await using busA = await Bus.connect(s.clientUrl, log);
     await using busB = await Bus.connect(s.clientUrl, log);
@@ -84,21 +90,17 @@ describe("embedded nats-server", () => {
     busA.publish("heartbeat", heartbeat("from-a"));
     busB.publish("heartbeat", heartbeat("from-b"));
     await busB.flush();
-    await waitFor(() => (all.length === 2 ? true : undefined), { timeoutMs: 5000, intervalMs: 20, what: "both messages" });
+    await waitFor(() => (all.length === 2 ? true : undefined), {
+      timeoutMs: 5000,
+      intervalMs: 20,
+      what: "both messages",
+    });
     expect(all.sort()).toEqual(["from-a", "from-b"]);
     expect(ownIgnored).toEqual(["from-b"]);
   });
 
   it("restarts a killed server on the same port and clients reconnect", async () => {
-    await using s = new NatsServer({
-      host: "127.0.0.1",
-      clientPort: 0,
-      clusterPort: 0,
-      clusterName: "t",
-      routes: [],
-      log,
-      restartBackoffMs: 50,
-    });
+    await using s = loneServer({ restartBackoffMs: 50 });
     await s.start();
     const url = s.clientUrl;
     await using bus = await Bus.connect(url, log);
