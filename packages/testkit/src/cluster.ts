@@ -183,6 +183,16 @@ export class NodeProcess implements AsyncDisposable {
     const r = await fetch(`${this.apiUrl}${path}`, { signal: AbortSignal.timeout(10_000) });
     return (await r.json()) as T;
   }
+
+  /** POSTs `body` as JSON to the node's API; the raw response (status, stream) is the caller's. */
+  post(path: string, body: unknown, init: { signal?: AbortSignal } = {}): Promise<Response> {
+    return fetch(`${this.apiUrl}${path}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+      ...init,
+    });
+  }
 }
 
 /** Writes the node's config file and returns an unstarted NodeProcess. */
@@ -326,11 +336,7 @@ export async function placeAndWait(
     },
     { timeoutMs, intervalMs: 100, what: `model ${String(body.model_id)} registered` },
   );
-  const r = await fetch(`${node.apiUrl}/place_instance`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
+  const r = await node.post("/place_instance", body);
   const placed = (await r.json()) as {
     instance?: { instance_id: string; assignments: { node_id: string; rank: number }[] };
   };

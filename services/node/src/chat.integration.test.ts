@@ -65,14 +65,10 @@ describe("chat completions on a 1-node cluster", () => {
   });
 
   it("a 2-token completion works as the health checklist uses it", async () => {
-    const r = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({
-        model: modelId,
-        messages: [{ role: "user", content: "hi" }],
-        max_tokens: 2,
-      }),
+    const r = await cluster.nodes[0]!.post("/v1/chat/completions", {
+      model: modelId,
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 2,
     });
     expect(r.status).toBe(200);
     const body = (await r.json()) as { usage: { completion_tokens: number } };
@@ -144,18 +140,17 @@ describe("chat completions on a 1-node cluster", () => {
     };
     const predictedBefore = await metric("tokens_predicted_total");
     const abort = new AbortController();
-    const res = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({
+    const res = await cluster.nodes[0]!.post(
+      "/v1/chat/completions",
+      {
         model: slowModelId,
         messages: [{ role: "user", content: "Write a very long story" }],
         max_tokens: 1500,
         ignore_eos: true,
         stream: true,
-      }),
-      signal: abort.signal,
-    });
+      },
+      { signal: abort.signal },
+    );
     const reader = res.body!.getReader();
     await reader.read();
     await reader.read();
@@ -181,17 +176,16 @@ describe("chat completions on a 1-node cluster", () => {
     // well short of the 7500 asked for (an unaborted request would still be running).
     const before2 = await metric("tokens_predicted_total");
     const abort2 = new AbortController();
-    const pending = fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({
+    const pending = cluster.nodes[0]!.post(
+      "/v1/chat/completions",
+      {
         model: slowModelId,
         messages: [{ role: "user", content: "Write a very long story" }],
         max_tokens: 7500,
         ignore_eos: true,
-      }),
-      signal: abort2.signal,
-    });
+      },
+      { signal: abort2.signal },
+    );
     pending.catch(() => {});
     await new Promise((r) => setTimeout(r, 300));
     abort2.abort();

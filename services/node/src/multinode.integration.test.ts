@@ -110,14 +110,10 @@ describe("chat across a 3-node cluster", () => {
       async () => ((await n1.get<StateDoc>("/state")).instances.length === 0 ? true : undefined),
       { timeoutMs: 6000 },
     );
-    const r404 = await fetch(`${n1.apiUrl}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({
-        model: modelId,
-        messages: [{ role: "user", content: "x" }],
-        max_tokens: 2,
-      }),
+    const r404 = await n1.post("/v1/chat/completions", {
+      model: modelId,
+      messages: [{ role: "user", content: "x" }],
+      max_tokens: 2,
     });
     expect(r404.status).toBe(404);
   });
@@ -236,11 +232,7 @@ describe("multi-node instances and staging", () => {
       );
     }
     // Purge broadcast: every node answers; the store copy stays.
-    const purge = await fetch(`${n1.apiUrl}/store/purge-staging`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: "{}",
-    });
+    const purge = await n1.post("/store/purge-staging", {});
     const body = (await purge.json()) as {
       ok: boolean;
       nodes: { name: string; deleted: string[] }[];
@@ -251,11 +243,7 @@ describe("multi-node instances and staging", () => {
     expect(body.not_answered).toEqual([]);
     expect(body.nodes.flatMap((n) => n.deleted)).toContain(modelId);
     expect(readdirSync(join(store, "test--tiny-llama"))).toContain("tiny-llama.gguf");
-    const bad = await fetch(`${n1.apiUrl}/store/purge-staging`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ modelId: "../../etc" }),
-    });
+    const bad = await n1.post("/store/purge-staging", { modelId: "../../etc" });
     expect(bad.status).toBe(400);
   });
 });

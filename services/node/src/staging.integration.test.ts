@@ -39,14 +39,10 @@ describe("staging through the cluster", () => {
     n1.kill("SIGKILL");
     await waitForConvergence([n2], 1, 10_000);
     await placeAndWait(n2, { model_id: modelId, min_nodes: 1 }, 60_000);
-    const r = await fetch(`${n2.apiUrl}/v1/chat/completions`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({
-        model: modelId,
-        messages: [{ role: "user", content: "hi" }],
-        max_tokens: 3,
-      }),
+    const r = await n2.post("/v1/chat/completions", {
+      model: modelId,
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 3,
     });
     expect(r.status).toBe(200);
     expect(hub.requests.some((q) => q.method === "GET" && q.path.includes("tiny-llama.gguf"))).toBe(
