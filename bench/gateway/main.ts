@@ -5,13 +5,12 @@
 import { execFileSync, spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { Agent, request } from "node:http";
-import type { IncomingMessage } from "node:http";
 import { availableParallelism, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { locateEngine } from "@ic/engine";
+import { postUpstream } from "@ic/gateway";
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
 
@@ -27,27 +26,9 @@ interface One {
   tokens: number;
 }
 
-const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 const PROMPT = [{ role: "user", content: "Tell me a story about a cluster." }];
-
-function postOnce(base: string, body: string): Promise<IncomingMessage> {
-  return new Promise((resolve, reject) => {
-    const u = new URL(`${base}/v1/chat/completions`);
-    const req = request(
-      {
-        agent,
-        host: u.hostname,
-        port: u.port,
-        path: u.pathname,
-        method: "POST",
-        headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) },
-      },
-      resolve,
-    );
-    req.on("error", (e) => reject(Object.assign(e, { reusedSocket: req.reusedSocket })));
-    req.end(body);
-  });
-}
+/** The client never aborts; postUpstream wants a signal. */
+const NEVER = new AbortController().signal;
 
 const CONTENT = '"content":"';
 
@@ -62,8 +43,9 @@ function hasContent(ev: string): boolean {
 }
 
 /**
- * One streaming request through a lean node:http client (the same client for both paths, so its own
- * cost does not crowd the node off the shared core); TTFT = first SSE chunk with generated content.
+ * One streaming request through the gateway's own lean node:http client (keep-alive pool, one retry
+ * when a pooled connection was closed while idle), the same for every path, so its own cost does not
+ * crowd the node off the shared core; TTFT = first SSE chunk with generated content.
  */
 async function streamOnce(base: string, model: string, verify = false): Promise<One> {
   const body = JSON.stringify({
@@ -74,11 +56,7 @@ async function streamOnce(base: string, model: string, verify = false): Promise<
     temperature: 0,
   });
   const t0 = performance.now();
-  const res = await postOnce(base, body).catch((e: { reusedSocket?: boolean }) => {
-    // llama-server closes idle keep-alive connections; a request that lost that race is retried once.
-    if (e.reusedSocket) return postOnce(base, body);
-    throw e;
-  });
+  const res = await postUpstream(`${base}/v1/chat/completions`, body, NEVER);
   let ttft = -1;
   let tokens = 0;
   let buf = "";

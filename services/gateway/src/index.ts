@@ -5,3 +5,4 @@ export type { ClusterView, PeerView } from "./ports.ts";
 export { parseJson, toResponse, validationError } from "./errors.ts";
 export { stateDocument } from "./view.ts";
 export { ChatRequestSchema } from "./routes/chat.ts";
+export { postUpstream } from "./upstream.ts";
