@@ -1,10 +1,62 @@
+import { connect as tcpConnect } from "node:net";
 import { describe, expect, it } from "vitest";
+import { clusterCredentials } from "@ic/config";
 import { silentLogger } from "@ic/log";
 import { freePorts, waitFor } from "@ic/testkit";
 import type { Heartbeat } from "@ic/protocol";
 import { Bus, NatsServer } from "./index.ts";
+import type { AuthFailure, NatsServerOptions } from "./index.ts";
 
 const log = silentLogger();
+const creds = clusterCredentials("the-cluster-secret-for-tests");
+const strangerCreds = clusterCredentials("some-other-clusters-secret");
+
+function server(
+  o: Partial<NatsServerOptions> & { clusterPort?: number; routes?: string[] } = {},
+  c = creds,
+): NatsServer {
+  return new NatsServer({
+    bind: "127.0.0.1",
+    host: "127.0.0.1",
+    clientBind: "127.0.0.1",
+    clientPort: 0,
+    clusterPort: 0,
+    clusterName: "t",
+    routes: [],
+    clientAuth: c.busClient,
+    routeAuth: c.busRoute,
+    log,
+    ...o,
+  });
+}
+
+function connectBus(s: NatsServer, c = creds): Promise<Bus> {
+  return Bus.connect(s.clientUrl, log, c.busClient);
+}
+
+/** Speaks raw NATS protocol: CONNECT with the given fields, PING; returns what the server said. */
+function rawLogin(url: string, connect: Record<string, unknown>): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    let got = "";
+    const s = tcpConnect({ host: hostname, port: Number(port) });
+    const done = () => {
+      s.destroy();
+      resolve(got);
+    };
+    s.on("data", (d: Buffer) => {
+      got += d.toString();
+      if (got.startsWith("INFO") && !got.includes("CONNECT_SENT")) {
+        s.write(`CONNECT ${JSON.stringify({ verbose: false, ...connect })}\r\nPING\r\n`);
+        got += "CONNECT_SENT\n";
+      }
+      if (/PONG|-ERR/.test(got)) done();
+    });
+    s.on("error", done);
+    s.on("close", done);
+    setTimeout(done, 3000).unref();
+  });
+}
 
 function heartbeat(peer: string): Heartbeat {
   return {
@@ -27,39 +79,17 @@ function heartbeat(peer: string): Heartbeat {
 
 /** A server without routes, on free ports. */
 function loneServer(extra: { restartBackoffMs?: number } = {}): NatsServer {
-  return new NatsServer({
-    host: "127.0.0.1",
-    clientPort: 0,
-    clusterPort: 0,
-    clusterName: "t",
-    routes: [],
-    log,
-    ...extra,
-  });
+  return server(extra);
 }
 
 describe("embedded nats-server", () => {
   it("two clustered servers carry messages between their clients and drop invalid ones", async () => {
     const [c1, c2] = await freePorts(2);
-    await using a = new NatsServer({
-      host: "127.0.0.1",
-      clientPort: 0,
-      clusterPort: c1!,
-      clusterName: "t",
-      routes: [`127.0.0.1:${c2}`],
-      log,
-    });
-    await using b = new NatsServer({
-      host: "127.0.0.1",
-      clientPort: 0,
-      clusterPort: c2!,
-      clusterName: "t",
-      routes: [`127.0.0.1:${c1}`],
-      log,
-    });
+    await using a = server({ clusterPort: c1!, routes: [`127.0.0.1:${c2}`] });
+    await using b = server({ clusterPort: c2!, routes: [`127.0.0.1:${c1}`] });
     await Promise.all([a.start(), b.start()]);
-    await using busA = await Bus.connect(a.clientUrl, log);
-    await using busB = await Bus.connect(b.clientUrl, log);
+    await using busA = await connectBus(a);
+    await using busB = await connectBus(b);
     const seen: string[] = [];
     busB.subscribe("heartbeat", (m) => seen.push(m.peer_key));
     await busB.flush();
@@ -80,8 +110,8 @@ describe("embedded nats-server", () => {
   it("ignoreOwn drops only what the same connection published", async () => {
     await using s = loneServer();
     await s.start();
-    await using busA = await Bus.connect(s.clientUrl, log);
-    await using busB = await Bus.connect(s.clientUrl, log);
+    await using busA = await connectBus(s);
+    await using busB = await connectBus(s);
     const ownIgnored: string[] = [];
     const all: string[] = [];
     busA.subscribe("heartbeat", (m) => ownIgnored.push(m.peer_key), { ignoreOwn: true });
@@ -103,7 +133,7 @@ describe("embedded nats-server", () => {
     await using s = loneServer({ restartBackoffMs: 50 });
     await s.start();
     const url = s.clientUrl;
-    await using bus = await Bus.connect(url, log);
+    await using bus = await connectBus(s);
     const pid = s.status.pid!;
     process.kill(pid, "SIGKILL");
     await waitFor(
@@ -125,5 +155,93 @@ describe("embedded nats-server", () => {
       },
       { timeoutMs: 10_000, intervalMs: 100, what: "reconnected delivery" },
     );
+  });
+
+  it("refuses a raw client without the secret, and with a wrong one, but admits the right one", async () => {
+    const failures: AuthFailure[] = [];
+    await using s = server({ onAuthFailure: (f) => failures.push(f) });
+    await s.start();
+    expect(await rawLogin(s.clientUrl, {})).toMatch(/-ERR 'Authorization Violation'/);
+    expect(
+      await rawLogin(s.clientUrl, { user: creds.busClient.user, pass: "wrong-password" }),
+    ).toMatch(/-ERR 'Authorization Violation'/);
+    expect(
+      await rawLogin(s.clientUrl, { user: creds.busClient.user, pass: creds.busClient.password }),
+    ).toMatch(/PONG/);
+    await expect(Bus.connect(s.clientUrl, log, strangerCreds.busClient)).rejects.toThrow();
+    await waitFor(() => (failures.length >= 2 ? true : undefined), {
+      timeoutMs: 5000,
+      what: "auth failures reported",
+    });
+    expect(failures.every((f) => f.direction === "client-rejected")).toBe(true);
+  });
+
+  it("a foreign nats-server without the secret cannot route in, and both sides say so", async () => {
+    const [c1, c2] = await freePorts(2);
+    const ours: AuthFailure[] = [];
+    const theirs: AuthFailure[] = [];
+    await using a = server({
+      clusterPort: c1!,
+      routes: [`127.0.0.1:${c2}`],
+      onAuthFailure: (f) => ours.push(f),
+    });
+    await using foreign = server(
+      { clusterPort: c2!, routes: [`127.0.0.1:${c1}`], onAuthFailure: (f) => theirs.push(f) },
+      strangerCreds,
+    );
+    await Promise.all([a.start(), foreign.start()]);
+    await using busA = await connectBus(a);
+    await using busF = await connectBus(foreign, strangerCreds);
+    const leaked: string[] = [];
+    busA.subscribe("heartbeat", (m) => leaked.push(m.peer_key));
+    busF.subscribe("heartbeat", (m) => leaked.push(m.peer_key));
+    await Promise.all([busA.flush(), busF.flush()]);
+    await waitFor(
+      () =>
+        ours.some((f) => f.direction === "route-rejected") &&
+        ours.some((f) => f.direction === "route-refused-by-peer") &&
+        theirs.some((f) => f.direction === "route-refused-by-peer")
+          ? true
+          : undefined,
+      { timeoutMs: 10_000, intervalMs: 50, what: "route refusals on both sides" },
+    );
+    for (let i = 0; i < 5; i++) {
+      busF.publish("heartbeat", heartbeat("from-foreign"));
+      busA.publish("heartbeat", heartbeat("from-ours"));
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await Promise.all([busA.flush(), busF.flush()]);
+    // Each side hears only itself.
+    expect(leaked.filter((p) => p === "from-foreign")).toHaveLength(5);
+    expect(leaked.filter((p) => p === "from-ours")).toHaveLength(5);
+    expect(leaked.filter((p) => p !== "from-foreign" && p !== "from-ours")).toEqual([]);
+  });
+
+  it("a request bound to one origin ignores faster replies from anyone else", async () => {
+    await using s = loneServer();
+    await s.start();
+    await using rightful = await connectBus(s);
+    await using rogue = await connectBus(s);
+    await using asker = await connectBus(s);
+    // The rogue answers at once with a refusal; the rightful responder answers later with events.
+    rogue.respond("masterSync", () => ({
+      ok: false as const,
+      error: { code: "conflict" as const, message: "rogue" },
+    }));
+    rightful.respond("masterSync", async () => {
+      await new Promise((r) => setTimeout(r, 100));
+      return { ok: true as const, events: [] };
+    });
+    await Promise.all([rogue.flush(), rightful.flush()]);
+    const msg = { session_id: "s-1" as never, from_index: 1 };
+    // Unbound, the first (rogue) answer wins; bound to the rightful origin, it never counts.
+    const unbound = await asker.request("masterSync", msg, { timeoutMs: 2000 });
+    expect(unbound.ok).toBe(false);
+    await expect(
+      asker.request("masterSync", msg, { timeoutMs: 2000, from: rightful.origin }),
+    ).resolves.toMatchObject({ ok: true });
+    await expect(
+      asker.request("masterSync", msg, { timeoutMs: 300, from: "someone-else" }),
+    ).rejects.toThrow(/no reply from the expected responder/);
   });
 });

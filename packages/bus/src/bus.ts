@@ -37,18 +37,32 @@ function subjectOf(name: keyof typeof CATALOG, suffix?: string): string {
   return suffix ? `${base}.${suffix}` : base;
 }
 
+/** What the bus knows of a message beyond its body. */
+export interface MessageMeta {
+  /** The publishing connection's origin id (see `Bus.origin`), when it sent one. */
+  readonly origin: string | undefined;
+}
+
 export class Bus implements AsyncDisposable {
-  private readonly origin = randomUUID();
+  /** Names this connection in every message it publishes or answers (the `ic-origin` header). */
+  readonly origin = randomUUID();
 
   private constructor(
     private readonly nc: NatsConnection,
     private readonly log: Logger,
   ) {}
 
-  static async connect(url: string, log: Logger, name?: string): Promise<Bus> {
+  /** Connects with the node's bus credentials; a refused login fails at once (no reconnect loop). */
+  static async connect(
+    url: string,
+    log: Logger,
+    opts: { name?: string; user: string; password: string },
+  ): Promise<Bus> {
     const nc = await connect({
       servers: url,
-      name,
+      name: opts.name,
+      user: opts.user,
+      pass: opts.password,
       reconnect: true,
       maxReconnectAttempts: -1,
       reconnectTimeWait: 200,
@@ -83,16 +97,17 @@ export class Bus implements AsyncDisposable {
    */
   subscribe<K extends PublishName>(
     name: K,
-    handler: (msg: MessageOf<K>) => void,
+    handler: (msg: MessageOf<K>, meta: MessageMeta) => void,
     opts: { suffix?: string; ignoreOwn?: boolean } = {},
   ): Unsubscribe {
     const schema = messageSchema(name);
     const sub = this.nc.subscribe(subjectOf(name, opts.suffix), {
       callback: (err, m) => {
         if (err) return;
-        if (opts.ignoreOwn && m.headers?.get(ORIGIN_HEADER) === this.origin) return;
+        const origin = m.headers?.get(ORIGIN_HEADER) || undefined;
+        if (opts.ignoreOwn && origin === this.origin) return;
         const parsed = this.decode(schema, m.data, name);
-        if (parsed !== undefined) handler(parsed);
+        if (parsed !== undefined) handler(parsed, { origin });
       },
     });
     return () => sub.unsubscribe();
@@ -101,7 +116,10 @@ export class Bus implements AsyncDisposable {
   /** Serve a request subject; the handler's value (or thrown ServiceError, mapped by the caller's schema) is the reply. */
   respond<K extends RequestName>(
     name: K,
-    handler: (msg: MessageOf<K>) => Promise<ReplyIn<K> | undefined> | ReplyIn<K> | undefined,
+    handler: (
+      msg: MessageOf<K>,
+      meta: MessageMeta,
+    ) => Promise<ReplyIn<K> | undefined> | ReplyIn<K> | undefined,
     opts: { suffix?: string; queue?: string } = {},
   ): Unsubscribe {
     const schema = messageSchema(name);
@@ -111,11 +129,15 @@ export class Bus implements AsyncDisposable {
         if (err || !m.reply) return;
         const parsed = this.decode(schema, m.data, name);
         if (parsed === undefined) return;
+        const origin = m.headers?.get(ORIGIN_HEADER) || undefined;
         Promise.resolve()
-          .then(() => handler(parsed))
+          .then(() => handler(parsed, { origin }))
           .then(
             (reply) => {
-              if (reply !== undefined && !this.nc.isClosed()) m.respond(codec.encode(reply));
+              if (reply === undefined || this.nc.isClosed()) return;
+              const h = headers();
+              h.set(ORIGIN_HEADER, this.origin);
+              m.respond(codec.encode(reply), { headers: h });
             },
             (e: unknown) =>
               this.log.error({ err: e, subject: m.subject }, "request handler failed"),
@@ -125,12 +147,31 @@ export class Bus implements AsyncDisposable {
     return () => sub.unsubscribe();
   }
 
+  /**
+   * One request, one reply. With `from`, only a reply from that origin counts (a request served by a
+   * single rightful responder, such as the master, cannot be answered by another member first).
+   */
   async request<K extends RequestName>(
     name: K,
     msg: MessageIn<K>,
-    opts: { timeoutMs: number; suffix?: string },
+    opts: { timeoutMs: number; suffix?: string; from?: string },
   ): Promise<ReplyOf<K>> {
     const reply = replySchema(name);
+    if (opts.from !== undefined) {
+      const from = opts.from;
+      const [got] = await this.gather(name, msg, {
+        maxWaitMs: opts.timeoutMs,
+        expected: 1,
+        suffix: opts.suffix,
+        accept: (origin) => origin === from,
+      });
+      if (got === undefined)
+        throw new ServiceError(
+          "unavailable",
+          `${subjectOf(name, opts.suffix)}: no reply from the expected responder`,
+        );
+      return got;
+    }
     let m;
     try {
       m = await this.nc.request(subjectOf(name, opts.suffix), codec.encode(msg), {
@@ -154,6 +195,19 @@ export class Bus implements AsyncDisposable {
     msg: MessageIn<K>,
     opts: { maxWaitMs: number; expected?: number; suffix?: string },
   ): Promise<ReplyOf<K>[]> {
+    return this.gather(name, msg, opts);
+  }
+
+  private async gather<K extends RequestName>(
+    name: K,
+    msg: MessageIn<K>,
+    opts: {
+      maxWaitMs: number;
+      expected?: number | undefined;
+      suffix?: string | undefined;
+      accept?: (origin: string | undefined) => boolean;
+    },
+  ): Promise<ReplyOf<K>[]> {
     const reply = replySchema(name);
     const inbox = createInbox();
     const out: ReplyOf<K>[] = [];
@@ -162,6 +216,7 @@ export class Bus implements AsyncDisposable {
       const sub = this.nc.subscribe(inbox, {
         callback: (err, m) => {
           if (err) return;
+          if (opts.accept && !opts.accept(m.headers?.get(ORIGIN_HEADER) || undefined)) return;
           const parsed = this.decode(reply, m.data, name);
           if (parsed !== undefined) out.push(parsed);
           if (opts.expected !== undefined && out.length >= opts.expected) done();

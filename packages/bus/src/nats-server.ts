@@ -2,18 +2,37 @@
 // restart with backoff if it dies, stop with SIGTERM then SIGKILL.
 // Invariants: at most one child at a time; after the first start the client port is pinned so
 // reconnecting clients find the restarted server; stop() is idempotent and ends supervision.
+// The client and route ports both require credentials; they are passed in a 0600 config file, never
+// on the command line (where `ps` shows them).
 import { execa } from "execa";
 import type { ResultPromise } from "execa";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect as tcpConnect } from "node:net";
 import type { Logger } from "@ic/log";
 
+export interface Credentials {
+  readonly user: string;
+  readonly password: string;
+}
+
+/** A peer refused our route credentials (outbound) or someone presented wrong ones to us (inbound). */
+export interface AuthFailure {
+  readonly direction: "route-refused-by-peer" | "route-rejected" | "client-rejected";
+  /** The remote address as nats-server logged it (host:port). */
+  readonly remote: string;
+  readonly at: number;
+}
+
 export interface NatsServerOptions {
   readonly bin?: string | undefined;
-  /** Address to bind (client and cluster listeners). */
+  /** Address the route listener binds to. */
+  readonly bind: string;
+  /** Advertised route address (what peers dial); `bind` may be 0.0.0.0. */
   readonly host: string;
+  /** Address the client listener binds to (the node's own services connect there). */
+  readonly clientBind: string;
   /** 0 picks a free port (reported after start). */
   readonly clientPort: number;
   /** Route listener; 0 disables clustering for a lone node. */
@@ -21,10 +40,31 @@ export interface NatsServerOptions {
   readonly clusterName: string;
   /** Peers' route addresses (host:port). */
   readonly routes: readonly string[];
+  /** Credentials clients must present on the client port. */
+  readonly clientAuth: Credentials;
+  /** Credentials every route (ours to peers, peers' to us) must carry. */
+  readonly routeAuth: Credentials;
   readonly log: Logger;
   readonly readyTimeoutMs?: number;
   readonly restartBackoffMs?: number;
+  /** Called for every authentication failure nats-server reports. */
+  readonly onAuthFailure?: (f: AuthFailure) => void;
 }
+
+const AUTH_LINE =
+  /\[ERR\] (\S+) - (rid|cid):\d+ - (?:(Route Error 'Authorization Violation')|authentication error|(Authorization Violation))/;
+
+/** Parses one nats-server log line into an authentication failure, if it is one. */
+export function parseAuthFailure(line: string, now: number): AuthFailure | undefined {
+  const m = AUTH_LINE.exec(line);
+  if (!m) return undefined;
+  const remote = m[1]!;
+  if (m[3]) return { direction: "route-refused-by-peer", remote, at: now };
+  return { direction: m[2] === "rid" ? "route-rejected" : "client-rejected", remote, at: now };
+}
+
+/** A nats config string literal (JSON quoting is valid there). */
+const q = (v: string): string => JSON.stringify(v);
 
 export type NatsServerState = "idle" | "starting" | "running" | "restarting" | "stopped";
 
@@ -40,8 +80,9 @@ export class NatsServer implements AsyncDisposable {
     this.port = opts.clientPort;
   }
 
+  /** Where this node's own services connect (no credentials in it). */
   get clientUrl(): string {
-    return `nats://${this.opts.host === "0.0.0.0" ? "127.0.0.1" : this.opts.host}:${this.port}`;
+    return `nats://${dialable(this.opts.clientBind)}:${this.port}`;
   }
 
   get status(): { state: NatsServerState; restarts: number; pid: number | undefined } {
@@ -55,15 +96,32 @@ export class NatsServer implements AsyncDisposable {
     this.state = "running";
   }
 
+  /** Writes the server's config file (mode 0600) and returns the command line that loads it. */
   private args(): string[] {
     const o = this.opts;
-    const a = ["-a", o.host, "-p", String(this.port === 0 ? -1 : this.port)];
-    a.push("--ports_file_dir", this.portsDir, "--no_advertise=true");
+    const lines = [
+      `listen: ${q(`${hostForListen(o.clientBind)}:${this.port === 0 ? -1 : this.port}`)}`,
+      `ports_file_dir: ${q(this.portsDir)}`,
+      `authorization { user: ${q(o.clientAuth.user)}, password: ${q(o.clientAuth.password)} }`,
+    ];
     if (o.clusterPort > 0) {
-      a.push("--cluster", `nats://${o.host}:${o.clusterPort}`, "--cluster_name", o.clusterName);
-      if (o.routes.length > 0) a.push("--routes", o.routes.map((r) => `nats://${r}`).join(","));
+      const routeUser = encodeURIComponent(o.routeAuth.user);
+      const routePass = encodeURIComponent(o.routeAuth.password);
+      lines.push(
+        "cluster {",
+        `  name: ${q(o.clusterName)}`,
+        `  listen: ${q(`${hostForListen(o.bind)}:${o.clusterPort}`)}`,
+        `  advertise: ${q(`${o.host}:${o.clusterPort}`)}`,
+        // Peers learn routes only from their own seed lists: a gossiped address may be unreachable.
+        "  no_advertise: true",
+        `  authorization { user: ${q(o.routeAuth.user)}, password: ${q(o.routeAuth.password)} }`,
+        `  routes: [${o.routes.map((r) => q(`nats-route://${routeUser}:${routePass}@${r}`)).join(", ")}]`,
+        "}",
+      );
     }
-    return a;
+    const file = join(this.portsDir, "nats.conf");
+    writeFileSync(file, `${lines.join("\n")}\n`, { mode: 0o600 });
+    return ["-c", file];
   }
 
   private async spawnOnce(): Promise<void> {
@@ -80,7 +138,9 @@ export class NatsServer implements AsyncDisposable {
       const text = c.toString();
       if (stderr.length < 200) stderr.push(text);
       for (const line of text.split("\n")) {
-        if (/\[(ERR|FTL)\]/.test(line)) this.opts.log.warn({ line }, "nats-server");
+        const auth = parseAuthFailure(line, Date.now());
+        if (auth) this.opts.onAuthFailure?.(auth);
+        else if (/\[(ERR|FTL)\]/.test(line)) this.opts.log.warn({ line }, "nats-server");
       }
     });
     let exited = false;
@@ -94,7 +154,7 @@ export class NatsServer implements AsyncDisposable {
         throw new Error(`nats-server exited during startup: ${stderr.join("").slice(-2000)}`);
       }
       const port = this.readPort(child.pid);
-      if (port && (await canConnect("127.0.0.1", port))) {
+      if (port && (await canConnect(dialable(this.opts.clientBind), port))) {
         this.port = port;
         this.opts.log.info({ pid: child.pid, port, routes: this.opts.routes }, "nats-server ready");
         return;
@@ -164,6 +224,16 @@ export class NatsServer implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
+}
+
+/** nats-server wants a bare IPv6 address in `listen`; brackets are for URLs. */
+function hostForListen(address: string): string {
+  return address.startsWith("[") ? address.slice(1, -1) : address;
+}
+
+/** An address a local client can dial to reach a listener bound to `bind`. */
+function dialable(bind: string): string {
+  return bind === "0.0.0.0" ? "127.0.0.1" : bind === "::" ? "::1" : bind;
 }
 
 function sleep(ms: number): Promise<void> {

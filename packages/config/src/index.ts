@@ -1,4 +1,14 @@
 // Front door of the config package: schema, loader and per-node staging resolution.
-export { ConfigSchema, StagingSchema } from "./schema.ts";
-export type { Config, ConfigInput, StagingConfig } from "./schema.ts";
-export { ConfigError, GiB, deepMerge, expandHome, loadConfig, stagingFor } from "./load.ts";
+export { API_SCOPES, ConfigSchema, StagingSchema } from "./schema.ts";
+export type { ApiScope, Config, ConfigInput, ResolvedToken, StagingConfig } from "./schema.ts";
+export {
+  ConfigError,
+  GiB,
+  deepMerge,
+  expandHome,
+  isLoopback,
+  loadConfig,
+  stagingFor,
+} from "./load.ts";
+export { clusterCredentials, deriveKey } from "./credentials.ts";
+export type { ClusterCredentials } from "./credentials.ts";

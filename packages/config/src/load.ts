@@ -1,12 +1,13 @@
 // Loads the YAML file and environment into a frozen, fully defaulted Config.
 // Called from main(), never at import time; every error names the offending key.
-import { readFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { readFileSync, statSync } from "node:fs";
 import { homedir, hostname } from "node:os";
 import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import type { z } from "zod";
 import { ConfigSchema } from "./schema.ts";
-import type { Config, ConfigInput, StagingConfig } from "./schema.ts";
+import type { Config, ConfigInput, ResolvedToken, StagingConfig } from "./schema.ts";
 
 export class ConfigError extends Error {
   readonly code = "invalid_config" as const;
@@ -74,6 +75,7 @@ function envOverrides(env: NodeJS.ProcessEnv): ConfigInput {
     out.engine = { ...out.engine, server_bin: env.SERVICE_ENGINE_SERVER_BIN };
   }
   if (env.NATS_SERVER_BIN) out.bus = { server_bin: env.NATS_SERVER_BIN };
+  if (env.SERVICE_CLUSTER_SECRET) out.cluster = { secret: env.SERVICE_CLUSTER_SECRET };
   return out as ConfigInput;
 }
 
@@ -102,7 +104,26 @@ export function loadConfig(options: LoadOptions = {}): Config {
     const issues = formatIssues(parsed.error);
     throw new ConfigError(`invalid configuration: ${issues.join("; ")}`, issues);
   }
-  const cfg = parsed.data;
+  const p = parsed.data;
+  const secret = resolveSecret(p.cluster.secret, p.cluster.secret_file, p.cluster.peers.length);
+  const tokens = p.auth.tokens.map((t, i): ResolvedToken => ({
+    name: t.name,
+    scopes: t.scopes,
+    token: t.token ?? readSecretFile(t.token_file!, `auth.tokens.${i}.token_file`),
+  }));
+  const bind = p.node.bind ?? p.node.host;
+  if (tokens.length === 0 && !p.auth.allow_anonymous && !isLoopback(bind)) {
+    throw new ConfigError(
+      `auth.tokens: the API listens on ${bind} (beyond loopback) and no tokens are configured; ` +
+        "add auth.tokens (see docs/operations.md) or set auth.allow_anonymous: true",
+    );
+  }
+  const cfg: Config = {
+    ...p,
+    node: { ...p.node, bind },
+    cluster: { ...p.cluster, secret },
+    auth: { tokens, allow_anonymous: p.auth.allow_anonymous },
+  };
   cfg.node.name ??= hostname();
   cfg.node_cache_path = expandHome(cfg.node_cache_path);
   if (cfg.store_path) cfg.store_path = expandHome(cfg.store_path);
@@ -111,6 +132,53 @@ export function loadConfig(options: LoadOptions = {}): Config {
   cfg.engine.runner_log_dir = expandHome(cfg.engine.runner_log_dir);
   cfg.model_store.hub_cache_path = expandHome(cfg.model_store.hub_cache_path);
   return deepFreeze(cfg);
+}
+
+/** True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost). */
+export function isLoopback(address: string): boolean {
+  return address === "localhost" || address === "::1" || /^127\.\d+\.\d+\.\d+$/.test(address);
+}
+
+/** Reads a secret file; refuses one that group or others can read (like ssh does for keys). */
+function readSecretFile(path: string, key: string): string {
+  const file = expandHome(path);
+  let mode: number;
+  let text: string;
+  try {
+    mode = statSync(file).mode;
+    text = readFileSync(file, "utf8").trim();
+  } catch (e) {
+    throw new ConfigError(`${key}: ${(e as Error).message}`);
+  }
+  if ((mode & 0o077) !== 0) {
+    throw new ConfigError(
+      `${key}: ${file} has mode ${(mode & 0o777).toString(8)}; it holds a secret, so chmod 600 it`,
+    );
+  }
+  if (text.length < 16) throw new ConfigError(`${key}: ${file} must hold at least 16 characters`);
+  return text;
+}
+
+/**
+ * The cluster secret: from `cluster.secret` (or SERVICE_CLUSTER_SECRET) or `cluster.secret_file`.
+ * A lone node (no peers) without one gets a random secret for this process: nothing else joins it.
+ */
+function resolveSecret(
+  secret: string | undefined,
+  file: string | undefined,
+  peers: number,
+): string {
+  if (secret !== undefined && file !== undefined)
+    throw new ConfigError("cluster.secret_file: set either cluster.secret or cluster.secret_file");
+  if (file !== undefined) return readSecretFile(file, "cluster.secret_file");
+  if (secret !== undefined) return secret;
+  if (peers > 0) {
+    throw new ConfigError(
+      "cluster.secret: a node with cluster.peers needs the cluster secret (cluster.secret_file, " +
+        "cluster.secret or SERVICE_CLUSTER_SECRET); generate one with `openssl rand -hex 32`",
+    );
+  }
+  return randomBytes(32).toString("hex");
 }
 
 /** The staging section for one node: the base section with that node's override applied. */

@@ -20,6 +20,23 @@ export const StagingOverrideSchema = z
   })
   .strict();
 
+export const API_SCOPES = ["admin", "read", "inference"] as const;
+export type ApiScope = (typeof API_SCOPES)[number];
+
+export const ApiTokenSchema = z
+  .object({
+    /** Who holds the token (shown in logs, never the token itself). */
+    name: z.string().min(1).max(64),
+    token: z.string().min(16, "at least 16 characters").optional(),
+    /** File holding the token (mode 0600); read at load time. */
+    token_file: z.string().min(1).optional(),
+    scopes: z.array(z.enum(API_SCOPES)).min(1),
+  })
+  .strict()
+  .refine((t) => (t.token === undefined) !== (t.token_file === undefined), {
+    message: "set exactly one of token and token_file",
+  });
+
 const HostPort = z.string().regex(/^[A-Za-z0-9.\-_[\]:]+:\d{1,5}$/, "expected host:port");
 
 export const ConfigSchema = z
@@ -28,10 +45,10 @@ export const ConfigSchema = z
       .object({
         /** Display name; defaults to the hostname. */
         name: z.string().min(1).max(64).optional(),
-        /** Address other nodes and clients use to reach this node. */
+        /** Advertised address: what other nodes and clients use to reach this node (IP or name). */
         host: z.string().min(1).default("127.0.0.1"),
-        /** Address the HTTP API binds to. */
-        bind: z.string().min(1).default("0.0.0.0"),
+        /** Address the HTTP API and the bus route port listen on; defaults to `host`. */
+        bind: z.string().min(1).optional(),
         api_port: z.number().int().min(0).max(65535).default(8080),
         /** Declared backend for the engine; `auto` observes the hardware. */
         backend: z.enum(["auto", "cpu", "cuda", "metal"]).default("auto"),
@@ -44,6 +61,8 @@ export const ConfigSchema = z
       .object({
         /** Client port of the embedded nats-server; 0 picks a free one. */
         client_port: z.number().int().min(0).max(65535).default(4222),
+        /** Where the client port listens: only this node's own services connect, so loopback. */
+        client_bind: z.string().min(1).default("127.0.0.1"),
         /** Route port other nodes' nats-servers connect to. */
         cluster_port: z.number().int().min(0).max(65535).default(6222),
         cluster_name: z.string().min(1).default("inference-cluster"),
@@ -56,6 +75,12 @@ export const ConfigSchema = z
       .object({
         /** Seed list of peers' route addresses (host:cluster_port). */
         peers: z.array(HostPort).default([]),
+        /**
+         * Shared cluster secret: bus clients and routes authenticate with keys derived from it.
+         * Required once the node has peers; prefer `secret_file` (mode 0600) or SERVICE_CLUSTER_SECRET.
+         */
+        secret: z.string().min(16, "at least 16 characters").optional(),
+        secret_file: z.string().min(1).optional(),
         heartbeat_ms: z.number().int().min(50).default(2000),
         /** A node silent this long is removed from the session. */
         liveness_timeout_ms: z.number().int().min(100).default(4000),
@@ -63,6 +88,15 @@ export const ConfigSchema = z
         election_timeout_ms: z.number().int().min(100).default(3000),
         /** How long POST /place_instance waits for topology and memory info (spec: 15 s). */
         info_pending_wait_ms: z.number().int().min(0).default(15000),
+      })
+      .strict()
+      .prefault({}),
+    auth: z
+      .object({
+        /** Bearer tokens for the HTTP API, each with its scopes. */
+        tokens: z.array(ApiTokenSchema).default([]),
+        /** Lets a node that listens beyond loopback start without tokens (nodeHealth warns). */
+        allow_anonymous: z.boolean().default(false),
       })
       .strict()
       .prefault({}),
@@ -138,5 +172,17 @@ export const ConfigSchema = z
   .strict();
 
 export type ConfigInput = z.input<typeof ConfigSchema>;
-export type Config = z.output<typeof ConfigSchema>;
+type Parsed = z.output<typeof ConfigSchema>;
+/** A token as the node uses it: the secret read from `token` or `token_file`. */
+export interface ResolvedToken {
+  readonly name: string;
+  readonly token: string;
+  readonly scopes: readonly ApiScope[];
+}
+/** The loaded configuration: bind address, cluster secret and tokens are resolved by the loader. */
+export type Config = Omit<Parsed, "node" | "cluster" | "auth"> & {
+  node: Parsed["node"] & { bind: string };
+  cluster: Parsed["cluster"] & { secret: string };
+  auth: { tokens: ResolvedToken[]; allow_anonymous: boolean };
+};
 export type StagingConfig = z.output<typeof StagingSchema>;

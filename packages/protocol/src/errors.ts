@@ -4,6 +4,9 @@ import { z } from "zod";
 
 export const ERROR_CODES = [
   "invalid_request",
+  "unauthorized",
+  "forbidden",
+  "unsupported_media_type",
   "not_found",
   "model_not_found",
   "insufficient_memory",
@@ -25,6 +28,9 @@ export type ErrorCode = (typeof ERROR_CODES)[number];
 
 export const RETRYABLE: Readonly<Record<ErrorCode, boolean>> = {
   invalid_request: false,
+  unauthorized: false,
+  forbidden: false,
+  unsupported_media_type: false,
   not_found: false,
   model_not_found: false,
   insufficient_memory: false,
@@ -58,8 +64,16 @@ export class ServiceError extends Error {
   readonly details: Record<string, unknown> | undefined;
 }
 
-export function httpStatusFor(code: ErrorCode): 400 | 404 | 409 | 500 | 502 | 503 {
+export function httpStatusFor(
+  code: ErrorCode,
+): 400 | 401 | 403 | 404 | 409 | 415 | 500 | 502 | 503 {
   switch (code) {
+    case "unauthorized":
+      return 401;
+    case "forbidden":
+      return 403;
+    case "unsupported_media_type":
+      return 415;
     case "invalid_request":
     case "insufficient_memory":
     case "no_cycle":
@@ -89,7 +103,9 @@ export function httpStatusFor(code: ErrorCode): 400 | 404 | 409 | 500 | 502 | 50
 /** OpenAI's error `type` for each code, so OpenAI clients classify errors sensibly. */
 export function errorTypeFor(code: ErrorCode): string {
   const status = httpStatusFor(code);
-  if (status === 400 || status === 409) return "invalid_request_error";
+  if (status === 400 || status === 409 || status === 415) return "invalid_request_error";
+  if (status === 401) return "authentication_error";
+  if (status === 403) return "permission_error";
   if (status === 404) return "not_found_error";
   return "server_error";
 }

@@ -9,6 +9,12 @@ export const HEALTH_CODES = [
   "gpu_detection_degraded",
   "invalid_engine_binary",
   "backend_override_conflict",
+  /** Peers refuse this node's cluster secret: it cannot join them. */
+  "cluster_secret_rejected",
+  /** Someone presented wrong bus credentials to this node (a stranger or a misconfigured node). */
+  "bus_auth_failures",
+  /** The HTTP API listens beyond loopback with no tokens (auth.allow_anonymous). */
+  "anonymous_api",
 ] as const;
 export const HealthCodeSchema = z.enum(HEALTH_CODES);
 export type HealthCode = z.infer<typeof HealthCodeSchema>;

@@ -2,6 +2,7 @@
 // Each node runs in its own process group, so kill("SIGKILL") takes down the node, its nats-server
 // and its runners at once -- like a machine that lost power.
 import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import type { ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -27,6 +28,18 @@ export interface NodeSpec {
   readonly dataDir?: string;
   /** Pipe the node's log to the parent's stderr. */
   readonly verbose?: boolean;
+  /**
+   * argv prefix the node's command runs under, e.g. `["ip", "netns", "exec", "iclk3x9a-node-1"]`
+   * (`NetLab.wrap`). It must exec in place, so the process group still holds the whole node.
+   */
+  readonly wrap?: readonly string[];
+  /** The cluster secret (shared by every node of a cluster); a random one by default. */
+  readonly secret?: string;
+}
+
+/** A fresh random cluster secret. */
+export function newClusterSecret(): string {
+  return randomBytes(24).toString("hex");
 }
 
 /** Fast timings for tests; the spec's defaults stay the defaults everywhere else. */
@@ -83,9 +96,19 @@ export class NodeProcess implements AsyncDisposable {
   }
 
   async start(timeoutMs = 30_000): Promise<void> {
+    const nodeArgs = [
+      ...(this.spec.nodeArgs ?? []),
+      "--import",
+      "tsx",
+      NODE_MAIN,
+      "--config",
+      this.configPath,
+    ];
+    // With a wrap (e.g. `ip netns exec <ns>`), the wrapper execs node in place: same pid, same group.
+    const [wrapCmd, ...wrapArgs] = this.spec.wrap ?? [];
     const child = spawn(
-      process.execPath,
-      [...(this.spec.nodeArgs ?? []), "--import", "tsx", NODE_MAIN, "--config", this.configPath],
+      wrapCmd ?? process.execPath,
+      wrapCmd ? [...wrapArgs, process.execPath, ...nodeArgs] : nodeArgs,
       {
         cwd: REPO_ROOT,
         env: { ...process.env, ...this.spec.env },
@@ -200,10 +223,11 @@ export function prepareNode(spec: NodeSpec): NodeProcess {
   const owns = spec.dataDir === undefined;
   const dataDir = spec.dataDir ?? mkdtempSync(join(tmpdir(), `ic-${spec.name}-`));
   mkdirSync(dataDir, { recursive: true });
+  const secret = spec.secret ?? newClusterSecret();
   const base: Record<string, unknown> = {
     node: { name: spec.name, host: "127.0.0.1", bind: "127.0.0.1", api_port: 0 },
     bus: { client_port: 0, cluster_port: spec.clusterPort },
-    cluster: { peers: [...spec.peers], ...FAST_CLUSTER },
+    cluster: { peers: [...spec.peers], ...FAST_CLUSTER, secret },
     node_cache_path: join(dataDir, "staging"),
     logging: { enabled: true, level: "info" },
     tracing: { dir: join(dataDir, "traces") },
@@ -217,8 +241,8 @@ export function prepareNode(spec: NodeSpec): NodeProcess {
   const cfg = deepMerge(base, spec.config ?? {});
   const configPath = join(dataDir, "config.yaml");
   // JSON is valid YAML, and the loader parses it as such.
-  writeFileSync(configPath, `${JSON.stringify(cfg, null, 2)}\n`);
-  return new NodeProcess(spec, configPath, dataDir, owns);
+  writeFileSync(configPath, `${JSON.stringify(cfg, null, 2)}\n`, { mode: 0o600 });
+  return new NodeProcess({ ...spec, secret }, configPath, dataDir, owns);
 }
 
 export interface LocalCluster extends AsyncDisposable {
@@ -239,11 +263,13 @@ export async function startCluster(
 ): Promise<LocalCluster> {
   const ports: number[] = [];
   for (let i = 0; i < n; i++) ports.push(await freePort());
+  const secret = newClusterSecret();
   const nodes = ports.map((p, i) =>
     prepareNode({
       name: `${opts.namePrefix ?? "node"}-${i + 1}`,
       clusterPort: p,
       peers: ports.filter((q) => q !== p).map((q) => `127.0.0.1:${q}`),
+      secret,
       config: opts.config?.(i) ?? {},
       env: typeof opts.env === "function" ? opts.env(i) : (opts.env ?? {}),
       ...(opts.nodeArgs ? { nodeArgs: opts.nodeArgs } : {}),

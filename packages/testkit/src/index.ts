@@ -2,3 +2,4 @@
 export * from "./ports.ts";
 export * from "./cluster.ts";
 export * from "./hub/index.ts";
+export * from "./netns/index.ts";

@@ -2,6 +2,8 @@
 import { Hono } from "hono";
 import { ServiceError } from "@ic/protocol";
 import type { Logger } from "@ic/log";
+import { authMiddleware } from "./auth.ts";
+import type { AuthOptions } from "./auth.ts";
 import { toResponse } from "./errors.ts";
 import type { ClusterView } from "./ports.ts";
 import { chatRoutes } from "./routes/chat.ts";
@@ -20,6 +22,10 @@ export interface GatewayOptions {
   readonly infoPendingWaitMs?: number;
   /** Runner context size, for the KV-cache part of the memory model. */
   readonly contextSize?: number;
+  /** Bearer tokens; absent or empty: anonymous (a loopback node, or auth.allow_anonymous). */
+  readonly auth?: AuthOptions;
+  /** Headers for the engine of an instance (its API key). */
+  readonly engineHeaders?: ChatOptions["engineHeaders"];
   /** Extra route groups (placement, store, events, tracing) registered by the launcher. */
   readonly extensions?: ReadonlyArray<(app: Hono) => void>;
 }
@@ -31,6 +37,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
   app.notFound((c) =>
     toResponse(c, new ServiceError("not_found", `no route ${c.req.method} ${c.req.path}`), log),
   );
+  app.use("*", authMiddleware(o.auth ?? { tokens: [] }));
   clusterRoutes(app, {
     cluster: o.cluster,
     name: o.name,
@@ -44,7 +51,12 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     now: o.now ?? Date.now,
     ...(o.contextSize ? { memory: { contextSize: o.contextSize } } : {}),
   });
-  chatRoutes(app, { cluster: o.cluster, log, ...(o.onTask ? { onTask: o.onTask } : {}) });
+  chatRoutes(app, {
+    cluster: o.cluster,
+    log,
+    ...(o.onTask ? { onTask: o.onTask } : {}),
+    ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
+  });
   for (const ext of o.extensions ?? []) ext(app);
   return app;
 }

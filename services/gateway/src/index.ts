@@ -6,3 +6,5 @@ export { parseJson, toResponse, validationError } from "./errors.ts";
 export { stateDocument } from "./view.ts";
 export { ChatRequestSchema } from "./routes/chat.ts";
 export { postUpstream } from "./upstream.ts";
+export { authMiddleware, scopeFor } from "./auth.ts";
+export type { ApiToken, AuthOptions } from "./auth.ts";

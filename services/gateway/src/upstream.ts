@@ -15,12 +15,13 @@ export async function postUpstream(
   body: string,
   signal: AbortSignal,
   onSent?: () => void,
+  headers: Readonly<Record<string, string>> = {},
 ): Promise<IncomingMessage> {
   try {
-    return await postOnce(url, body, signal, onSent);
+    return await postOnce(url, body, signal, onSent, headers);
   } catch (e) {
     if ((e as { reusedSocket?: boolean }).reusedSocket && !signal.aborted)
-      return postOnce(url, body, signal, onSent);
+      return postOnce(url, body, signal, onSent, headers);
     onSent?.();
     throw e;
   }
@@ -34,7 +35,8 @@ function postOnce(
   url: string,
   body: string,
   signal: AbortSignal,
-  onSent?: () => void,
+  onSent: (() => void) | undefined,
+  extraHeaders: Readonly<Record<string, string>>,
 ): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     const u = new URL(url);
@@ -45,7 +47,11 @@ function postOnce(
         port: u.port,
         path: u.pathname,
         method: "POST",
-        headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body) },
+        headers: {
+          ...extraHeaders,
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(body),
+        },
       },
       resolve,
     );

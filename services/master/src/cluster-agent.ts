@@ -43,6 +43,11 @@ export type HeartbeatExtras = Pick<Heartbeat, "telemetry" | "links" | "runners" 
 export interface PeerView {
   readonly heartbeat: Heartbeat;
   readonly lastHeard: number;
+  /**
+   * The bus connection the peer's first heartbeat came from. A peer is pinned to it: messages that
+   * claim to be this peer's but come from another connection are ignored.
+   */
+  readonly origin: string | undefined;
 }
 
 export interface AgentOptions {
@@ -129,9 +134,11 @@ export class ClusterAgent implements AsyncDisposable {
   start(): void {
     this.upSince = this.o.clock.now();
     const bus = this.o.bus;
-    this.subs.push(bus.subscribe("heartbeat", (hb) => this.onHeartbeat(hb)));
+    this.subs.push(bus.subscribe("heartbeat", (hb, meta) => this.onHeartbeat(hb, meta.origin)));
     // Only a master publishes events and it applies them as it emits them: its own echo is skipped.
-    this.subs.push(bus.subscribe("events", (ev) => this.onEvent(ev), { ignoreOwn: true }));
+    this.subs.push(
+      bus.subscribe("events", (ev, meta) => this.onEvent(ev, meta.origin), { ignoreOwn: true }),
+    );
     this.publishHeartbeat();
     this.hbTimer = setInterval(() => this.publishHeartbeat(), this.o.timings.heartbeatMs);
     const tickMs = Math.max(20, Math.min(250, this.o.timings.electionTimeoutMs / 10));
@@ -173,15 +180,42 @@ export class ClusterAgent implements AsyncDisposable {
   publishHeartbeat(): void {
     if (this.stopped) return;
     const hb = this.heartbeat();
-    this.peers.set(hb.peer_key, { heartbeat: hb, lastHeard: this.o.clock.now() });
+    this.peers.set(hb.peer_key, {
+      heartbeat: hb,
+      lastHeard: this.o.clock.now(),
+      origin: this.o.bus.origin,
+    });
     this.o.bus.publish("heartbeat", hb);
   }
 
-  private onHeartbeat(hb: Heartbeat): void {
+  private onHeartbeat(hb: Heartbeat, origin: string | undefined): void {
     if (hb.peer_key === this.o.self.peerKey) return;
     const known = this.peers.get(hb.peer_key);
-    this.peers.set(hb.peer_key, { heartbeat: hb, lastHeard: this.o.clock.now() });
+    if (origin === undefined || (known && known.origin !== origin)) {
+      this.refuse("heartbeat", origin, `claims peer ${hb.peer_key} from another connection`);
+      return;
+    }
+    this.peers.set(hb.peer_key, { heartbeat: hb, lastHeard: this.o.clock.now(), origin });
     if (!known || (hb.is_master && !known.heartbeat.is_master)) this.tick();
+  }
+
+  /** The bus origin of a peer, as pinned by its heartbeats (self: this node's own). */
+  private originOf(peerKey: string): string | undefined {
+    return peerKey === this.o.self.peerKey ? this.o.bus.origin : this.peers.get(peerKey)?.origin;
+  }
+
+  private refusedAt = new Map<string, number>();
+  /** Logs a refused message once a minute per kind and sender (a rogue sender may repeat fast). */
+  private refuse(what: string, origin: string | undefined, why: string): void {
+    const key = `${what} ${origin ?? "?"}`;
+    const now = this.o.clock.now();
+    if (now - (this.refusedAt.get(key) ?? -Infinity) < 60_000) return;
+    this.refusedAt.set(key, now);
+    if (this.refusedAt.size > 1000) this.refusedAt.clear();
+    this.log.warn(
+      { what, origin, why },
+      "ignored a bus message from a connection not entitled to it",
+    );
   }
 
   /** Any traffic from a peer is a liveness signal (ordinary telemetry, indexed events). */
@@ -333,8 +367,19 @@ export class ClusterAgent implements AsyncDisposable {
 
   // ---- replica ----
 
-  private onEvent(ev: IndexedEvent): void {
+  private onEvent(ev: IndexedEvent, origin: string | undefined): void {
     const p = this.current;
+    // Events count only from the connection of the master they name (SessionStarted) or of the
+    // current session's master: a confused member cannot fork the replicas.
+    const sender =
+      ev.event.type === "SessionStarted" ? ev.event.session.master_peer_key : p?.master.peer_key;
+    const senderOrigin = sender === undefined ? undefined : this.originOf(sender);
+    // A master not heard yet: its heartbeat follows at once, and adoption then syncs from it.
+    if (senderOrigin === undefined) return;
+    if (origin !== senderOrigin) {
+      this.refuse("event", origin, `event ${ev.index} of ${ev.session_id} not from its master`);
+      return;
+    }
     if (ev.event.type === "SessionStarted") {
       this.touch(ev.event.session.master_peer_key);
       const masterKey = ev.event.session.master_peer_key;
@@ -343,6 +388,7 @@ export class ClusterAgent implements AsyncDisposable {
         const known = this.peers.get(masterKey);
         if (known) {
           this.peers.set(masterKey, {
+            ...known,
             lastHeard: this.o.clock.now(),
             heartbeat: { ...known.heartbeat, is_master: true, session_id: ev.session_id },
           });
@@ -394,11 +440,13 @@ export class ClusterAgent implements AsyncDisposable {
     if (this.syncing || !this.current || this.role === "master") return;
     this.syncing = true;
     const session = this.current.session_id;
+    const masterOrigin = this.originOf(this.current.master.peer_key);
     try {
+      if (masterOrigin === undefined) throw new Error("the master has not been heard yet");
       const reply = await this.o.bus.request(
         "masterSync",
         { session_id: session, from_index: fromIndex },
-        { timeoutMs: 2000, suffix: session },
+        { timeoutMs: 2000, suffix: session, from: masterOrigin },
       );
       if (this.current?.session_id !== session) return;
       if (!reply.ok) {
@@ -435,7 +483,21 @@ export class ClusterAgent implements AsyncDisposable {
     this.masterSubs.push(
       bus.respond(
         "masterCommand",
-        (req) => this.handleCommand(req.session_id, req.from_node_id, req.command),
+        (req, meta) => {
+          // A command speaks for the node it names only when it comes from that node's connection.
+          const member = this.state.members[req.from_node_id];
+          if (member && meta.origin !== this.originOf(member.peer_key)) {
+            this.refuse("command", meta.origin, `command as ${req.from_node_id}`);
+            return {
+              ok: false as const,
+              error: {
+                code: "forbidden" as const,
+                message: "a command must come from the node it names",
+              },
+            };
+          }
+          return this.handleCommand(req.session_id, req.from_node_id, req.command);
+        },
         {
           suffix: sessionId,
         },
@@ -632,10 +694,16 @@ export class ClusterAgent implements AsyncDisposable {
       reply = this.handleCommand(cur.session_id, from, cmd);
     } else {
       try {
+        const masterOrigin = this.originOf(cur.master.peer_key);
+        if (masterOrigin === undefined) throw new Error("the master has not been heard yet");
         reply = await this.o.bus.request(
           "masterCommand",
           { session_id: cur.session_id, from_node_id: from, command: cmd },
-          { timeoutMs: this.o.commandTimeoutMs ?? 5000, suffix: cur.session_id },
+          {
+            timeoutMs: this.o.commandTimeoutMs ?? 5000,
+            suffix: cur.session_id,
+            from: masterOrigin,
+          },
         );
       } catch (e) {
         if (this.current?.session_id !== cur.session_id) {

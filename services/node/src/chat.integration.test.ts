@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { clusterCredentials } from "@ic/config";
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
 import type { LocalCluster } from "@ic/testkit";
 
@@ -100,9 +101,20 @@ describe("chat completions on a 1-node cluster", () => {
     expect(((await bad.json()) as { error: { code: string } }).error.code).toBe("invalid_request");
     const notJson = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
       method: "POST",
+      headers: { "content-type": "application/json" },
       body: "{nope",
     });
     expect(notJson.status).toBe(400);
+    // A body that is not declared JSON never reaches the parser.
+    const plain = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "text/plain" },
+      body: '{"model":"x","messages":[]}',
+    });
+    expect(plain.status).toBe(415);
+    expect(((await plain.json()) as { error: { code: string } }).error.code).toBe(
+      "unsupported_media_type",
+    );
     // A body over 64 MiB is refused: declared up front, or counted while it streams in (chunked).
     const mib = Buffer.alloc(1024 * 1024, 0x20);
     const declared = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
@@ -128,13 +140,21 @@ describe("chat completions on a 1-node cluster", () => {
 
   it("a client that disconnects mid-stream cancels the generation in llama-server", async () => {
     const state = await cluster.nodes[0]!.get<{
-      instances: { model_id: string; runners: { rank: number; endpoint?: string }[] }[];
+      instances: {
+        instance_id: string;
+        model_id: string;
+        runners: { rank: number; endpoint?: string }[];
+      }[];
     }>("/state");
-    const endpoint = state.instances
-      .find((i) => i.model_id === slowModelId)!
-      .runners.find((r) => r.rank === 0)!.endpoint!;
+    const instance = state.instances.find((i) => i.model_id === slowModelId)!;
+    const endpoint = instance.runners.find((r) => r.rank === 0)!.endpoint!;
+    // Only gateways talk to engines: the test derives the engine's key from the cluster secret.
+    const key = clusterCredentials(cluster.nodes[0]!.spec.secret!).engineKey(instance.instance_id);
+    expect((await fetch(`${endpoint}/metrics`)).status).toBe(401);
     const metric = async (name: string): Promise<number> => {
-      const text = await (await fetch(`${endpoint}/metrics`)).text();
+      const text = await (
+        await fetch(`${endpoint}/metrics`, { headers: { authorization: `Bearer ${key}` } })
+      ).text();
       const line = text.split("\n").find((l) => l.startsWith(`llamacpp:${name} `));
       return Number(line!.split(" ")[1]);
     };

@@ -1,11 +1,11 @@
 // `npm start`: brings up a local cluster on loopback (default one node; `--nodes 3` for three),
 // generates the tiny demo model into the first node's store, places it, and prints the base URL
 // and a ready-to-paste curl. Ctrl-C stops every node.
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { writeTinyModel } from "@ic/gguf";
-import { freePort, prepareNode, waitFor, waitForConvergence } from "@ic/testkit";
+import { freePort, newClusterSecret, prepareNode, waitFor, waitForConvergence } from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 import { createServer } from "node:net";
 
@@ -44,6 +44,12 @@ async function main(): Promise<void> {
     console.log(`generated the demo model ${MODEL_ID} (${m.bytes} bytes)`);
   }
 
+  // The local nodes share one cluster secret, made on first start and kept (mode 0600) for the next.
+  const secretFile = join(root, "cluster.secret");
+  if (!existsSync(secretFile))
+    writeFileSync(secretFile, `${newClusterSecret()}\n`, { mode: 0o600 });
+  const secret = readFileSync(secretFile, "utf8").trim();
+
   const basePort = Number(arg("--port", "8080"));
   const clusterPorts: number[] = [];
   for (let i = 0; i < n; i++) clusterPorts.push(await freePort());
@@ -56,6 +62,7 @@ async function main(): Promise<void> {
         name: `local-${i + 1}`,
         clusterPort: clusterPorts[i]!,
         peers: clusterPorts.filter((_, j) => j !== i).map((p) => `127.0.0.1:${p}`),
+        secret,
         dataDir: join(root, `node-${i + 1}`),
         verbose: process.argv.includes("--verbose"),
         config: {

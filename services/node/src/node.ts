@@ -1,6 +1,7 @@
 // One node: its embedded nats-server, the bus, telemetry, the cluster agent, the worker and the HTTP API.
 // Components start in dependency order and stop in reverse order; stop() is idempotent.
 import { randomUUID } from "node:crypto";
+import { lookup } from "node:dns/promises";
 import { basename, dirname } from "node:path";
 import type { Server } from "node:http";
 import { serve } from "@hono/node-server";
@@ -14,10 +15,11 @@ import type { EngineInfo } from "@ic/protocol";
 import { createGatewayApp } from "@ic/gateway";
 import { EventLog, eventRoutes } from "@ic/eventlog";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
-import { stagingFor } from "@ic/config";
+import { clusterCredentials, isLoopback, stagingFor } from "@ic/config";
 import { createHubSource, StoreHost, stagingSettings } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
 import { servePurge, storeRoutes } from "./store-routes.ts";
+import { SecurityHealth } from "./security-health.ts";
 
 export interface NodeOptions {
   readonly config: Config;
@@ -52,20 +54,35 @@ export class Node implements AsyncDisposable {
     const name = cfg.node.name!;
     const log = this.o.log.child({ node: name });
 
-    // 1. Bus: our own nats-server, routed to the peers.
+    // 0. Credentials, all derived from the cluster secret; the address engines listen on.
+    const creds = clusterCredentials(cfg.cluster.secret);
+    const anonymous = cfg.auth.tokens.length === 0;
+    const security = new SecurityHealth({
+      log: log.child({ component: "security" }),
+      now: Date.now,
+      anonymousApi: anonymous && !isLoopback(cfg.node.bind) ? { bind: cfg.node.bind } : undefined,
+    });
+    const engineHost = await resolveAddress(cfg.node.host);
+
+    // 1. Bus: our own nats-server, routed to the peers; clients and routes need the secret.
     const nats = new NatsServer({
       bin: cfg.bus.server_bin,
+      bind: cfg.node.bind,
       host: cfg.node.host,
+      clientBind: cfg.bus.client_bind,
       clientPort: cfg.bus.client_port,
       clusterPort: cfg.bus.cluster_port,
       clusterName: cfg.bus.cluster_name,
       routes: cfg.cluster.peers,
+      clientAuth: creds.busClient,
+      routeAuth: creds.busRoute,
       log: log.child({ component: "nats-server" }),
+      onAuthFailure: (f) => security.record(f),
     });
     await nats.start();
     this.stack.push({ name: "nats-server", stop: () => nats.stop() });
     this.natsUrl = nats.clientUrl;
-    const bus = await Bus.connect(nats.clientUrl, log, name);
+    const bus = await Bus.connect(nats.clientUrl, log, { name, ...creds.busClient });
     this.stack.push({ name: "bus", stop: () => bus.close() });
 
     // 2. The durable event log (records the replicated control stream; backs GET /events).
@@ -161,7 +178,7 @@ export class Node implements AsyncDisposable {
         telemetry: telemetry.telemetry,
         links: links.current,
         runners: worker?.runners() ?? [],
-        health: telemetry.nodeHealth,
+        health: [...telemetry.nodeHealth, ...security.entries()],
       }),
     });
     this.agent = agent;
@@ -174,6 +191,7 @@ export class Node implements AsyncDisposable {
       log,
       cluster: agent,
       storeLocalPath: cfg.store_path,
+      storeToken: creds.nodeToken,
       hub: hubUrl
         ? {
             source: createHubSource({ hubUrl, accessToken: process.env.HF_TOKEN }),
@@ -200,6 +218,16 @@ export class Node implements AsyncDisposable {
       restart: () => this.o.onRestartRequested?.(),
       infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
       contextSize: cfg.engine.context_size,
+      // With tokens configured, peers present the cluster's node token (read scope: store downloads).
+      auth: {
+        tokens: anonymous
+          ? []
+          : [
+              ...cfg.auth.tokens,
+              { name: "cluster-node", token: creds.nodeToken, scopes: ["read"] },
+            ],
+      },
+      engineHeaders: (instanceId) => ({ authorization: `Bearer ${creds.engineKey(instanceId)}` }),
       extensions: [
         (a) => eventRoutes(a, eventLog),
         (a) => storeRoutes(a, storeOpts),
@@ -229,7 +257,9 @@ export class Node implements AsyncDisposable {
       stager,
       log,
       engine: () => this.engineInfo!,
-      host: cfg.node.host,
+      host: engineHost,
+      advertiseHost: cfg.node.host,
+      engineKey: creds.engineKey,
       runnerLogDir: cfg.engine.runner_log_dir,
       contextSize: cfg.engine.context_size,
       gpuLayers: cfg.engine.gpu_layers,
@@ -293,5 +323,14 @@ export class Node implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
+  }
+}
+
+/** The IP address behind `node.host` (engines bind to an address, never to 0.0.0.0). */
+async function resolveAddress(host: string): Promise<string> {
+  try {
+    return (await lookup(host)).address;
+  } catch (e) {
+    throw new Error(`node.host ${host} does not resolve: ${(e as Error).message}`, { cause: e });
   }
 }

@@ -20,8 +20,13 @@ export interface RunnerSpec {
   readonly role: "server" | "rpc";
   readonly bin: string;
   readonly args: readonly string[];
+  /** The address the process listens on (the node's own address, never 0.0.0.0). */
   readonly host: string;
+  /** The address other nodes use for the endpoint (the node's `node.host`, a name or an IP). */
+  readonly advertiseHost?: string;
   readonly port: number;
+  /** Variables the process gets on top of the allow-listed ones (see `engineEnvironment`). */
+  readonly env?: Readonly<Record<string, string>>;
   readonly warmupDeadlineMs: number;
   readonly restartBackoffMs: number;
   readonly healthyUptimeMs: number;
@@ -127,9 +132,10 @@ export class RunnerSupervisor implements AsyncDisposable {
     return this.status;
   }
   get endpoint(): string {
+    const host = this.spec.advertiseHost ?? this.spec.host;
     return this.spec.role === "server"
-      ? `http://${this.spec.host}:${this.spec.port}`
-      : `${this.spec.host}:${this.spec.port}`;
+      ? `http://${host}:${this.spec.port}`
+      : `${host}:${this.spec.port}`;
   }
   /** The last lines the process printed (stdout and stderr), from its log file. */
   recentLog(maxLines = TAIL_LINES): Promise<string[]> {
@@ -230,6 +236,9 @@ export class RunnerSupervisor implements AsyncDisposable {
     const out = openSync(spec.logFile, "a") as 1;
     const options = {
       reject: false,
+      // Engines get an allow-listed environment: no HF_TOKEN, cluster secret or other credential.
+      extendEnv: false,
+      env: engineEnvironment(process.env, spec.env ?? {}),
       stdin: "ignore",
       stdout: out,
       stderr: out,
@@ -308,6 +317,21 @@ export class RunnerSupervisor implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
+}
+
+/** Variables an engine may inherit: locale, paths and the GPU runtime's own settings. */
+const ENGINE_ENV_ALLOWED =
+  /^(PATH|HOME|USER|LANG|LANGUAGE|TZ|TMPDIR|LD_LIBRARY_PATH|LC_[A-Z]+|CUDA_[A-Z_]+|NVIDIA_[A-Z_]+|HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|GGML_[A-Z_]+|OMP_[A-Z_]+)$/;
+
+/** Pure: the environment of an engine process, from the node's environment and the runner's own. */
+export function engineEnvironment(
+  parent: NodeJS.ProcessEnv,
+  own: Readonly<Record<string, string>>,
+): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(parent))
+    if (v !== undefined && ENGINE_ENV_ALLOWED.test(k)) out[k] = v;
+  return { ...out, ...own };
 }
 
 function canConnect(host: string, port: number): Promise<boolean> {

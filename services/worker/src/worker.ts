@@ -24,7 +24,12 @@ export interface WorkerOptions {
   readonly stager: Stager;
   readonly log: Logger;
   readonly engine: () => EngineInfo;
+  /** Address engines listen on: the node's own address (an IP), never 0.0.0.0. */
   readonly host: string;
+  /** Address in runner endpoints (the node's advertised `node.host`); defaults to `host`. */
+  readonly advertiseHost?: string;
+  /** The API key of an instance's llama-server (only gateways, which can derive it, talk to it). */
+  readonly engineKey?: (instanceId: string) => string;
   readonly runnerLogDir: string;
   readonly contextSize: number;
   readonly gpuLayers: number;
@@ -238,6 +243,7 @@ export class Worker implements AsyncDisposable {
       instanceId: inst.instance_id,
       rank: slot.rank,
       host: this.o.host,
+      advertiseHost: this.o.advertiseHost ?? this.o.host,
       port,
       warmupDeadlineMs: this.o.warmupDeadlineMs,
       restartBackoffMs: this.o.restartBackoffMs,
@@ -293,7 +299,11 @@ export class Worker implements AsyncDisposable {
         localGpu: engine.backend === "cuda" || engine.backend === "metal",
         extraArgs: this.o.extraArgs,
       });
-      sup = new RunnerSupervisor({ ...common, role: "server", bin, args }, this.log, (s) =>
+      // The key goes in the environment (LLAMA_API_KEY), not argv, which `ps` shows to everyone.
+      const env: Record<string, string> = this.o.engineKey
+        ? { LLAMA_API_KEY: this.o.engineKey(inst.instance_id) }
+        : {};
+      sup = new RunnerSupervisor({ ...common, role: "server", bin, args, env }, this.log, (s) =>
         this.onStatus(slot, s),
       );
     }

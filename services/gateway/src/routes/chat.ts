@@ -48,6 +48,8 @@ export interface ChatOptions {
     phase: "start" | "end";
     ok?: boolean;
   }) => void;
+  /** Extra headers for an instance's engine: its API key (only gateways may talk to engines). */
+  readonly engineHeaders?: (instanceId: string) => Record<string, string>;
 }
 
 /** Resolves when the task fails (TaskFailed) or the session changes; the reason is a ServiceError. */
@@ -143,6 +145,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       JSON.stringify(body),
       upstreamAbort.signal,
       sent,
+      o.engineHeaders?.(target.instance.instance_id),
     );
     upstreamP.catch(() => {});
     const taskP = onWire.then(() =>
