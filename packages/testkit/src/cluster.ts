@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort, waitFor } from "./ports.ts";
+import { DelayRelay, NetLab } from "./netns/index.ts";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
 const NODE_MAIN = join(REPO_ROOT, "services/node/src/main.ts");
@@ -35,6 +36,13 @@ export interface NodeSpec {
   readonly wrap?: readonly string[];
   /** The cluster secret (shared by every node of a cluster); a random one by default. */
   readonly secret?: string;
+  /** Bearer token `get`/`post` send (a token of the node's `auth.tokens`). */
+  readonly apiToken?: string;
+  /**
+   * Address the test process dials instead of the node's advertised host (a lab host's IP: the
+   * root namespace cannot resolve the names `node-1`, ... that the hosts use among themselves).
+   */
+  readonly reachAt?: string;
 }
 
 /** A fresh random cluster secret. */
@@ -135,6 +143,11 @@ export class NodeProcess implements AsyncDisposable {
           // Also after /admin/restart: the supervisor forwards the fresh image's announcement.
           if (m.type === "started") {
             this.apiUrl = m.api_url ?? "";
+            if (this.spec.reachAt && this.apiUrl) {
+              const u = new URL(this.apiUrl);
+              u.hostname = this.spec.reachAt;
+              this.apiUrl = u.origin;
+            }
             this.peerKey = m.peer_key ?? "";
             this.natsUrl = m.nats_url ?? "";
             resolveStarted();
@@ -202,8 +215,16 @@ export class NodeProcess implements AsyncDisposable {
     if (this.ownsDataDir) rmSync(this.dataDir, { recursive: true, force: true });
   }
 
-  async get<T = unknown>(path: string): Promise<T> {
-    const r = await fetch(`${this.apiUrl}${path}`, { signal: AbortSignal.timeout(10_000) });
+  /** Authorization header for the node's API (none when the node runs without tokens). */
+  get authHeaders(): Record<string, string> {
+    return this.spec.apiToken ? { authorization: `Bearer ${this.spec.apiToken}` } : {};
+  }
+
+  async get<T = unknown>(path: string, timeoutMs = 10_000): Promise<T> {
+    const r = await fetch(`${this.apiUrl}${path}`, {
+      headers: this.authHeaders,
+      signal: AbortSignal.timeout(timeoutMs),
+    });
     return (await r.json()) as T;
   }
 
@@ -211,7 +232,7 @@ export class NodeProcess implements AsyncDisposable {
   post(path: string, body: unknown, init: { signal?: AbortSignal } = {}): Promise<Response> {
     return fetch(`${this.apiUrl}${path}`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", ...this.authHeaders },
       body: JSON.stringify(body),
       ...init,
     });
@@ -290,6 +311,115 @@ export async function startCluster(
     for (const node of nodes) await node.start();
   } catch (e) {
     await cluster.stop();
+    throw e;
+  }
+  return cluster;
+}
+
+export interface HostCluster extends LocalCluster {
+  readonly lab: NetLab;
+  readonly secret: string;
+  /** Token with every scope, as configured on every node (nodes' `get`/`post` send it). */
+  readonly adminToken: string;
+  /** Relays between hosts when `routeDelayMs` is set (closed with the cluster). */
+  readonly relays: readonly DelayRelay[];
+  /** The node on a lab host. */
+  node(name: string): NodeProcess;
+}
+
+/** Ports every lab host uses: each host has its own address, so all can use the defaults. */
+export const HOST_PORTS = { api: 8080, client: 4222, cluster: 6222 } as const;
+
+/**
+ * Starts `n` nodes, each on its own lab host (`node-1` ... in its own network namespace), configured
+ * as deployed: `node.host` is the host's name, the API and route port listen on every interface
+ * (bind 0.0.0.0) behind bearer tokens, the peers are named `node-k:6222`, one shared cluster secret.
+ * With `routeDelayMs`, every route dials its peer through a user-space relay that adds that delay
+ * each way (the kernel here has no netem).
+ */
+export async function startHostCluster(
+  n: number,
+  opts: {
+    config?: (i: number) => Record<string, unknown>;
+    env?: Record<string, string> | ((i: number) => Record<string, string>);
+    routeDelayMs?: number;
+    /** Start only these (0-based) nodes; the others stay prepared but stopped. */
+    startOnly?: readonly number[];
+    verbose?: boolean;
+  } = {},
+): Promise<HostCluster> {
+  const lab = await NetLab.create({ hosts: n });
+  const secret = newClusterSecret();
+  const adminToken = `adm_${randomBytes(18).toString("hex")}`;
+  const relays: DelayRelay[] = [];
+  const nodes: NodeProcess[] = [];
+  const cluster: HostCluster = {
+    lab,
+    secret,
+    adminToken,
+    relays,
+    nodes,
+    node: (name) => {
+      const found = nodes.find((x) => x.spec.name === name);
+      if (!found) throw new Error(`no node ${name}`);
+      return found;
+    },
+    stop: async () => {
+      await Promise.all(nodes.map((x) => x.stop(5000)));
+    },
+    [Symbol.asyncDispose]: async () => {
+      await Promise.all(nodes.map((x) => x[Symbol.asyncDispose]()));
+      await Promise.all(relays.map((r) => r.close()));
+      await lab.dispose();
+    },
+  };
+  try {
+    for (const [i, h] of lab.hosts.entries()) {
+      const peers: string[] = [];
+      for (const other of lab.hosts) {
+        if (other.name === h.name) continue;
+        if (opts.routeDelayMs) {
+          const relay = await DelayRelay.start({
+            listenHost: lab.rootAddress,
+            targetHost: other.address,
+            targetPort: HOST_PORTS.cluster,
+            delayMs: opts.routeDelayMs,
+          });
+          relays.push(relay);
+          peers.push(relay.address);
+        } else peers.push(`${other.name}:${HOST_PORTS.cluster}`);
+      }
+      nodes.push(
+        prepareNode({
+          name: h.name,
+          clusterPort: HOST_PORTS.cluster,
+          peers,
+          secret,
+          apiToken: adminToken,
+          reachAt: h.address,
+          wrap: lab.wrap(h.name),
+          config: deepMerge(
+            {
+              node: { host: h.name, bind: "0.0.0.0", api_port: HOST_PORTS.api },
+              bus: { client_port: HOST_PORTS.client },
+              auth: {
+                tokens: [
+                  { name: "test-admin", token: adminToken, scopes: ["admin", "read", "inference"] },
+                ],
+              },
+            },
+            opts.config?.(i) ?? {},
+          ),
+          env: typeof opts.env === "function" ? opts.env(i) : (opts.env ?? {}),
+          verbose: opts.verbose ?? process.env.IC_TEST_VERBOSE === "1",
+        }),
+      );
+    }
+    // Sequential starts make seniority (and so the first master) deterministic: node-1.
+    for (const [i, node] of nodes.entries())
+      if (!opts.startOnly || opts.startOnly.includes(i)) await node.start();
+  } catch (e) {
+    await cluster[Symbol.asyncDispose]();
     throw e;
   }
   return cluster;

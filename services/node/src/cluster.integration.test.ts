@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { startCluster, waitForConvergence, waitFor } from "@ic/testkit";
+import { startHostCluster as startCluster, waitForConvergence, waitFor } from "@ic/testkit";
 
-describe("a 3-node cluster on loopback", () => {
+describe("a 3-node cluster across hosts", () => {
   it("converges to one master and one session, and every node lists all 3 identities", async () => {
     await using cluster = await startCluster(3);
     const docs = await waitForConvergence(cluster.nodes, 3);
@@ -45,7 +45,10 @@ describe("a 3-node cluster on loopback", () => {
     const before = await waitForConvergence(cluster.nodes, 2);
     const oldId = before[0]!.node_identities.find((n) => n.name === "node-2")!.node_id;
     const oldPeerKey = cluster.nodes[1]!.peerKey;
-    const r = await fetch(`${cluster.nodes[1]!.apiUrl}/admin/restart`, { method: "POST" });
+    const r = await fetch(`${cluster.nodes[1]!.apiUrl}/admin/restart`, {
+      method: "POST",
+      headers: cluster.nodes[1]!.authHeaders,
+    });
     expect(r.status).toBe(202);
     // A fresh process image (new peer key, so a new node id) joins the same session again.
     await waitFor(
