@@ -243,5 +243,29 @@ describe("embedded nats-server", () => {
     await expect(
       asker.request("masterSync", msg, { timeoutMs: 300, from: "someone-else" }),
     ).rejects.toThrow(/no reply from the expected responder/);
+    // Requests name their origin to the responder too (both forms of request).
+    const seen: (string | undefined)[] = [];
+    await using probe = await connectBus(s);
+    probe.respond(
+      "masterCommand",
+      (_m, meta) => {
+        seen.push(meta.origin);
+        return { ok: true as const, index: 0 };
+      },
+      { suffix: "probe" },
+    );
+    await probe.flush();
+    const cmd = {
+      session_id: "s-1" as never,
+      from_node_id: "n-1" as never,
+      command: { type: "FinishTask" as const, task_id: "t-1" as never },
+    };
+    await asker.request("masterCommand", cmd, { timeoutMs: 2000, suffix: "probe" });
+    await asker.request("masterCommand", cmd, {
+      timeoutMs: 2000,
+      suffix: "probe",
+      from: probe.origin,
+    });
+    expect(seen).toEqual([asker.origin, asker.origin]);
   });
 });

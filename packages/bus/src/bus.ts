@@ -80,15 +80,20 @@ export class Bus implements AsyncDisposable {
     }
   }
 
+  /** Every message this connection sends (publish, request, reply) names its origin. */
+  private originHeaders() {
+    const h = headers();
+    h.set(ORIGIN_HEADER, this.origin);
+    return h;
+  }
+
   get closed(): boolean {
     return this.nc.isClosed();
   }
 
   publish<K extends PublishName>(name: K, msg: MessageIn<K>, suffix?: string): void {
     if (this.nc.isClosed()) return;
-    const h = headers();
-    h.set(ORIGIN_HEADER, this.origin);
-    this.nc.publish(subjectOf(name, suffix), codec.encode(msg), { headers: h });
+    this.nc.publish(subjectOf(name, suffix), codec.encode(msg), { headers: this.originHeaders() });
   }
 
   /**
@@ -135,9 +140,7 @@ export class Bus implements AsyncDisposable {
           .then(
             (reply) => {
               if (reply === undefined || this.nc.isClosed()) return;
-              const h = headers();
-              h.set(ORIGIN_HEADER, this.origin);
-              m.respond(codec.encode(reply), { headers: h });
+              m.respond(codec.encode(reply), { headers: this.originHeaders() });
             },
             (e: unknown) =>
               this.log.error({ err: e, subject: m.subject }, "request handler failed"),
@@ -176,6 +179,7 @@ export class Bus implements AsyncDisposable {
     try {
       m = await this.nc.request(subjectOf(name, opts.suffix), codec.encode(msg), {
         timeout: opts.timeoutMs,
+        headers: this.originHeaders(),
       });
     } catch (e) {
       const code = (e as { code?: string }).code;
@@ -227,7 +231,10 @@ export class Bus implements AsyncDisposable {
         sub.unsubscribe();
         resolve();
       }
-      this.nc.publish(subjectOf(name, opts.suffix), codec.encode(msg), { reply: inbox });
+      this.nc.publish(subjectOf(name, opts.suffix), codec.encode(msg), {
+        reply: inbox,
+        headers: this.originHeaders(),
+      });
     });
     return out;
   }

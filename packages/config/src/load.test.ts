@@ -1,8 +1,8 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig, stagingFor } from "./index.ts";
+import { ConfigError, clusterCredentials, isLoopback, loadConfig, stagingFor } from "./index.ts";
 
 function file(text: string): string {
   const dir = mkdtempSync(join(tmpdir(), "cfg-"));
@@ -71,5 +71,158 @@ node_overrides:
     expect(() => loadConfig({ env: { SERVICE_WARMUP_DEADLINE_SECONDS: "soon" } })).toThrowError(
       /SERVICE_WARMUP_DEADLINE_SECONDS/,
     );
+  });
+});
+
+function secretFile(content: string, mode: number): string {
+  const dir = mkdtempSync(join(tmpdir(), "sec-"));
+  const p = join(dir, "s");
+  writeFileSync(p, `${content}\n`);
+  chmodSync(p, mode);
+  return p;
+}
+
+describe("cluster secret and API tokens", () => {
+  const secret = "0123456789abcdef0123456789abcdef";
+
+  it("a node with peers and no secret refuses to load, naming the key and the remedy", () => {
+    expect(() =>
+      loadConfig({ overrides: { cluster: { peers: ["node-2:6222"] } }, env: {} }),
+    ).toThrowError(/cluster\.secret: .*needs the cluster secret.*openssl rand/);
+  });
+
+  it("a lone node without a secret gets a random one of its own", () => {
+    const a = loadConfig({ env: {} });
+    const b = loadConfig({ env: {} });
+    expect(a.cluster.secret).toMatch(/^[0-9a-f]{64}$/);
+    expect(a.cluster.secret).not.toBe(b.cluster.secret);
+  });
+
+  it("reads the secret from a 0600 file and refuses a file others can read", () => {
+    const ok = secretFile(secret, 0o600);
+    const c = loadConfig({
+      overrides: { cluster: { peers: ["node-2:6222"], secret_file: ok } },
+      env: {},
+    });
+    expect(c.cluster.secret).toBe(secret);
+    const open = secretFile(secret, 0o644);
+    expect(() =>
+      loadConfig({ overrides: { cluster: { secret_file: open } }, env: {} }),
+    ).toThrowError(/cluster\.secret_file: .* has mode 644; .*chmod 600/);
+    expect(() =>
+      loadConfig({ overrides: { cluster: { secret_file: secretFile("short", 0o600) } }, env: {} }),
+    ).toThrowError(/at least 16 characters/);
+    expect(() =>
+      loadConfig({ overrides: { cluster: { secret, secret_file: ok } }, env: {} }),
+    ).toThrowError(/either cluster\.secret or cluster\.secret_file/);
+  });
+
+  it("takes SERVICE_CLUSTER_SECRET from the environment", () => {
+    const c = loadConfig({
+      overrides: { cluster: { peers: ["node-2:6222"] } },
+      env: { SERVICE_CLUSTER_SECRET: secret },
+    });
+    expect(c.cluster.secret).toBe(secret);
+  });
+
+  it("an API beyond loopback without tokens refuses to load unless allow_anonymous", () => {
+    expect(() => loadConfig({ overrides: { node: { host: "10.0.0.5" } }, env: {} })).toThrowError(
+      /auth\.tokens: the API listens on 10\.0\.0\.5 .*allow_anonymous/,
+    );
+    expect(() =>
+      loadConfig({ overrides: { node: { host: "127.0.0.1", bind: "0.0.0.0" } }, env: {} }),
+    ).toThrowError(/auth\.tokens/);
+    const anon = loadConfig({
+      overrides: { node: { host: "10.0.0.5" }, auth: { allow_anonymous: true } },
+      env: {},
+    });
+    expect(anon.node.bind).toBe("10.0.0.5");
+    const loop = loadConfig({ env: {} });
+    expect(loop.node.bind).toBe("127.0.0.1");
+  });
+
+  it("tokens come inline or from 0600 files, with at least one scope each", () => {
+    const tf = secretFile("file-token-0123456789", 0o600);
+    const c = loadConfig({
+      overrides: {
+        node: { host: "10.0.0.5" },
+        auth: {
+          tokens: [
+            { name: "ops", token: "inline-token-0123456789", scopes: ["admin"] },
+            { name: "apps", token_file: tf, scopes: ["inference"] },
+          ],
+        },
+      },
+      env: {},
+    });
+    expect(c.auth.tokens).toEqual([
+      { name: "ops", token: "inline-token-0123456789", scopes: ["admin"] },
+      { name: "apps", token: "file-token-0123456789", scopes: ["inference"] },
+    ]);
+    expect(() =>
+      loadConfig({
+        overrides: {
+          auth: { tokens: [{ name: "x", token: "inline-token-0123456789", scopes: [] }] },
+        },
+        env: {},
+      }),
+    ).toThrowError(/auth\.tokens\.0\.scopes/);
+    expect(() =>
+      loadConfig({
+        overrides: { auth: { tokens: [{ name: "x", scopes: ["read"] }] } },
+        env: {},
+      }),
+    ).toThrowError(/exactly one of token and token_file/);
+    expect(() =>
+      loadConfig({
+        overrides: {
+          auth: {
+            tokens: [
+              { name: "x", token_file: secretFile("t0123456789abcdefgh", 0o640), scopes: ["read"] },
+            ],
+          },
+        },
+        env: {},
+      }),
+    ).toThrowError(/auth\.tokens\.0\.token_file: .*mode 640/);
+  });
+
+  it("isLoopback knows loopback addresses only", () => {
+    for (const a of ["127.0.0.1", "127.1.2.3", "::1", "localhost"])
+      expect(isLoopback(a)).toBe(true);
+    for (const a of ["0.0.0.0", "10.0.0.1", "node-1", "::"]) expect(isLoopback(a)).toBe(false);
+  });
+
+  it("derived credentials differ by purpose and by secret, and never contain the secret", () => {
+    const a = clusterCredentials(secret);
+    const b = clusterCredentials(`${secret}x`);
+    const all = [a.busClient.password, a.busRoute.password, a.nodeToken, a.engineKey("i-1")];
+    expect(new Set(all).size).toBe(4);
+    expect(all.some((k) => k.includes(secret))).toBe(false);
+    expect(a.engineKey("i-1")).not.toBe(a.engineKey("i-2"));
+    expect(b.busRoute.password).not.toBe(a.busRoute.password);
+    expect(clusterCredentials(secret).engineKey("i-1")).toBe(a.engineKey("i-1"));
+  });
+
+  it("the shipped example and compose configs load once their secret files exist", () => {
+    const dir = mkdtempSync(join(tmpdir(), "deploy-"));
+    for (const name of ["cluster.secret", "admin.token", "read.token", "inference.token"])
+      writeFileSync(join(dir, name), "0123456789abcdef0123456789abcdef\n", { mode: 0o600 });
+    const root = join(import.meta.dirname, "../../../deploy");
+    for (const f of [
+      "config.example.yaml",
+      "compose/node-1.yaml",
+      "compose/node-2.yaml",
+      "compose/node-3.yaml",
+    ]) {
+      const text = readFileSync(join(root, f), "utf8").replaceAll(
+        "/etc/inference-cluster/secrets",
+        dir,
+      );
+      const c = loadConfig({ file: file(text), env: {} });
+      expect(c.cluster.peers).toHaveLength(2);
+      expect(c.auth.tokens.map((t) => t.scopes.length)).toEqual([3, 1, 1]);
+      expect(c.node.bind).toBe("0.0.0.0");
+    }
   });
 });

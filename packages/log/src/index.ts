@@ -26,6 +26,12 @@ const REDACT = [
   "*.authorization",
   "headers.authorization",
   "req.headers.authorization",
+  "secret",
+  "*.secret",
+  "password",
+  "*.password",
+  "pass",
+  "*.pass",
 ];
 
 /** Batches log lines and POSTs them (newline-delimited JSON) to the ingest URL; never blocks logging. */

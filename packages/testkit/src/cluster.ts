@@ -327,6 +327,13 @@ export interface HostCluster extends LocalCluster {
   node(name: string): NodeProcess;
 }
 
+/** Adds the test's admin token to whatever tokens a test configured (arrays replace when merged). */
+function withAdminToken(cfg: Record<string, unknown>, token: string): Record<string, unknown> {
+  const auth = (cfg.auth ?? {}) as { tokens?: unknown[] };
+  const admin = { name: "test-admin", token, scopes: ["admin", "read", "inference"] };
+  return { ...cfg, auth: { ...auth, tokens: [...(auth.tokens ?? []), admin] } };
+}
+
 /** Ports every lab host uses: each host has its own address, so all can use the defaults. */
 export const HOST_PORTS = { api: 8080, client: 4222, cluster: 6222 } as const;
 
@@ -398,17 +405,15 @@ export async function startHostCluster(
           apiToken: adminToken,
           reachAt: h.address,
           wrap: lab.wrap(h.name),
-          config: deepMerge(
-            {
-              node: { host: h.name, bind: "0.0.0.0", api_port: HOST_PORTS.api },
-              bus: { client_port: HOST_PORTS.client },
-              auth: {
-                tokens: [
-                  { name: "test-admin", token: adminToken, scopes: ["admin", "read", "inference"] },
-                ],
+          config: withAdminToken(
+            deepMerge(
+              {
+                node: { host: h.name, bind: "0.0.0.0", api_port: HOST_PORTS.api },
+                bus: { client_port: HOST_PORTS.client },
               },
-            },
-            opts.config?.(i) ?? {},
+              opts.config?.(i) ?? {},
+            ),
+            adminToken,
           ),
           env: typeof opts.env === "function" ? opts.env(i) : (opts.env ?? {}),
           verbose: opts.verbose ?? process.env.IC_TEST_VERBOSE === "1",

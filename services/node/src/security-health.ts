@@ -23,7 +23,17 @@ export class SecurityHealth {
     const key = `${f.direction} ${f.remote}`;
     const prev = this.seen.get(key);
     const window = this.o.windowMs ?? 60_000;
+    // Refusals by peers are one condition (a wrong secret): logged once per window, whatever the peer.
+    const refusedRecently =
+      f.direction === "route-refused-by-peer" &&
+      [...this.seen.values()].some(
+        (x) => x.direction === "route-refused-by-peer" && f.at - x.at <= window,
+      );
     if (!prev || f.at - prev.at > window) {
+      if (refusedRecently) {
+        this.seen.set(key, { ...f, count: 1, first: f.at });
+        return;
+      }
       if (f.direction === "route-refused-by-peer")
         this.o.log.error(
           { remote: f.remote },

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { logTail, nextRunnerAction } from "./runner.ts";
+import { engineEnvironment, logTail, nextRunnerAction } from "./runner.ts";
 import { serverArgs } from "./args.ts";
 import type { Instance, InstanceId, ModelId, NodeId } from "@ic/protocol";
 
@@ -149,5 +149,34 @@ describe("logTail", () => {
 
   it("is empty for a file that does not exist", async () => {
     expect(await logTail(join(dir, "missing.log"))).toEqual([]);
+  });
+});
+
+describe("engineEnvironment", () => {
+  it("passes locale, paths and GPU runtime settings, never tokens or the cluster secret", () => {
+    const env = engineEnvironment(
+      {
+        PATH: "/usr/bin",
+        HOME: "/root",
+        LANG: "C.UTF-8",
+        CUDA_VISIBLE_DEVICES: "0",
+        GGML_CUDA_NO_PINNED: "1",
+        HF_TOKEN: "hf_secret",
+        HUGGING_FACE_HUB_TOKEN: "hf_secret2",
+        SERVICE_CLUSTER_SECRET: "s3cret",
+        AWS_SECRET_ACCESS_KEY: "aws",
+        NODE_OPTIONS: "--inspect",
+        LLAMA_ARG_HOST: "0.0.0.0",
+      },
+      { LLAMA_API_KEY: "ice_k" },
+    );
+    expect(env).toEqual({
+      PATH: "/usr/bin",
+      HOME: "/root",
+      LANG: "C.UTF-8",
+      CUDA_VISIBLE_DEVICES: "0",
+      GGML_CUDA_NO_PINNED: "1",
+      LLAMA_API_KEY: "ice_k",
+    });
   });
 });

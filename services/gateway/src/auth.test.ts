@@ -1,0 +1,178 @@
+import { Hono } from "hono";
+import { describe, expect, it } from "vitest";
+import { silentLogger } from "@ic/log";
+import { authMiddleware, scopeFor } from "./auth.ts";
+import type { ApiToken } from "./auth.ts";
+import { toResponse } from "./errors.ts";
+
+const ADMIN = "admin-token-0123456789";
+const READER = "read-token-0123456789";
+const APP = "inference-token-0123456789";
+const tokens: ApiToken[] = [
+  { name: "ops", token: ADMIN, scopes: ["admin", "read", "inference"] },
+  { name: "dash", token: READER, scopes: ["read"] },
+  { name: "app", token: APP, scopes: ["inference"] },
+];
+
+/** The node's mutating endpoints, with the scope each needs. */
+const MUTATING = [
+  { method: "POST", path: "/place_instance", scope: "admin" },
+  { method: "DELETE", path: "/instance/i-1", scope: "admin" },
+  { method: "POST", path: "/admin/restart", scope: "admin" },
+  { method: "POST", path: "/store/purge-staging", scope: "admin" },
+  { method: "PUT", path: "/v1/tracing", scope: "admin" },
+  { method: "POST", path: "/v1/chat/completions", scope: "inference" },
+] as const;
+
+/** Every route answers 200 {ok} past the middleware, with the one error handler of the gateway. */
+function app(t: readonly ApiToken[] = tokens): Hono {
+  const a = new Hono();
+  a.onError((err, c) => toResponse(c, err, silentLogger()));
+  a.use("*", authMiddleware({ tokens: t }));
+  a.all("*", (c) => c.json({ ok: true }));
+  return a;
+}
+
+function call(
+  method: string,
+  path: string,
+  h: Record<string, string> = {},
+  body: string | null = method === "GET" || method === "DELETE" ? null : "{}",
+) {
+  return app().request(`http://node-1:8080${path}`, {
+    method,
+    headers: { host: "node-1:8080", ...h },
+    ...(body !== null ? { body } : {}),
+  });
+}
+
+const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
+const json = { "content-type": "application/json" };
+
+async function code(r: Response): Promise<string> {
+  return ((await r.json()) as { error: { code: string } }).error.code;
+}
+
+describe("scopeFor: which scope each endpoint needs", () => {
+  it.each([
+    ["GET", "/state", "read"],
+    ["GET", "/events", "read"],
+    ["GET", "/store/storage", "read"],
+    ["GET", "/store/models/org--m/manifest", "read"],
+    ["GET", "/instance/previews", "read"],
+    ["GET", "/v1/tracing", "read"],
+    ["GET", "/v1/traces/cluster", "read"],
+    ["GET", "/v1/diagnostics/telemetry", "read"],
+    ["GET", "/v1/models", "inference"],
+    ["POST", "/v1/chat/completions", "inference"],
+    ["PUT", "/v1/tracing", "admin"],
+    ["POST", "/place_instance", "admin"],
+    ["DELETE", "/instance/i-1", "admin"],
+    ["POST", "/admin/restart", "admin"],
+    ["POST", "/store/purge-staging", "admin"],
+    ["GET", "/v1/ping", null],
+  ])("%s %s -> %s", (method, path, scope) => {
+    expect(scopeFor(method, path)).toBe(scope);
+  });
+});
+
+describe("auth middleware on every mutating endpoint", () => {
+  it.each(MUTATING)("$method $path: 401 without a token, with the envelope", async (e) => {
+    const r = await call(e.method, e.path, json);
+    expect(r.status).toBe(401);
+    expect(r.headers.get("www-authenticate")).toMatch(/^Bearer/);
+    expect(await r.json()).toMatchObject({
+      error: { code: "unauthorized", type: "authentication_error", retryable: false },
+    });
+    expect(
+      (await call(e.method, e.path, { ...json, ...bearer("not-a-token-at-all") })).status,
+    ).toBe(401);
+  });
+
+  it.each(MUTATING)("$method $path: 403 with a token of the wrong scope", async (e) => {
+    const wrong = e.scope === "admin" ? APP : READER;
+    const r = await call(e.method, e.path, { ...json, ...bearer(wrong) });
+    expect(r.status).toBe(403);
+    expect(await code(r)).toBe("forbidden");
+  });
+
+  it.each(MUTATING)("$method $path: 415 for text/plain even with the right token", async (e) => {
+    const r = await call(e.method, e.path, { "content-type": "text/plain", ...bearer(ADMIN) });
+    expect(r.status).toBe(415);
+    expect(await r.json()).toMatchObject({
+      error: { code: "unsupported_media_type", type: "invalid_request_error" },
+    });
+  });
+
+  it.each(MUTATING)("$method $path: 403 for a foreign Origin", async (e) => {
+    const r = await call(e.method, e.path, {
+      ...json,
+      ...bearer(ADMIN),
+      origin: "http://evil.example",
+    });
+    expect(r.status).toBe(403);
+    expect(await code(r)).toBe("forbidden");
+  });
+
+  it.each(MUTATING)("$method $path: passes with the right token and JSON", async (e) => {
+    const r = await call(e.method, e.path, { ...json, ...bearer(ADMIN) });
+    expect(r.status).toBe(200);
+    // The node's own pages (same origin) may call it.
+    const same = await call(e.method, e.path, {
+      ...json,
+      ...bearer(ADMIN),
+      origin: "http://node-1:8080",
+    });
+    expect(same.status).toBe(200);
+  });
+});
+
+describe("auth middleware details", () => {
+  it("a bodyless POST /admin/restart needs no content type; a body without one is refused", async () => {
+    expect((await call("POST", "/admin/restart", bearer(ADMIN), null)).status).toBe(200);
+    const r = await app().request("http://node-1:8080/admin/restart", {
+      method: "POST",
+      headers: { host: "node-1:8080", ...bearer(ADMIN), "content-length": "2" },
+      body: new TextEncoder().encode("{}"),
+    });
+    // fetch adds text/plain for a string body; a byte body goes without a type: both are refused.
+    expect(r.status).toBe(415);
+  });
+
+  it("application/json with a charset is JSON", async () => {
+    const r = await call("POST", "/place_instance", {
+      "content-type": "application/json; charset=utf-8",
+      ...bearer(ADMIN),
+    });
+    expect(r.status).toBe(200);
+  });
+
+  it("reads need the read scope; an inference token cannot read state", async () => {
+    expect((await call("GET", "/state")).status).toBe(401);
+    expect((await call("GET", "/state", bearer(APP))).status).toBe(403);
+    expect((await call("GET", "/state", bearer(READER))).status).toBe(200);
+    expect((await call("GET", "/v1/ping")).status).toBe(200);
+  });
+
+  it("the opaque origin `null` (sandboxed pages, file://) is refused for mutations", async () => {
+    const r = await call("POST", "/place_instance", {
+      ...json,
+      ...bearer(ADMIN),
+      origin: "null",
+    });
+    expect(r.status).toBe(403);
+  });
+
+  it("with no tokens configured every scope is open, but bodies and origins are still checked", async () => {
+    const open = app([]);
+    const req = (h: Record<string, string>) =>
+      open.request("http://127.0.0.1:8080/place_instance", {
+        method: "POST",
+        headers: { host: "127.0.0.1:8080", ...h },
+        body: "{}",
+      });
+    expect((await req(json)).status).toBe(200);
+    expect((await req({ "content-type": "text/plain" })).status).toBe(415);
+    expect((await req({ ...json, origin: "http://evil.example" })).status).toBe(403);
+  });
+});

@@ -1,0 +1,62 @@
+import { describe, expect, it } from "vitest";
+import { Writable } from "node:stream";
+import { createLogger } from "@ic/log";
+import { SecurityHealth } from "./security-health.ts";
+
+function logCapture() {
+  const lines: { level: number; msg: string }[] = [];
+  const destination = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      for (const l of chunk.toString().split("\n"))
+        if (l) lines.push(JSON.parse(l) as { level: number; msg: string });
+      cb();
+    },
+  });
+  const log = createLogger({ enabled: true, level: "debug", destination });
+  return { log, lines };
+}
+
+describe("SecurityHealth", () => {
+  it("a refused route is one error log line per peer and window, and an error nodeHealth entry", () => {
+    let now = 1000;
+    const { log, lines } = logCapture();
+    const h = new SecurityHealth({ log, now: () => now, windowMs: 10_000 });
+    for (let i = 0; i < 5; i++) {
+      h.record({ direction: "route-refused-by-peer", remote: "10.0.0.2:6222", at: now });
+      now += 1000;
+    }
+    expect(lines.filter((l) => l.level === 50)).toHaveLength(1);
+    expect(lines[0]!.msg).toMatch(/refused this node's cluster secret; this node cannot join/);
+    const [e] = h.entries();
+    expect(e).toMatchObject({ code: "cluster_secret_rejected", severity: "error" });
+    expect(e!.message).toContain("10.0.0.2:6222");
+    expect(e!.remediation).toMatch(/cluster\.secret_file/);
+    // The entry lapses once the refusals stop for a window.
+    now += 11_000;
+    expect(h.entries()).toEqual([]);
+  });
+
+  it("strangers refused on the bus are a warning that counts them by address", () => {
+    const now = 1000;
+    const { log } = logCapture();
+    const h = new SecurityHealth({ log, now: () => now });
+    h.record({ direction: "route-rejected", remote: "10.0.0.9:40000", at: now });
+    h.record({ direction: "route-rejected", remote: "10.0.0.9:40000", at: now });
+    h.record({ direction: "client-rejected", remote: "127.0.0.1:5000", at: now });
+    const [e] = h.entries();
+    expect(e).toMatchObject({ code: "bus_auth_failures", severity: "warn" });
+    expect(e!.message).toMatch(/3 refused login\(s\) from 10\.0\.0\.9, 127\.0\.0\.1/);
+  });
+
+  it("an anonymous API beyond loopback is a standing warning with remediation", () => {
+    const { log } = logCapture();
+    const h = new SecurityHealth({ log, now: () => 0, anonymousApi: { bind: "0.0.0.0" } });
+    expect(h.entries()).toEqual([
+      expect.objectContaining({
+        code: "anonymous_api",
+        severity: "warn",
+        remediation: expect.stringMatching(/auth\.tokens/) as unknown,
+      }),
+    ]);
+  });
+});
