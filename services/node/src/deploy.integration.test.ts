@@ -1,0 +1,148 @@
+// The shipped configuration forms a cluster as shipped: deploy/compose/node-{1,2,3}.yaml (and the
+// example config the systemd unit points at) run unchanged except for paths, each in a network
+// namespace named like its compose service, with secrets made by scripts/make-secrets.mjs.
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
+import {
+  NetLab,
+  NodeProcess,
+  REPO_ROOT,
+  seedStore,
+  waitFor,
+  waitForConvergence,
+} from "@ic/testkit";
+
+const SECRETS_IN_CONFIG = "/etc/inference-cluster/secrets";
+const STORE_IN_CONFIG = "/srv/models";
+
+let lab: NetLab;
+let work: string;
+let secrets: string;
+let store: string;
+let modelId: string;
+const token = (name: string) => readFileSync(join(secrets, name), "utf8").trim();
+
+beforeAll(async () => {
+  lab = await NetLab.create({ hosts: ["node-1", "node-2", "node-3"] });
+  work = mkdtempSync(join(tmpdir(), "ic-deploy-"));
+  secrets = join(work, "secrets");
+  // The operator's step, as the compose file's header says.
+  execFileSync(process.execPath, [join(REPO_ROOT, "scripts/make-secrets.mjs"), secrets]);
+  store = join(work, "models");
+  ({ modelId } = await seedStore(store));
+});
+
+afterAll(async () => {
+  await lab?.dispose();
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+/**
+ * A node from a shipped file: only paths change (secrets and store directories, and the per-node
+ * state directories, which default under a home directory the three hosts here share).
+ */
+function shippedNode(host: string, file: string): NodeProcess {
+  const dir = join(work, `${host}-${file.replaceAll("/", "_")}`);
+  mkdirSync(dir, { recursive: true });
+  const text = readFileSync(join(REPO_ROOT, "deploy", file), "utf8")
+    .replaceAll(SECRETS_IN_CONFIG, secrets)
+    .replaceAll(STORE_IN_CONFIG, store);
+  const doc = parseYaml(text) as Record<string, Record<string, unknown> | unknown>;
+  const section = (k: string) => (doc[k] ??= {}) as Record<string, unknown>;
+  doc.node_cache_path = join(dir, "staging");
+  section("event_log").dir = join(dir, "events");
+  section("tracing").dir = join(dir, "traces");
+  section("engine").runner_log_dir = join(dir, "runners");
+  const config = stringifyYaml(doc);
+  const configPath = join(dir, "config.yaml");
+  writeFileSync(configPath, config, { mode: 0o600 });
+  return new NodeProcess(
+    {
+      name: host,
+      clusterPort: 6222,
+      peers: [],
+      wrap: lab.wrap(host),
+      reachAt: lab.host(host).address,
+      apiToken: token("admin.token"),
+      verbose: process.env.IC_TEST_VERBOSE === "1",
+    },
+    configPath,
+    dir,
+  );
+}
+
+describe("the shipped configuration across three hosts", () => {
+  it("deploy/compose/node-{1,2,3}.yaml form a 3-node cluster that places and serves", async () => {
+    const nodes = ["node-1", "node-2", "node-3"].map((h) => shippedNode(h, `compose/${h}.yaml`));
+    try {
+      for (const n of nodes) await n.start(60_000);
+      // The spec's default timings: formation takes an election timeout or two.
+      const docs = await waitForConvergence(nodes, 3, 60_000);
+      expect(docs[0]!.node_identities.map((n) => n.name).sort()).toEqual([
+        "node-1",
+        "node-2",
+        "node-3",
+      ]);
+      // Tokens from the shipped token files guard the API.
+      const n3 = nodes[2]!;
+      expect((await fetch(`${n3.apiUrl}/state`)).status).toBe(401);
+      const read = await fetch(`${n3.apiUrl}/state`, {
+        headers: { authorization: `Bearer ${token("read.token")}` },
+      });
+      expect(read.status).toBe(200);
+      // The store host (node-1) registers the model; a placement through node-2 serves through node-3.
+      await waitFor(
+        async () => {
+          const s = await nodes[1]!.get<{ models: { model_id: string }[] }>("/state");
+          return s.models.some((m) => m.model_id === modelId) ? true : undefined;
+        },
+        { timeoutMs: 30_000, what: "model registered" },
+      );
+      const placed = await nodes[1]!.post("/place_instance", {
+        model_id: modelId,
+        min_nodes: 1,
+        excluded_nodes: [],
+      });
+      expect(placed.status).toBe(200);
+      await waitFor(
+        async () => {
+          const r = await fetch(`${n3.apiUrl}/v1/chat/completions`, {
+            method: "POST",
+            headers: {
+              "content-type": "application/json",
+              authorization: `Bearer ${token("inference.token")}`,
+            },
+            body: JSON.stringify({
+              model: modelId,
+              messages: [{ role: "user", content: "Hello" }],
+              max_tokens: 2,
+            }),
+          });
+          return r.status === 200 ? ((await r.json()) as { choices: unknown[] }) : undefined;
+        },
+        { timeoutMs: 90_000, intervalMs: 500, what: "a 2-token completion through node-3" },
+      );
+    } finally {
+      await Promise.all(nodes.map((n) => n.stop(5000)));
+    }
+  });
+
+  it("deploy/config.example.yaml (the systemd unit's config) joins as node-1", async () => {
+    const nodes = [
+      shippedNode("node-1", "config.example.yaml"),
+      shippedNode("node-2", "compose/node-2.yaml"),
+      shippedNode("node-3", "compose/node-3.yaml"),
+    ];
+    try {
+      for (const n of nodes) await n.start(60_000);
+      const docs = await waitForConvergence(nodes, 3, 60_000);
+      expect(docs[0]!.node_identities.find((n) => n.is_master)?.name).toBe("node-1");
+    } finally {
+      await Promise.all(nodes.map((n) => n.stop(5000)));
+    }
+  });
+});
