@@ -19,6 +19,8 @@ const server = createServer((req, res) => {
       headers: {
         "content-type": "application/json",
         "content-length": req.headers["content-length"],
+        // The engine's API key, as the client sent it.
+        ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
       },
     },
     (ur) => {

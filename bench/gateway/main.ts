@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { locateEngine } from "@ic/engine";
 import { postUpstream } from "@ic/gateway";
+import { clusterCredentials } from "@ic/config";
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
 
@@ -47,7 +48,12 @@ function hasContent(ev: string): boolean {
  * when a pooled connection was closed while idle), the same for every path, so its own cost does not
  * crowd the node off the shared core; TTFT = first SSE chunk with generated content.
  */
-async function streamOnce(base: string, model: string, verify = false): Promise<One> {
+async function streamOnce(
+  base: string,
+  model: string,
+  headers: Record<string, string>,
+  verify = false,
+): Promise<One> {
   const body = JSON.stringify({
     model,
     messages: PROMPT,
@@ -56,7 +62,7 @@ async function streamOnce(base: string, model: string, verify = false): Promise<
     temperature: 0,
   });
   const t0 = performance.now();
-  const res = await postUpstream(`${base}/v1/chat/completions`, body, NEVER);
+  const res = await postUpstream(`${base}/v1/chat/completions`, body, NEVER, undefined, headers);
   let ttft = -1;
   let tokens = 0;
   let buf = "";
@@ -170,11 +176,12 @@ async function startFloorProxy(upstream: string): Promise<{ url: string; proc: C
 async function batch(
   base: string,
   model: string,
+  headers: Record<string, string>,
   concurrency: number,
 ): Promise<{ ttft: number[]; tokensPerSec: number }> {
   const t0 = performance.now();
   const results = await Promise.all(
-    Array.from({ length: concurrency }, () => streamOnce(base, model)),
+    Array.from({ length: concurrency }, () => streamOnce(base, model, headers)),
   );
   const wall = (performance.now() - t0) / 1000;
   return {
@@ -218,11 +225,25 @@ async function main(): Promise<void> {
     floor = await startFloorProxy(direct);
     const floorPid = floor.proc.pid!;
     const nodePgid = node.pid!;
+    // The engine takes only its API key (derived from the cluster secret); the gateway adds it itself.
+    const engineAuth = {
+      authorization: `Bearer ${clusterCredentials(node.spec.secret!).engineKey(inst.instance_id)}`,
+    };
     const paths = [
-      { name: "direct llama-server", url: direct, cpu: () => 0 },
-      { name: "bare Node proxy (floor)", url: floor.url, cpu: () => cpuMs({ pid: floorPid }).ms },
+      { name: "direct llama-server", url: direct, headers: engineAuth, cpu: () => 0 },
+      {
+        name: "bare Node proxy (floor)",
+        url: floor.url,
+        headers: engineAuth,
+        cpu: () => cpuMs({ pid: floorPid }).ms,
+      },
       // The node's process group: the node and its nats-server (the engine is excluded).
-      { name: "gateway", url: node.apiUrl, cpu: () => cpuMs({ pgid: nodePgid }).ms },
+      {
+        name: "gateway",
+        url: node.apiUrl,
+        headers: node.authHeaders,
+        cpu: () => cpuMs({ pgid: nodePgid }).ms,
+      },
     ];
     const names = cpuMs({ pgid: nodePgid }).names;
     // Names with their counts, e.g. "2 × node, nats-server".
@@ -238,7 +259,7 @@ async function main(): Promise<void> {
     );
     for (let i = 0; i < WARMUP; i++) {
       for (const p of paths) {
-        const one = await streamOnce(p.url, modelId, i < 10);
+        const one = await streamOnce(p.url, modelId, p.headers, i < 10);
         if (one.tokens === 0)
           throw new Error(`a warm-up stream through ${p.name} generated no content`);
       }
@@ -253,7 +274,7 @@ async function main(): Promise<void> {
       for (let r = 0; r < reps; r++) {
         for (let k = 0; k < paths.length; k++) {
           const at = (r + k) % paths.length;
-          const res = await batch(paths[at]!.url, modelId, c);
+          const res = await batch(paths[at]!.url, modelId, paths[at]!.headers, c);
           got[at]!.ttft.push(...res.ttft);
           got[at]!.tps.push(res.tokensPerSec);
         }
@@ -264,7 +285,7 @@ async function main(): Promise<void> {
       for (const [k, p] of paths.entries()) {
         const before = p.cpu();
         const t0 = performance.now();
-        for (let n = 0; n < CPU_REQUESTS; n += c) await batch(p.url, modelId, c);
+        for (let n = 0; n < CPU_REQUESTS; n += c) await batch(p.url, modelId, p.headers, c);
         // Finished streams still owe their task bookkeeping; let it land inside the block.
         await new Promise((r) => setTimeout(r, 50));
         cpuPerRequest[k] =
