@@ -18,11 +18,14 @@ export function summarize(samples: readonly number[]): { median: number; p95: nu
   return { median: quantile(s, 0.5), p95: quantile(s, 0.95), n: s.length };
 }
 
-/** Replaces (or appends) the section headed `## <title>` in docs/benchmarks.md. */
+/**
+ * Replaces (or appends) the section headed `## <title>` in docs/benchmarks.md, or in the file named by
+ * BENCH_REPORT (smoke runs with small settings write there, leaving the recorded figures alone).
+ */
 export async function writeSection(
   title: string,
   body: string,
-  path = BENCHMARKS_MD,
+  path = process.env.BENCH_REPORT ?? BENCHMARKS_MD,
 ): Promise<void> {
   const heading = `## ${title}`;
   const section = `${heading}\n\n${body.replace(/\n*$/, "")}\n`;
