@@ -94,21 +94,21 @@ describe("chat completions on a 1-node cluster", () => {
     });
     const bad = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", ...cluster.nodes[0]!.authHeaders },
       body: '{"model": 3}',
     });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { error: { code: string } }).error.code).toBe("invalid_request");
     const notJson = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", ...cluster.nodes[0]!.authHeaders },
       body: "{nope",
     });
     expect(notJson.status).toBe(400);
     // A body that is not declared JSON never reaches the parser.
     const plain = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
       method: "POST",
-      headers: { "content-type": "text/plain" },
+      headers: { "content-type": "text/plain", ...cluster.nodes[0]!.authHeaders },
       body: '{"model":"x","messages":[]}',
     });
     expect(plain.status).toBe(415);
@@ -119,14 +119,14 @@ describe("chat completions on a 1-node cluster", () => {
     const mib = Buffer.alloc(1024 * 1024, 0x20);
     const declared = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", ...cluster.nodes[0]!.authHeaders },
       body: Buffer.concat(Array.from({ length: 65 }, () => mib)),
     });
     expect(declared.status).toBe(400);
     let sent = 0;
     const chunked = await fetch(`${cluster.nodes[0]!.apiUrl}/v1/chat/completions`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", ...cluster.nodes[0]!.authHeaders },
       body: new ReadableStream<Uint8Array>({
         pull: (ctl) => (sent++ < 70 ? ctl.enqueue(mib) : ctl.close()),
       }),

@@ -3,8 +3,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
-import { placeAndWait, seedStore, startCluster, waitFor, waitForConvergence } from "@ic/testkit";
-import type { NodeProcess } from "@ic/testkit";
+import {
+  placeAndWait,
+  seedStore,
+  startHostCluster,
+  waitFor,
+  waitForConvergence,
+} from "@ic/testkit";
+import type { HostCluster, NodeProcess } from "@ic/testkit";
 
 interface StateDoc {
   node_identities: { node_id: string; name: string; is_master: boolean }[];
@@ -12,15 +18,41 @@ interface StateDoc {
     instance_id: string;
     model_id: string;
     assignments: { node_id: string; rank: number }[];
-    runners: { rank: number; state: string }[];
+    runners: { rank: number; state: string; endpoint?: string }[];
   }[];
 }
 
 const idOf = (doc: Pick<StateDoc, "node_identities">, name: string) =>
   doc.node_identities.find((n) => n.name === name)!.node_id;
 
+const nameOf = (doc: Pick<StateDoc, "node_identities">, nodeId: string) =>
+  doc.node_identities.find((n) => n.node_id === nodeId)?.name;
+
+/** An OpenAI client for the node's API, with the cluster's bearer token as its API key. */
+function openai(node: NodeProcess, opts: { maxRetries?: number } = {}) {
+  return new OpenAI({ baseURL: `${node.apiUrl}/v1`, apiKey: node.spec.apiToken!, ...opts });
+}
+
+/**
+ * Asserts that every ready runner of the instance advertises the host of the node it runs on
+ * (`http://node-k:port` for rank 0's llama-server, `node-k:port` for a ggml-rpc-server), never
+ * loopback; returns the advertised endpoints by rank.
+ */
+function expectHostEndpoints(doc: StateDoc, instanceId: string): Map<number, string> {
+  const inst = doc.instances.find((i) => i.instance_id === instanceId)!;
+  const out = new Map<number, string>();
+  for (const a of inst.assignments) {
+    const host = nameOf(doc, a.node_id);
+    expect(host).toMatch(/^node-\d+$/);
+    const ep = inst.runners.find((r) => r.rank === a.rank)?.endpoint;
+    expect(ep).toMatch(new RegExp(`^${a.rank === 0 ? "http://" : ""}${host}:\\d+$`));
+    out.set(a.rank, ep!);
+  }
+  return out;
+}
+
 async function openStream(node: NodeProcess, model: string, maxTokens: number) {
-  const client = new OpenAI({ baseURL: `${node.apiUrl}/v1`, apiKey: "unused", maxRetries: 0 });
+  const client = openai(node, { maxRetries: 0 });
   return client.chat.completions.create({
     model,
     messages: [{ role: "user", content: "Write a long story" }],
@@ -66,6 +98,49 @@ async function placeOnNode3(
   return inst;
 }
 
+/** `observer`'s /state once every rank of the instance is ready there. */
+async function readyState(observer: NodeProcess, instanceId: string): Promise<StateDoc> {
+  return waitFor(
+    async () => {
+      const s = await observer.get<StateDoc>("/state");
+      const inst = s.instances.find((i) => i.instance_id === instanceId);
+      return inst?.runners.every((r) => r.state === "RunnerReady") &&
+        inst.runners.length === inst.assignments.length
+        ? s
+        : undefined;
+    },
+    { timeoutMs: 10_000, what: `instance ${instanceId} ready on ${observer.spec.name}` },
+  );
+}
+
+/**
+ * Engine processes of this cluster with the address each listens on: llama-servers loading from
+ * one of its nodes' staging dirs (`--host`), and ggml-rpc-servers listening (`-H`) on one of its
+ * lab hosts' addresses (other tests on the machine may run their own).
+ */
+function engineProcesses(cluster: HostCluster): { pid: number; listen?: string }[] {
+  const addresses = new Set(cluster.lab.hosts.map((h) => h.address));
+  const out: { pid: number; listen?: string }[] = [];
+  for (const p of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
+    let argv: string[];
+    try {
+      argv = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
+    } catch {
+      continue;
+    }
+    if (argv.some((a) => a.endsWith("ggml-rpc-server"))) {
+      const h = argv[argv.indexOf("-H") + 1];
+      if (h !== undefined && addresses.has(h)) out.push({ pid: Number(p), listen: h });
+    } else if (
+      cluster.nodes.some((n) => argv.some((a) => a.includes(join(n.dataDir, "staging"))))
+    ) {
+      const h = argv.indexOf("--host") >= 0 ? argv[argv.indexOf("--host") + 1] : undefined;
+      out.push({ pid: Number(p), ...(h !== undefined ? { listen: h } : {}) });
+    }
+  }
+  return out;
+}
+
 function seeded(slow = false) {
   return seedStore(mkdtempSync(join(tmpdir(), "ic-store-")), { slow });
 }
@@ -74,7 +149,7 @@ describe("chat across a 3-node cluster", () => {
   it("serves streaming and non-streaming through every node, and a lost worker ends an open stream with an error event within 6 s", async () => {
     const { store, modelId } = await seeded(true);
     // A wider model on one thread keeps the stream open long enough to kill its worker mid-generation.
-    await using cluster = await startCluster(3, {
+    await using cluster = await startHostCluster(3, {
       config: (i) => ({
         ...(i === 0 ? { store_path: store } : {}),
         engine: { context_size: 2048, extra_args: ["-t", "1"] },
@@ -82,9 +157,24 @@ describe("chat across a 3-node cluster", () => {
     });
     const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
     const docs = await waitForConvergence(cluster.nodes, 3);
-    await placeOnNode3(n1, n2, modelId, docs[0]!);
+    const placed = await placeOnNode3(n1, n2, modelId, docs[0]!);
+    // Every node routes to the engine on node-3's host, named as deployed.
     for (const node of cluster.nodes) {
-      const client = new OpenAI({ baseURL: `${node.apiUrl}/v1`, apiKey: "unused" });
+      const eps = expectHostEndpoints(
+        await readyState(node, placed.instance_id),
+        placed.instance_id,
+      );
+      expect(eps.get(0)).toMatch(/^http:\/\/node-3:\d+$/);
+    }
+    // node-3 staged its copy from the store host on node-1, across hosts.
+    const staged = await n3.get<{ staged_models: { model_id: string; in_use: boolean }[] }>(
+      "/store/storage",
+    );
+    expect(staged.staged_models).toContainEqual(
+      expect.objectContaining({ model_id: modelId, in_use: true }),
+    );
+    for (const node of cluster.nodes) {
+      const client = openai(node);
       const r = await client.chat.completions.create({
         model: modelId,
         messages: [{ role: "user", content: "hi" }],
@@ -120,7 +210,7 @@ describe("chat across a 3-node cluster", () => {
 
   it("a lost master fails an open stream on another node with session_changed, and instances on survivors survive", async () => {
     const { store, modelId } = await seeded(true);
-    await using cluster = await startCluster(3, {
+    await using cluster = await startHostCluster(3, {
       config: (i) => ({
         ...(i === 0 ? { store_path: store } : {}),
         engine: { context_size: 2048, extra_args: ["-t", "1"] },
@@ -142,8 +232,10 @@ describe("chat across a 3-node cluster", () => {
     expect(after[0]!.node_identities.find((n) => n.is_master)?.name).toBe("node-2");
     const s = await n2.get<StateDoc>("/state");
     expect(s.instances.map((i) => i.instance_id)).toEqual([inst.instance_id]);
-    // The carried instance keeps serving in the new session.
-    const client = new OpenAI({ baseURL: `${n3.apiUrl}/v1`, apiKey: "unused" });
+    // The carried instance keeps its host-named endpoint in the new session, and keeps serving.
+    const eps = expectHostEndpoints(await readyState(n2, inst.instance_id), inst.instance_id);
+    expect(eps.get(0)).toMatch(/^http:\/\/node-3:\d+$/);
+    const client = openai(n3);
     const r = await client.chat.completions.create({
       model: modelId,
       messages: [{ role: "user", content: "hi" }],
@@ -156,7 +248,7 @@ describe("chat across a 3-node cluster", () => {
 describe("multi-node instances and staging", () => {
   it("a 2-node Pipeline instance runs over llama.cpp RPC, both devices hold layers, and deletion leaves no process", async () => {
     const { store, modelId } = await seeded();
-    await using cluster = await startCluster(2, {
+    await using cluster = await startHostCluster(2, {
       config: (i) => (i === 0 ? { store_path: store } : {}),
     });
     const [n1, n2] = cluster.nodes as [NodeProcess, NodeProcess];
@@ -167,7 +259,13 @@ describe("multi-node instances and staging", () => {
       60_000,
     );
     expect(inst.assignments).toHaveLength(2);
-    const client = new OpenAI({ baseURL: `${n2.apiUrl}/v1`, apiKey: "unused" });
+    // Each rank runs on its own host and is advertised under that host's name.
+    const doc = await readyState(n2, inst.instance_id);
+    const eps = expectHostEndpoints(doc, inst.instance_id);
+    const rank0Host = nameOf(doc, inst.assignments.find((a) => a.rank === 0)!.node_id)!;
+    const rank1Host = nameOf(doc, inst.assignments.find((a) => a.rank === 1)!.node_id)!;
+    expect(new Set([rank0Host, rank1Host])).toEqual(new Set(["node-1", "node-2"]));
+    const client = openai(n2);
     const r = await client.chat.completions.create({
       model: modelId,
       messages: [{ role: "user", content: "hi" }],
@@ -175,16 +273,30 @@ describe("multi-node instances and staging", () => {
     });
     expect(r.usage?.completion_tokens).toBe(8);
     // The rank-0 log shows the model split between the local CPU and the remote RPC device.
-    const rank0Node = cluster.nodes.find((n) =>
-      readdirSync(join(n.dataDir, "runners")).some((f) => f.endsWith("rank0.log")),
-    )!;
+    // The remote device is the ggml-rpc-server on the peer's host, dialled by name (not loopback).
+    const rank0Node = cluster.node(rank0Host);
+    expect(readdirSync(join(rank0Node.dataDir, "runners"))).toContain(
+      `${inst.instance_id}-rank0.log`,
+    );
     const log = readFileSync(
       join(rank0Node.dataDir, "runners", `${inst.instance_id}-rank0.log`),
       "utf8",
     );
-    expect(log).toMatch(/RPC0\[127\.0\.0\.1:\d+\] model buffer size/);
+    expect(log).toContain(`RPC0[${eps.get(1)!}] model buffer size`);
+    expect(log).toMatch(new RegExp(`RPC0\\[${rank1Host}:\\d+\\] model buffer size`));
+    expect(log).not.toMatch(/RPC0\[127\.0\.0\.1:/);
     expect(log).toMatch(/CPU_Mapped model buffer size/);
+    // Each engine listens on its own host's address, not on loopback or every interface.
+    expect(
+      engineProcesses(cluster)
+        .map((p) => p.listen)
+        .sort(),
+    ).toEqual([cluster.lab.host(rank0Host).address, cluster.lab.host(rank1Host).address].sort());
     // Staged copies exist on both nodes; the storage report marks them in use.
+    const rank0Staged = await rank0Node.get<{ staged_models: { model_id: string }[] }>(
+      "/store/storage",
+    );
+    expect(rank0Staged.staged_models.map((m) => m.model_id)).toContain(modelId);
     for (const node of cluster.nodes) {
       const rep = await node.get<{ staged_models: { model_id: string; in_use: boolean }[] }>(
         "/store/storage",
@@ -192,7 +304,10 @@ describe("multi-node instances and staging", () => {
       if (rep.staged_models.length > 0)
         expect(rep.staged_models[0]).toMatchObject({ model_id: modelId, in_use: true });
     }
-    const del = await fetch(`${n2.apiUrl}/instance/${inst.instance_id}`, { method: "DELETE" });
+    const del = await fetch(`${n2.apiUrl}/instance/${inst.instance_id}`, {
+      method: "DELETE",
+      headers: n2.authHeaders,
+    });
     expect(del.status).toBe(200);
     await waitFor(
       async () => {
@@ -201,26 +316,11 @@ describe("multi-node instances and staging", () => {
       },
       { timeoutMs: 10_000 },
     );
-    // No engine process of this instance is left on the machine.
-    await waitFor(
-      () => {
-        const procs = readdirSync("/proc").filter((p) => /^\d+$/.test(p));
-        const left = procs.filter((p) => {
-          try {
-            // Rank 0 loads from a node's staging dir; the other rank is the only ggml-rpc-server here.
-            const cmd = readFileSync(`/proc/${p}/cmdline`, "utf8");
-            return (
-              cmd.includes("ggml-rpc-server") ||
-              cluster.nodes.some((n) => cmd.includes(join(n.dataDir, "staging")))
-            );
-          } catch {
-            return false;
-          }
-        });
-        return left.length === 0 ? true : undefined;
-      },
-      { timeoutMs: 10_000, what: "runner processes gone" },
-    );
+    // No engine process of this instance is left on any of the lab's hosts.
+    await waitFor(() => (engineProcesses(cluster).length === 0 ? true : undefined), {
+      timeoutMs: 10_000,
+      what: "runner processes gone",
+    });
     // Once the runners are gone the copies are idle on every node.
     for (const node of cluster.nodes) {
       await waitFor(

@@ -3,21 +3,40 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
-import { placeAndWait, seedStore, startCluster, waitFor, waitForConvergence } from "@ic/testkit";
+import {
+  placeAndWait,
+  seedStore,
+  startCluster,
+  startHostCluster,
+  waitFor,
+  waitForConvergence,
+} from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 
-function pidsOf(binary: string, mustInclude: string): number[] {
-  return readdirSync("/proc")
-    .filter((p) => /^\d+$/.test(p))
-    .filter((p) => {
-      try {
-        const cmd = readFileSync(`/proc/${p}/cmdline`, "utf8");
-        return cmd.includes(binary) && cmd.includes(mustInclude);
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
+/** Processes of `binary` whose argument after `flag` is `value` (e.g. `-H <a lab host's address>`). */
+function pidsOf(binary: string, flag: string, value: string): { pid: number; argv: string[] }[] {
+  const out: { pid: number; argv: string[] }[] = [];
+  for (const p of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
+    let argv: string[];
+    try {
+      argv = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
+    } catch {
+      continue;
+    }
+    const i = argv.indexOf(flag);
+    if (argv[0]?.endsWith(binary) && i >= 0 && argv[i + 1] === value)
+      out.push({ pid: Number(p), argv });
+  }
+  return out;
+}
+
+interface StateDoc {
+  node_identities: { node_id: string; name: string }[];
+  instances: {
+    instance_id: string;
+    assignments: { node_id: string; rank: number }[];
+    runners: { rank: number; state: string; restarts: number; endpoint?: string }[];
+  }[];
 }
 
 describe("runners", () => {
@@ -65,34 +84,49 @@ describe("runners", () => {
 
   it("a crashed remote rank is restarted, rank 0 reconnects to it, and the instance serves again", async () => {
     const { store, modelId } = await seedStore(mkdtempSync(join(tmpdir(), "ic-store-")));
-    await using cluster = await startCluster(2, {
+    await using cluster = await startHostCluster(2, {
       config: (i) => (i === 0 ? { store_path: store } : {}),
     });
     const [n1] = cluster.nodes as [NodeProcess, NodeProcess];
     await waitForConvergence(cluster.nodes, 2);
     const inst = await placeAndWait(n1, { model_id: modelId, min_nodes: 2 });
-    const rpcPid = pidsOf("ggml-rpc-server", "-p")[0]!;
-    expect(rpcPid).toBeGreaterThan(0);
-    process.kill(rpcPid, "SIGKILL");
-    // Rank 1 restarts on a new port; rank 0 is stopped meanwhile and restarted against the new endpoint.
-    await waitFor(
+    const doc = await n1.get<StateDoc>("/state");
+    const hostOf = (rank: number) =>
+      doc.node_identities.find(
+        (n) => n.node_id === inst.assignments.find((a) => a.rank === rank)!.node_id,
+      )!.name;
+    const [host0, host1] = [hostOf(0), hostOf(1)];
+    expect(host0).not.toBe(host1);
+    // Rank 1 is the ggml-rpc-server listening on its own host's address (not another test's).
+    const rpc = pidsOf("ggml-rpc-server", "-H", cluster.lab.host(host1).address);
+    expect(rpc).toHaveLength(1);
+    process.kill(rpc[0]!.pid, "SIGKILL");
+    // Rank 1 restarts; rank 0 is stopped meanwhile and restarted against the rank's endpoint.
+    const s = await waitFor(
       async () => {
-        const s = await n1.get<{
-          instances: {
-            instance_id: string;
-            runners: { rank: number; state: string; restarts: number }[];
-          }[];
-        }>("/state");
+        const s = await n1.get<StateDoc>("/state");
         const rs = s.instances.find((i) => i.instance_id === inst.instance_id)?.runners ?? [];
         const r1 = rs.find((r) => r.rank === 1);
         const r0 = rs.find((r) => r.rank === 0);
         return r1?.restarts === 1 && r1.state === "RunnerReady" && r0?.state === "RunnerReady"
-          ? true
+          ? s
           : undefined;
       },
       { timeoutMs: 30_000, what: "instance serving again" },
     );
-    const client = new OpenAI({ baseURL: `${n1.apiUrl}/v1`, apiKey: "unused" });
+    // Both ranks are advertised under their hosts' names, and rank 0's llama-server (on its own
+    // host's address) dials rank 1 by that name.
+    const runners = s.instances.find((i) => i.instance_id === inst.instance_id)!.runners;
+    const ep1 = runners.find((r) => r.rank === 1)!.endpoint!;
+    expect(ep1).toMatch(new RegExp(`^${host1}:\\d+$`));
+    expect(runners.find((r) => r.rank === 0)!.endpoint).toMatch(
+      new RegExp(`^http://${host0}:\\d+$`),
+    );
+    const servers = pidsOf("llama-server", "--host", cluster.lab.host(host0).address);
+    expect(servers).toHaveLength(1);
+    const argv = servers[0]!.argv;
+    expect(argv[argv.indexOf("--rpc") + 1]).toBe(ep1);
+    const client = new OpenAI({ baseURL: `${n1.apiUrl}/v1`, apiKey: cluster.adminToken });
     const r = await client.chat.completions.create({
       model: modelId,
       messages: [{ role: "user", content: "hi" }],
@@ -102,7 +136,7 @@ describe("runners", () => {
   });
 
   it("an unusable SERVICE_ENGINE_SERVER_BIN is reported in nodeHealth as invalid_engine_binary and is not replaced", async () => {
-    await using cluster = await startCluster(2, {
+    await using cluster = await startHostCluster(2, {
       env: (i): Record<string, string> =>
         i === 1 ? { SERVICE_ENGINE_SERVER_BIN: "/nonexistent/llama-server" } : {},
     });

@@ -1,17 +1,37 @@
-import { mkdtempSync, readdirSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import {
+  DelayRelay,
   placeAndWait,
   seedStore,
-  startCluster,
+  startHostCluster,
   startHubEmulator,
   waitFor,
   waitForConvergence,
 } from "@ic/testkit";
+import type { NodeProcess } from "@ic/testkit";
 
-describe("staging through the cluster", () => {
+interface StateDoc {
+  models: { model_id: string }[];
+  instances: {
+    instance_id: string;
+    runners: { rank: number; state: string; endpoint?: string }[];
+  }[];
+}
+
+/** Merges `patch` into a prepared (not yet started) node's config file. */
+function patchConfig(node: NodeProcess, patch: Record<string, Record<string, unknown>>): void {
+  const cfg = JSON.parse(readFileSync(node.configPath, "utf8")) as Record<
+    string,
+    Record<string, unknown>
+  >;
+  for (const [k, v] of Object.entries(patch)) cfg[k] = { ...cfg[k], ...v };
+  writeFileSync(node.configPath, `${JSON.stringify(cfg, null, 2)}\n`, { mode: 0o600 });
+}
+
+describe("staging through a cluster across hosts", () => {
   it("falls back to a direct model-hub download when the store host is unreachable, and serves", async () => {
     const { store, modelId } = await seedStore(mkdtempSync(join(tmpdir(), "ic-store-")));
     await using hub = await startHubEmulator();
@@ -19,17 +39,28 @@ describe("staging through the cluster", () => {
       "tiny-llama.gguf": { fromPath: join(store, "test--tiny-llama", "tiny-llama.gguf") },
     });
     const hubCache = mkdtempSync(join(tmpdir(), "ic-hubcache-"));
-    await using cluster = await startCluster(2, {
+    // node-2 is started by hand: its hub URL names the lab's gateway, known once the lab exists.
+    await using cluster = await startHostCluster(2, {
       config: (i) =>
-        i === 0
-          ? { store_path: store }
-          : { model_store: { hub_url: hub.url, hub_cache_path: hubCache } },
+        i === 0 ? { store_path: store } : { model_store: { hub_cache_path: hubCache } },
+      startOnly: [0],
     });
-    const [n1, n2] = cluster.nodes as [(typeof cluster.nodes)[0], (typeof cluster.nodes)[0]];
+    const [n1, n2] = cluster.nodes as [NodeProcess, NodeProcess];
+    // The hub is "the internet": reached from the hosts through their default gateway (the root
+    // namespace), where a relay forwards to the emulator on the test process's loopback.
+    await using hubRelay = await DelayRelay.start({
+      listenHost: cluster.lab.rootAddress,
+      targetHost: "127.0.0.1",
+      targetPort: Number(new URL(hub.url).port),
+      delayMs: 0,
+    });
+    patchConfig(n2, {
+      model_store: { hub_url: `http://${hubRelay.address}`, hub_cache_path: hubCache },
+    });
+    await n2.start();
     await waitForConvergence(cluster.nodes, 2);
     await waitFor(
-      async () =>
-        (await n2.get<{ models: unknown[] }>("/state")).models.length === 1 ? true : undefined,
+      async () => ((await n2.get<StateDoc>("/state")).models.length === 1 ? true : undefined),
       {
         timeoutMs: 15_000,
         what: "model registered by the store host",
@@ -38,7 +69,7 @@ describe("staging through the cluster", () => {
     // The store host (also the master) goes away; the model record survives in the new session.
     n1.kill("SIGKILL");
     await waitForConvergence([n2], 1, 10_000);
-    await placeAndWait(n2, { model_id: modelId, min_nodes: 1 }, 60_000);
+    const inst = await placeAndWait(n2, { model_id: modelId, min_nodes: 1 }, 60_000);
     const r = await n2.post("/v1/chat/completions", {
       model: modelId,
       messages: [{ role: "user", content: "hi" }],
@@ -49,5 +80,11 @@ describe("staging through the cluster", () => {
       true,
     );
     expect(readdirSync(hubCache).length).toBeGreaterThan(0);
+    // The engine is advertised under node-2's host name, not loopback.
+    const s = await n2.get<StateDoc>("/state");
+    const rank0 = s.instances
+      .find((i) => i.instance_id === inst.instance_id)
+      ?.runners.find((x) => x.rank === 0);
+    expect(rank0?.endpoint).toMatch(/^http:\/\/node-2:\d+$/);
   });
 });
