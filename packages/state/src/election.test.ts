@@ -15,6 +15,15 @@ function heard(
   return { ...p, lastHeard, masterOf };
 }
 
+/** A follower heard in `session`. */
+function follower(
+  p: { peer_key: string; started_at: number },
+  lastHeard: number,
+  session: string,
+): HeardPeer {
+  return { ...p, lastHeard, masterOf: null, session };
+}
+
 function input(over: Partial<ElectionInput>): ElectionInput {
   return {
     now: 10_000,
@@ -129,28 +138,28 @@ describe("partition split and heal", () => {
     );
     expect(side1.kind).toBe("stay");
   });
-  it("on heal the junior master steps down into the senior master's session, and nobody flaps", () => {
-    const peersOfB = [heard(A, 20_000, "s1"), heard(C, 20_000)];
-    const b = decide(
-      input({
-        now: 20_010,
-        self: B,
-        current: { session_id: "s2", master: B },
-        selfIsMaster: true,
-        peers: peersOfB,
-      }),
-    );
-    expect(b).toEqual({ kind: "adopt", session_id: "s1", master: A });
+  it("on heal the side with more live nodes keeps its session, even under a junior master", () => {
+    // A (most senior, the old master) was cut off alone in s1; B and C formed s2.
     const a = decide(
       input({
         now: 20_010,
         self: A,
         current: { session_id: "s1", master: A },
         selfIsMaster: true,
-        peers: [heard(B, 20_000, "s2"), heard(C, 20_000)],
+        peers: [heard(B, 20_000, "s2"), follower(C, 20_000, "s2")],
       }),
     );
-    expect(a.kind).toBe("stay");
+    expect(a).toEqual({ kind: "adopt", session_id: "s2", master: B });
+    const b = decide(
+      input({
+        now: 20_010,
+        self: B,
+        current: { session_id: "s2", master: B },
+        selfIsMaster: true,
+        peers: [heard(A, 20_000, "s1"), follower(C, 20_000, "s2")],
+      }),
+    );
+    expect(b.kind).toBe("stay");
     const c = decide(
       input({
         now: 20_010,
@@ -159,17 +168,119 @@ describe("partition split and heal", () => {
         peers: [heard(A, 20_000, "s1"), heard(B, 20_000, "s2")],
       }),
     );
-    expect(c).toEqual({ kind: "adopt", session_id: "s1", master: A });
-    // After B steps down it no longer claims s2; everyone stays in s1 from then on.
-    const later = decide(
+    expect(c.kind).toBe("stay");
+    // After A steps down it follows s2; everyone stays in s2 from then on.
+    for (const self of [A, B, C]) {
+      const peers = [
+        heard(B, 21_900, "s2"),
+        follower(A, 21_900, "s2"),
+        follower(C, 21_900, "s2"),
+      ].filter((p) => p.peer_key !== self.peer_key);
+      const d = decide(
+        input({
+          now: 22_000,
+          self,
+          current: { session_id: "s2", master: B },
+          selfIsMaster: self === B,
+          peers,
+        }),
+      );
+      expect(d.kind).toBe("stay");
+    }
+  });
+
+  it("a lone master that hears the other side's master before its followers stays until it has heard them", () => {
+    // Right after the heal A has heard only B: one node each, the tie goes to seniority (A).
+    const early = decide(
       input({
-        now: 22_000,
-        self: C,
+        now: 20_010,
+        self: A,
         current: { session_id: "s1", master: A },
-        peers: [heard(A, 21_900, "s1"), heard(B, 21_900)],
+        selfIsMaster: true,
+        peers: [heard(B, 20_000, "s2"), heard(C, 10_000)],
       }),
     );
-    expect(later.kind).toBe("stay");
+    expect(early.kind).toBe("stay");
+    // The majority never adopts the smaller session meanwhile: it hears its own side completely.
+    const b = decide(
+      input({
+        now: 20_010,
+        self: B,
+        current: { session_id: "s2", master: B },
+        selfIsMaster: true,
+        peers: [heard(A, 20_000, "s1"), follower(C, 20_000, "s2")],
+      }),
+    );
+    expect(b.kind).toBe("stay");
+    const later = decide(
+      input({
+        now: 20_510,
+        self: A,
+        current: { session_id: "s1", master: A },
+        selfIsMaster: true,
+        peers: [heard(B, 20_500, "s2"), follower(C, 20_500, "s2")],
+      }),
+    );
+    expect(later).toEqual({ kind: "adopt", session_id: "s2", master: B });
+  });
+
+  it("sides of equal size heal to the session of the most senior master", () => {
+    const D = { peer_key: "d", started_at: 400 };
+    // s1 = {A, C}, s2 = {B, D}.
+    const b = decide(
+      input({
+        now: 20_010,
+        self: B,
+        current: { session_id: "s2", master: B },
+        selfIsMaster: true,
+        peers: [heard(A, 20_000, "s1"), follower(C, 20_000, "s1"), follower(D, 20_000, "s2")],
+      }),
+    );
+    expect(b).toEqual({ kind: "adopt", session_id: "s1", master: A });
+    const d = decide(
+      input({
+        now: 20_010,
+        self: D,
+        current: { session_id: "s2", master: B },
+        peers: [heard(A, 20_000, "s1"), follower(C, 20_000, "s1"), heard(B, 20_000, "s2")],
+      }),
+    );
+    expect(d).toEqual({ kind: "adopt", session_id: "s1", master: A });
+    const a = decide(
+      input({
+        now: 20_010,
+        self: A,
+        current: { session_id: "s1", master: A },
+        selfIsMaster: true,
+        peers: [heard(B, 20_000, "s2"), follower(C, 20_000, "s1"), follower(D, 20_000, "s2")],
+      }),
+    );
+    expect(a.kind).toBe("stay");
+  });
+
+  it("a non-master cut off alone (its own session) rejoins the majority's session", () => {
+    // D was cut off alone and started s4; A, B, C stayed in s1 under A.
+    const D = { peer_key: "d", started_at: 400 };
+    const d = decide(
+      input({
+        now: 20_010,
+        self: D,
+        current: { session_id: "s4", master: D },
+        selfIsMaster: true,
+        peers: [heard(A, 20_000, "s1"), follower(B, 20_000, "s1"), follower(C, 20_000, "s1")],
+      }),
+    );
+    expect(d).toEqual({ kind: "adopt", session_id: "s1", master: A });
+    const a = decide(
+      input({
+        now: 20_010,
+        self: A,
+        current: { session_id: "s1", master: A },
+        selfIsMaster: true,
+        peers: [follower(B, 20_000, "s1"), follower(C, 20_000, "s1"), heard(D, 20_000, "s4")],
+      }),
+    );
+    expect(a.kind).toBe("stay");
   });
 });
 

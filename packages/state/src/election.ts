@@ -31,6 +31,8 @@ export interface HeardPeer extends Peer {
   readonly lastHeard: number;
   /** The session this peer says it masters, when it says it is master. */
   readonly masterOf: string | null;
+  /** The session this peer says it is in (master or follower); `masterOf` when left out. */
+  readonly session?: string | null;
 }
 
 export interface ElectionInput {
@@ -57,9 +59,15 @@ export type ElectionDecision =
 /**
  * Rules, in order:
  * 1. Among sessions whose master was heard within the election timeout (self included), the one
- *    with the most senior master wins; a node in any other session (or none) adopts it. This is
- *    also how a healed partition converges: the junior master steps down. Seniority never changes
- *    while a process lives, so the outcome cannot flap.
+ *    with the most live nodes in it (master and followers heard within the election timeout, self
+ *    included) wins, ties going to the most senior master; a node in any other session (or none)
+ *    adopts it. This is how a healed partition converges: the side that kept more of the cluster
+ *    keeps its session (and what it placed meanwhile), the other side's master steps down. There is
+ *    no majority rule while cut: every side elects a master (split-brain), so the heal must not
+ *    hand the cluster to whichever side happens to hold the senior node -- a master cut off alone
+ *    has dropped every other node's instances from its session. The outcome cannot flap: a node
+ *    always hears its own side completely, so it never counts a foreign session larger than it is;
+ *    a session only grows as others adopt it; seniority never changes while a process lives.
  * 2. With no live master anywhere, once the election timeout has passed since this node came up
  *    (or since its master fell silent), the most senior live peer starts a new session; the others wait.
  */
@@ -75,8 +83,18 @@ export function decide(input: ElectionInput): ElectionDecision {
   if (input.selfIsMaster && input.current)
     masters.push({ session_id: input.current.session_id, master: self });
   if (masters.length > 0) {
+    const size = (session: string): number =>
+      live.filter((p) => (p.session ?? p.masterOf) === session).length +
+      (input.current?.session_id === session ? 1 : 0);
     let win = masters[0]!;
-    for (const m of masters) if (compareSeniority(m.master, win.master) < 0) win = m;
+    let winSize = size(win.session_id);
+    for (const m of masters) {
+      const n = size(m.session_id);
+      if (n > winSize || (n === winSize && compareSeniority(m.master, win.master) < 0)) {
+        win = m;
+        winSize = n;
+      }
+    }
     if (input.current?.session_id === win.session_id) return { kind: "stay" };
     return { kind: "adopt", session_id: win.session_id, master: win.master };
   }

@@ -197,6 +197,21 @@ export class ClusterAgent implements AsyncDisposable {
     }
     this.peers.set(hb.peer_key, { heartbeat: hb, lastHeard: this.o.clock.now(), origin });
     if (!known || (hb.is_master && !known.heartbeat.is_master)) this.tick();
+    // The master's heartbeat says how far its log goes. An event is only re-requested when a later
+    // one shows the gap, so a lost last event (a message dropped while a route reconnects after a
+    // partition heals) would otherwise leave this replica behind until the next event.
+    const cur = this.current;
+    if (
+      cur &&
+      this.role === "follower" &&
+      hb.is_master &&
+      hb.peer_key === cur.master.peer_key &&
+      hb.session_id === cur.session_id &&
+      this.synced &&
+      hb.last_index > this.state.index
+    ) {
+      void this.sync(this.state.index + 1);
+    }
   }
 
   /** The bus origin of a peer, as pinned by its heartbeats (self: this node's own). */
@@ -235,6 +250,7 @@ export class ClusterAgent implements AsyncDisposable {
         started_at: p.heartbeat.started_at,
         lastHeard: p.lastHeard,
         masterOf: p.heartbeat.is_master ? p.heartbeat.session_id : null,
+        session: p.heartbeat.session_id,
       });
     }
     return out;
@@ -289,7 +305,20 @@ export class ClusterAgent implements AsyncDisposable {
     const sessionId = `s-${randomUUID()}` as SessionId;
     const self = this.o.self;
     const old = this.state;
-    const live = this.livePeers().filter((p) => p.heartbeat.peer_key !== self.peerKey);
+    // The master whose silence called this election is not a member of the new session: with the
+    // liveness window longer than the election timeout it would still count as live here, and would
+    // only leave by NodeLeft a second later (taking its carried instances with it).
+    const deposed =
+      this.current && this.current.master.peer_key !== self.peerKey
+        ? this.current.master.peer_key
+        : undefined;
+    const live = this.livePeers().filter(
+      (p) =>
+        p.heartbeat.peer_key !== self.peerKey &&
+        !(
+          p.heartbeat.peer_key === deposed && now - p.lastHeard >= this.o.timings.electionTimeoutMs
+        ),
+    );
     const livePeerKeys = new Set([self.peerKey, ...live.map((p) => p.heartbeat.peer_key)]);
     const members: Member[] = [
       this.memberFor(sessionId, this.heartbeat(), now),
@@ -407,19 +436,24 @@ export class ClusterAgent implements AsyncDisposable {
     if (ev.event.type !== "SessionStarted" && ev.index <= this.state.index && this.synced) return;
     if (ev.event.type === "SessionStarted" || (this.synced && ev.index === this.state.index + 1)) {
       this.applyOne(ev);
-      // Drain buffered successors.
-      for (
-        let next = this.pending.get(this.state.index + 1);
-        next;
-        next = this.pending.get(this.state.index + 1)
-      ) {
-        this.pending.delete(next.index);
-        this.applyOne(next);
-      }
+      this.drainPending();
       return;
     }
     this.pending.set(ev.index, ev);
     void this.sync(this.synced ? this.state.index + 1 : 1);
+  }
+
+  /** Applies buffered events that directly follow the replica's index. */
+  private drainPending(): void {
+    if (!this.synced) return;
+    for (
+      let next = this.pending.get(this.state.index + 1);
+      next;
+      next = this.pending.get(this.state.index + 1)
+    ) {
+      this.pending.delete(next.index);
+      this.applyOne(next);
+    }
   }
 
   private applyOne(ev: IndexedEvent): void {
@@ -465,6 +499,10 @@ export class ClusterAgent implements AsyncDisposable {
           this.applyOne(ev);
       }
       for (const k of [...this.pending.keys()]) if (k <= this.state.index) this.pending.delete(k);
+      // Events that arrived while the request was out (e.g. this node's own NodeJoined, sequenced
+      // just after it adopted the session) follow on directly: without this drain they would wait
+      // for yet another event before being applied.
+      this.drainPending();
     } catch (e) {
       this.log.debug({ err: e }, "sync failed; will retry on the next event or tick");
     } finally {

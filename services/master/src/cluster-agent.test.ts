@@ -1,0 +1,273 @@
+// ClusterAgent over an in-memory bus with fake timers: replica catch-up races and partition heals.
+import { randomUUID } from "node:crypto";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import type { Bus } from "@ic/bus";
+import { CATALOG, ServiceError } from "@ic/protocol";
+import { silentLogger } from "@ic/log";
+import { ClusterAgent } from "./cluster-agent.ts";
+
+type Handler = (msg: unknown, meta: { origin: string | undefined }) => unknown;
+interface Entry {
+  readonly subject: string;
+  readonly bus: FakeBus;
+  readonly handler: Handler;
+  readonly ignoreOwn?: boolean;
+}
+
+const clone = <T>(v: T): T => JSON.parse(JSON.stringify(v)) as T;
+const subjectOf = (name: keyof typeof CATALOG, suffix?: string) =>
+  suffix ? `${CATALOG[name].subject}.${suffix}` : CATALOG[name].subject;
+
+/** An in-memory bus: deliveries are timers (ordered, asynchronous), links can be cut. */
+class Hub {
+  readonly subs = new Set<Entry>();
+  readonly responders = new Set<Entry>();
+  /** Pairs of bus names that cannot reach each other. */
+  readonly cut = new Set<string>();
+  /** Return false to drop one published message on its way to `to`. */
+  drop: (subject: string, msg: unknown, to: FakeBus) => boolean = () => false;
+  /** Replies to requests wait for this (they are computed when the request arrives). */
+  replyGate: Promise<void> = Promise.resolve();
+
+  reaches(a: FakeBus, b: FakeBus): boolean {
+    return a === b || !this.cut.has(`${a.name}|${b.name}`);
+  }
+  partition(side: readonly string[], all: readonly string[]): void {
+    for (const a of side)
+      for (const b of all)
+        if (!side.includes(b)) {
+          this.cut.add(`${a}|${b}`);
+          this.cut.add(`${b}|${a}`);
+        }
+  }
+}
+
+class FakeBus {
+  readonly origin = randomUUID();
+  constructor(
+    private readonly hub: Hub,
+    readonly name: string,
+  ) {}
+
+  publish(name: keyof typeof CATALOG, msg: unknown, suffix?: string): void {
+    const subject = subjectOf(name, suffix);
+    const body = clone(msg);
+    for (const s of [...this.hub.subs]) {
+      if (s.subject !== subject || (s.ignoreOwn && s.bus === this)) continue;
+      if (!this.hub.reaches(this, s.bus) || this.hub.drop(subject, body, s.bus)) continue;
+      setTimeout(() => {
+        if (this.hub.subs.has(s)) s.handler(clone(body), { origin: this.origin });
+      }, 1);
+    }
+  }
+
+  subscribe(
+    name: keyof typeof CATALOG,
+    handler: Handler,
+    opts: { suffix?: string; ignoreOwn?: boolean } = {},
+  ): () => void {
+    const e: Entry = {
+      subject: subjectOf(name, opts.suffix),
+      bus: this,
+      handler,
+      ignoreOwn: opts.ignoreOwn ?? false,
+    };
+    this.hub.subs.add(e);
+    return () => void this.hub.subs.delete(e);
+  }
+
+  respond(name: keyof typeof CATALOG, handler: Handler, opts: { suffix?: string } = {}) {
+    const e: Entry = { subject: subjectOf(name, opts.suffix), bus: this, handler };
+    this.hub.responders.add(e);
+    return () => void this.hub.responders.delete(e);
+  }
+
+  async request(
+    name: keyof typeof CATALOG,
+    msg: unknown,
+    opts: { timeoutMs: number; suffix?: string; from?: string },
+  ): Promise<unknown> {
+    const subject = subjectOf(name, opts.suffix);
+    const r = [...this.hub.responders].find(
+      (x) =>
+        x.subject === subject &&
+        this.hub.reaches(this, x.bus) &&
+        (opts.from === undefined || x.bus.origin === opts.from),
+    );
+    const answer = new Promise<unknown>((resolve) => {
+      if (!r) return;
+      setTimeout(() => {
+        const reply = clone(r.handler(clone(msg), { origin: this.origin }));
+        void this.hub.replyGate.then(() => resolve(reply));
+      }, 1);
+    });
+    const timeout = new Promise<never>((_, reject) =>
+      setTimeout(() => reject(new ServiceError("unavailable", "timed out")), opts.timeoutMs),
+    );
+    return Promise.race([answer, timeout]);
+  }
+}
+
+const timings = { heartbeatMs: 100, livenessTimeoutMs: 400, electionTimeoutMs: 300 };
+
+function agent(hub: Hub, name: string, startedAt: number): ClusterAgent {
+  return new ClusterAgent({
+    bus: new FakeBus(hub, name) as unknown as Bus,
+    log: silentLogger(),
+    clock: { now: () => Date.now() },
+    self: {
+      peerKey: `p-${name}`,
+      name,
+      host: name,
+      apiUrl: `http://${name}:8080`,
+      startedAt,
+    },
+    timings,
+    extras: () => ({ telemetry: null, links: [], runners: [], health: [] }),
+  });
+}
+
+const advance = (ms: number) => vi.advanceTimersByTimeAsync(ms);
+/** Advances fake time 1 ms at a time until `cond` holds (at most a second). */
+async function waitUntil(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 1000 && !cond(); i++) await advance(1);
+  expect(cond()).toBe(true);
+}
+const memberNames = (a: ClusterAgent) =>
+  Object.values(a.snapshot().members)
+    .map((m) => m.name)
+    .sort();
+
+let agents: ClusterAgent[] = [];
+beforeEach(() => {
+  vi.useFakeTimers({ now: 1_000_000 });
+  agents = [];
+});
+afterEach(async () => {
+  for (const a of agents) await a.stop();
+  vi.useRealTimers();
+});
+
+function start(hub: Hub, name: string, startedAt: number): ClusterAgent {
+  const a = agent(hub, name, startedAt);
+  agents.push(a);
+  a.start();
+  return a;
+}
+
+describe("replica catch-up", () => {
+  it("applies the event that arrived while its first sync was out (its own NodeJoined)", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1);
+    await advance(500);
+    expect(a.isMaster).toBe(true);
+    let release!: () => void;
+    hub.replyGate = new Promise((r) => (release = r));
+    const b = start(hub, "b", 2);
+    await advance(300);
+    // The master sequenced b's NodeJoined after it answered b's sync, whose reply is held.
+    expect(memberNames(a)).toEqual(["a", "b"]);
+    expect(b.synced).toBe(false);
+    release();
+    await advance(0); // microtasks only: no heartbeat or tick runs
+    expect(b.synced).toBe(true);
+    expect(b.snapshot().index).toBe(a.snapshot().index);
+    expect(memberNames(b)).toEqual(["a", "b"]);
+  });
+
+  it("a follower that lost the master's last event catches up from the master's heartbeat", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1);
+    await advance(500);
+    const b = start(hub, "b", 2);
+    await advance(500);
+    expect(b.snapshot().index).toBe(a.snapshot().index);
+    // c's NodeJoined never reaches b, and no later event shows b the gap.
+    hub.drop = (subject, msg, to) =>
+      subject === CATALOG.events.subject &&
+      to.name === "b" &&
+      (msg as { event: { type: string } }).event.type === "NodeJoined";
+    start(hub, "c", 3);
+    await waitUntil(() => memberNames(a).length === 3);
+    expect(b.snapshot().index).toBe(a.snapshot().index - 1);
+    hub.drop = () => false;
+    await advance(2 * timings.heartbeatMs);
+    expect(b.snapshot().index).toBe(a.snapshot().index);
+    expect(memberNames(b)).toEqual(["a", "b", "c"]);
+  });
+});
+
+describe("failover", () => {
+  it("the dead master is not a member of the session that replaces it", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1);
+    const b = start(hub, "b", 2);
+    const c = start(hub, "c", 3);
+    await advance(1000);
+    expect(memberNames(c)).toEqual(["a", "b", "c"]);
+    const s1 = a.sessionId;
+    await a.stop(); // silent from now on, like a killed process
+    await waitUntil(() => b.isMaster);
+    expect(b.sessionId).not.toBe(s1);
+    // At the election the old master was heard within the liveness window, yet it is not a member.
+    expect(memberNames(b)).toEqual(["b", "c"]);
+    await waitUntil(() => c.sessionId === b.sessionId && c.synced);
+    expect(memberNames(c)).toEqual(["b", "c"]);
+  });
+});
+
+describe("partition and heal", () => {
+  const ALL = ["a", "b", "c", "d"];
+
+  async function fourNodes(hub: Hub) {
+    const nodes = ALL.map((n, i) => start(hub, n, i + 1));
+    await advance(1000);
+    for (const n of nodes) expect(n.sessionId).toBe(nodes[0]!.sessionId);
+    expect(nodes[0]!.isMaster).toBe(true);
+    return nodes as [ClusterAgent, ClusterAgent, ClusterAgent, ClusterAgent];
+  }
+
+  it("the old master cut off alone keeps its session while cut and joins the majority's at the heal", async () => {
+    const hub = new Hub();
+    const [a, b, c, d] = await fourNodes(hub);
+    const s1 = a.sessionId;
+    hub.partition(["a"], ALL);
+    await advance(1500);
+    // Split-brain: both sides have a master.
+    expect(a.isMaster).toBe(true);
+    expect(a.sessionId).toBe(s1);
+    expect(memberNames(a)).toEqual(["a"]);
+    const s2 = b.sessionId;
+    expect(s2).not.toBe(s1);
+    expect(b.isMaster).toBe(true);
+    for (const n of [c, d]) expect(n.sessionId).toBe(s2);
+    expect(memberNames(b)).toEqual(["b", "c", "d"]);
+    hub.cut.clear();
+    await advance(1500);
+    for (const n of [a, b, c, d]) {
+      expect(n.sessionId).toBe(s2);
+      expect(n.synced).toBe(true);
+      expect(memberNames(n)).toEqual(ALL);
+    }
+    expect([a, b, c, d].filter((n) => n.isMaster)).toEqual([b]);
+  });
+
+  it("a follower cut off alone elects itself and rejoins the majority's session at the heal", async () => {
+    const hub = new Hub();
+    const [a, b, c, d] = await fourNodes(hub);
+    const s1 = a.sessionId;
+    hub.partition(["d"], ALL);
+    await advance(1500);
+    expect(d.isMaster).toBe(true);
+    expect(d.sessionId).not.toBe(s1);
+    expect(memberNames(d)).toEqual(["d"]);
+    expect(memberNames(a)).toEqual(["a", "b", "c"]);
+    hub.cut.clear();
+    await advance(1500);
+    for (const n of [a, b, c, d]) {
+      expect(n.sessionId).toBe(s1);
+      expect(memberNames(n)).toEqual(ALL);
+    }
+    expect([a, b, c, d].filter((n) => n.isMaster)).toEqual([a]);
+  });
+});
