@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { startHostCluster as startCluster, waitForConvergence, waitFor } from "@ic/testkit";
+import { startHostCluster, waitForConvergence, waitFor } from "@ic/testkit";
 
 describe("a 3-node cluster across hosts", () => {
   it("converges to one master and one session, and every node lists all 3 identities", async () => {
-    await using cluster = await startCluster(3);
+    await using cluster = await startHostCluster(3);
     const docs = await waitForConvergence(cluster.nodes, 3);
     for (const d of docs) {
       expect(d.node_identities).toHaveLength(3);
@@ -14,7 +14,7 @@ describe("a 3-node cluster across hosts", () => {
   });
 
   it("kill -9 of the master gives a new master and a new session on the survivors", async () => {
-    await using cluster = await startCluster(3);
+    await using cluster = await startHostCluster(3);
     const before = await waitForConvergence(cluster.nodes, 3);
     const oldSession = before[0]!.session!.session_id;
     const killedAt = Date.now();
@@ -27,7 +27,7 @@ describe("a 3-node cluster across hosts", () => {
   });
 
   it("kill -9 of a worker removes it from node_identities, and a restarted node rejoins", async () => {
-    await using cluster = await startCluster(3);
+    await using cluster = await startHostCluster(3);
     await waitForConvergence(cluster.nodes, 3);
     const victim = cluster.nodes[2]!;
     victim.kill("SIGKILL");
@@ -41,7 +41,7 @@ describe("a 3-node cluster across hosts", () => {
   });
 
   it("POST /admin/restart returns and the node is back in its peers' state", async () => {
-    await using cluster = await startCluster(2);
+    await using cluster = await startHostCluster(2);
     const before = await waitForConvergence(cluster.nodes, 2);
     const oldId = before[0]!.node_identities.find((n) => n.name === "node-2")!.node_id;
     const oldPeerKey = cluster.nodes[1]!.peerKey;
