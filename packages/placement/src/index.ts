@@ -29,3 +29,26 @@ export type {
   PreviewInput,
   Sharding,
 } from "./place.ts";
+export {
+  availableBytes,
+  checkInstance,
+  clusterLinks,
+  modelFacts,
+  nodeCapacities,
+  placeInCluster,
+  previewCluster,
+  unavailableReason,
+} from "./cluster.ts";
+export type {
+  ClusterPlacementResult,
+  ClusterPreviewEntry,
+  ClusterRefusal,
+  ClusterRefusalCode,
+  ClusterRequest,
+  NodeCapacity,
+  NodeReport,
+  Unavailable,
+} from "./cluster.ts";
+export { assignmentsOf } from "./cluster.ts";
+export { lostDeployments, reconcile } from "./reconcile.ts";
+export type { ReconcileAction, ReconcileOptions } from "./reconcile.ts";

@@ -95,6 +95,17 @@ export const RunnerSchema = z.object({
   endpoint: z.string().optional(),
   restarts: z.number().int().nonnegative().default(0),
   since: z.number(),
+  /** Rank 0 while staging: bytes of the model on local disk so far, reported at most once a second. */
+  progress: z
+    .object({
+      staged_bytes: z.number().int().nonnegative(),
+      total_bytes: z.number().int().nonnegative(),
+      /** When staging started (the worker's clock, ms). */
+      started_at: z.number(),
+    })
+    .optional(),
+  /** While warming up: when the current process start (or wait for remote ranks) began (ms). */
+  warmup_started_at: z.number().optional(),
 });
 export type Runner = z.infer<typeof RunnerSchema>;
 
@@ -107,6 +118,35 @@ export const TaskSchema = z.object({
   created_at: z.number(),
 });
 export type Task = z.infer<typeof TaskSchema>;
+
+/** Why a deployment has no instance: the placement refusal, as the API would answer it. */
+export const DeploymentRefusalSchema = z.object({
+  code: z.string(),
+  message: z.string(),
+  node_id: z.string().optional(),
+  health_code: z.string().optional(),
+});
+export type DeploymentRefusal = z.infer<typeof DeploymentRefusalSchema>;
+
+/**
+ * The intent behind a placement: kept in the replicated state until DELETE /instance/{id}; when its
+ * instance is lost the master places it again (packages/placement reconcile) or keeps it Pending.
+ */
+export const DeploymentSchema = z.object({
+  deployment_id: z.string().min(1),
+  model_id: ModelIdSchema,
+  min_nodes: z.number().int().positive(),
+  sharding: ShardingSchema,
+  /** Exclusions by peer key: node ids are per session, peer keys survive failover. */
+  excluded_peer_keys: z.array(z.string()),
+  created_at: z.number(),
+  /** The instance that realizes it (its last one while Pending). */
+  instance_id: InstanceIdSchema,
+  status: z.enum(["Placed", "Pending"]),
+  /** Pending: why the last placement attempt was refused. */
+  refusal: DeploymentRefusalSchema.optional(),
+});
+export type Deployment = z.infer<typeof DeploymentSchema>;
 
 export const SessionSchema = z.object({
   session_id: SessionIdSchema,
@@ -126,6 +166,7 @@ export const ControlStateSchema = z.object({
   /** Keyed `<instance_id>/<rank>`. */
   runners: z.record(z.string(), RunnerSchema),
   tasks: z.record(z.string(), TaskSchema),
+  deployments: z.record(z.string(), DeploymentSchema).default({}),
 });
 export type ControlState = z.infer<typeof ControlStateSchema>;
 
@@ -140,11 +181,31 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
     models: z.array(ModelRecordSchema),
     instances: z.array(InstanceSchema),
     runners: z.array(RunnerSchema),
+    /** Deployments carry over whole: the new master re-places those whose instance did not. */
+    deployments: z.array(DeploymentSchema).default([]),
   }),
   z.object({ type: z.literal("NodeJoined"), member: MemberSchema }),
   z.object({ type: z.literal("NodeLeft"), node_id: NodeIdSchema, reason: z.string() }),
   z.object({ type: z.literal("ModelRegistered"), model: ModelRecordSchema }),
-  z.object({ type: z.literal("InstancePlaced"), instance: InstanceSchema }),
+  z.object({
+    type: z.literal("InstancePlaced"),
+    instance: InstanceSchema,
+    /** Set when the master re-placed a deployment whose instance was lost. */
+    deployment_id: z.string().optional(),
+    reason: z.string().optional(),
+  }),
+  z.object({ type: z.literal("DeploymentCreated"), deployment: DeploymentSchema }),
+  z.object({
+    type: z.literal("DeploymentPending"),
+    deployment_id: z.string(),
+    refusal: DeploymentRefusalSchema,
+    reason: z.string(),
+  }),
+  z.object({
+    type: z.literal("DeploymentDeleted"),
+    deployment_id: z.string(),
+    reason: z.string(),
+  }),
   z.object({
     type: z.literal("InstanceDeleted"),
     instance_id: InstanceIdSchema,
@@ -176,7 +237,18 @@ export type IndexedEvent = z.infer<typeof IndexedEventSchema>;
 // ---- commands ----
 
 export const CommandSchema = z.discriminatedUnion("type", [
-  z.object({ type: z.literal("PlaceInstance"), instance: InstanceSchema }),
+  z.object({
+    type: z.literal("PlaceInstance"),
+    instance: InstanceSchema,
+    /** The request behind it, kept as a deployment (absent: no intent is kept). */
+    deployment: z
+      .object({
+        min_nodes: z.number().int().positive(),
+        sharding: ShardingSchema,
+        excluded_nodes: z.array(z.string()),
+      })
+      .optional(),
+  }),
   z.object({ type: z.literal("DeleteInstance"), instance_id: InstanceIdSchema }),
   z.object({ type: z.literal("RegisterModel"), model: ModelRecordSchema }),
   z.object({ type: z.literal("ReportRunner"), runner: RunnerSchema }),
@@ -236,6 +308,7 @@ export function emptyState(): ControlState {
     instances: {},
     runners: {},
     tasks: {},
+    deployments: {},
   };
 }
 

@@ -9,10 +9,13 @@ export const ERROR_CODES = [
   "unsupported_media_type",
   "not_found",
   "model_not_found",
+  "model_not_ready",
   "insufficient_memory",
   "no_cycle",
   "all_excluded",
   "tensor_unsupported",
+  /** The placement needs a node whose engine is unusable or whose nodeHealth has an error. */
+  "node_unhealthy",
   "info_pending",
   "session_changed",
   "no_master",
@@ -33,10 +36,12 @@ export const RETRYABLE: Readonly<Record<ErrorCode, boolean>> = {
   unsupported_media_type: false,
   not_found: false,
   model_not_found: false,
+  model_not_ready: true,
   insufficient_memory: false,
   no_cycle: false,
   all_excluded: false,
   tensor_unsupported: false,
+  node_unhealthy: false,
   info_pending: true,
   session_changed: true,
   no_master: true,
@@ -54,14 +59,22 @@ export class ServiceError extends Error {
   constructor(
     readonly code: ErrorCode,
     message: string,
-    options: { cause?: unknown; details?: Record<string, unknown>; retryable?: boolean } = {},
+    options: {
+      cause?: unknown;
+      details?: Record<string, unknown>;
+      retryable?: boolean;
+      /** Seconds a client should wait before retrying (HTTP `Retry-After`). */
+      retryAfterS?: number;
+    } = {},
   ) {
     super(message, { cause: options.cause });
     this.name = "ServiceError";
     this.retryable = options.retryable ?? RETRYABLE[code];
     this.details = options.details;
+    this.retryAfterS = options.retryAfterS;
   }
   readonly details: Record<string, unknown> | undefined;
+  readonly retryAfterS: number | undefined;
 }
 
 export function httpStatusFor(
@@ -79,9 +92,11 @@ export function httpStatusFor(
     case "no_cycle":
     case "all_excluded":
     case "tensor_unsupported":
+    case "node_unhealthy":
       return 400;
     case "not_found":
     case "model_not_found":
+    case "model_not_ready":
       return 404;
     case "conflict":
       return 409;

@@ -2,6 +2,7 @@
 // `node_identities` and `nodeHealth` are spelled as the spec fixes them.
 import { z } from "zod";
 import {
+  DeploymentSchema,
   InstanceSchema,
   ModelRecordSchema,
   RunnerSchema,
@@ -47,5 +48,7 @@ export const StateDocumentSchema = z.object({
   models: z.array(ModelRecordSchema),
   instances: z.array(InstanceSchema.extend({ runners: z.array(RunnerSchema) })),
   tasks: z.array(TaskSchema),
+  /** Placement intents: Placed, or Pending with the typed refusal of the last attempt. */
+  deployments: z.array(DeploymentSchema),
 });
 export type StateDocument = z.infer<typeof StateDocumentSchema>;

@@ -12,7 +12,7 @@ import type {
   TaskId,
   CommandId,
 } from "@ic/protocol";
-import { apply, OutOfOrderEvent, servingInstance } from "./apply.ts";
+import { apply, OutOfOrderEvent } from "./apply.ts";
 
 const S = "s1" as SessionId;
 const n1 = "n-1" as NodeId;
@@ -69,6 +69,7 @@ const start: ControlEvent = {
   models: [],
   instances: [],
   runners: [],
+  deployments: [],
 };
 
 describe("apply", () => {
@@ -171,40 +172,52 @@ describe("apply", () => {
     ).toEqual({});
   });
 
-  it("servingInstance picks the oldest instance with a ready rank 0", () => {
-    const s = run([
+  it("deployments: created with the instance, pending when refused, placed again, deleted, carried", () => {
+    const d = {
+      deployment_id: "d-1",
+      model_id: model,
+      min_nodes: 1,
+      sharding: "Pipeline" as const,
+      excluded_peer_keys: [],
+      created_at: 1,
+      instance_id: "i-a" as InstanceId,
+      status: "Placed" as const,
+    };
+    const refusal = { code: "insufficient_memory", message: "node x cannot fit its share" };
+    const created = run([
       start,
       { type: "InstancePlaced", instance: instance("i-a", [n1]) },
-      {
-        type: "RunnerStatus",
-        runner: {
-          instance_id: "i-a" as InstanceId,
-          node_id: n1,
-          rank: 0,
-          state: "RunnerWarmingUp",
-          restarts: 0,
-          since: 1,
-        },
-      },
+      { type: "DeploymentCreated", deployment: d },
+      { type: "NodeLeft", node_id: n1, reason: "heartbeat timeout" },
+      { type: "DeploymentPending", deployment_id: "d-1", refusal, reason: "instance lost" },
     ]);
-    expect(servingInstance(s, model)).toBeUndefined();
-    const ready = apply(s, {
-      index: s.index + 1,
+    expect(created.instances).toEqual({});
+    expect(created.deployments["d-1"]).toMatchObject({ status: "Pending", refusal });
+    const again = apply(created, {
+      index: created.index + 1,
       session_id: S,
-      at: 1,
+      at: 9,
       event: {
-        type: "RunnerStatus",
-        runner: {
-          instance_id: "i-a" as InstanceId,
-          node_id: n1,
-          rank: 0,
-          state: "RunnerReady",
-          endpoint: "http://x",
-          restarts: 0,
-          since: 2,
-        },
+        type: "InstancePlaced",
+        instance: instance("i-b", [n2]),
+        deployment_id: "d-1",
+        reason: "lost",
       },
     });
-    expect(servingInstance(ready, model)?.endpoint).toBe("http://x");
+    expect(again.deployments["d-1"]).toEqual({ ...d, instance_id: "i-b" });
+    const gone = apply(again, {
+      index: again.index + 1,
+      session_id: S,
+      at: 10,
+      event: { type: "DeploymentDeleted", deployment_id: "d-1", reason: "deleted" },
+    });
+    expect(gone.deployments).toEqual({});
+    const carried = apply(again, {
+      index: 1,
+      session_id: "s-2" as SessionId,
+      at: 11,
+      event: { ...start, deployments: Object.values(again.deployments) } as ControlEvent,
+    });
+    expect(Object.keys(carried.deployments)).toEqual(["d-1"]);
   });
 });

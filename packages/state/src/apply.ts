@@ -1,7 +1,7 @@
 // The replicated state machine: apply(state, event) -> state, pure and total over ordered events.
 // Every node folds the master's indexed events through this one function, so replicas agree.
 import { emptyState, runnerKey } from "@ic/protocol";
-import type { ControlState, IndexedEvent, Instance } from "@ic/protocol";
+import type { ControlState, IndexedEvent } from "@ic/protocol";
 
 export class OutOfOrderEvent extends Error {
   constructor(
@@ -44,6 +44,7 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
     for (const r of e.runners) {
       if (s.instances[r.instance_id]) s.runners[runnerKey(r.instance_id, r.rank)] = r;
     }
+    for (const d of e.deployments) s.deployments[d.deployment_id] = d;
     return s;
   }
   if (state.session?.session_id !== ev.session_id || ev.index !== state.index + 1) {
@@ -64,8 +65,30 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
     }
     case "ModelRegistered":
       return { ...next, models: { ...next.models, [e.model.model_id]: e.model } };
-    case "InstancePlaced":
-      return { ...next, instances: { ...next.instances, [e.instance.instance_id]: e.instance } };
+    case "InstancePlaced": {
+      const placed = {
+        ...next,
+        instances: { ...next.instances, [e.instance.instance_id]: e.instance },
+      };
+      const d = e.deployment_id !== undefined ? next.deployments[e.deployment_id] : undefined;
+      if (!d) return placed;
+      const { refusal: _gone, ...rest } = d;
+      const updated = { ...rest, instance_id: e.instance.instance_id, status: "Placed" as const };
+      return { ...placed, deployments: { ...next.deployments, [d.deployment_id]: updated } };
+    }
+    case "DeploymentCreated":
+      return {
+        ...next,
+        deployments: { ...next.deployments, [e.deployment.deployment_id]: e.deployment },
+      };
+    case "DeploymentPending": {
+      const d = next.deployments[e.deployment_id];
+      if (!d) return next;
+      const updated = { ...d, status: "Pending" as const, refusal: e.refusal };
+      return { ...next, deployments: { ...next.deployments, [d.deployment_id]: updated } };
+    }
+    case "DeploymentDeleted":
+      return { ...next, deployments: without(next.deployments, (_d, k) => k === e.deployment_id) };
     case "InstanceDeleted":
       return dropInstances(next, new Set([e.instance_id]));
     case "RunnerStatus":
@@ -82,19 +105,4 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
     case "DownloadFailed":
       return next;
   }
-}
-
-/** The instance that serves a model: one whose rank-0 runner is ready, preferring the oldest. */
-export function servingInstance(
-  state: ControlState,
-  modelId: string,
-): { instance: Instance; endpoint: string } | undefined {
-  const candidates = Object.values(state.instances)
-    .filter((i) => i.model_id === modelId)
-    .sort((a, b) => a.created_at - b.created_at || a.instance_id.localeCompare(b.instance_id));
-  for (const instance of candidates) {
-    const r = state.runners[runnerKey(instance.instance_id, 0)];
-    if (r?.state === "RunnerReady" && r.endpoint) return { instance, endpoint: r.endpoint };
-  }
-  return undefined;
 }

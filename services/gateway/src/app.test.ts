@@ -4,9 +4,11 @@ import type {
   Command,
   ControlState,
   Heartbeat,
+  InstanceId,
   ModelId,
   ModelRecord,
   NodeId,
+  Runner,
   SessionId,
   Telemetry,
 } from "@ic/protocol";
@@ -285,5 +287,71 @@ describe("GET /state and errors", () => {
     });
     expect(r.status).toBe(404);
     expect(r.body.error).toMatchObject({ code: "model_not_found", type: "not_found_error" });
+  });
+});
+
+describe("readiness over HTTP", () => {
+  /** One instance of org/big on node "a" whose rank 0 is staging (40% after 8 s). */
+  function staging() {
+    const c = fakeCluster([{ name: "a", freeGb: 64 }]);
+    const s = c.view.snapshot();
+    const now = Date.now();
+    s.instances["i-w"] = {
+      instance_id: "i-w" as InstanceId,
+      model_id: model.model_id,
+      sharding: "Pipeline",
+      created_at: 1,
+      assignments: [
+        { node_id: c.idOf("a"), peer_key: "p-0", rank: 0, weight_bytes: 1, required_bytes: 1 },
+      ],
+    };
+    s.runners["i-w/0"] = {
+      instance_id: "i-w" as InstanceId,
+      node_id: c.idOf("a"),
+      rank: 0,
+      state: "RunnerStaging",
+      restarts: 0,
+      since: now,
+      progress: { staged_bytes: 12 * G, total_bytes: 30 * G, started_at: now - 8000 },
+    };
+    return c;
+  }
+
+  it("chat for a model whose instance is staging is a retryable 404 with Retry-After", async () => {
+    const r = await app(staging().view).request("/v1/chat/completions", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "org/big", messages: [{ role: "user", content: "hi" }] }),
+    });
+    expect(r.status).toBe(404);
+    expect(Number(r.headers.get("retry-after"))).toBeGreaterThanOrEqual(12);
+    const body = (await r.json()) as { error: Record<string, unknown> };
+    expect(body.error).toMatchObject({
+      code: "model_not_ready",
+      type: "not_found_error",
+      retryable: true,
+      message: "org/big is staging on a (40% of 30.0 GB); retry",
+    });
+  });
+
+  it("/v1/models leaves the model out until it is ready; /state shows the staging progress", async () => {
+    const c = staging();
+    const a = app(c.view);
+    const models = (await (await a.request("/v1/models")).json()) as { data: unknown[] };
+    expect(models.data).toEqual([]);
+    const doc = (await (await a.request("/state")).json()) as {
+      instances: { runners: Runner[] }[];
+    };
+    expect(doc.instances[0]?.runners[0]?.progress).toMatchObject({
+      staged_bytes: 12 * G,
+      total_bytes: 30 * G,
+    });
+    c.view.snapshot().runners["i-w/0"] = {
+      ...c.view.snapshot().runners["i-w/0"]!,
+      state: "RunnerReady",
+      endpoint: "http://127.0.0.1:1",
+    };
+    const after = (await (await a.request("/v1/models")).json()) as { data: { id: string }[] };
+    expect(after.data.map((m) => m.id)).toEqual(["org/big"]);
   });
 });

@@ -35,7 +35,9 @@ export async function parseJson<S extends z.ZodType>(
 
 export function toResponse(c: Context, err: unknown, log: Logger): Response {
   if (err instanceof ServiceError) {
-    return c.json(errorBody(err), httpStatusFor(err.code));
+    const headers: Record<string, string> =
+      err.retryAfterS !== undefined ? { "retry-after": String(Math.ceil(err.retryAfterS)) } : {};
+    return c.json(errorBody(err), httpStatusFor(err.code), headers);
   }
   if (err instanceof HTTPException) {
     const code = err.status === 404 ? "not_found" : "invalid_request";

@@ -1,59 +1,25 @@
-// Builds the placement input from this node's view (replica members + heartbeats) and maps the pure
-// placement package's results onto assignments and typed ServiceErrors.
-import { place, previews } from "@ic/placement";
-import type { MemoryModel, ModelFacts, NodeShare, PlacementResult } from "@ic/placement";
-import type { Assignment, ModelRecord, NodeId, Sharding } from "@ic/protocol";
+// Feeds this node's view (replica + live heartbeats) to the pure cluster placement of @ic/placement
+// and maps its results onto assignments and typed ServiceErrors; the master re-checks the same way.
+import { assignmentsOf, placeInCluster, previewCluster } from "@ic/placement";
+import type {
+  ClusterRefusal,
+  MemoryModel,
+  NodeCapacity,
+  NodeReport,
+  NodeShare,
+} from "@ic/placement";
+import type { Assignment, ControlState, ModelRecord, Sharding } from "@ic/protocol";
 import { ServiceError } from "@ic/protocol";
 import type { ClusterView } from "./ports.ts";
 
-export interface ViewNode {
-  readonly node_id: NodeId;
-  readonly peer_key: string;
-  readonly name: string;
-  /** null while the node's telemetry has not been heard (placement then reports info_pending). */
-  readonly free_bytes: number | null;
-  readonly total_bytes: number | null;
-}
-
 export interface PlacementView {
-  readonly nodes: readonly ViewNode[];
-  readonly links: readonly { readonly a: NodeId; readonly b: NodeId; readonly rtt_ms: number }[];
-  /** True when some member's link measurements have not arrived yet. */
-  readonly linksPending: boolean;
+  readonly state: ControlState;
+  /** Latest heartbeat of every live peer, self included. */
+  readonly reports: readonly NodeReport[];
 }
 
-export function placementView(cluster: ClusterView, _now: number): PlacementView {
-  const s = cluster.snapshot();
-  const live = new Map(cluster.livePeers().map((p) => [p.heartbeat.peer_key, p.heartbeat]));
-  const members = Object.values(s.members);
-  const idOf = new Map(members.map((m) => [m.peer_key, m.node_id]));
-  const nodes: ViewNode[] = members.map((m) => {
-    const t = live.get(m.peer_key)?.telemetry ?? null;
-    return {
-      node_id: m.node_id,
-      peer_key: m.peer_key,
-      name: m.name,
-      free_bytes: t ? t.memory_free_bytes : null,
-      total_bytes: t ? t.memory_total_bytes : null,
-    };
-  });
-  const seen = new Set<string>();
-  const links: { a: NodeId; b: NodeId; rtt_ms: number }[] = [];
-  let linksPending = false;
-  for (const m of members) {
-    const hb = live.get(m.peer_key);
-    if (!hb) continue;
-    if (members.length > 1 && hb.links.length === 0) linksPending = true;
-    for (const l of hb.links) {
-      const other = idOf.get(l.peer_key);
-      if (!other) continue;
-      const key = [m.node_id, other].sort().join("|");
-      if (seen.has(key)) continue;
-      seen.add(key);
-      links.push({ a: m.node_id, b: other, rtt_ms: l.rtt_ms });
-    }
-  }
-  return { nodes, links, linksPending };
+export function placementView(cluster: ClusterView): PlacementView {
+  return { state: cluster.snapshot(), reports: cluster.livePeers().map((p) => p.heartbeat) };
 }
 
 export type Decision = { ok: true; assignments: Assignment[] } | { ok: false; error: ServiceError };
@@ -64,49 +30,17 @@ export interface DecideRequest {
   readonly excluded: readonly string[];
 }
 
-function facts(model: ModelRecord): ModelFacts {
-  return {
-    model_id: model.model_id,
-    weight_bytes: model.bytes,
-    layers: model.layers,
-    context_length: model.context_length,
-    embedding_length: model.embedding_length,
-    head_count: model.head_count,
-    head_count_kv: model.head_count_kv,
-    supports_tensor: model.supports_tensor,
-  };
-}
-
-function input(
-  view: PlacementView,
-  model: ModelRecord,
-  excluded: readonly string[],
-  memory: Partial<MemoryModel>,
-) {
-  return {
-    nodes: view.nodes.map((n) => ({ node_id: n.node_id, name: n.name, free_bytes: n.free_bytes })),
-    links: view.links,
-    linksPending: view.linksPending,
-    model: facts(model),
-    excluded,
-    memory,
-  };
-}
-
 function toAssignments(view: PlacementView, shares: readonly NodeShare[]): Assignment[] {
-  const peer = new Map<string, string>(view.nodes.map((n) => [n.node_id, n.peer_key]));
-  return shares.map((s) => ({
-    node_id: s.node_id as NodeId,
-    peer_key: peer.get(s.node_id)!,
-    rank: s.rank,
-    ...(s.layers !== undefined ? { layers: s.layers } : { fraction: s.fraction }),
-    weight_bytes: Math.round(s.weight_bytes),
-    required_bytes: Math.round(s.required_bytes),
-  }));
+  return assignmentsOf(view.state, shares);
 }
 
-function toError(r: Extract<PlacementResult, { ok: false }>): ServiceError {
-  return new ServiceError(r.code, r.message, r.node_id ? { details: { node_id: r.node_id } } : {});
+/** A placement refusal as the error the API answers with (the same on the master's re-check). */
+export function refusalError(r: ClusterRefusal): ServiceError {
+  const details = {
+    ...(r.node_id !== undefined ? { node_id: r.node_id } : {}),
+    ...(r.health_code !== undefined ? { health_code: r.health_code } : {}),
+  };
+  return new ServiceError(r.code, r.message, Object.keys(details).length > 0 ? { details } : {});
 }
 
 export function decide(
@@ -115,14 +49,30 @@ export function decide(
   req: DecideRequest,
   memory: Partial<MemoryModel> = {},
 ): Decision {
-  const r = place({
-    ...input(view, model, req.excluded, memory),
+  const r = placeInCluster(view.state, view.reports, {
+    model,
     minNodes: req.minNodes,
     sharding: req.sharding,
+    excluded: req.excluded,
+    memory,
   });
   return r.ok
     ? { ok: true, assignments: toAssignments(view, r.shares) }
-    : { ok: false, error: toError(r) };
+    : { ok: false, error: refusalError(r) };
+}
+
+/** A node's capacity as /instance/previews shows it. */
+function capacityEntry(c: NodeCapacity) {
+  return {
+    node_id: c.node_id,
+    name: c.name,
+    total_bytes: c.total_bytes,
+    reported_free_bytes: c.reported_free_bytes,
+    reserved_bytes: c.reserved_bytes,
+    free_bytes: c.free_bytes,
+    candidate: c.unavailable === null,
+    ...(c.unavailable ? { unavailable: c.unavailable } : {}),
+  };
 }
 
 export function previewAll(
@@ -131,19 +81,28 @@ export function previewAll(
   excluded: readonly string[],
   memory: Partial<MemoryModel> = {},
 ) {
-  return previews(input(view, model, excluded, memory)).map((p) =>
-    p.result.ok
-      ? {
-          sharding: p.sharding,
-          nodes: p.nodes,
-          ok: true as const,
-          assignments: toAssignments(view, p.result.shares),
-        }
-      : {
-          sharding: p.sharding,
-          nodes: p.nodes,
-          ok: false as const,
-          error: { code: p.result.code, message: p.result.message },
-        },
-  );
+  const r = previewCluster(view.state, view.reports, { model, excluded, memory });
+  return {
+    nodes: r.capacities.map(capacityEntry),
+    previews: r.previews.map((p) =>
+      p.result.ok
+        ? {
+            sharding: p.sharding,
+            nodes: p.nodes,
+            ok: true as const,
+            assignments: toAssignments(view, p.result.shares),
+          }
+        : {
+            sharding: p.sharding,
+            nodes: p.nodes,
+            ok: false as const,
+            error: {
+              code: p.result.code,
+              message: p.result.message,
+              ...(p.result.node_id !== undefined ? { node_id: p.result.node_id } : {}),
+              ...(p.result.health_code !== undefined ? { health_code: p.result.health_code } : {}),
+            },
+          },
+    ),
+  };
 }

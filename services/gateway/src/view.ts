@@ -65,6 +65,7 @@ export function stateDocument(cluster: ClusterView, name: string, now: number): 
       }),
     })),
     tasks: Object.values(s.tasks),
+    deployments: Object.values(s.deployments),
   };
 }
 

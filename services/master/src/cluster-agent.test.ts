@@ -1,8 +1,10 @@
-// ClusterAgent over an in-memory bus with fake timers: replica catch-up races and partition heals.
+// ClusterAgent over an in-memory bus with fake timers: replica catch-up races, partition heals and the
+// sequencer's placement re-check.
 import { randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { Bus } from "@ic/bus";
 import { CATALOG, ServiceError } from "@ic/protocol";
+import type { Instance, InstanceId, ModelId, ModelRecord, NodeId, Telemetry } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { ClusterAgent } from "./cluster-agent.ts";
 
@@ -110,7 +112,12 @@ class FakeBus {
 
 const timings = { heartbeatMs: 100, livenessTimeoutMs: 400, electionTimeoutMs: 300 };
 
-function agent(hub: Hub, name: string, startedAt: number): ClusterAgent {
+function agent(
+  hub: Hub,
+  name: string,
+  startedAt: number,
+  telemetry: Telemetry | null = null,
+): ClusterAgent {
   return new ClusterAgent({
     bus: new FakeBus(hub, name) as unknown as Bus,
     log: silentLogger(),
@@ -123,7 +130,7 @@ function agent(hub: Hub, name: string, startedAt: number): ClusterAgent {
       startedAt,
     },
     timings,
-    extras: () => ({ telemetry: null, links: [], runners: [], health: [] }),
+    extras: () => ({ telemetry, links: [], runners: [], health: [] }),
   });
 }
 
@@ -148,8 +155,13 @@ afterEach(async () => {
   vi.useRealTimers();
 });
 
-function start(hub: Hub, name: string, startedAt: number): ClusterAgent {
-  const a = agent(hub, name, startedAt);
+function start(
+  hub: Hub,
+  name: string,
+  startedAt: number,
+  telemetry: Telemetry | null = null,
+): ClusterAgent {
+  const a = agent(hub, name, startedAt, telemetry);
   agents.push(a);
   a.start();
   return a;
@@ -269,5 +281,118 @@ describe("partition and heal", () => {
       expect(memberNames(n)).toEqual(ALL);
     }
     expect([a, b, c, d].filter((n) => n.isMaster)).toEqual([a]);
+  });
+});
+
+describe("placement re-check in the sequencer", () => {
+  const G = 1e9;
+  const tele = (gb: number, usable = true): Telemetry => ({
+    memory_total_bytes: gb * G,
+    memory_free_bytes: gb * G,
+    gpus: [],
+    disk_free_bytes: null,
+    engine: { server_bin: "/e", rpc_bin: "/r", backend: "cpu", usable, overridden: false },
+    declared_backend: "auto",
+  });
+  const model: ModelRecord = {
+    model_id: "org/m" as ModelId,
+    file: "m.gguf",
+    bytes: 5 * G,
+    architecture: "llama",
+    layers: 8,
+    context_length: 0,
+    embedding_length: 64,
+    head_count: 4,
+    head_count_kv: 4,
+    supports_tensor: true,
+  };
+  /** An instance decided from a view in which `node` was empty: the whole model, 6 GB required. */
+  const decided = (on: ClusterAgent): Instance => {
+    const node_id = on.nodeId as NodeId;
+    return {
+      instance_id: `i-${randomUUID()}` as InstanceId,
+      model_id: model.model_id,
+      sharding: "Pipeline",
+      created_at: Date.now(),
+      assignments: [
+        {
+          node_id,
+          peer_key: on.peerKey,
+          rank: 0,
+          layers: 8,
+          weight_bytes: 5 * G,
+          required_bytes: 6 * G,
+        },
+      ],
+    };
+  };
+
+  it("two placements decided on the same free memory: the first sequenced wins, the other gets insufficient_memory", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1, tele(10));
+    await advance(500);
+    const b = start(hub, "b", 2, tele(10));
+    await waitUntil(() => b.synced && memberNames(a).length === 2);
+    await a.command({ type: "RegisterModel", model });
+    // Both gateways decided before either instance was sequenced: both chose node b.
+    const settled = Promise.allSettled([
+      b.command({ type: "PlaceInstance", instance: decided(b) }),
+      a.command({ type: "PlaceInstance", instance: decided(b) }),
+    ]);
+    await advance(50);
+    const results = await settled;
+    const won = results.filter((r) => r.status === "fulfilled");
+    const lost = results.filter((r) => r.status === "rejected");
+    expect(won).toHaveLength(1);
+    expect(lost).toHaveLength(1);
+    const err = (lost[0] as PromiseRejectedResult).reason as ServiceError;
+    expect(err).toBeInstanceOf(ServiceError);
+    expect(err.code).toBe("insufficient_memory");
+    expect(err.details).toEqual({ node_id: b.nodeId });
+    expect(err.message).toContain(`node b (${b.nodeId}) cannot fit its share (the whole model)`);
+    expect(err.message).toContain("needs 6.00 GB");
+    expect(err.message).toContain("but has 4.00 GB free");
+    expect(Object.keys(a.snapshot().instances)).toHaveLength(1);
+  });
+
+  it("refuses a node whose engine is unusable with node_unhealthy naming it", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1, tele(10));
+    await advance(500);
+    const b = start(hub, "b", 2, tele(10, false));
+    await waitUntil(() => b.synced && memberNames(a).length === 2);
+    await a.command({ type: "RegisterModel", model });
+    const err = await a.command({ type: "PlaceInstance", instance: decided(b) }).then(
+      () => undefined,
+      (e: unknown) => e as ServiceError,
+    );
+    expect(err?.code).toBe("node_unhealthy");
+    expect(err?.details).toEqual({ node_id: b.nodeId, health_code: "invalid_engine_binary" });
+    expect(err?.message).toContain(`node b (${b.nodeId}) is not a candidate`);
+  });
+
+  it("a deployment whose node is lost is placed again on a survivor by the master's tick", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1, tele(10));
+    await advance(500);
+    const b = start(hub, "b", 2, tele(10));
+    await waitUntil(() => b.synced && memberNames(a).length === 2);
+    await a.command({ type: "RegisterModel", model });
+    const first = decided(b);
+    await a.command({
+      type: "PlaceInstance",
+      instance: first,
+      deployment: { min_nodes: 1, sharding: "Pipeline", excluded_nodes: [] },
+    });
+    const [d] = Object.values(a.snapshot().deployments);
+    expect(d).toMatchObject({ instance_id: first.instance_id, status: "Placed" });
+    await b.stop();
+    await waitUntil(() => {
+      const dep = a.snapshot().deployments[d!.deployment_id];
+      return dep !== undefined && dep.instance_id !== first.instance_id;
+    });
+    const dep = a.snapshot().deployments[d!.deployment_id]!;
+    expect(dep.status).toBe("Placed");
+    expect(a.snapshot().instances[dep.instance_id]!.assignments[0]!.node_id).toBe(a.nodeId);
   });
 });

@@ -9,14 +9,18 @@ import type {
   CommandReply,
   ControlEvent,
   ControlState,
+  Deployment,
   Heartbeat,
   IndexedEvent,
+  InstanceId,
   Member,
   NodeId,
   SessionId,
   TaskId,
 } from "@ic/protocol";
 import { apply, decide, nodeIdFor, OutOfOrderEvent } from "@ic/state";
+import { checkInstance, lostDeployments, nodeCapacities, reconcile } from "@ic/placement";
+import type { MemoryModel } from "@ic/placement";
 import type { HeardPeer, Peer } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
@@ -60,6 +64,8 @@ export interface AgentOptions {
   /** Events retained by the master before compacting to a snapshot. */
   readonly retainEvents?: number;
   readonly commandTimeoutMs?: number;
+  /** Memory model overrides (context size), as the gateway uses: words the re-check's refusals. */
+  readonly memory?: Partial<MemoryModel>;
 }
 
 export type AgentListener = {
@@ -280,7 +286,10 @@ export class ClusterAgent implements AsyncDisposable {
       case "wait":
         break;
     }
-    if (this.role === "master") this.superviseMembers(now);
+    if (this.role === "master") {
+      this.superviseMembers(now);
+      this.reconcileDeployments(now);
+    }
     // Forget peers silent for long (keeps the table bounded; they rejoin by heartbeat).
     for (const [k, p] of this.peers) {
       if (now - p.lastHeard > this.o.timings.livenessTimeoutMs * 10) this.peers.delete(k);
@@ -355,6 +364,8 @@ export class ClusterAgent implements AsyncDisposable {
       models: Object.values(old.models),
       instances,
       runners,
+      // Intent carries over whole; the tick re-places those whose instance did not survive.
+      deployments: Object.values(old.deployments),
     };
     this.log.info(
       { session: sessionId, members: members.length, carried_instances: instances.length },
@@ -612,6 +623,75 @@ export class ClusterAgent implements AsyncDisposable {
     }
   }
 
+  /** Per lost deployment: when it was last attempted, the backoff, and the view it was tried on. */
+  private readonly retries = new Map<string, { at: number; delayMs: number; view: string }>();
+
+  /**
+   * Master only, every tick: deployments whose instance is gone are placed again (pure reconcile) or
+   * kept Pending with their refusal. A refused one is retried with backoff (1 s doubling to 30 s),
+   * and sooner (after 1 s) when membership, health or memory changed since its last attempt.
+   */
+  private reconcileDeployments(now: number): void {
+    const lost = lostDeployments(this.state);
+    if (lost.length === 0) {
+      this.retries.clear();
+      return;
+    }
+    const reports = this.livePeers().map((p) => p.heartbeat);
+    const view = nodeCapacities(this.state, reports)
+      .map(
+        (c) =>
+          `${c.node_id}:${c.free_bytes === null ? "?" : Math.floor(c.free_bytes / 2 ** 26)}:${c.unavailable?.health_code ?? ""}`,
+      )
+      .join(",");
+    const due = (d: Deployment): boolean => {
+      const r = this.retries.get(d.deployment_id);
+      if (!r) return true;
+      return now >= r.at + r.delayMs || (r.view !== view && now >= r.at + 1000);
+    };
+    const actions = reconcile(this.state, reports, {
+      now,
+      newInstanceId: () => `i-${randomUUID()}` as InstanceId,
+      due,
+      ...(this.o.memory ? { memory: this.o.memory } : {}),
+    });
+    for (const d of lost) {
+      if (!due(d)) continue;
+      const r = this.retries.get(d.deployment_id);
+      this.retries.set(d.deployment_id, {
+        at: now,
+        delayMs: r ? Math.min(30_000, r.delayMs * 2) : 1000,
+        view,
+      });
+    }
+    for (const a of actions) {
+      if (a.kind === "place") {
+        this.log.info(
+          { deployment: a.deployment_id, instance: a.instance.instance_id, reason: a.reason },
+          "deployment placed again",
+        );
+        this.retries.delete(a.deployment_id);
+        this.emit({
+          type: "InstancePlaced",
+          instance: a.instance,
+          deployment_id: a.deployment_id,
+          reason: a.reason,
+        });
+      } else {
+        this.log.warn(
+          { deployment: a.deployment_id, code: a.refusal.code, message: a.refusal.message },
+          "deployment pending",
+        );
+        this.emit({
+          type: "DeploymentPending",
+          deployment_id: a.deployment_id,
+          refusal: a.refusal,
+          reason: a.reason,
+        });
+      }
+    }
+  }
+
   private handleCommand(sessionId: SessionId, from: NodeId, cmd: Command): CommandReply {
     if (this.role !== "master" || sessionId !== this.current?.session_id) {
       return { ok: false, error: { code: "session_changed", message: "session changed; retry" } };
@@ -637,18 +717,68 @@ export class ClusterAgent implements AsyncDisposable {
             throw new ServiceError("conflict", `node ${a.node_id} is not a member of this session`);
           }
         }
-        if (!s.models[cmd.instance.model_id]) {
+        const model = s.models[cmd.instance.model_id];
+        if (!model) {
           throw new ServiceError(
             "model_not_found",
             `model ${cmd.instance.model_id} is not registered`,
           );
         }
+        // The gateway decided from its own view; this replica may already hold an instance placed
+        // through another node since. The same pure check, here, settles who gets the memory.
+        const refused = checkInstance(
+          s,
+          this.livePeers().map((p) => p.heartbeat),
+          cmd.instance,
+          model,
+          this.o.memory,
+        );
+        if (refused) {
+          throw new ServiceError(refused.code, refused.message, {
+            details: {
+              ...(refused.node_id !== undefined ? { node_id: refused.node_id } : {}),
+              ...(refused.health_code !== undefined ? { health_code: refused.health_code } : {}),
+            },
+          });
+        }
         this.emit({ type: "InstancePlaced", instance: cmd.instance });
+        if (cmd.deployment) {
+          // Exclusions are kept by peer key: node ids change with every session.
+          const excluded = new Set(cmd.deployment.excluded_nodes);
+          this.emit({
+            type: "DeploymentCreated",
+            deployment: {
+              deployment_id: `d-${randomUUID()}`,
+              model_id: cmd.instance.model_id,
+              min_nodes: cmd.deployment.min_nodes,
+              sharding: cmd.deployment.sharding,
+              excluded_peer_keys: Object.values(s.members)
+                .filter((m) => excluded.has(m.node_id))
+                .map((m) => m.peer_key),
+              created_at: this.o.clock.now(),
+              instance_id: cmd.instance.instance_id,
+              status: "Placed",
+            },
+          });
+        }
         return ok();
       }
       case "DeleteInstance": {
-        if (!s.instances[cmd.instance_id])
+        // Deleting the instance deletes the intent, also while it is Pending (its instance gone).
+        const intents = Object.values(s.deployments).filter(
+          (d) => d.instance_id === cmd.instance_id,
+        );
+        for (const d of intents) {
+          this.emit({
+            type: "DeploymentDeleted",
+            deployment_id: d.deployment_id,
+            reason: `instance ${cmd.instance_id} deleted by request`,
+          });
+        }
+        if (!s.instances[cmd.instance_id]) {
+          if (intents.length > 0) return ok();
           throw new ServiceError("not_found", `no instance ${cmd.instance_id}`);
+        }
         for (const t of Object.values(s.tasks)) {
           if (t.instance_id === cmd.instance_id) {
             this.emit({ type: "TaskFailed", task_id: t.task_id, reason: "instance deleted" });
@@ -676,7 +806,9 @@ export class ClusterAgent implements AsyncDisposable {
           prev.state === r.state &&
           prev.endpoint === r.endpoint &&
           prev.reason === r.reason &&
-          prev.restarts === r.restarts
+          prev.restarts === r.restarts &&
+          prev.warmup_started_at === r.warmup_started_at &&
+          prev.progress?.staged_bytes === r.progress?.staged_bytes
         ) {
           return ok();
         }

@@ -11,7 +11,7 @@ import type { Config } from "@ic/config";
 import { locateEngine } from "@ic/engine";
 import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
-import type { EngineInfo } from "@ic/protocol";
+import type { EngineInfo, Telemetry } from "@ic/protocol";
 import { createGatewayApp } from "@ic/gateway";
 import { EventLog, eventRoutes } from "@ic/eventlog";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
@@ -101,14 +101,15 @@ export class Node implements AsyncDisposable {
     });
     if (!this.engineInfo.usable)
       log.warn({ engine: this.engineInfo }, "engine unusable; this node cannot run instances");
+    const memoryLimitBytes =
+      cfg.node.memory_limit_gb !== undefined ? cfg.node.memory_limit_gb * 1024 ** 3 : undefined;
     const telemetry = new TelemetryCollector({
       log,
       engine: () => this.engineInfo!,
       declaredBackend: cfg.node.backend,
       modelsPath: cfg.node_cache_path,
       intervalMs: cfg.cluster.heartbeat_ms,
-      memoryLimitBytes:
-        cfg.node.memory_limit_gb !== undefined ? cfg.node.memory_limit_gb * 1024 ** 3 : undefined,
+      memoryLimitBytes,
     });
     await telemetry.start();
     this.stack.push({ name: "telemetry", stop: () => telemetry.stop() });
@@ -174,11 +175,16 @@ export class Node implements AsyncDisposable {
         livenessTimeoutMs: cfg.cluster.liveness_timeout_ms,
         electionTimeoutMs: cfg.cluster.election_timeout_ms,
       },
+      memory: { contextSize: cfg.engine.context_size },
       extras: () => ({
-        telemetry: telemetry.telemetry,
+        telemetry: capTotal(telemetry.telemetry, memoryLimitBytes),
         links: links.current,
         runners: worker?.runners() ?? [],
-        health: [...telemetry.nodeHealth, ...security.entries()],
+        // Other nodes in this node's session (the agent exists once heartbeats are sent).
+        health: [
+          ...telemetry.nodeHealth,
+          ...security.entries(Math.max(0, (this.agent?.livePeers().length ?? 1) - 1)),
+        ],
       }),
     });
     this.agent = agent;
@@ -333,4 +339,13 @@ async function resolveAddress(host: string): Promise<string> {
   } catch (e) {
     throw new Error(`node.host ${host} does not resolve: ${(e as Error).message}`, { cause: e });
   }
+}
+
+/**
+ * node.memory_limit_gb is what this node offers the cluster: the collector caps the free figure, and
+ * the heartbeat caps the total too, since placement takes reservations off the total (docs/placement.md).
+ */
+function capTotal(t: Telemetry | null, limit: number | undefined): Telemetry | null {
+  if (!t || limit === undefined || t.memory_total_bytes <= limit) return t;
+  return { ...t, memory_total_bytes: limit };
 }

@@ -11,7 +11,9 @@
 // | node-1 (the master)   | after 1.5 s node-2 (most senior left)      | node-1 stays master of S1; removes the      |
 // |                       | starts S2; node-1 removed after 2 s        | others (and their instances) after 2 s      |
 // | chat                  | 200 for models with an instance on the     | 200 for models with an instance on the      |
-// |                       | majority; 404 model_not_found for the rest | minority node; 404 model_not_found the rest |
+// |                       | majority; the rest stay deployed: re-placed| minority node; the rest likewise: here      |
+// |                       | here if exclusions allow, else Pending:    | Pending (exclusions): 404 model_not_ready   |
+// |                       | 404 model_not_ready (retryable)            |                                             |
 // | open streams          | through a node that changes session (all   | node-4: ends with session_changed at the    |
 // |                       | 3 when the master was cut): SSE error      | cut; node-1 (kept its session): streams go  |
 // |                       | session_changed at the cut; to an engine   | on until the heal                           |
@@ -22,7 +24,9 @@
 // | at the heal           | keeps its session (3 live nodes > 1): each | adopts the majority's session: its streams  |
 // |                       | instance with all ranks on the majority    | end with session_changed; every instance on |
 // |                       | survives (placed before or while cut) and  | the minority node is stopped (placed while  |
-// |                       | serves through all 4 nodes                 | cut, or there before the cut)               |
+// |                       | serves through all 4 nodes; its Pending    | cut, or there before the cut); the majority |
+// |                       | deployments are placed on the returning    | places its Pending deployments here anew    |
+// |                       | node anew                                  |                                             |
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -240,6 +244,22 @@ async function openStream(
   return { first, end, abort: () => ctl.abort() };
 }
 
+/** Waits until a 2-token chat of `model` answers 200 through every node (re-placed instances start). */
+async function servesEverywhere(cluster: HostCluster, model: string): Promise<void> {
+  let last: { status: number; code?: string }[] = [];
+  await waitFor(
+    async () => {
+      last = await Promise.all(cluster.nodes.map((n) => chat(n, model)));
+      // While it is placed again and warms up, the answer is the retryable 404.
+      for (const r of last)
+        if (r.status !== 200) expect(r).toEqual({ status: 404, code: "model_not_ready" });
+      return last.every((r) => r.status === 200) ? true : undefined;
+    },
+    { timeoutMs: 180_000, intervalMs: 1000, what: `${model} serving again through every node` },
+  );
+  note(`${model} serves again through every node`);
+}
+
 async function cut(cluster: HostCluster, side: readonly Host[]): Promise<void> {
   for (const a of side) for (const b of ALL) if (!side.includes(b)) await cluster.lab.cutPair(a, b);
   note(`cut ${side.join(",")} off from the rest`);
@@ -330,13 +350,14 @@ describe("network partitions of a 4-node cluster", () => {
     expect(w.status).toBe(503);
     expect(["no_master", "session_changed"]).toContain(w.code);
 
-    // While cut: each side serves what runs on its own side, and 404s the rest.
+    // While cut: each side serves what runs on its own side. The rest is still deployed (intent), but
+    // its exclusions leave no node on this side, so it stays Pending: 404 model_not_ready, retryable.
     for (const n of [n1, n2, n3]) {
       expect(await chat(n, TINY)).toEqual({ status: 200 });
-      expect(await chat(n, SLOW)).toEqual({ status: 404, code: "model_not_found" });
+      expect(await chat(n, SLOW)).toEqual({ status: 404, code: "model_not_ready" });
     }
     expect(await chat(n4, SLOW)).toEqual({ status: 200 });
-    expect(await chat(n4, TINY)).toEqual({ status: 404, code: "model_not_found" });
+    expect(await chat(n4, TINY)).toEqual({ status: 404, code: "model_not_ready" });
     // Both sides place (each on its own nodes).
     const placedMajority = await place(n3, "node-2", TINY);
     const placedMinority = await place(n4, "node-4", SLOW);
@@ -364,10 +385,10 @@ describe("network partitions of a 4-node cluster", () => {
       kept: [tiny, placedMajority.instanceId!],
       gone: [slow, placedMinority.instanceId!],
     });
-    for (const n of cluster.nodes) {
-      expect(await chat(n, TINY)).toEqual({ status: 200 });
-      expect(await chat(n, SLOW)).toEqual({ status: 404, code: "model_not_found" });
-    }
+    // The winning session still holds the lost instance's deployment: the returning node is a
+    // candidate again, so it is placed there anew and serves through every node, with no operator.
+    for (const n of cluster.nodes) expect(await chat(n, TINY)).toEqual({ status: 200 });
+    await servesEverywhere(cluster, SLOW);
   }, 900_000);
 
   it("the master cut off alone keeps its session; the majority elects a new one, which wins the heal", async () => {
@@ -418,10 +439,10 @@ describe("network partitions of a 4-node cluster", () => {
 
     for (const n of [n2, n3, n4]) {
       expect(await chat(n, TINY)).toEqual({ status: 200 });
-      expect(await chat(n, SLOW)).toEqual({ status: 404, code: "model_not_found" });
+      expect(await chat(n, SLOW)).toEqual({ status: 404, code: "model_not_ready" });
     }
     expect(await chat(n1, SLOW)).toEqual({ status: 200 });
-    expect(await chat(n1, TINY)).toEqual({ status: 404, code: "model_not_found" });
+    expect(await chat(n1, TINY)).toEqual({ status: 404, code: "model_not_ready" });
     const placedMajority = await place(n4, "node-2", TINY);
     const placedMinority = await place(n1, "node-1", SLOW);
     note(
@@ -447,9 +468,9 @@ describe("network partitions of a 4-node cluster", () => {
       kept: [tiny, placedMajority.instanceId!],
       gone: [slow, placedMinority.instanceId!],
     });
-    for (const n of cluster.nodes) {
-      expect(await chat(n, TINY)).toEqual({ status: 200 });
-      expect(await chat(n, SLOW)).toEqual({ status: 404, code: "model_not_found" });
-    }
+    // The winning session still holds the lost instance's deployment: the returning node is a
+    // candidate again, so it is placed there anew and serves through every node, with no operator.
+    for (const n of cluster.nodes) expect(await chat(n, TINY)).toEqual({ status: 200 });
+    await servesEverywhere(cluster, SLOW);
   }, 900_000);
 });

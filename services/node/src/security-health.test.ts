@@ -36,6 +36,23 @@ describe("SecurityHealth", () => {
     expect(h.entries()).toEqual([]);
   });
 
+  it("a refusal while other peers accept this node names the refusing peer, as a warning", () => {
+    const { log } = logCapture();
+    const h = new SecurityHealth({ log, now: () => 0 });
+    h.record({ direction: "route-refused-by-peer", remote: "10.0.0.4:6222", at: 0 });
+    expect(h.entries(2)).toEqual([
+      expect.objectContaining({
+        code: "bus_auth_failures",
+        severity: "warn",
+        message: expect.stringMatching(
+          /10\.0\.0\.4:6222 refuse\(s\).*while 2 other node\(s\) accept/,
+        ) as unknown,
+      }),
+    ]);
+    // Alone, the same refusal means this node has the wrong secret.
+    expect(h.entries(0)[0]).toMatchObject({ code: "cluster_secret_rejected", severity: "error" });
+  });
+
   it("strangers refused on the bus are a warning that counts them by address", () => {
     const now = 1000;
     const { log } = logCapture();

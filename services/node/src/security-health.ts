@@ -51,13 +51,28 @@ export class SecurityHealth {
     this.seen.set(key, { ...f, count: prev.count + 1, first: prev.first });
   }
 
-  entries(): HealthEntry[] {
+  /**
+   * `joinedPeers`: how many other nodes this node is in a session with. A refusal is symmetric (both
+   * sides of a route with different secrets see it), so it means this node has the wrong secret
+   * only when nobody accepts it; a node in a cluster that one peer refuses is reporting that peer.
+   */
+  entries(joinedPeers = 0): HealthEntry[] {
     const now = this.o.now();
     const window = this.o.windowMs ?? 60_000;
     const live = [...this.seen.values()].filter((f) => now - f.at <= window);
     const out: HealthEntry[] = [];
     const refused = live.filter((f) => f.direction === "route-refused-by-peer");
-    if (refused.length > 0)
+    if (refused.length > 0 && joinedPeers > 0)
+      out.push({
+        code: "bus_auth_failures",
+        severity: "warn",
+        message:
+          `declared: every peer holds the cluster secret; observed: ${refused.map((f) => f.remote).join(", ")} ` +
+          `refuse(s) this node's routes while ${joinedPeers} other node(s) accept them: that peer holds another secret`,
+        remediation:
+          "give the refusing node the cluster's secret file and restart it (it reports cluster_secret_rejected)",
+      });
+    else if (refused.length > 0)
       out.push({
         code: "cluster_secret_rejected",
         severity: "error",

@@ -164,13 +164,26 @@ describe("the bus across hosts", () => {
     expect(doc.node_identities.map((n) => n.name)).toEqual(["node-4"]);
     const lines = n4.logLines.filter((l) => l.includes("refused this node's cluster secret"));
     expect(lines).toHaveLength(1);
-    // The others never counted it as a member.
-    const others = await cluster.node("node-1").get<StateDoc>("/state");
+    // The others never counted it as a member. A refusal is symmetric, but they are in a cluster
+    // that accepts them: they name node-4 as the odd one out (a warning), and stay candidates.
+    const n4Address = cluster.lab.host("node-4").address;
+    const others = await waitFor(
+      async () => {
+        const d = await cluster.node("node-1").get<StateDoc>("/state");
+        return d.nodeHealth.some(
+          (h) => h.code === "bus_auth_failures" && h.message.includes(n4Address),
+        )
+          ? d
+          : undefined;
+      },
+      { timeoutMs: 15_000, what: "node-1 naming node-4 in bus_auth_failures" },
+    );
     expect(others.node_identities.map((n) => n.name).sort()).toEqual([
       "node-1",
       "node-2",
       "node-3",
     ]);
+    expect(others.nodeHealth.filter((h) => h.severity === "error")).toEqual([]);
     await n4.stop();
   });
 

@@ -6,7 +6,7 @@ import { ServiceError } from "@ic/protocol";
 import type { ModelId, ModelRecord } from "@ic/protocol";
 import { StagingClient } from "@ic/store";
 import type { HubFallback, StagingSettings } from "@ic/store";
-import type { ClusterPort, StagedModel, Stager } from "@ic/worker";
+import type { ClusterPort, StagedModel, Stager, StagingProgress } from "@ic/worker";
 
 export interface StoreStagerOptions {
   readonly root: string;
@@ -73,7 +73,11 @@ export class StoreStager implements Stager, AsyncDisposable {
     return this.client;
   }
 
-  async stage(model: ModelRecord, signal: AbortSignal): Promise<StagedModel> {
+  async stage(
+    model: ModelRecord,
+    signal: AbortSignal,
+    onProgress?: (p: StagingProgress) => void,
+  ): Promise<StagedModel> {
     const companions = [model.drafter, model.mtp_sidecar].filter((x): x is ModelId => Boolean(x));
     for (const c of companions) this.companions.add(c);
     this.live.add(model.model_id);
@@ -83,6 +87,9 @@ export class StoreStager implements Stager, AsyncDisposable {
       companions,
       signal,
       onProgress: (p) => {
+        // Only the base model's bytes: the runner's progress is about the model it loads.
+        if (p.modelId === model.model_id)
+          onProgress?.({ doneBytes: p.doneBytes, totalBytes: p.totalBytes });
         const now = Date.now();
         if (now - lastLog < 2000 && p.doneBytes < p.totalBytes) return;
         lastLog = now;

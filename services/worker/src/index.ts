@@ -8,6 +8,6 @@ export type { RunnerSpec, RunnerStatus, RunOutcome } from "./runner.ts";
 export { rpcArgs, serverArgs } from "./args.ts";
 export { Worker } from "./worker.ts";
 export type { WorkerOptions } from "./worker.ts";
-export type { ClusterPort, StagedModel, Stager } from "./ports.ts";
+export type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
 export { readModelDir } from "./registry.ts";
 export { freeTcpPort } from "./net.ts";

@@ -29,8 +29,18 @@ export interface StagedModel {
 }
 
 /** Puts a model (and its companions) on local disk before a runner loads it. */
+export interface StagingProgress {
+  /** Bytes of the model on local disk so far (reused, linked and fetched). */
+  readonly doneBytes: number;
+  readonly totalBytes: number;
+}
+
 export interface Stager {
-  stage(model: ModelRecord, signal: AbortSignal): Promise<StagedModel>;
+  stage(
+    model: ModelRecord,
+    signal: AbortSignal,
+    onProgress?: (p: StagingProgress) => void,
+  ): Promise<StagedModel>;
   /** The models live runners on this node name directly, and the companions of those models. */
   setInUse(live: readonly ModelId[], companions: readonly ModelId[]): void;
   /** An instance using `modelId` was torn down here (the deactivation eviction trigger). */

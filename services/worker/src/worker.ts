@@ -16,7 +16,7 @@ import { freeTcpPort } from "./net.ts";
 import { rpcArgs, serverArgs } from "./args.ts";
 import { RunnerSupervisor } from "./runner.ts";
 import type { RunnerStatus } from "./runner.ts";
-import type { ClusterPort, Stager } from "./ports.ts";
+import type { ClusterPort, Stager, StagingProgress } from "./ports.ts";
 import { join } from "node:path";
 
 export interface WorkerOptions {
@@ -52,7 +52,16 @@ interface Slot {
   restarts: number;
   /** rank 0 of a multi-node instance: the rpc endpoints it was started with. */
   rpc?: string;
+  /** rank 0 while staging: bytes on disk so far (reported with RunnerStaging). */
+  progress?: NonNullable<Runner["progress"]>;
+  /** When the current warmup (process start or wait for remote ranks) began. */
+  warmupStartedAt?: number;
+  /** When staging progress was last reported (at most one report a second per runner). */
+  progressReportedAt: number;
 }
+
+/** Minimum interval between two staging progress reports of one runner. */
+export const PROGRESS_REPORT_INTERVAL_MS = 1000;
 
 export class Worker implements AsyncDisposable {
   private readonly slots = new Map<string, Slot>();
@@ -140,7 +149,10 @@ export class Worker implements AsyncDisposable {
           abort: new AbortController(),
           state: "RunnerStaging",
           restarts: 0,
+          progressReportedAt: 0,
         };
+        const model = state.models[d.instance.model_id];
+        if (d.rank === 0 && model) slot.progress = stagingStart(model.bytes, Date.now());
         this.slots.set(key, slot);
         void this.launch(slot);
       } else if (slot.rank === 0 && slot.instance.assignments.length > 1 && slot.supervisor) {
@@ -262,8 +274,11 @@ export class Worker implements AsyncDisposable {
     } else {
       const model = state.models[inst.model_id];
       if (!model) throw new Error(`model ${inst.model_id} is not registered`);
+      slot.progress = stagingStart(model.bytes, Date.now());
       this.update(slot, { state: "RunnerStaging", restarts: slot.restarts });
-      const staged = await this.o.stager.stage(model, slot.abort.signal);
+      const staged = await this.o.stager.stage(model, slot.abort.signal, (p) =>
+        this.onStagingProgress(slot, p),
+      );
       const drafterRecord = model.drafter ? state.models[model.drafter] : undefined;
       const drafter = drafterRecord
         ? await this.o.stager.stage(drafterRecord, slot.abort.signal)
@@ -312,6 +327,16 @@ export class Worker implements AsyncDisposable {
     sup.start();
   }
 
+  /** Records staging progress; reports it at most once per PROGRESS_REPORT_INTERVAL_MS. */
+  private onStagingProgress(slot: Slot, p: StagingProgress): void {
+    if (slot.state !== "RunnerStaging" || !slot.progress) return;
+    slot.progress = { ...slot.progress, staged_bytes: p.doneBytes, total_bytes: p.totalBytes };
+    const now = Date.now();
+    if (now - slot.progressReportedAt < PROGRESS_REPORT_INTERVAL_MS) return;
+    slot.progressReportedAt = now;
+    this.report(slot);
+  }
+
   private onStatus(slot: Slot, s: RunnerStatus): void {
     if (this.stopped && s.state === "RunnerStopped") return;
     this.update(slot, s);
@@ -326,6 +351,16 @@ export class Worker implements AsyncDisposable {
       restarts: number;
     },
   ): void {
+    // A new warmup (first, after a restart, or after waiting for remote ranks) restarts its clock.
+    if (s.state !== "RunnerWarmingUp") slot.warmupStartedAt = undefined;
+    else if (
+      slot.warmupStartedAt === undefined ||
+      slot.state !== "RunnerWarmingUp" ||
+      slot.reason !== s.reason ||
+      slot.restarts !== s.restarts
+    )
+      slot.warmupStartedAt = Date.now();
+    if (s.state !== "RunnerStaging") slot.progress = undefined;
     slot.state = s.state;
     slot.reason = s.reason;
     slot.endpoint = s.state === "RunnerReady" ? s.endpoint : undefined;
@@ -345,6 +380,10 @@ export class Worker implements AsyncDisposable {
       ...(slot.endpoint ? { endpoint: slot.endpoint } : {}),
       restarts: slot.restarts,
       since: Date.now(),
+      ...(slot.state === "RunnerStaging" && slot.progress ? { progress: slot.progress } : {}),
+      ...(slot.state === "RunnerWarmingUp" && slot.warmupStartedAt !== undefined
+        ? { warmup_started_at: slot.warmupStartedAt }
+        : {}),
     };
   }
 
@@ -396,4 +435,9 @@ export class Worker implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
+}
+
+/** Progress of a staging that starts now: nothing on disk yet out of the model's bytes. */
+export function stagingStart(totalBytes: number, now: number): NonNullable<Runner["progress"]> {
+  return { staged_bytes: 0, total_bytes: totalBytes, started_at: now };
 }

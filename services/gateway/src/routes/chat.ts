@@ -1,7 +1,8 @@
-// POST /v1/chat/completions and GET /v1/models: OpenAI-compatible, routed to the instance serving the
-// model and proxied to its rank-0 llama-server. Streams pass through as they arrive; a lost worker
-// (TaskFailed), a lost master (session change) or a dead upstream ends the request within seconds with
-// an error -- an SSE error event for streams, a 500 for non-streaming requests.
+// POST /v1/chat/completions and GET /v1/models: OpenAI-compatible, routed to the least-loaded ready
+// instance of the model (balancing.ts; a model not ready yet answers a retryable 404, readiness.ts)
+// and proxied to its rank-0 llama-server. Streams pass through as they arrive; a lost worker
+// (TaskFailed), a lost master (session change) or a dead upstream ends the request within seconds
+// with an error -- an SSE error event for streams, a 500 for non-streaming requests.
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
@@ -9,12 +10,14 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import { errorBody, ServiceError } from "@ic/protocol";
 import type { CommandId, SessionId, TaskId } from "@ic/protocol";
-import { servingInstance } from "@ic/state";
 import type { Logger } from "@ic/log";
 import { parseJson } from "../errors.ts";
 import { nodePair, watchClient } from "../node-http.ts";
 import { IdRewriter, postUpstream, readAll } from "../upstream.ts";
 import type { ClusterView } from "../ports.ts";
+import { chooseInstance, outstandingByInstance } from "../balancing.ts";
+import type { PendingRequest } from "../balancing.ts";
+import { notServableError, readiness, readyModels } from "../readiness.ts";
 
 const ContentPart = z.object({ type: z.string() }).passthrough();
 const MessageSchema = z
@@ -87,32 +90,37 @@ function watchFailure(
 }
 
 export function chatRoutes(app: Hono, o: ChatOptions): void {
+  /** Requests this gateway sent, until they end (their tasks may not be replicated yet). */
+  const pending = new Map<CommandId, PendingRequest>();
+
   app.get("/v1/models", (c) => {
-    const s = o.cluster.snapshot();
-    const served = new Set(Object.values(s.instances).map((i) => i.model_id));
+    // Only models with a ready instance: the same test the chat route applies.
     return c.json({
       object: "list",
-      data: [...served]
-        .sort()
-        .map((id) => ({ id, object: "model", created: 0, owned_by: "cluster" })),
+      data: readyModels(o.cluster.snapshot()).map((id) => ({
+        id,
+        object: "model",
+        created: 0,
+        owned_by: "cluster",
+      })),
     });
   });
 
   app.post("/v1/chat/completions", async (c) => {
     const body = await parseJson(c, ChatRequestSchema);
     const cluster = o.cluster;
-    const target = servingInstance(cluster.snapshot(), body.model);
-    if (!target) {
-      throw new ServiceError(
-        "model_not_found",
-        `no instance found for model ${body.model}: place it first (POST /place_instance)`,
-        {
-          details: { model: body.model },
-        },
-      );
-    }
+    const snap = cluster.snapshot();
+    const ready = readiness(snap, body.model, Date.now());
+    if (ready.kind !== "ready") throw notServableError(body.model, ready);
+    const self = cluster.livePeers().find((p) => p.heartbeat.peer_key === cluster.peerKey);
+    const target = chooseInstance(ready.instances, {
+      outstanding: outstandingByInstance(Object.values(snap.tasks), [...pending.values()]),
+      selfPeerKey: cluster.peerKey,
+      rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
+    })!;
     // 32 characters after the prefix, like llama-server's own ids (see the streaming rewrite).
     const commandId = `chatcmpl-${randomUUID().replaceAll("-", "")}` as CommandId;
+    pending.set(commandId, { command_id: commandId, instance_id: target.instance.instance_id });
     const session = cluster.sessionId;
     let taskId: TaskId | undefined;
     const watch = watchFailure(cluster, () => taskId, session);
@@ -120,6 +128,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     const onClientGone = () => upstreamAbort.abort(new Error("client disconnected"));
     const unwatchClient = watchClient(c, onClientGone);
     const cleanup = (ok: boolean) => {
+      pending.delete(commandId);
       watch.off();
       unwatchClient();
       if (taskId) {

@@ -1,6 +1,6 @@
 // POST /place_instance, GET /instance/previews, DELETE /instance/{id}: placement decided synchronously
-// from this node's view (replica + heartbeats) with the pure @ic/placement package, then sequenced by the
-// master. Impossible placements are refused here with a typed reason before any command reaches the master.
+// from this node's view (replica + heartbeats, instances already placed counted) with @ic/placement, then
+// re-checked by the master, which settles races; the caller gets either refusal synchronously, typed.
 import { randomUUID } from "node:crypto";
 import type { Hono } from "hono";
 import { z } from "zod";
@@ -75,7 +75,7 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
         }
       } else {
         const model = modelOrThrow(cluster, req.model_id);
-        const view = placementView(cluster, o.now());
+        const view = placementView(cluster);
         const result = decide(
           view,
           model,
@@ -90,7 +90,15 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
             created_at: o.now(),
             assignments: result.assignments,
           };
-          const reply = await cluster.command({ type: "PlaceInstance", instance });
+          const reply = await cluster.command({
+            type: "PlaceInstance",
+            instance,
+            deployment: {
+              min_nodes: req.min_nodes,
+              sharding: req.sharding,
+              excluded_nodes: req.excluded_nodes,
+            },
+          });
           o.log.info(
             {
               instance: instance.instance_id,
@@ -111,11 +119,12 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
     const parsed = PreviewQuerySchema.safeParse(c.req.query());
     if (!parsed.success) throw validationError(parsed.error, "query");
     const model = modelOrThrow(cluster, parsed.data.model_id);
-    const view: PlacementView = placementView(cluster, o.now());
+    const view: PlacementView = placementView(cluster);
+    const excluded = splitIds(parsed.data.excluded_node_ids);
     return c.json({
       model_id: model.model_id,
-      excluded_node_ids: splitIds(parsed.data.excluded_node_ids),
-      previews: previewAll(view, model, splitIds(parsed.data.excluded_node_ids), o.memory),
+      excluded_node_ids: excluded,
+      ...previewAll(view, model, excluded, o.memory),
     });
   });
 

@@ -1,0 +1,359 @@
+// Placement against the cluster as it stands: each node's memory is what its heartbeat reports minus
+// what instances already placed there reserve, and unhealthy nodes are not candidates. Pure, so the
+// gateway (at the API) and the master (in the sequencer, settling races) run the very same check.
+import type {
+  Assignment,
+  ControlState,
+  Heartbeat,
+  Instance,
+  ModelRecord,
+  NodeId,
+} from "@ic/protocol";
+import { fits, gb, kvCacheBytes, resolveMemoryModel } from "./memory.ts";
+import type { MemoryModel, ModelFacts } from "./memory.ts";
+import { place, previews } from "./place.ts";
+import type { CandidateNode, NodeShare, Placement, PreviewEntry, Sharding } from "./place.ts";
+import { memoryMessage } from "./refusals.ts";
+import type { RefusalCode } from "./refusals.ts";
+import type { LinkEdge } from "./topology.ts";
+
+/** What placement reads from one live peer's latest heartbeat. */
+export type NodeReport = Pick<Heartbeat, "peer_key" | "telemetry" | "health" | "links">;
+
+/** Why a member cannot take instances: the nodeHealth code and its message. */
+export interface Unavailable {
+  readonly health_code: string;
+  readonly message: string;
+}
+
+/** One member's memory as placement counts it, with the figures it was derived from. */
+export interface NodeCapacity {
+  readonly node_id: string;
+  readonly peer_key: string;
+  readonly name: string;
+  /** Reported by the node (RAM, or VRAM where the engine serves on GPU); null until heard. */
+  readonly total_bytes: number | null;
+  readonly reported_free_bytes: number | null;
+  /** Sum of `required_bytes` of every placed instance's share on this node (from the replica). */
+  readonly reserved_bytes: number;
+  /** What a new share may use: max(0, min(reported free, total - reserved)); null until heard. */
+  readonly free_bytes: number | null;
+  /** Set when the node is not a candidate (unusable engine, error-level nodeHealth). */
+  readonly unavailable: Unavailable | null;
+}
+
+/** Placement refusal codes plus the one that only a cluster view can give. */
+export type ClusterRefusalCode = RefusalCode | "node_unhealthy";
+
+export interface ClusterRefusal {
+  readonly ok: false;
+  readonly code: ClusterRefusalCode;
+  readonly message: string;
+  /** The node at fault (insufficient_memory, node_unhealthy). */
+  readonly node_id?: string;
+  /** node_unhealthy: the nodeHealth code that keeps the node out. */
+  readonly health_code?: string;
+}
+
+export type ClusterPlacementResult = Placement | ClusterRefusal;
+
+export interface ClusterRequest {
+  readonly model: ModelRecord;
+  readonly minNodes: number;
+  readonly sharding: Sharding;
+  readonly excluded?: readonly string[];
+  readonly memory?: Partial<MemoryModel>;
+}
+
+/**
+ * Memory a new share may use on a node. The reported free figure alone misses instances placed but
+ * not loaded yet; subtracting every reservation from it would count a loaded runner twice (on a GPU
+ * its VRAM is already gone from the free figure). So reservations come off the total, and the
+ * reported free figure still caps the result (other processes, a configured memory limit). On CPU
+ * the weights are mmapped and stay in page cache, which the free figure counts as available; the
+ * total-minus-reservations term is what holds them.
+ */
+export function availableBytes(total: number, reportedFree: number, reserved: number): number {
+  return Math.max(0, Math.min(reportedFree, total - reserved));
+}
+
+/** Why a node cannot take instances, or null: an unusable engine, or an error-level health entry. */
+export function unavailableReason(r: Pick<NodeReport, "telemetry" | "health">): Unavailable | null {
+  const engine = r.telemetry?.engine;
+  if (engine && !engine.usable) {
+    const entry = r.health.find((h) => h.code === "invalid_engine_binary");
+    return {
+      health_code: "invalid_engine_binary",
+      message:
+        entry?.message ??
+        `the engine ${engine.server_bin ?? "(not found)"} is unusable: ${engine.problem ?? "unknown problem"}`,
+    };
+  }
+  const err = r.health.find((h) => h.severity === "error");
+  return err ? { health_code: err.code, message: err.message } : null;
+}
+
+/** Every member's capacity: its live report (if any) minus the shares placed on it in `state`. */
+export function nodeCapacities(
+  state: ControlState,
+  reports: readonly NodeReport[],
+): NodeCapacity[] {
+  const byPeer = new Map(reports.map((r) => [r.peer_key, r]));
+  const reserved = new Map<string, number>();
+  for (const i of Object.values(state.instances)) {
+    for (const a of i.assignments) {
+      reserved.set(a.node_id, (reserved.get(a.node_id) ?? 0) + a.required_bytes);
+    }
+  }
+  return Object.values(state.members).map((m) => {
+    const r = byPeer.get(m.peer_key);
+    const t = r?.telemetry ?? null;
+    const res = reserved.get(m.node_id) ?? 0;
+    return {
+      node_id: m.node_id,
+      peer_key: m.peer_key,
+      name: m.name,
+      total_bytes: t ? t.memory_total_bytes : null,
+      reported_free_bytes: t ? t.memory_free_bytes : null,
+      reserved_bytes: res,
+      free_bytes: t ? availableBytes(t.memory_total_bytes, t.memory_free_bytes, res) : null,
+      unavailable: r ? unavailableReason(r) : null,
+    };
+  });
+}
+
+/** Undirected links between members, from their reports; pending while a member has measured none. */
+export function clusterLinks(
+  state: ControlState,
+  reports: readonly NodeReport[],
+): { links: LinkEdge[]; linksPending: boolean } {
+  const members = Object.values(state.members);
+  const idOf = new Map(members.map((m) => [m.peer_key, m.node_id]));
+  const byPeer = new Map(reports.map((r) => [r.peer_key, r]));
+  const seen = new Set<string>();
+  const links: LinkEdge[] = [];
+  let linksPending = false;
+  for (const m of members) {
+    const r = byPeer.get(m.peer_key);
+    if (!r) continue;
+    if (members.length > 1 && r.links.length === 0) linksPending = true;
+    for (const l of r.links) {
+      const other = idOf.get(l.peer_key);
+      if (!other) continue;
+      const key = [m.node_id, other].sort().join("|");
+      if (seen.has(key)) continue;
+      seen.add(key);
+      links.push({ a: m.node_id, b: other, rtt_ms: l.rtt_ms });
+    }
+  }
+  return { links, linksPending };
+}
+
+export function modelFacts(model: ModelRecord): ModelFacts {
+  return {
+    model_id: model.model_id,
+    weight_bytes: model.bytes,
+    layers: model.layers,
+    context_length: model.context_length,
+    embedding_length: model.embedding_length,
+    head_count: model.head_count,
+    head_count_kv: model.head_count_kv,
+    supports_tensor: model.supports_tensor,
+  };
+}
+
+function describe(c: NodeCapacity): string {
+  return `node ${c.name} (${c.node_id}) is not a candidate (${c.unavailable!.health_code}: ${c.unavailable!.message})`;
+}
+
+/**
+ * Explains a refusal reached with unhealthy nodes left out. When counting them as healthy would have
+ * placed the model (or they were the only candidates), the answer is node_unhealthy naming the first
+ * one the placement needed; otherwise the refusal stands, with the left-out nodes named.
+ */
+function withUnhealthy(
+  r1: ClusterRefusal,
+  unhealthy: readonly NodeCapacity[],
+  asIfHealthy: () => ClusterPlacementResult,
+): ClusterRefusal {
+  if (unhealthy.length === 0) return r1;
+  if (r1.code === "info_pending" || r1.code === "invalid_request") return r1;
+  if (r1.code === "tensor_unsupported") return r1;
+  const r2 = asIfHealthy();
+  if (r2.ok || r1.code === "all_excluded" || r1.code === "no_cycle") {
+    const used = r2.ok ? new Set(r2.shares.map((s) => s.node_id)) : new Set<string>();
+    const blame = unhealthy.find((c) => used.has(c.node_id)) ?? unhealthy[0]!;
+    return {
+      ok: false,
+      code: "node_unhealthy",
+      message: `${describe(blame)}; without it: ${r1.message}`,
+      node_id: blame.node_id,
+      health_code: blame.unavailable!.health_code,
+    };
+  }
+  return { ...r1, message: `${r1.message}; ${unhealthy.map(describe).join("; ")}` };
+}
+
+function baseInput(state: ControlState, reports: readonly NodeReport[], req: ClusterRequest) {
+  const caps = nodeCapacities(state, reports);
+  const nodes: CandidateNode[] = caps.map((c) => ({
+    node_id: c.node_id,
+    name: c.name,
+    free_bytes: c.free_bytes,
+  }));
+  const userExcluded = new Set(req.excluded ?? []);
+  const unhealthy = caps.filter((c) => c.unavailable && !userExcluded.has(c.node_id));
+  return {
+    caps,
+    unhealthy,
+    input: {
+      nodes,
+      ...clusterLinks(state, reports),
+      model: modelFacts(req.model),
+      excluded: [...userExcluded],
+      memory: req.memory ?? {},
+    },
+    excludedAll: [...userExcluded, ...unhealthy.map((c) => c.node_id)],
+  };
+}
+
+/** Says how much of the blamed node's memory instances already placed there reserve. */
+function reservationNote(node: NodeCapacity | undefined): string {
+  if (!node || node.reserved_bytes <= 0 || node.total_bytes === null) return "";
+  return (
+    ` (${gb(node.reserved_bytes)} GB of its ${gb(node.total_bytes)} GB is reserved by instances ` +
+    `already placed there; it reports ${gb(node.reported_free_bytes ?? 0)} GB free)`
+  );
+}
+
+function strip(r: ReturnType<typeof place>, caps: readonly NodeCapacity[]): ClusterPlacementResult {
+  if (r.ok) return r;
+  const blamed = r.node_id !== undefined ? caps.find((c) => c.node_id === r.node_id) : undefined;
+  return {
+    ok: false,
+    code: r.code,
+    message: r.code === "insufficient_memory" ? r.message + reservationNote(blamed) : r.message,
+    ...(r.node_id !== undefined ? { node_id: r.node_id } : {}),
+  };
+}
+
+/**
+ * place() over the cluster: members with their capacity (reported memory minus reservations),
+ * links from their reports, unhealthy members left out (node_unhealthy when that is why it fails).
+ */
+export function placeInCluster(
+  state: ControlState,
+  reports: readonly NodeReport[],
+  req: ClusterRequest,
+): ClusterPlacementResult {
+  const b = baseInput(state, reports, req);
+  const k = { minNodes: req.minNodes, sharding: req.sharding };
+  const r1 = strip(place({ ...b.input, ...k, excluded: b.excludedAll }), b.caps);
+  if (r1.ok) return r1;
+  return withUnhealthy(r1, b.unhealthy, () => strip(place({ ...b.input, ...k }), b.caps));
+}
+
+export interface ClusterPreviewEntry {
+  readonly sharding: Sharding;
+  readonly nodes: number;
+  readonly result: ClusterPlacementResult;
+}
+
+/** previews() over the cluster, with the same capacity and health rules as placeInCluster. */
+export function previewCluster(
+  state: ControlState,
+  reports: readonly NodeReport[],
+  req: Omit<ClusterRequest, "minNodes" | "sharding">,
+): { capacities: NodeCapacity[]; previews: ClusterPreviewEntry[] } {
+  const b = baseInput(state, reports, { ...req, minNodes: 1, sharding: "Pipeline" });
+  const healthyOnly = previews({ ...b.input, excluded: b.excludedAll });
+  let asIfHealthy: PreviewEntry[] | undefined;
+  const out = healthyOnly.map((e, i) => {
+    const r1 = strip(e.result, b.caps);
+    if (r1.ok) return { sharding: e.sharding, nodes: e.nodes, result: r1 };
+    const result = withUnhealthy(r1, b.unhealthy, () => {
+      asIfHealthy ??= previews(b.input);
+      return strip(asIfHealthy[i]!.result, b.caps);
+    });
+    return { sharding: e.sharding, nodes: e.nodes, result };
+  });
+  return { capacities: b.caps, previews: out };
+}
+
+/**
+ * The sequencer's re-check of a decided instance against the current replica: every assigned node is
+ * a healthy member whose capacity (after the instances already placed) still holds its share. Null
+ * when it does; else the refusal, worded as place() words it.
+ */
+export function checkInstance(
+  state: ControlState,
+  reports: readonly NodeReport[],
+  instance: Instance,
+  model: ModelRecord,
+  memory: Partial<MemoryModel> = {},
+): ClusterRefusal | null {
+  const caps = new Map(nodeCapacities(state, reports).map((c) => [c.node_id, c]));
+  const mem = resolveMemoryModel(memory);
+  const facts = modelFacts(model);
+  const kv = kvCacheBytes(facts, mem);
+  const n = instance.assignments.length;
+  for (const a of instance.assignments) {
+    const c = caps.get(a.node_id);
+    if (!c) {
+      return {
+        ok: false,
+        code: "all_excluded",
+        message: `node ${a.node_id} is not a member of this session`,
+        node_id: a.node_id,
+      };
+    }
+    if (c.unavailable) {
+      return {
+        ok: false,
+        code: "node_unhealthy",
+        message: describe(c),
+        node_id: c.node_id,
+        health_code: c.unavailable.health_code,
+      };
+    }
+    if (c.free_bytes === null) {
+      return {
+        ok: false,
+        code: "info_pending",
+        message: `memory of ${c.name} not yet known (telemetry not gossiped); retry in a few seconds`,
+      };
+    }
+    if (!fits(a.required_bytes, c.free_bytes)) {
+      const fraction = a.layers !== undefined ? a.layers / facts.layers : (a.fraction ?? 1);
+      const figures = {
+        node_id: c.node_id,
+        name: c.name,
+        ...(a.layers !== undefined && n > 1 ? { layers: a.layers } : {}),
+        fraction,
+        weight_bytes: a.weight_bytes,
+        kv_bytes: kv * fraction,
+        required_bytes: a.required_bytes,
+        free_bytes: c.free_bytes,
+      };
+      return {
+        ok: false,
+        code: "insufficient_memory",
+        message: memoryMessage(figures, mem, facts.layers, n) + reservationNote(c),
+        node_id: c.node_id,
+      };
+    }
+  }
+  return null;
+}
+
+/** A placement's shares as the assignments of an instance (peer keys from the replica's members). */
+export function assignmentsOf(state: ControlState, shares: readonly NodeShare[]): Assignment[] {
+  return shares.map((s) => ({
+    node_id: s.node_id as NodeId,
+    peer_key: state.members[s.node_id]!.peer_key,
+    rank: s.rank,
+    ...(s.layers !== undefined ? { layers: s.layers } : { fraction: s.fraction }),
+    weight_bytes: Math.round(s.weight_bytes),
+    required_bytes: Math.round(s.required_bytes),
+  }));
+}

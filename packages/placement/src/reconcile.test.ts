@@ -1,0 +1,185 @@
+// Table tests of reconcile: a deployment whose instance is lost is placed again on what is there,
+// honouring its exclusions by peer key and earlier re-placements, or kept Pending with its refusal.
+import { describe, expect, it } from "vitest";
+import { emptyState } from "@ic/protocol";
+import type {
+  ControlState,
+  Deployment,
+  InstanceId,
+  ModelId,
+  ModelRecord,
+  NodeId,
+  SessionId,
+} from "@ic/protocol";
+import type { NodeReport } from "./cluster.ts";
+import { lostDeployments, reconcile } from "./reconcile.ts";
+
+const G = 1e9;
+const BARE = { overheadFactor: 1, runnerBytes: 0, kvBytesPerElement: 0 };
+const model: ModelRecord = {
+  model_id: "org/m" as ModelId,
+  file: "m.gguf",
+  bytes: 6 * G,
+  architecture: "llama",
+  layers: 10,
+  context_length: 0,
+  embedding_length: 64,
+  head_count: 4,
+  head_count_kv: 4,
+  supports_tensor: true,
+};
+
+function world(nodes: { id: string; gb: number; usable?: boolean }[], deployments: Deployment[]) {
+  const state: ControlState = emptyState();
+  state.session = {
+    session_id: "s-1" as SessionId,
+    master_node_id: "n-a" as NodeId,
+    master_peer_key: "p-a",
+    master_started_at: 0,
+    started_at: 0,
+  };
+  state.models[model.model_id] = model;
+  for (const n of nodes) {
+    state.members[`n-${n.id}`] = {
+      node_id: `n-${n.id}` as NodeId,
+      peer_key: `p-${n.id}`,
+      name: `node-${n.id}`,
+      api_url: "",
+      host: "",
+      started_at: 0,
+      joined_at: 0,
+    };
+  }
+  for (const d of deployments) state.deployments[d.deployment_id] = d;
+  const reports: NodeReport[] = nodes.map((n) => ({
+    peer_key: `p-${n.id}`,
+    telemetry: {
+      memory_total_bytes: n.gb * G,
+      memory_free_bytes: n.gb * G,
+      gpus: [],
+      disk_free_bytes: null,
+      engine: {
+        server_bin: "/e",
+        rpc_bin: null,
+        backend: "cpu",
+        usable: n.usable ?? true,
+        overridden: false,
+      },
+      declared_backend: "auto",
+    },
+    health: [],
+    links: nodes.filter((o) => o.id !== n.id).map((o) => ({ peer_key: `p-${o.id}`, rtt_ms: 1 })),
+  }));
+  return { state, reports };
+}
+
+const dep = (id: string, over: Partial<Deployment> = {}): Deployment => ({
+  deployment_id: id,
+  model_id: model.model_id,
+  min_nodes: 1,
+  sharding: "Pipeline",
+  excluded_peer_keys: [],
+  created_at: Number(id.replace(/\D/g, "")) || 0,
+  instance_id: `i-old-${id}` as InstanceId,
+  status: "Placed",
+  ...over,
+});
+
+let n = 0;
+const opts = (over = {}) => ({
+  now: 5,
+  newInstanceId: () => `i-new-${++n}` as InstanceId,
+  memory: BARE,
+  ...over,
+});
+
+describe("reconcile", () => {
+  it("does nothing while every deployment's instance is there", () => {
+    const { state, reports } = world([{ id: "a", gb: 10 }], [dep("d1")]);
+    state.instances["i-old-d1"] = {
+      instance_id: "i-old-d1" as InstanceId,
+      model_id: model.model_id,
+      sharding: "Pipeline",
+      created_at: 0,
+      assignments: [
+        {
+          node_id: "n-a" as NodeId,
+          peer_key: "p-a",
+          rank: 0,
+          layers: 10,
+          weight_bytes: 6 * G,
+          required_bytes: 6 * G,
+        },
+      ],
+    };
+    expect(lostDeployments(state)).toEqual([]);
+    expect(reconcile(state, reports, opts())).toEqual([]);
+  });
+
+  it.each([
+    {
+      name: "a lost instance is placed again on a survivor",
+      nodes: [{ id: "b", gb: 10 }],
+      deps: [dep("d1")],
+      want: ["place d1 n-b"],
+    },
+    {
+      name: "exclusions by peer key still hold",
+      nodes: [
+        { id: "b", gb: 20 },
+        { id: "c", gb: 10 },
+      ],
+      deps: [dep("d1", { excluded_peer_keys: ["p-b"] })],
+      want: ["place d1 n-c"],
+    },
+    {
+      name: "two lost deployments do not take the same memory",
+      nodes: [
+        { id: "b", gb: 10 },
+        { id: "c", gb: 10 },
+      ],
+      deps: [dep("d1"), dep("d2")],
+      want: ["place d1 n-b", "place d2 n-c"],
+    },
+    {
+      name: "no room: pending with the typed refusal",
+      nodes: [{ id: "b", gb: 4 }],
+      deps: [dep("d1")],
+      want: ["pending d1 insufficient_memory"],
+    },
+    {
+      name: "only an unhealthy node: pending with node_unhealthy",
+      nodes: [{ id: "b", gb: 10, usable: false }],
+      deps: [dep("d1")],
+      want: ["pending d1 node_unhealthy"],
+    },
+  ])("$name", ({ nodes, deps, want }) => {
+    const { state, reports } = world(nodes, deps);
+    const got = reconcile(state, reports, opts()).map((a) =>
+      a.kind === "place"
+        ? `place ${a.deployment_id} ${a.instance.assignments.map((x) => x.node_id).join(",")}`
+        : `pending ${a.deployment_id} ${a.refusal.code}`,
+    );
+    expect(got).toEqual(want);
+  });
+
+  it("a pending deployment with the same refusal gives no new event; not due gives nothing", () => {
+    const { state, reports } = world([{ id: "b", gb: 4 }], [dep("d1")]);
+    const [first] = reconcile(state, reports, opts());
+    expect(first?.kind).toBe("pending");
+    if (first?.kind !== "pending") return;
+    state.deployments.d1 = { ...state.deployments.d1!, status: "Pending", refusal: first.refusal };
+    expect(reconcile(state, reports, opts())).toEqual([]);
+    expect(reconcile(state, reports, opts({ due: () => false }))).toEqual([]);
+  });
+
+  it("the new instance is the deployment's model, sharding and a fresh id", () => {
+    const { state, reports } = world([{ id: "b", gb: 10 }], [dep("d1")]);
+    const [a] = reconcile(state, reports, opts({ newInstanceId: () => "i-x" as InstanceId }));
+    expect(a).toMatchObject({
+      kind: "place",
+      instance: { instance_id: "i-x", model_id: "org/m", sharding: "Pipeline", created_at: 5 },
+      reason: "instance i-old-d1 of deployment d1 was lost",
+    });
+  });
+});
