@@ -50,5 +50,3 @@ export type {
   Unavailable,
 } from "./cluster.ts";
 export { assignmentsOf } from "./cluster.ts";
-export { lostDeployments, reconcile } from "./reconcile.ts";
-export type { ReconcileAction, ReconcileOptions } from "./reconcile.ts";

@@ -130,7 +130,7 @@ export type DeploymentRefusal = z.infer<typeof DeploymentRefusalSchema>;
 
 /**
  * The intent behind a placement: kept in the replicated state until DELETE /instance/{id}; when its
- * instance is lost the master places it again (packages/placement reconcile) or keeps it Pending.
+ * instance is lost the master places it again (packages/state reconcile) or keeps it Pending.
  */
 export const DeploymentSchema = z.object({
   deployment_id: z.string().min(1),

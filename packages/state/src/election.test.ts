@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { compareSeniority, decide, nodeIdFor } from "./election.ts";
+import { compareSeniority, elect, nodeIdFor } from "./election.ts";
 import type { ElectionInput, HeardPeer } from "./election.ts";
 
 const T = 3000;
@@ -49,23 +49,23 @@ describe("seniority", () => {
 
 describe("formation", () => {
   it("waits out the election timeout before anyone starts a session", () => {
-    const d = decide(input({ now: 1000, upSince: 0, self: A, peers: [heard(B, 900)] }));
+    const d = elect(input({ now: 1000, upSince: 0, self: A, peers: [heard(B, 900)] }));
     expect(d.kind).toBe("wait");
   });
   it("the most senior live node starts the session once the timeout passed", () => {
-    expect(
-      decide(input({ now: 3500, self: A, peers: [heard(B, 3400), heard(C, 3400)] })).kind,
-    ).toBe("start_session");
-    expect(decide(input({ now: 3500, self: B, peers: [heard(A, 3400), heard(C, 3400)] }))).toEqual({
+    expect(elect(input({ now: 3500, self: A, peers: [heard(B, 3400), heard(C, 3400)] })).kind).toBe(
+      "start_session",
+    );
+    expect(elect(input({ now: 3500, self: B, peers: [heard(A, 3400), heard(C, 3400)] }))).toEqual({
       kind: "wait",
       candidate: "a",
     });
   });
   it("a lone node elects itself", () => {
-    expect(decide(input({ now: 3500, self: C, peers: [] })).kind).toBe("start_session");
+    expect(elect(input({ now: 3500, self: C, peers: [] })).kind).toBe("start_session");
   });
   it("a joining node adopts a live master's session at once, without waiting", () => {
-    const d = decide(input({ now: 100, upSince: 50, self: C, peers: [heard(A, 90, "s1")] }));
+    const d = elect(input({ now: 100, upSince: 50, self: C, peers: [heard(A, 90, "s1")] }));
     expect(d).toEqual({ kind: "adopt", session_id: "s1", master: A });
   });
 });
@@ -73,16 +73,16 @@ describe("formation", () => {
 describe("master loss", () => {
   const current = { session_id: "s1", master: A };
   it("stays while the master was heard within the election timeout", () => {
-    const d = decide(
+    const d = elect(
       input({ now: 10_000, self: B, current, peers: [heard(A, 7_500, "s1"), heard(C, 9_900)] }),
     );
     expect(d.kind).toBe("stay");
   });
   it("after the election timeout of silence the most senior survivor starts a new session", () => {
     const peers = [heard(A, 6_900, "s1"), heard(C, 9_900)];
-    expect(decide(input({ now: 10_000, self: B, current, peers })).kind).toBe("start_session");
+    expect(elect(input({ now: 10_000, self: B, current, peers })).kind).toBe("start_session");
     expect(
-      decide(
+      elect(
         input({ now: 10_000, self: C, current, peers: [heard(A, 6_900, "s1"), heard(B, 9_900)] }),
       ),
     ).toEqual({
@@ -91,7 +91,7 @@ describe("master loss", () => {
     });
   });
   it("survivors then adopt the new master's session", () => {
-    const d = decide(
+    const d = elect(
       input({
         now: 10_100,
         self: C,
@@ -103,7 +103,7 @@ describe("master loss", () => {
   });
   it("a restarted old master is junior and joins instead of taking over", () => {
     const restartedA = { peer_key: "a2", started_at: 20_000 };
-    const d = decide(
+    const d = elect(
       input({
         now: 20_100,
         upSince: 20_000,
@@ -118,7 +118,7 @@ describe("master loss", () => {
 describe("partition split and heal", () => {
   it("each side of a split elects its own master", () => {
     // Side 1: A alone (was master). Side 2: B and C lost A.
-    const side2 = decide(
+    const side2 = elect(
       input({
         now: 10_000,
         self: B,
@@ -127,7 +127,7 @@ describe("partition split and heal", () => {
       }),
     );
     expect(side2.kind).toBe("start_session");
-    const side1 = decide(
+    const side1 = elect(
       input({
         now: 10_000,
         self: A,
@@ -140,7 +140,7 @@ describe("partition split and heal", () => {
   });
   it("on heal the side with more live nodes keeps its session, even under a junior master", () => {
     // A (most senior, the old master) was cut off alone in s1; B and C formed s2.
-    const a = decide(
+    const a = elect(
       input({
         now: 20_010,
         self: A,
@@ -150,7 +150,7 @@ describe("partition split and heal", () => {
       }),
     );
     expect(a).toEqual({ kind: "adopt", session_id: "s2", master: B });
-    const b = decide(
+    const b = elect(
       input({
         now: 20_010,
         self: B,
@@ -160,7 +160,7 @@ describe("partition split and heal", () => {
       }),
     );
     expect(b.kind).toBe("stay");
-    const c = decide(
+    const c = elect(
       input({
         now: 20_010,
         self: C,
@@ -176,7 +176,7 @@ describe("partition split and heal", () => {
         follower(A, 21_900, "s2"),
         follower(C, 21_900, "s2"),
       ].filter((p) => p.peer_key !== self.peer_key);
-      const d = decide(
+      const d = elect(
         input({
           now: 22_000,
           self,
@@ -191,7 +191,7 @@ describe("partition split and heal", () => {
 
   it("a lone master that hears the other side's master before its followers stays until it has heard them", () => {
     // Right after the heal A has heard only B: one node each, the tie goes to seniority (A).
-    const early = decide(
+    const early = elect(
       input({
         now: 20_010,
         self: A,
@@ -202,7 +202,7 @@ describe("partition split and heal", () => {
     );
     expect(early.kind).toBe("stay");
     // The majority never adopts the smaller session meanwhile: it hears its own side completely.
-    const b = decide(
+    const b = elect(
       input({
         now: 20_010,
         self: B,
@@ -212,7 +212,7 @@ describe("partition split and heal", () => {
       }),
     );
     expect(b.kind).toBe("stay");
-    const later = decide(
+    const later = elect(
       input({
         now: 20_510,
         self: A,
@@ -227,7 +227,7 @@ describe("partition split and heal", () => {
   it("sides of equal size heal to the session of the most senior master", () => {
     const D = { peer_key: "d", started_at: 400 };
     // s1 = {A, C}, s2 = {B, D}.
-    const b = decide(
+    const b = elect(
       input({
         now: 20_010,
         self: B,
@@ -237,7 +237,7 @@ describe("partition split and heal", () => {
       }),
     );
     expect(b).toEqual({ kind: "adopt", session_id: "s1", master: A });
-    const d = decide(
+    const d = elect(
       input({
         now: 20_010,
         self: D,
@@ -246,7 +246,7 @@ describe("partition split and heal", () => {
       }),
     );
     expect(d).toEqual({ kind: "adopt", session_id: "s1", master: A });
-    const a = decide(
+    const a = elect(
       input({
         now: 20_010,
         self: A,
@@ -261,7 +261,7 @@ describe("partition split and heal", () => {
   it("a non-master cut off alone (its own session) rejoins the majority's session", () => {
     // D was cut off alone and started s4; A, B, C stayed in s1 under A.
     const D = { peer_key: "d", started_at: 400 };
-    const d = decide(
+    const d = elect(
       input({
         now: 20_010,
         self: D,
@@ -271,7 +271,7 @@ describe("partition split and heal", () => {
       }),
     );
     expect(d).toEqual({ kind: "adopt", session_id: "s1", master: A });
-    const a = decide(
+    const a = elect(
       input({
         now: 20_010,
         self: A,

@@ -71,7 +71,7 @@ export type ElectionDecision =
  * 2. With no live master anywhere, once the election timeout has passed since this node came up
  *    (or since its master fell silent), the most senior live peer starts a new session; the others wait.
  */
-export function decide(input: ElectionInput): ElectionDecision {
+export function elect(input: ElectionInput): ElectionDecision {
   const { now, self, electionTimeoutMs: t } = input;
   const live = input.peers.filter((p) => now - p.lastHeard <= t);
   const masters: { session_id: string; master: Peer }[] = live

@@ -1,4 +1,9 @@
-// Front door of the state package: the replicated state machine and the election rule.
+// Front door of the state package: the replicated state machine, the sequencer's command rule,
+// the reconcile of deployments and the election rule -- all pure.
 export { apply, OutOfOrderEvent } from "./apply.ts";
-export { compareSeniority, decide, mostSenior, nodeIdFor } from "./election.ts";
+export { decide } from "./decide.ts";
+export type { CommandDecision, DecideContext, IdKind } from "./decide.ts";
+export { lostDeployments, reconcile } from "./reconcile.ts";
+export type { ReconcileAction, ReconcileOptions } from "./reconcile.ts";
+export { compareSeniority, elect, mostSenior, nodeIdFor } from "./election.ts";
 export type { ElectionDecision, ElectionInput, HeardPeer, Peer } from "./election.ts";

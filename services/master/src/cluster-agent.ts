@@ -2,8 +2,9 @@
 // the control state, and -- on the elected node only -- acts as master (sequencing commands into events).
 // Invariants: the replica only ever changes through apply(); only the master of a session answers that
 // session's command and sync subjects; a node reports `synced` only once it holds its session's state.
+// The rules are pure and live in @ic/state (elect, decide, reconcile); this class is their I/O shell.
 import { randomUUID } from "node:crypto";
-import { emptyState, fromWireError, runnerKey, ServiceError, toWireError } from "@ic/protocol";
+import { emptyState, fromWireError, ServiceError, toWireError } from "@ic/protocol";
 import type {
   Command,
   CommandReply,
@@ -16,12 +17,19 @@ import type {
   Member,
   NodeId,
   SessionId,
-  TaskId,
 } from "@ic/protocol";
-import { apply, decide, nodeIdFor, OutOfOrderEvent } from "@ic/state";
-import { checkInstance, lostDeployments, nodeCapacities, reconcile } from "@ic/placement";
+import {
+  apply,
+  decide,
+  elect,
+  lostDeployments,
+  nodeIdFor,
+  OutOfOrderEvent,
+  reconcile,
+} from "@ic/state";
+import { nodeCapacities } from "@ic/placement";
 import type { MemoryModel } from "@ic/placement";
-import type { HeardPeer, Peer } from "@ic/state";
+import type { HeardPeer, IdKind, Peer } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
 import type { Clock } from "./clock.ts";
@@ -266,7 +274,7 @@ export class ClusterAgent implements AsyncDisposable {
     if (this.stopped) return;
     const now = this.o.clock.now();
     const self: Peer = { peer_key: this.o.self.peerKey, started_at: this.o.self.startedAt };
-    const d = decide({
+    const d = elect({
       now,
       self,
       upSince: this.upSince,
@@ -651,7 +659,7 @@ export class ClusterAgent implements AsyncDisposable {
     };
     const actions = reconcile(this.state, reports, {
       now,
-      newInstanceId: () => `i-${randomUUID()}` as InstanceId,
+      newInstanceId: () => newId("instance") as InstanceId,
       due,
       ...(this.o.memory ? { memory: this.o.memory } : {}),
     });
@@ -692,164 +700,32 @@ export class ClusterAgent implements AsyncDisposable {
     }
   }
 
+  /**
+   * Master only: the I/O shell around the pure `decide` (packages/state). Checks the session and
+   * role, decides against the replica and the live heartbeats, emits the events in order, and
+   * answers with the index reached (and the task id of a CreateTask) or the typed refusal.
+   */
   private handleCommand(sessionId: SessionId, from: NodeId, cmd: Command): CommandReply {
     if (this.role !== "master" || sessionId !== this.current?.session_id) {
       return { ok: false, error: { code: "session_changed", message: "session changed; retry" } };
     }
     try {
-      return this.execute(from, cmd);
+      const d = decide(this.state, cmd, {
+        from,
+        reports: this.livePeers().map((p) => p.heartbeat),
+        now: this.o.clock.now(),
+        newId,
+        ...(this.o.memory ? { memory: this.o.memory } : {}),
+      });
+      if (!d.ok) return { ok: false, error: toWireError(d.error) };
+      for (const e of d.events) this.emit(e);
+      return {
+        ok: true,
+        index: this.state.index,
+        ...(d.task_id !== undefined ? { task_id: d.task_id } : {}),
+      };
     } catch (e) {
       return { ok: false, error: toWireError(e) };
-    }
-  }
-
-  private execute(from: NodeId, cmd: Command): CommandReply {
-    const s = this.state;
-    const ok = (task_id?: TaskId): CommandReply => ({
-      ok: true,
-      index: this.state.index,
-      ...(task_id ? { task_id } : {}),
-    });
-    switch (cmd.type) {
-      case "PlaceInstance": {
-        for (const a of cmd.instance.assignments) {
-          if (!s.members[a.node_id]) {
-            throw new ServiceError("conflict", `node ${a.node_id} is not a member of this session`);
-          }
-        }
-        const model = s.models[cmd.instance.model_id];
-        if (!model) {
-          throw new ServiceError(
-            "model_not_found",
-            `model ${cmd.instance.model_id} is not registered`,
-          );
-        }
-        // The gateway decided from its own view; this replica may already hold an instance placed
-        // through another node since. The same pure check, here, settles who gets the memory.
-        const refused = checkInstance(
-          s,
-          this.livePeers().map((p) => p.heartbeat),
-          cmd.instance,
-          model,
-          this.o.memory,
-        );
-        if (refused) {
-          throw new ServiceError(refused.code, refused.message, {
-            details: {
-              ...(refused.node_id !== undefined ? { node_id: refused.node_id } : {}),
-              ...(refused.health_code !== undefined ? { health_code: refused.health_code } : {}),
-            },
-          });
-        }
-        this.emit({ type: "InstancePlaced", instance: cmd.instance });
-        if (cmd.deployment) {
-          // Exclusions are kept by peer key: node ids change with every session.
-          const excluded = new Set(cmd.deployment.excluded_nodes);
-          this.emit({
-            type: "DeploymentCreated",
-            deployment: {
-              deployment_id: `d-${randomUUID()}`,
-              model_id: cmd.instance.model_id,
-              min_nodes: cmd.deployment.min_nodes,
-              sharding: cmd.deployment.sharding,
-              excluded_peer_keys: Object.values(s.members)
-                .filter((m) => excluded.has(m.node_id))
-                .map((m) => m.peer_key),
-              created_at: this.o.clock.now(),
-              instance_id: cmd.instance.instance_id,
-              status: "Placed",
-            },
-          });
-        }
-        return ok();
-      }
-      case "DeleteInstance": {
-        // Deleting the instance deletes the intent, also while it is Pending (its instance gone).
-        const intents = Object.values(s.deployments).filter(
-          (d) => d.instance_id === cmd.instance_id,
-        );
-        for (const d of intents) {
-          this.emit({
-            type: "DeploymentDeleted",
-            deployment_id: d.deployment_id,
-            reason: `instance ${cmd.instance_id} deleted by request`,
-          });
-        }
-        if (!s.instances[cmd.instance_id]) {
-          if (intents.length > 0) return ok();
-          throw new ServiceError("not_found", `no instance ${cmd.instance_id}`);
-        }
-        for (const t of Object.values(s.tasks)) {
-          if (t.instance_id === cmd.instance_id) {
-            this.emit({ type: "TaskFailed", task_id: t.task_id, reason: "instance deleted" });
-          }
-        }
-        this.emit({
-          type: "InstanceDeleted",
-          instance_id: cmd.instance_id,
-          reason: "deleted by request",
-        });
-        return ok();
-      }
-      case "RegisterModel": {
-        const prev = s.models[cmd.model.model_id];
-        if (prev && JSON.stringify(prev) === JSON.stringify(cmd.model)) return ok();
-        this.emit({ type: "ModelRegistered", model: cmd.model });
-        return ok();
-      }
-      case "ReportRunner": {
-        const r = cmd.runner;
-        if (!s.instances[r.instance_id]) return ok();
-        const prev = s.runners[runnerKey(r.instance_id, r.rank)];
-        if (
-          prev &&
-          prev.state === r.state &&
-          prev.endpoint === r.endpoint &&
-          prev.reason === r.reason &&
-          prev.restarts === r.restarts &&
-          prev.warmup_started_at === r.warmup_started_at &&
-          prev.progress?.staged_bytes === r.progress?.staged_bytes
-        ) {
-          return ok();
-        }
-        this.emit({
-          type: r.state === "RunnerFailed" ? "RunnerFailed" : "RunnerStatus",
-          runner: r,
-        });
-        return ok();
-      }
-      case "CreateTask": {
-        if (!s.instances[cmd.instance_id])
-          throw new ServiceError("instance_lost", `instance ${cmd.instance_id} is gone`);
-        const task_id = `t-${randomUUID()}` as TaskId;
-        this.emit({
-          type: "TaskCreated",
-          task: {
-            task_id,
-            command_id: cmd.command_id,
-            model_id: cmd.model_id,
-            instance_id: cmd.instance_id,
-            gateway_node_id: from,
-            created_at: this.o.clock.now(),
-          },
-        });
-        return ok(task_id);
-      }
-      case "FinishTask":
-        if (s.tasks[cmd.task_id]) this.emit({ type: "TaskFinished", task_id: cmd.task_id });
-        return ok();
-      case "FailTask":
-        if (s.tasks[cmd.task_id])
-          this.emit({ type: "TaskFailed", task_id: cmd.task_id, reason: cmd.reason });
-        return ok();
-      case "ReportDownloadFailed":
-        this.emit({
-          type: "DownloadFailed",
-          node_id: from,
-          model_id: cmd.model_id,
-          reason: cmd.reason,
-        });
-        return ok();
     }
   }
 
@@ -893,4 +769,10 @@ export class ClusterAgent implements AsyncDisposable {
     if (!reply.ok) throw fromWireError(reply.error);
     return reply;
   }
+}
+
+const ID_PREFIX: Readonly<Record<IdKind, string>> = { deployment: "d", task: "t", instance: "i" };
+/** Fresh ids for what the master creates (deployments, tasks, re-placed instances). */
+function newId(kind: IdKind): string {
+  return `${ID_PREFIX[kind]}-${randomUUID()}`;
 }

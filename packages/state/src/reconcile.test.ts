@@ -11,7 +11,7 @@ import type {
   NodeId,
   SessionId,
 } from "@ic/protocol";
-import type { NodeReport } from "./cluster.ts";
+import type { NodeReport } from "@ic/placement";
 import { lostDeployments, reconcile } from "./reconcile.ts";
 
 const G = 1e9;

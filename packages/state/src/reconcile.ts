@@ -1,5 +1,6 @@
 // Intent kept as state: for every deployment whose instance is gone, place it again on what is there,
 // or say why not. Pure (ids and timing come from the caller), so the master's tick is a thin shell.
+// It calls @ic/placement (placeInCluster, as the API places); placement never imports this package.
 import type {
   ControlState,
   Deployment,
@@ -8,9 +9,8 @@ import type {
   InstanceId,
   ModelId,
 } from "@ic/protocol";
-import { assignmentsOf, placeInCluster } from "./cluster.ts";
-import type { NodeReport } from "./cluster.ts";
-import type { MemoryModel } from "./memory.ts";
+import { assignmentsOf, placeInCluster } from "@ic/placement";
+import type { MemoryModel, NodeReport } from "@ic/placement";
 
 export type ReconcileAction =
   | {

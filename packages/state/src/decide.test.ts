@@ -1,0 +1,435 @@
+// Table tests of decide: every command type against a small replica, accepted (the events it
+// sequences, in order) or refused (the typed error), with the placement re-check's race refusals.
+import { describe, expect, it } from "vitest";
+import { CommandSchema, emptyState, runnerKey } from "@ic/protocol";
+import type {
+  Command,
+  CommandId,
+  ControlState,
+  Instance,
+  InstanceId,
+  ModelId,
+  ModelRecord,
+  NodeId,
+  Runner,
+  SessionId,
+  TaskId,
+} from "@ic/protocol";
+import type { NodeReport } from "@ic/placement";
+import { decide } from "./decide.ts";
+import type { DecideContext, IdKind } from "./decide.ts";
+
+const G = 1e9;
+const BARE = { overheadFactor: 1, runnerBytes: 0, kvBytesPerElement: 0 };
+const model: ModelRecord = {
+  model_id: "org/m" as ModelId,
+  file: "m.gguf",
+  bytes: 6 * G,
+  architecture: "llama",
+  layers: 10,
+  context_length: 0,
+  embedding_length: 64,
+  head_count: 4,
+  head_count_kv: 4,
+  supports_tensor: true,
+};
+const other = { ...model, model_id: "org/other" as ModelId };
+
+/** An instance of `model` wholly on one node: 6 GB required. */
+const instance = (id: string, node = "b", model_id = model.model_id): Instance => ({
+  instance_id: id as InstanceId,
+  model_id,
+  sharding: "Pipeline",
+  created_at: 0,
+  assignments: [
+    {
+      node_id: `n-${node}` as NodeId,
+      peer_key: `p-${node}`,
+      rank: 0,
+      layers: 10,
+      weight_bytes: 6 * G,
+      required_bytes: 6 * G,
+    },
+  ],
+});
+
+const runner = (over: Partial<Runner> = {}): Runner => ({
+  instance_id: "i-1" as InstanceId,
+  node_id: "n-b" as NodeId,
+  rank: 0,
+  state: "RunnerStaging",
+  restarts: 0,
+  since: 1,
+  progress: { staged_bytes: 100, total_bytes: 6 * G, started_at: 1 },
+  ...over,
+});
+
+/**
+ * Members a and b (10 GB each), model `org/m` registered, instance i-1 on b with runner rank 0
+ * staging, task t-1 on it, deployment d-1 realized by i-1, and deployment d-2 Pending (its
+ * instance i-gone lost).
+ */
+function world(): ControlState {
+  const s = emptyState();
+  s.session = {
+    session_id: "s-1" as SessionId,
+    master_node_id: "n-a" as NodeId,
+    master_peer_key: "p-a",
+    master_started_at: 0,
+    started_at: 0,
+  };
+  s.index = 7;
+  for (const id of ["a", "b"]) {
+    s.members[`n-${id}`] = {
+      node_id: `n-${id}` as NodeId,
+      peer_key: `p-${id}`,
+      name: `node-${id}`,
+      api_url: "",
+      host: "",
+      started_at: 0,
+      joined_at: 0,
+    };
+  }
+  s.models[model.model_id] = model;
+  s.instances["i-1"] = instance("i-1");
+  s.runners[runnerKey("i-1", 0)] = runner();
+  s.tasks["t-1"] = {
+    task_id: "t-1" as TaskId,
+    command_id: "c-1" as CommandId,
+    model_id: model.model_id,
+    instance_id: "i-1" as InstanceId,
+    gateway_node_id: "n-a" as NodeId,
+    created_at: 0,
+  };
+  const dep = { model_id: model.model_id, min_nodes: 1, sharding: "Pipeline" as const };
+  s.deployments["d-1"] = {
+    ...dep,
+    deployment_id: "d-1",
+    excluded_peer_keys: [],
+    created_at: 0,
+    instance_id: "i-1" as InstanceId,
+    status: "Placed",
+  };
+  s.deployments["d-2"] = {
+    ...dep,
+    deployment_id: "d-2",
+    excluded_peer_keys: [],
+    created_at: 0,
+    instance_id: "i-gone" as InstanceId,
+    status: "Pending",
+    refusal: { code: "insufficient_memory", message: "no room" },
+  };
+  return s;
+}
+
+const report = (id: string, gb = 10, usable = true): NodeReport => ({
+  peer_key: `p-${id}`,
+  telemetry: {
+    memory_total_bytes: gb * G,
+    memory_free_bytes: gb * G,
+    gpus: [],
+    disk_free_bytes: null,
+    engine: { server_bin: "/e", rpc_bin: null, backend: "cpu", usable, overridden: false },
+    declared_backend: "auto",
+  },
+  health: [],
+  links: [],
+});
+
+const ctx = (over: Partial<DecideContext> = {}): DecideContext => ({
+  from: "n-a" as NodeId,
+  reports: [report("a"), report("b")],
+  now: 42,
+  newId: (kind: IdKind) => `${kind}-new`,
+  memory: BARE,
+  ...over,
+});
+
+type Row = {
+  name: string;
+  cmd: Command;
+  /** Changes to the standard world before deciding. */
+  state?: (s: ControlState) => void;
+  ctx?: Partial<DecideContext>;
+} & ({ events: string[] } | { error: string });
+
+const place = (
+  i: Instance,
+  deployment?: Extract<Command, { type: "PlaceInstance" }>["deployment"],
+): Command => ({ type: "PlaceInstance", instance: i, ...(deployment ? { deployment } : {}) });
+const report_ = (over: Partial<Runner>): Command => ({
+  type: "ReportRunner",
+  runner: runner(over),
+});
+
+const rows: Row[] = [
+  // PlaceInstance
+  {
+    name: "places an instance that fits",
+    cmd: place(instance("i-2", "a")),
+    events: ["InstancePlaced"],
+  },
+  {
+    name: "places an instance and keeps its deployment",
+    cmd: place(instance("i-2", "a"), { min_nodes: 1, sharding: "Pipeline", excluded_nodes: [] }),
+    events: ["InstancePlaced", "DeploymentCreated"],
+  },
+  {
+    name: "refuses an unknown model",
+    cmd: place(instance("i-2", "a", "org/nope" as ModelId)),
+    error: "model_not_found",
+  },
+  {
+    name: "refuses a node that is not a member",
+    cmd: place(instance("i-2", "z")),
+    error: "conflict",
+  },
+  {
+    name: "refuses a share that no longer fits (a race lost to i-1 on the same node)",
+    cmd: place(instance("i-2", "b")),
+    error: "insufficient_memory",
+  },
+  {
+    name: "refuses a node whose engine is unusable",
+    cmd: place(instance("i-2", "a")),
+    ctx: { reports: [report("a", 10, false), report("b")] },
+    error: "node_unhealthy",
+  },
+  {
+    name: "waits for a node whose memory is not heard yet",
+    cmd: place(instance("i-2", "a")),
+    ctx: { reports: [report("b")] },
+    error: "info_pending",
+  },
+  // DeleteInstance
+  {
+    name: "deletes an instance with its deployment, failing its tasks first",
+    cmd: { type: "DeleteInstance", instance_id: "i-1" as InstanceId },
+    events: ["DeploymentDeleted", "TaskFailed", "InstanceDeleted"],
+  },
+  {
+    name: "deletes a Pending deployment whose instance is gone",
+    cmd: { type: "DeleteInstance", instance_id: "i-gone" as InstanceId },
+    events: ["DeploymentDeleted"],
+  },
+  {
+    name: "refuses to delete an instance it never had",
+    cmd: { type: "DeleteInstance", instance_id: "i-none" as InstanceId },
+    error: "not_found",
+  },
+  // RegisterModel
+  {
+    name: "registers a new model",
+    cmd: { type: "RegisterModel", model: other },
+    events: ["ModelRegistered"],
+  },
+  {
+    name: "registers changed facts of a known model again",
+    cmd: { type: "RegisterModel", model: { ...model, bytes: 7 * G } },
+    events: ["ModelRegistered"],
+  },
+  { name: "ignores an identical registration", cmd: { type: "RegisterModel", model }, events: [] },
+  // ReportRunner
+  { name: "ignores a duplicate runner report", cmd: report_({}), events: [] },
+  {
+    name: "sequences a staging progress change",
+    cmd: report_({ progress: { staged_bytes: 200, total_bytes: 6 * G, started_at: 1 } }),
+    events: ["RunnerStatus"],
+  },
+  {
+    name: "ignores a change of `since` alone",
+    cmd: report_({ since: 99 }),
+    events: [],
+  },
+  {
+    name: "sequences a new warm-up start",
+    cmd: report_({ state: "RunnerStaging", warmup_started_at: 5 }),
+    events: ["RunnerStatus"],
+  },
+  {
+    name: "sequences a state change",
+    cmd: report_({ state: "RunnerReady", endpoint: "http://b:9000", progress: undefined }),
+    events: ["RunnerStatus"],
+  },
+  {
+    name: "sequences a failure as RunnerFailed",
+    cmd: report_({ state: "RunnerFailed", reason: "crashed" }),
+    events: ["RunnerFailed"],
+  },
+  {
+    name: "sequences the first report of a rank",
+    cmd: report_({}),
+    state: (s) => {
+      s.runners = {};
+    },
+    events: ["RunnerStatus"],
+  },
+  {
+    name: "ignores a report for an instance that is gone",
+    cmd: report_({ instance_id: "i-gone" as InstanceId }),
+    events: [],
+  },
+  // Tasks
+  {
+    name: "creates a task on a live instance",
+    cmd: {
+      type: "CreateTask",
+      command_id: "c-2" as CommandId,
+      model_id: model.model_id,
+      instance_id: "i-1" as InstanceId,
+    },
+    events: ["TaskCreated"],
+  },
+  {
+    name: "refuses a task on an instance that is gone",
+    cmd: {
+      type: "CreateTask",
+      command_id: "c-2" as CommandId,
+      model_id: model.model_id,
+      instance_id: "i-gone" as InstanceId,
+    },
+    error: "instance_lost",
+  },
+  {
+    name: "finishes a known task",
+    cmd: { type: "FinishTask", task_id: "t-1" as TaskId },
+    events: ["TaskFinished"],
+  },
+  {
+    name: "ignores finishing an unknown task",
+    cmd: { type: "FinishTask", task_id: "t-x" as TaskId },
+    events: [],
+  },
+  {
+    name: "fails a known task",
+    cmd: { type: "FailTask", task_id: "t-1" as TaskId, reason: "upstream" },
+    events: ["TaskFailed"],
+  },
+  {
+    name: "ignores failing an unknown task",
+    cmd: { type: "FailTask", task_id: "t-x" as TaskId, reason: "upstream" },
+    events: [],
+  },
+  // Downloads
+  {
+    name: "records a failed download",
+    cmd: { type: "ReportDownloadFailed", model_id: model.model_id, reason: "404" },
+    events: ["DownloadFailed"],
+  },
+];
+
+describe("decide", () => {
+  it.each(rows)("$name", (row) => {
+    const s = world();
+    row.state?.(s);
+    const before = JSON.stringify(s);
+    const d = decide(s, row.cmd, ctx(row.ctx));
+    expect(JSON.stringify(s)).toBe(before);
+    if ("error" in row) {
+      expect(d.ok ? d.events.map((e) => e.type) : d.error.code).toBe(row.error);
+    } else {
+      expect(d.ok ? d.events.map((e) => e.type) : d.error.code).toEqual(row.events);
+    }
+  });
+
+  it("has a row for every command type", () => {
+    const all = CommandSchema.options.map((o) => o.shape.type.value);
+    expect(new Set(rows.map((r) => r.cmd.type))).toEqual(new Set(all));
+  });
+
+  it("the deployment keeps exclusions by peer key, the context's id and time", () => {
+    const d = decide(
+      world(),
+      place(instance("i-2", "a"), {
+        min_nodes: 1,
+        sharding: "Pipeline",
+        excluded_nodes: ["n-b", "n-gone"],
+      }),
+      ctx(),
+    );
+    expect(d.ok && d.events[1]).toEqual({
+      type: "DeploymentCreated",
+      deployment: {
+        deployment_id: "deployment-new",
+        model_id: "org/m",
+        min_nodes: 1,
+        sharding: "Pipeline",
+        excluded_peer_keys: ["p-b"],
+        created_at: 42,
+        instance_id: "i-2",
+        status: "Placed",
+      },
+    });
+  });
+
+  it("a lost race is refused with the node named and the reservation explained", () => {
+    const d = decide(world(), place(instance("i-2", "b")), ctx());
+    expect(d.ok).toBe(false);
+    if (d.ok) return;
+    expect(d.error.details).toEqual({ node_id: "n-b" });
+    expect(d.error.message).toContain("node-b (n-b) cannot fit its share");
+    expect(d.error.message).toContain("6.00 GB of its 10.00 GB is reserved");
+  });
+
+  it("node_unhealthy names the node and its health code", () => {
+    const d = decide(
+      world(),
+      place(instance("i-2", "a")),
+      ctx({ reports: [report("a", 10, false)] }),
+    );
+    expect(d.ok ? null : d.error.details).toEqual({
+      node_id: "n-a",
+      health_code: "invalid_engine_binary",
+    });
+  });
+
+  it("a task is created for the sender with the context's id, which the reply carries", () => {
+    const d = decide(
+      world(),
+      {
+        type: "CreateTask",
+        command_id: "c-2" as CommandId,
+        model_id: model.model_id,
+        instance_id: "i-1" as InstanceId,
+      },
+      ctx({ from: "n-b" as NodeId }),
+    );
+    expect(d).toEqual({
+      ok: true,
+      task_id: "task-new",
+      events: [
+        {
+          type: "TaskCreated",
+          task: {
+            task_id: "task-new",
+            command_id: "c-2",
+            model_id: "org/m",
+            instance_id: "i-1",
+            gateway_node_id: "n-b",
+            created_at: 42,
+          },
+        },
+      ],
+    });
+  });
+
+  it("a failed download names the sender", () => {
+    const d = decide(
+      world(),
+      { type: "ReportDownloadFailed", model_id: model.model_id, reason: "404" },
+      ctx({ from: "n-b" as NodeId }),
+    );
+    expect(d.ok && d.events).toEqual([
+      { type: "DownloadFailed", node_id: "n-b", model_id: "org/m", reason: "404" },
+    ]);
+  });
+
+  it("deleting fails exactly the tasks of that instance", () => {
+    const d = decide(world(), { type: "DeleteInstance", instance_id: "i-1" as InstanceId }, ctx());
+    expect(d.ok && d.events[1]).toEqual({
+      type: "TaskFailed",
+      task_id: "t-1",
+      reason: "instance deleted",
+    });
+  });
+});

@@ -1,0 +1,176 @@
+// The sequencer's rule: decide(state, command, ctx) -> the events to emit, or the typed refusal.
+// Pure (sender, heartbeats, time and ids come from the caller), so the master is only its I/O shell.
+import { runnerKey, ServiceError } from "@ic/protocol";
+import type { Command, ControlEvent, ControlState, NodeId, TaskId } from "@ic/protocol";
+import { checkInstance } from "@ic/placement";
+import type { MemoryModel, NodeReport } from "@ic/placement";
+
+/** What a fresh id is for: the shell prefixes and randomizes it (`d-…`, `t-…`, `i-…`). */
+export type IdKind = "deployment" | "task" | "instance";
+
+/** What the shell supplies to decide one command. */
+export interface DecideContext {
+  /** The node the command speaks for (already checked against its bus connection). */
+  readonly from: NodeId;
+  /** Latest heartbeat of every live peer, self included: the placement re-check reads them. */
+  readonly reports: readonly NodeReport[];
+  readonly now: number;
+  readonly newId: (kind: IdKind) => string;
+  /** Memory model overrides, as the gateway uses them: word the re-check's refusals alike. */
+  readonly memory?: Partial<MemoryModel>;
+}
+
+/**
+ * Accepted: the events to sequence, in order (possibly none: a duplicate report, an unknown task),
+ * and the id of the task created, for CreateTask. Refused: the error the command's sender receives.
+ */
+export type CommandDecision =
+  | { readonly ok: true; readonly events: ControlEvent[]; readonly task_id?: TaskId }
+  | { readonly ok: false; readonly error: ServiceError };
+
+const accept = (events: ControlEvent[] = [], task_id?: TaskId): CommandDecision =>
+  task_id === undefined ? { ok: true, events } : { ok: true, events, task_id };
+const refuse = (error: ServiceError): CommandDecision => ({ ok: false, error });
+
+/**
+ * Every event is decided against `state` as it was before the command: the events of one command
+ * never depend on each other's application. Refusals emit nothing.
+ */
+export function decide(state: ControlState, cmd: Command, ctx: DecideContext): CommandDecision {
+  const s = state;
+  switch (cmd.type) {
+    case "PlaceInstance": {
+      for (const a of cmd.instance.assignments) {
+        if (!s.members[a.node_id]) {
+          return refuse(
+            new ServiceError("conflict", `node ${a.node_id} is not a member of this session`),
+          );
+        }
+      }
+      const model = s.models[cmd.instance.model_id];
+      if (!model) {
+        return refuse(
+          new ServiceError("model_not_found", `model ${cmd.instance.model_id} is not registered`),
+        );
+      }
+      // The gateway decided from its own view; this replica may already hold an instance placed
+      // through another node since. The same pure check, here, settles who gets the memory.
+      const refused = checkInstance(s, ctx.reports, cmd.instance, model, ctx.memory);
+      if (refused) {
+        return refuse(
+          new ServiceError(refused.code, refused.message, {
+            details: {
+              ...(refused.node_id !== undefined ? { node_id: refused.node_id } : {}),
+              ...(refused.health_code !== undefined ? { health_code: refused.health_code } : {}),
+            },
+          }),
+        );
+      }
+      const events: ControlEvent[] = [{ type: "InstancePlaced", instance: cmd.instance }];
+      if (cmd.deployment) {
+        // Exclusions are kept by peer key: node ids change with every session.
+        const excluded = new Set(cmd.deployment.excluded_nodes);
+        events.push({
+          type: "DeploymentCreated",
+          deployment: {
+            deployment_id: ctx.newId("deployment"),
+            model_id: cmd.instance.model_id,
+            min_nodes: cmd.deployment.min_nodes,
+            sharding: cmd.deployment.sharding,
+            excluded_peer_keys: Object.values(s.members)
+              .filter((m) => excluded.has(m.node_id))
+              .map((m) => m.peer_key),
+            created_at: ctx.now,
+            instance_id: cmd.instance.instance_id,
+            status: "Placed",
+          },
+        });
+      }
+      return accept(events);
+    }
+    case "DeleteInstance": {
+      // Deleting the instance deletes the intent, also while it is Pending (its instance gone).
+      const events: ControlEvent[] = Object.values(s.deployments)
+        .filter((d) => d.instance_id === cmd.instance_id)
+        .map((d) => ({
+          type: "DeploymentDeleted",
+          deployment_id: d.deployment_id,
+          reason: `instance ${cmd.instance_id} deleted by request`,
+        }));
+      if (!s.instances[cmd.instance_id]) {
+        if (events.length > 0) return accept(events);
+        return refuse(new ServiceError("not_found", `no instance ${cmd.instance_id}`));
+      }
+      for (const t of Object.values(s.tasks)) {
+        if (t.instance_id === cmd.instance_id) {
+          events.push({ type: "TaskFailed", task_id: t.task_id, reason: "instance deleted" });
+        }
+      }
+      events.push({
+        type: "InstanceDeleted",
+        instance_id: cmd.instance_id,
+        reason: "deleted by request",
+      });
+      return accept(events);
+    }
+    case "RegisterModel": {
+      const prev = s.models[cmd.model.model_id];
+      if (prev && JSON.stringify(prev) === JSON.stringify(cmd.model)) return accept();
+      return accept([{ type: "ModelRegistered", model: cmd.model }]);
+    }
+    case "ReportRunner": {
+      const r = cmd.runner;
+      if (!s.instances[r.instance_id]) return accept();
+      // A report that changes nothing a reader sees is not sequenced (workers repeat them).
+      const prev = s.runners[runnerKey(r.instance_id, r.rank)];
+      if (
+        prev &&
+        prev.state === r.state &&
+        prev.endpoint === r.endpoint &&
+        prev.reason === r.reason &&
+        prev.restarts === r.restarts &&
+        prev.warmup_started_at === r.warmup_started_at &&
+        prev.progress?.staged_bytes === r.progress?.staged_bytes
+      ) {
+        return accept();
+      }
+      return accept([
+        { type: r.state === "RunnerFailed" ? "RunnerFailed" : "RunnerStatus", runner: r },
+      ]);
+    }
+    case "CreateTask": {
+      if (!s.instances[cmd.instance_id]) {
+        return refuse(new ServiceError("instance_lost", `instance ${cmd.instance_id} is gone`));
+      }
+      const task_id = ctx.newId("task") as TaskId;
+      return accept(
+        [
+          {
+            type: "TaskCreated",
+            task: {
+              task_id,
+              command_id: cmd.command_id,
+              model_id: cmd.model_id,
+              instance_id: cmd.instance_id,
+              gateway_node_id: ctx.from,
+              created_at: ctx.now,
+            },
+          },
+        ],
+        task_id,
+      );
+    }
+    case "FinishTask":
+      return accept(s.tasks[cmd.task_id] ? [{ type: "TaskFinished", task_id: cmd.task_id }] : []);
+    case "FailTask":
+      return accept(
+        s.tasks[cmd.task_id]
+          ? [{ type: "TaskFailed", task_id: cmd.task_id, reason: cmd.reason }]
+          : [],
+      );
+    case "ReportDownloadFailed":
+      return accept([
+        { type: "DownloadFailed", node_id: ctx.from, model_id: cmd.model_id, reason: cmd.reason },
+      ]);
+  }
+}
