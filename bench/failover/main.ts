@@ -3,8 +3,14 @@
 // with the routes direct over the lab bridge and once through a user-space relay that adds 20 ms each
 // way. kill -9 of the master -> every survivor in one new session; kill -9 of a worker -> gone from
 // node_identities on every survivor. Medians of several runs, as ratios of the configured timeouts.
+// Also, direct routes only: kill -9 of the node holding a model's only instance (a deployment) ->
+// a 2-token chat through a survivor answers 200 again, against liveness timeout + a plain runner
+// start (POST /place_instance on a node with no staged copy -> the first 200 chat) from the same run.
 // Reports only: no timing is asserted (a broken setup -- a route that bypasses its relay -- throws).
-import { HOST_PORTS, startHostCluster, waitForConvergence } from "@ic/testkit";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { HOST_PORTS, seedStore, startHostCluster, waitFor, waitForConvergence } from "@ic/testkit";
 import type { HostCluster, NodeProcess } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
 
@@ -214,6 +220,224 @@ async function once(kind: Kind, delayMs: number): Promise<Sample> {
   return out;
 }
 
+// ---- node lost -> model serving again ----
+
+/** Milliseconds, per run. Times of steps are from the run's origin (the POST, or the kill). */
+interface ServeSample {
+  /** POST /place_instance on a fresh node (nothing staged) -> the first 200 chat: a plain runner start. */
+  start: number;
+  /** The plain start's steps on its holder (from the POST). */
+  startSteps: Steps;
+  /** kill -9 of the holder -> the first 200 chat through a survivor. */
+  served: number;
+  /** The steps after the kill: the master's decisions, then the new holder's steps. */
+  servedSteps: Steps;
+  /** How long the master had not heard the victim at the kill. */
+  silentAtKill: number;
+  /** "deployment pending" lines of the master between the kill and the re-placement (retries). */
+  pending: number;
+  /** Bytes the new holder fetched from the store host, and reused from a staged copy. */
+  fetchedBytes?: number;
+  reusedBytes?: number;
+  /** Bytes the first holder fetched from the store host for the plain start. */
+  startFetchedBytes?: number;
+  holder: string;
+  newHolder: string;
+  /** The answers to the chat polls after the kill, before the first 200: "status code" -> count. */
+  answers: Record<string, number>;
+}
+
+interface Steps {
+  /** The master's "node lost (heartbeat timeout)" line (kills only). */
+  lost?: number;
+  /** The master's "deployment placed again" line (kills only). */
+  placed?: number;
+  /** The holder's "staging admitted" (a transfer from the store host begins). */
+  admitted?: number;
+  /** The holder's "staged" (the copy is complete). */
+  staged?: number;
+  /** The holder's "starting runner" (llama-server spawned). */
+  spawned?: number;
+  /** The holder's "runner ready" (llama-server's /health answered 200). */
+  ready?: number;
+}
+
+const CHAT_POLL_MS = 50;
+/** The deadline for a model to answer again (or for the first time); a run past it throws. */
+const SERVE_DEADLINE_MS = 60_000;
+
+interface ChatBody {
+  usage?: { completion_tokens?: number };
+  error?: { code?: string };
+}
+
+/**
+ * Polls a 2-token chat completion through `via` every CHAT_POLL_MS (or right after a slower answer)
+ * until it answers 200; returns the ms from `t0` to that answer, counting the other answers.
+ */
+async function untilServed(
+  via: NodeProcess,
+  model: string,
+  t0: number,
+  answers: Record<string, number>,
+): Promise<number> {
+  for (;;) {
+    const sent = Date.now();
+    if (sent - t0 > SERVE_DEADLINE_MS)
+      throw new Error(`${model} not served ${SERVE_DEADLINE_MS} ms: ${JSON.stringify(answers)}`);
+    let key: string;
+    try {
+      const r = await via.post(
+        "/v1/chat/completions",
+        { model, messages: [{ role: "user", content: "hi" }], max_tokens: 2 },
+        { signal: AbortSignal.timeout(10_000) },
+      );
+      const text = await r.text();
+      let body: ChatBody = {};
+      try {
+        body = JSON.parse(text) as ChatBody;
+      } catch {
+        // not JSON: counted by status alone
+      }
+      if (r.status === 200) {
+        if (body.usage?.completion_tokens !== 2)
+          throw new Error(`200 without 2 completion tokens: ${text.slice(0, 300)}`);
+        return Date.now() - t0;
+      }
+      key = `${r.status} ${body.error?.code ?? "?"}`;
+    } catch (e) {
+      if (e instanceof Error && e.message.startsWith("200 without")) throw e;
+      key = `no answer (${e instanceof Error ? e.name : "error"})`;
+    }
+    answers[key] = (answers[key] ?? 0) + 1;
+    await sleep(Math.max(0, sent + CHAT_POLL_MS - Date.now()));
+  }
+}
+
+/** A node's JSON log line (the fields the steps read). */
+interface StepLine extends LogLine {
+  instance?: string;
+  fetchedBytes?: number;
+  reusedBytes?: number;
+}
+
+function stepLine(
+  node: NodeProcess,
+  since: number,
+  match: (l: StepLine) => boolean,
+): StepLine | undefined {
+  let found: StepLine | undefined;
+  logged(node, since, (l) => {
+    if (!match(l)) return false;
+    found = l;
+    return true;
+  });
+  return found;
+}
+
+/** The holder's steps of one runner start (the first of each at or after `since`), from `t0`. */
+function holderSteps(node: NodeProcess, since: number, t0: number): Steps {
+  const at = (msg: string) => logged(node, since, (l) => l.msg === msg);
+  const rel = (t: number | undefined) => (t === undefined ? undefined : t - t0);
+  const out: Steps = {};
+  const steps = [
+    ["admitted", "staging admitted"],
+    ["staged", "staged"],
+    ["spawned", "starting runner"],
+    ["ready", "runner ready"],
+  ] as const;
+  for (const [k, msg] of steps) {
+    const t = rel(at(msg));
+    if (t !== undefined) out[k] = t;
+  }
+  return out;
+}
+
+async function onceServing(store: string, modelId: string): Promise<ServeSample> {
+  await using cluster = await startHostCluster(3, {
+    // node-1 is the store host (and the first master); info level for the steps' log lines.
+    config: (i) => ({
+      cluster: TIMINGS,
+      logging: { level: "info" },
+      ...(i === 0 ? { store_path: store } : {}),
+    }),
+  });
+  const [doc] = await waitForConvergence(cluster.nodes, 3, 60_000);
+  const n1 = cluster.node("node-1");
+  const node1 = doc!.node_identities.find((n) => n.name === "node-1")!.node_id;
+  await waitFor(
+    async () => {
+      const s = await n1.get<{ models: { model_id: string }[] }>("/state");
+      return s.models.some((m) => m.model_id === modelId) ? true : undefined;
+    },
+    { timeoutMs: 30_000, intervalMs: 50, what: `${modelId} registered` },
+  );
+
+  // The plain runner start: the only instance, on node-2 or node-3 (node-1, the store host and
+  // master, excluded; the exclusion stays with the deployment, so it is placed again on the other).
+  const placedAt = Date.now();
+  const r = await n1.post("/place_instance", {
+    model_id: modelId,
+    min_nodes: 1,
+    excluded_nodes: [node1],
+  });
+  const placed = (await r.json()) as {
+    instance?: { instance_id: string; assignments: { node_id: string }[] };
+  };
+  if (r.status !== 200 || !placed.instance)
+    throw new Error(`place_instance ${r.status}: ${JSON.stringify(placed)}`);
+  const start = await untilServed(n1, modelId, placedAt, {});
+  const holderId = placed.instance.assignments[0]!.node_id;
+  const holder = cluster.node(doc!.node_identities.find((n) => n.node_id === holderId)!.name);
+  const newHolder = cluster.nodes.find((n) => n !== holder && n !== n1)!;
+
+  // Kill at a random point of the heartbeat cycle, as above; the chat polls go through node-1.
+  await sleep(1000 + Math.random() * TIMINGS.heartbeat_ms);
+  const killedAt = Date.now();
+  holder.kill("SIGKILL");
+  const answers: Record<string, number> = {};
+  const servedP = untilServed(n1, modelId, killedAt, answers);
+  servedP.catch(() => {});
+  await sleep(SILENCE_PROBE_MS);
+  const t1 = Date.now();
+  const topo = await n1.get<Doc>("/state", 5000);
+  const lastHeard = topo.topology.nodes.find((n) => n.name === holder.spec.name);
+  const silentAtKill = lastHeard
+    ? killedAt - ((t1 + Date.now()) / 2 - lastHeard.last_heard_ms_ago)
+    : NaN;
+  const served = await servedP;
+  await sleep(300); // the last log lines are still in their pipes
+
+  const rel = (t: number | undefined) => (t === undefined ? undefined : t - killedAt);
+  const lost = rel(logged(n1, killedAt, (l) => l.msg === "node lost (heartbeat timeout)"));
+  const placedAgain = rel(logged(n1, killedAt, (l) => l.msg === "deployment placed again"));
+  let pending = 0;
+  logged(n1, killedAt, (l) => {
+    if (l.msg === "deployment pending") pending++;
+    return false;
+  });
+  const stagedLine = stepLine(newHolder, killedAt, (l) => l.msg === "staged");
+  const servedSteps: Steps = { ...holderSteps(newHolder, killedAt, killedAt) };
+  if (lost !== undefined) servedSteps.lost = lost;
+  if (placedAgain !== undefined) servedSteps.placed = placedAgain;
+  const out: ServeSample = {
+    start,
+    startSteps: holderSteps(holder, placedAt, placedAt),
+    served,
+    servedSteps,
+    silentAtKill,
+    pending,
+    holder: holder.spec.name,
+    newHolder: newHolder.spec.name,
+    answers,
+  };
+  if (stagedLine?.fetchedBytes !== undefined) out.fetchedBytes = stagedLine.fetchedBytes;
+  if (stagedLine?.reusedBytes !== undefined) out.reusedBytes = stagedLine.reusedBytes;
+  const firstStaged = stepLine(holder, placedAt, (l) => l.msg === "staged");
+  if (firstStaged?.fetchedBytes !== undefined) out.startFetchedBytes = firstStaged.fetchedBytes;
+  return out;
+}
+
 function isMaster(d: Doc): boolean {
   return d.this_node.is_master;
 }
@@ -274,7 +498,16 @@ const METRICS: Metric[] = [
 async function main(): Promise<void> {
   const samples = new Map<string, Sample[]>();
   const key = (kind: Kind, delay: number) => `${kind}/${delay}`;
+  const serving: ServeSample[] = [];
+  // One store for every run (node-1's store_path); each run's cluster stages from it afresh.
+  const storeDir = await mkdtemp(join(tmpdir(), "ic-bench-store-"));
+  const { modelId } = await seedStore(storeDir);
   for (let i = 0; i < RUNS; i++) {
+    {
+      const s = await onceServing(storeDir, modelId);
+      serving.push(s);
+      console.log(`run ${i + 1}, model serving again: ${JSON.stringify(s)}`);
+    }
     // Interleaved, so slow drifts of the machine's load touch every setting alike.
     for (const delay of DELAYS) {
       for (const kind of ["master", "worker"] as const) {
@@ -345,6 +578,95 @@ async function main(): Promise<void> {
   };
   const worst = Math.max(...[...samples.values()].flat().map((s) => s.gone));
 
+  // Node lost -> model serving again, against liveness timeout + a plain runner start.
+  await rm(storeDir, { recursive: true, force: true });
+  const served = serving.map((s) => s.served);
+  const starts = serving.map((s) => s.start);
+  const startMedian = median(starts);
+  const serveBaseline = TIMINGS.liveness_timeout_ms + startMedian;
+  const servedMedian = median(served);
+  const serveWhat =
+    "kill -9 of the node holding a model's only instance -> a 2-token chat through a survivor answers 200 again";
+  fromKill.push(
+    `| ${serveWhat} | none | ${ms(servedMedian)} | ${range(served)} | liveness timeout ${TIMINGS.liveness_timeout_ms} + plain runner start ${ms(startMedian)} = ${ms(serveBaseline)} | ${(servedMedian / serveBaseline).toFixed(2)} |`,
+  );
+  /** Median (range) of b - a over the runs, where both steps were seen. */
+  const span = (
+    list: readonly ServeSample[],
+    steps: (s: ServeSample) => Steps,
+    a: keyof Steps | 0,
+    b: keyof Steps | "first200",
+    first200: (s: ServeSample) => number,
+  ) => {
+    const xs = list.map((s) => {
+      const st = steps(s);
+      const from = a === 0 ? 0 : st[a];
+      const to = b === "first200" ? first200(s) : st[b];
+      return from === undefined || to === undefined ? undefined : to - from;
+    });
+    return finite(xs).length ? `${cell(median(xs))} (${range(xs)})` : "–";
+  };
+  const plain = (a: keyof Steps | 0, b: keyof Steps | "first200") =>
+    span(
+      serving,
+      (s) => s.startSteps,
+      a,
+      b,
+      (s) => s.start,
+    );
+  const again = (a: keyof Steps | 0, b: keyof Steps | "first200") =>
+    span(
+      serving,
+      (s) => s.servedSteps,
+      a,
+      b,
+      (s) => s.served,
+    );
+  const tickWaits = serving.map((s) =>
+    s.servedSteps.lost === undefined
+      ? undefined
+      : s.servedSteps.lost + s.silentAtKill - TIMINGS.liveness_timeout_ms,
+  );
+  const serveSteps = [
+    `| victim silent at the kill (the master's view) | – | ${cell(median(serving.map((s) => s.silentAtKill)))} (${range(serving.map((s) => s.silentAtKill))}) |`,
+    `| detection: kill -> the master's "node lost (heartbeat timeout)" | – | ${again(0, "lost")} |`,
+    `| of which the tick wait (last heard -> node lost, less the liveness timeout) | – | ${cell(median(tickWaits))} (${range(tickWaits)}) |`,
+    `| reconcile: node lost -> "deployment placed again" | – | ${again("lost", "placed")} |`,
+    `| placement (the POST, or the re-placement) -> the holder's "staging admitted" | ${plain(0, "admitted")} | ${again("placed", "admitted")} |`,
+    `| staging from the store host: "staging admitted" -> "staged" | ${plain("admitted", "staged")} | ${again("admitted", "staged")} |`,
+    `| "staged" -> "starting runner" (llama-server spawned) | ${plain("staged", "spawned")} | ${again("staged", "spawned")} |`,
+    `| llama-server start: spawned -> "runner ready" (/health 200) | ${plain("spawned", "ready")} | ${again("spawned", "ready")} |`,
+    `| first request: runner ready -> the first 200 chat | ${plain("ready", "first200")} | ${again("ready", "first200")} |`,
+    `| **total** (from the POST / from the kill) | ${cell(startMedian)} (${range(starts)}) | ${cell(servedMedian)} (${range(served)}) |`,
+  ];
+  const answers: Record<string, number> = {};
+  for (const s of serving)
+    for (const [k, n] of Object.entries(s.answers)) answers[k] = (answers[k] ?? 0) + n;
+  const answerList = Object.entries(answers)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, n]) => `${n}× \`${k}\``)
+    .join(", ");
+  const pendings = serving.reduce((n, s) => n + s.pending, 0);
+  const fetched = finite(serving.map((s) => s.fetchedBytes));
+  const reused = finite(serving.map((s) => s.reusedBytes));
+  const startFetched = finite(serving.map((s) => s.startFetchedBytes));
+  const bytes = (xs: readonly number[]) =>
+    !xs.length
+      ? "not logged"
+      : Math.min(...xs) === Math.max(...xs)
+        ? `${ms(xs[0]!)} bytes`
+        : `${ms(Math.min(...xs))}–${ms(Math.max(...xs))} bytes`;
+  const lostInFlight = answers["500 instance_lost"] ?? 0;
+  const coldFirst = starts.length > 1 && starts[0] === Math.max(...starts);
+  const detection = median(serving.map((s) => s.servedSteps.lost));
+  const restart = median(
+    serving.map((s) =>
+      s.servedSteps.lost === undefined ? undefined : s.served - s.servedSteps.lost,
+    ),
+  );
+  const holders = serving.map((s) => `${s.holder} -> ${s.newHolder}`).join(", ");
+  console.log([...serveSteps, "", answerList].join("\n"));
+
   await writeSection(
     "Failover",
     `\`npm run bench failover\` (\`BENCH_RUNS=${RUNS}\`) — ${machineLine()}.
@@ -410,6 +732,63 @@ Where the time goes:
 - **Against the spec.** Every survivor saw the failure within ${ms(worst)} ms of the kill in every run
   (at most timeout + tick + hop, ${TIMINGS.liveness_timeout_ms + TICK_MS} ms and a little, for a kill right after a heartbeat): at or
   under the spec's 4 to 6 s.
+
+### Node lost -> model serving again
+
+The last row of the first table. In the same run, interleaved with the others (direct routes only):
+a fresh 3-node cluster as above, node-1 the store host (the tiny model of \`seedStore\`, ${bytes(startFetched)}) and
+the first master. The model is placed with \`excluded_nodes: [node-1]\`, so its only instance lands
+on node-2 or node-3 and the deployment keeps the exclusion: the re-placement can only go to the
+other one (${holders}). A 2-token chat completion through node-1 is polled every ${CHAT_POLL_MS} ms (or right
+after a slower answer) until it answers 200; then, at a random point of the heartbeat cycle, the
+holder's process group (node, nats-server, llama-server) gets SIGKILL, and the same poll measures
+kill -> the first 200 again.
+
+The baseline is liveness timeout + a plain runner start, both measured in the same run. The plain
+runner start is the very first placement of each run: \`POST /place_instance\` -> the first 200 chat,
+on a node with **no staged copy**, which stages the model from the store host over the lab bridge
+(${bytes(startFetched)} fetched). The re-placement is the same work: the survivor never staged the model (the
+dead holder was the only one, and node-1, where the store's files lie, is excluded), so it fetches
+the whole model from the store host as well (${bytes(fetched)} fetched, ${bytes(reused)} reused from a
+staged copy). Both go through node-1's gateway. The steps, from the nodes' log lines, as medians
+(ranges) in ms of the time between them:
+
+| step | plain runner start (from the POST) | node lost -> serving again (from the kill) |
+|---|---|---|
+${serveSteps.join("\n")}
+
+What the ${RUNS} runs' chat polls got between the kill and the first 200: ${answerList}.
+
+Where the time goes:
+
+- **Detection is almost all of it: liveness timeout + tick, less the phase.** From the kill to the
+  master's "node lost" is ${cell(detection)} ms of the ${cell(servedMedian)} (medians); from "node lost" to the first 200 is
+  ${cell(restart)} ms. The detection is the worker row above, nothing more: the holder's last heartbeat was
+  already a random part of a heartbeat interval old at the kill (median ${cell(median(serving.map((s) => s.silentAtKill)))} ms), the master's tick finds
+  it past the ${TIMINGS.liveness_timeout_ms} ms liveness timeout up to ${TICK_MS} ms later, and that is why the ratio sits below 1
+  (a kill right after a heartbeat would take the full timeout + tick + the restart).
+- **Reconcile: no retry.** The master's tick that emits NodeLeft runs the reconcile of lost deployments
+  in the same pass: "deployment placed again" follows "node lost" by about a millisecond, and no run
+  logged a "deployment pending" (${pendings} in all). The retry with backoff (1 s, doubling) only comes into
+  play when the first attempt is refused, e.g. when no survivor has room.
+- **Staging: the same transfer as the plain start.** The survivor admits the staging about
+  ${again("placed", "admitted").split(" ")[0]} ms after the re-placement (the InstancePlaced event reaching its replica, the worker
+  picking it up), then fetches the model from the store host. For the tiny model that is tens of ms;
+  it scales with the model's bytes and the link to the store host, and is skipped where the survivor
+  still holds a complete staged copy (e.g. from an earlier instance; the \`reusedBytes\` of "staged").
+- **llama-server start** (spawn -> \`/health\` 200, polled every 100 ms by the runner) is the largest part
+  of the restart for this model, about the same in both columns; a real model's load time replaces
+  it.
+- **First request.** From "runner ready" to the first 200: the runner's report to the master, the
+  event back in node-1's replica, up to ${CHAT_POLL_MS} ms of the benchmark's poll, and the 2-token request.
+- **What clients see in between.** Until the master declares the node lost, the dead instance is
+  still in the state as ready, so the gateway keeps routing to its engine and answers
+  \`502 upstream_failed\` (connection refused: the host is up, its processes are not); only from
+  NodeLeft to the new runner's readiness does it answer \`404 model_not_ready\` (retryable, placing /
+  staging / warming up).${lostInFlight ? ` The ${lostInFlight === 1 ? "one" : lostInFlight} \`500 instance_lost\`: a request that raced NodeLeft (its instance went away under it).` : ""} So for a detection's worth of seconds the outage reads as an engine error.
+- **Against the baseline.** Median ${ms(servedMedian)} ms against ${ms(serveBaseline)} (liveness ${TIMINGS.liveness_timeout_ms} + plain start
+  ${ms(startMedian)}): ${(servedMedian / serveBaseline).toFixed(2)}. The restart after detection (${cell(restart)} ms) is about one plain runner start
+  (${cell(startMedian)} ms): the re-placement adds nothing measurable of its own on top of detection + start.${coldFirst ? ` (The top of the plain start's range, ${ms(starts[0]!)} ms, is the first run's: the first llama-server start of the benchmark, cold.)` : ""}
 `,
   );
   console.log("wrote the Failover section of docs/benchmarks.md");
