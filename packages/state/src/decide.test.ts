@@ -1,7 +1,7 @@
 // Table tests of decide: every command type against a small replica, accepted (the events it
 // sequences, in order) or refused (the typed error), with the placement re-check's race refusals.
 import { describe, expect, it } from "vitest";
-import { CommandSchema, emptyState, runnerKey } from "@ic/protocol";
+import { CommandSchema, runnerKey } from "@ic/protocol";
 import type {
   Command,
   CommandId,
@@ -9,30 +9,14 @@ import type {
   Instance,
   InstanceId,
   ModelId,
-  ModelRecord,
   NodeId,
   Runner,
-  SessionId,
   TaskId,
 } from "@ic/protocol";
-import type { NodeReport } from "@ic/placement";
 import { decide } from "./decide.ts";
+import { BARE, G, model, replicaWith, report } from "./test-support.ts";
 import type { DecideContext, IdKind } from "./decide.ts";
 
-const G = 1e9;
-const BARE = { overheadFactor: 1, runnerBytes: 0, kvBytesPerElement: 0 };
-const model: ModelRecord = {
-  model_id: "org/m" as ModelId,
-  file: "m.gguf",
-  bytes: 6 * G,
-  architecture: "llama",
-  layers: 10,
-  context_length: 0,
-  embedding_length: 64,
-  head_count: 4,
-  head_count_kv: 4,
-  supports_tensor: true,
-};
 const other = { ...model, model_id: "org/other" as ModelId };
 
 /** An instance of `model` wholly on one node: 6 GB required. */
@@ -70,27 +54,8 @@ const runner = (over: Partial<Runner> = {}): Runner => ({
  * instance i-gone lost).
  */
 function world(): ControlState {
-  const s = emptyState();
-  s.session = {
-    session_id: "s-1" as SessionId,
-    master_node_id: "n-a" as NodeId,
-    master_peer_key: "p-a",
-    master_started_at: 0,
-    started_at: 0,
-  };
+  const s = replicaWith(["a", "b"]);
   s.index = 7;
-  for (const id of ["a", "b"]) {
-    s.members[`n-${id}`] = {
-      node_id: `n-${id}` as NodeId,
-      peer_key: `p-${id}`,
-      name: `node-${id}`,
-      api_url: "",
-      host: "",
-      started_at: 0,
-      joined_at: 0,
-    };
-  }
-  s.models[model.model_id] = model;
   s.instances["i-1"] = instance("i-1");
   s.runners[runnerKey("i-1", 0)] = runner();
   s.tasks["t-1"] = {
@@ -121,20 +86,6 @@ function world(): ControlState {
   };
   return s;
 }
-
-const report = (id: string, gb = 10, usable = true): NodeReport => ({
-  peer_key: `p-${id}`,
-  telemetry: {
-    memory_total_bytes: gb * G,
-    memory_free_bytes: gb * G,
-    gpus: [],
-    disk_free_bytes: null,
-    engine: { server_bin: "/e", rpc_bin: null, backend: "cpu", usable, overridden: false },
-    declared_backend: "auto",
-  },
-  health: [],
-  links: [],
-});
 
 const ctx = (over: Partial<DecideContext> = {}): DecideContext => ({
   from: "n-a" as NodeId,
@@ -192,7 +143,7 @@ const rows: Row[] = [
   {
     name: "refuses a node whose engine is unusable",
     cmd: place(instance("i-2", "a")),
-    ctx: { reports: [report("a", 10, false), report("b")] },
+    ctx: { reports: [report("a", 10, { usable: false }), report("b")] },
     error: "node_unhealthy",
   },
   {
@@ -375,7 +326,7 @@ describe("decide", () => {
     const d = decide(
       world(),
       place(instance("i-2", "a")),
-      ctx({ reports: [report("a", 10, false)] }),
+      ctx({ reports: [report("a", 10, { usable: false })] }),
     );
     expect(d.ok ? null : d.error.details).toEqual({
       node_id: "n-a",

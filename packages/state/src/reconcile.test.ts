@@ -1,75 +1,20 @@
 // Table tests of reconcile: a deployment whose instance is lost is placed again on what is there,
 // honouring its exclusions by peer key and earlier re-placements, or kept Pending with its refusal.
 import { describe, expect, it } from "vitest";
-import { emptyState } from "@ic/protocol";
-import type {
-  ControlState,
-  Deployment,
-  InstanceId,
-  ModelId,
-  ModelRecord,
-  NodeId,
-  SessionId,
-} from "@ic/protocol";
+import type { ControlState, Deployment, InstanceId, NodeId } from "@ic/protocol";
 import type { NodeReport } from "@ic/placement";
 import { lostDeployments, reconcile } from "./reconcile.ts";
-
-const G = 1e9;
-const BARE = { overheadFactor: 1, runnerBytes: 0, kvBytesPerElement: 0 };
-const model: ModelRecord = {
-  model_id: "org/m" as ModelId,
-  file: "m.gguf",
-  bytes: 6 * G,
-  architecture: "llama",
-  layers: 10,
-  context_length: 0,
-  embedding_length: 64,
-  head_count: 4,
-  head_count_kv: 4,
-  supports_tensor: true,
-};
+import { BARE, G, model, replicaWith, report } from "./test-support.ts";
 
 function world(nodes: { id: string; gb: number; usable?: boolean }[], deployments: Deployment[]) {
-  const state: ControlState = emptyState();
-  state.session = {
-    session_id: "s-1" as SessionId,
-    master_node_id: "n-a" as NodeId,
-    master_peer_key: "p-a",
-    master_started_at: 0,
-    started_at: 0,
-  };
-  state.models[model.model_id] = model;
-  for (const n of nodes) {
-    state.members[`n-${n.id}`] = {
-      node_id: `n-${n.id}` as NodeId,
-      peer_key: `p-${n.id}`,
-      name: `node-${n.id}`,
-      api_url: "",
-      host: "",
-      started_at: 0,
-      joined_at: 0,
-    };
-  }
+  const state: ControlState = replicaWith(nodes.map((n) => n.id));
   for (const d of deployments) state.deployments[d.deployment_id] = d;
-  const reports: NodeReport[] = nodes.map((n) => ({
-    peer_key: `p-${n.id}`,
-    telemetry: {
-      memory_total_bytes: n.gb * G,
-      memory_free_bytes: n.gb * G,
-      gpus: [],
-      disk_free_bytes: null,
-      engine: {
-        server_bin: "/e",
-        rpc_bin: null,
-        backend: "cpu",
-        usable: n.usable ?? true,
-        overridden: false,
-      },
-      declared_backend: "auto",
-    },
-    health: [],
-    links: nodes.filter((o) => o.id !== n.id).map((o) => ({ peer_key: `p-${o.id}`, rtt_ms: 1 })),
-  }));
+  const reports: NodeReport[] = nodes.map((n) =>
+    report(n.id, n.gb, {
+      usable: n.usable ?? true,
+      links: nodes.filter((o) => o.id !== n.id).map((o) => o.id),
+    }),
+  );
   return { state, reports };
 }
 
