@@ -11,7 +11,7 @@ import type { Config } from "@ic/config";
 import { locateEngine } from "@ic/engine";
 import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
-import type { EngineInfo, Telemetry } from "@ic/protocol";
+import type { EngineInfo } from "@ic/protocol";
 import { createGatewayApp } from "@ic/gateway";
 import { EventLog, eventRoutes } from "@ic/eventlog";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
@@ -101,15 +101,14 @@ export class Node implements AsyncDisposable {
     });
     if (!this.engineInfo.usable)
       log.warn({ engine: this.engineInfo }, "engine unusable; this node cannot run instances");
-    const memoryLimitBytes =
-      cfg.node.memory_limit_gb !== undefined ? cfg.node.memory_limit_gb * 1024 ** 3 : undefined;
     const telemetry = new TelemetryCollector({
       log,
       engine: () => this.engineInfo!,
       declaredBackend: cfg.node.backend,
       modelsPath: cfg.node_cache_path,
       intervalMs: cfg.cluster.heartbeat_ms,
-      memoryLimitBytes,
+      memoryLimitBytes:
+        cfg.node.memory_limit_gb !== undefined ? cfg.node.memory_limit_gb * 1024 ** 3 : undefined,
     });
     await telemetry.start();
     this.stack.push({ name: "telemetry", stop: () => telemetry.stop() });
@@ -177,7 +176,7 @@ export class Node implements AsyncDisposable {
       },
       memory: { contextSize: cfg.engine.context_size },
       extras: () => ({
-        telemetry: capTotal(telemetry.telemetry, memoryLimitBytes),
+        telemetry: telemetry.telemetry,
         links: links.current,
         runners: worker?.runners() ?? [],
         // Other nodes in this node's session (the agent exists once heartbeats are sent).
@@ -339,13 +338,4 @@ async function resolveAddress(host: string): Promise<string> {
   } catch (e) {
     throw new Error(`node.host ${host} does not resolve: ${(e as Error).message}`, { cause: e });
   }
-}
-
-/**
- * node.memory_limit_gb is what this node offers the cluster: the collector caps the free figure, and
- * the heartbeat caps the total too, since placement takes reservations off the total (docs/placement.md).
- */
-function capTotal(t: Telemetry | null, limit: number | undefined): Telemetry | null {
-  if (!t || limit === undefined || t.memory_total_bytes <= limit) return t;
-  return { ...t, memory_total_bytes: limit };
 }

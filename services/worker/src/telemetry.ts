@@ -15,7 +15,10 @@ export interface TelemetryOptions {
   /** Directory whose filesystem is "the models volume". */
   readonly modelsPath: string;
   readonly intervalMs: number;
-  /** Caps reported free memory (operators reserve memory; tests simulate small nodes). */
+  /**
+   * What this node offers the cluster (operators reserve memory; tests simulate small nodes): caps
+   * the reported free and total memory (placement takes reservations off the total).
+   */
   readonly memoryLimitBytes?: number | undefined;
 }
 
@@ -100,9 +103,13 @@ export class TelemetryCollector implements AsyncDisposable {
       const vramTotal = gpus.reduce((s, g) => s + (g.vram_total_bytes ?? 0), 0);
       const onGpu = engine.backend === "cuda" && vramTotal > 0;
       let free = onGpu ? vramFree : mem.available;
-      if (this.o.memoryLimitBytes !== undefined) free = Math.min(free, this.o.memoryLimitBytes);
+      let total = onGpu ? vramTotal : mem.total;
+      if (this.o.memoryLimitBytes !== undefined) {
+        free = Math.min(free, this.o.memoryLimitBytes);
+        total = Math.min(total, this.o.memoryLimitBytes);
+      }
       this.latest = {
-        memory_total_bytes: onGpu ? vramTotal : mem.total,
+        memory_total_bytes: total,
         memory_free_bytes: free,
         gpus,
         disk_free_bytes: disk,
