@@ -1,6 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { emptyState, runnerKey } from "@ic/protocol";
-import type { ControlState, Instance, InstanceId, ModelId, NodeId, Runner } from "@ic/protocol";
+import type {
+  ControlState,
+  Deployment,
+  Instance,
+  InstanceId,
+  ModelId,
+  NodeId,
+  Runner,
+} from "@ic/protocol";
 import { notServableError, readiness, readyInstances, readyModels } from "./readiness.ts";
 
 const M = "demo/tiny-llama" as ModelId;
@@ -36,7 +44,11 @@ function runner(id: string, rank: number, node: NodeId, r: Partial<Runner>): Run
   };
 }
 
-function state(instances: Instance[], runners: Runner[], extra: object = {}): ControlState {
+function state(
+  instances: Instance[],
+  runners: Runner[],
+  extra: Partial<ControlState> = {},
+): ControlState {
   const s = emptyState();
   for (const [id, name] of [
     [n1, "node-1"],
@@ -55,6 +67,20 @@ function state(instances: Instance[], runners: Runner[], extra: object = {}): Co
   for (const i of instances) s.instances[i.instance_id] = i;
   for (const r of runners) s.runners[runnerKey(r.instance_id, r.rank)] = r;
   return Object.assign(s, extra);
+}
+
+/** A deployment of `model` whose instance `instanceId` (possibly gone) realizes it. */
+function deployment(id: string, model: ModelId = M, instanceId = "i-gone"): Deployment {
+  return {
+    deployment_id: id,
+    model_id: model,
+    min_nodes: 1,
+    sharding: "Pipeline",
+    excluded_peer_keys: [],
+    created_at: 0,
+    instance_id: instanceId as InstanceId,
+    status: "Placed",
+  };
 }
 
 const i1 = inst("i-a", [n2]);
@@ -164,7 +190,7 @@ describe("readiness", () => {
     {
       name: "failed, but a deployment will re-place it",
       s: state([i1], [runner("i-a", 0, n2, { state: "RunnerFailed" })], {
-        deployments: { d1: { model_id: M } },
+        deployments: { d1: deployment("d1", M, "i-a") },
       }),
       message: "demo/tiny-llama has failed on node-2; retry",
       retryAfterS: 10,
@@ -173,7 +199,7 @@ describe("readiness", () => {
     },
     {
       name: "deployed, no instance yet",
-      s: state([], [], { deployments: [{ model_id: M, replicas: 2 }] }),
+      s: state([], [], { deployments: { d1: { ...deployment("d1"), status: "Pending" } } }),
       message: "demo/tiny-llama is deployed but has no instance yet (placement pending); retry",
       retryAfterS: 5,
       retryable: true,
@@ -212,7 +238,7 @@ describe("readiness", () => {
 
   it("no instance and no deployment: model_not_found, not retryable", () => {
     const s = state([inst("i-x", [n1], 1, "other/model" as ModelId)], [], {
-      deployments: { d: { model_id: "other/model" } },
+      deployments: { d: deployment("d", "other/model" as ModelId) },
     });
     const r = readiness(s, M, NOW);
     expect(r).toEqual({ kind: "absent" });

@@ -63,17 +63,9 @@ export function readyModels(state: ControlState): string[] {
   return [...models].filter((m) => readyInstances(state, m).length > 0).sort();
 }
 
-/**
- * Whether the replica's optional `deployments` record names the model. Read defensively: the record
- * is being added to ControlState separately; any object or array of values with `model_id` counts.
- */
-export function deploymentNames(state: ControlState, modelId: string): boolean {
-  const d = (state as { deployments?: unknown }).deployments;
-  if (!d || typeof d !== "object") return false;
-  return Object.values(d as Record<string, unknown>).some(
-    (v) =>
-      typeof v === "object" && v !== null && (v as { model_id?: unknown }).model_id === modelId,
-  );
+/** Whether a deployment (Placed or Pending) keeps the model: its instance comes back if lost. */
+export function isDeployed(state: ControlState, modelId: string): boolean {
+  return Object.values(state.deployments).some((d) => d.model_id === modelId);
 }
 
 export function formatBytes(n: number): string {
@@ -183,7 +175,7 @@ export function readiness(state: ControlState, modelId: string, now: number): Re
   const instances = Object.values(state.instances)
     .filter((i) => i.model_id === modelId)
     .sort(byAge);
-  const deployed = deploymentNames(state, modelId);
+  const deployed = isDeployed(state, modelId);
   if (instances.length === 0) {
     if (!deployed) return { kind: "absent" };
     return {
