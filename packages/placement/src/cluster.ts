@@ -1,6 +1,7 @@
 // Placement against the cluster as it stands: each node's memory is what its heartbeat reports minus
 // what instances already placed there reserve, and unhealthy nodes are not candidates. Pure, so the
 // gateway (at the API) and the master (in the sequencer, settling races) run the very same check.
+import { ServiceError } from "@ic/protocol";
 import type {
   Assignment,
   ControlState,
@@ -56,6 +57,15 @@ export interface ClusterRefusal {
 }
 
 export type ClusterPlacementResult = Placement | ClusterRefusal;
+
+/** A refusal as the error a client gets: one mapping for the API and the master's re-check. */
+export function refusalError(r: ClusterRefusal): ServiceError {
+  const details = {
+    ...(r.node_id !== undefined ? { node_id: r.node_id } : {}),
+    ...(r.health_code !== undefined ? { health_code: r.health_code } : {}),
+  };
+  return new ServiceError(r.code, r.message, Object.keys(details).length > 0 ? { details } : {});
+}
 
 export interface ClusterRequest {
   readonly model: ModelRecord;

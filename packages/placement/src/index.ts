@@ -37,6 +37,7 @@ export {
   nodeCapacities,
   placeInCluster,
   previewCluster,
+  refusalError,
   unavailableReason,
 } from "./cluster.ts";
 export type {

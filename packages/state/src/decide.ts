@@ -2,7 +2,7 @@
 // Pure (sender, heartbeats, time and ids come from the caller), so the master is only its I/O shell.
 import { runnerKey, ServiceError } from "@ic/protocol";
 import type { Command, ControlEvent, ControlState, NodeId, TaskId } from "@ic/protocol";
-import { checkInstance } from "@ic/placement";
+import { checkInstance, refusalError } from "@ic/placement";
 import type { MemoryModel, NodeReport } from "@ic/placement";
 
 /** What a fresh id is for: the shell prefixes and randomizes it (`d-…`, `t-…`, `i-…`). */
@@ -57,14 +57,7 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       // through another node since. The same pure check, here, settles who gets the memory.
       const refused = checkInstance(s, ctx.reports, cmd.instance, model, ctx.memory);
       if (refused) {
-        return refuse(
-          new ServiceError(refused.code, refused.message, {
-            details: {
-              ...(refused.node_id !== undefined ? { node_id: refused.node_id } : {}),
-              ...(refused.health_code !== undefined ? { health_code: refused.health_code } : {}),
-            },
-          }),
-        );
+        return refuse(refusalError(refused));
       }
       const events: ControlEvent[] = [{ type: "InstancePlaced", instance: cmd.instance }];
       if (cmd.deployment) {

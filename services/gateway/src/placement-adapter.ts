@@ -1,15 +1,8 @@
 // Feeds this node's view (replica + live heartbeats) to the pure cluster placement of @ic/placement
 // and maps its results onto assignments and typed ServiceErrors; the master re-checks the same way.
-import { assignmentsOf, placeInCluster, previewCluster } from "@ic/placement";
-import type {
-  ClusterRefusal,
-  MemoryModel,
-  NodeCapacity,
-  NodeReport,
-  NodeShare,
-} from "@ic/placement";
-import type { Assignment, ControlState, ModelRecord, Sharding } from "@ic/protocol";
-import { ServiceError } from "@ic/protocol";
+import { assignmentsOf, placeInCluster, previewCluster, refusalError } from "@ic/placement";
+import type { MemoryModel, NodeCapacity, NodeReport, NodeShare } from "@ic/placement";
+import type { Assignment, ControlState, ModelRecord, ServiceError, Sharding } from "@ic/protocol";
 import type { ClusterView } from "./ports.ts";
 
 export interface PlacementView {
@@ -32,15 +25,6 @@ export interface DecideRequest {
 
 function toAssignments(view: PlacementView, shares: readonly NodeShare[]): Assignment[] {
   return assignmentsOf(view.state, shares);
-}
-
-/** A placement refusal as the error the API answers with (the same on the master's re-check). */
-export function refusalError(r: ClusterRefusal): ServiceError {
-  const details = {
-    ...(r.node_id !== undefined ? { node_id: r.node_id } : {}),
-    ...(r.health_code !== undefined ? { health_code: r.health_code } : {}),
-  };
-  return new ServiceError(r.code, r.message, Object.keys(details).length > 0 ? { details } : {});
 }
 
 export function decide(
