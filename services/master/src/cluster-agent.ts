@@ -710,9 +710,13 @@ export class ClusterAgent implements AsyncDisposable {
       return { ok: false, error: { code: "session_changed", message: "session changed; retry" } };
     }
     try {
+      const live = () => this.livePeers().map((p) => p.heartbeat);
       const d = decide(this.state, cmd, {
         from,
-        reports: this.livePeers().map((p) => p.heartbeat),
+        // Read only by the placement re-check: not gathered for the chat path's task commands.
+        get reports() {
+          return live();
+        },
         now: this.o.clock.now(),
         newId,
         ...(this.o.memory ? { memory: this.o.memory } : {}),
