@@ -15,7 +15,7 @@ export interface SecurityHealthOptions {
 
 /** Collects failures; logs the first of each kind and remote once per window (retries are every second). */
 export class SecurityHealth {
-  private readonly seen = new Map<string, AuthFailure & { count: number; first: number }>();
+  private readonly seen = new Map<string, AuthFailure & { count: number }>();
 
   constructor(private readonly o: SecurityHealthOptions) {}
 
@@ -23,32 +23,30 @@ export class SecurityHealth {
     const key = `${f.direction} ${f.remote}`;
     const prev = this.seen.get(key);
     const window = this.o.windowMs ?? 60_000;
-    // Refusals by peers are one condition (a wrong secret): logged once per window, whatever the peer.
-    const refusedRecently =
+    if (prev && f.at - prev.at <= window) {
+      this.seen.set(key, { ...f, count: prev.count + 1 });
+      return;
+    }
+    // A new window for this kind and remote. Refusals by peers are one condition (a wrong secret):
+    // logged once per window, whatever the peer.
+    const quiet =
       f.direction === "route-refused-by-peer" &&
       [...this.seen.values()].some(
         (x) => x.direction === "route-refused-by-peer" && f.at - x.at <= window,
       );
-    if (!prev || f.at - prev.at > window) {
-      if (refusedRecently) {
-        this.seen.set(key, { ...f, count: 1, first: f.at });
-        return;
-      }
-      if (f.direction === "route-refused-by-peer")
-        this.o.log.error(
-          { remote: f.remote },
-          `the peer at ${f.remote} refused this node's cluster secret; this node cannot join it ` +
-            "(set the same cluster.secret_file on every node)",
-        );
-      else
-        this.o.log.warn(
-          { remote: f.remote, kind: f.direction },
-          `refused ${f.direction === "route-rejected" ? "a route" : "a bus client"} from ${f.remote}: wrong or missing cluster secret`,
-        );
-      this.seen.set(key, { ...f, count: 1, first: f.at });
-      return;
-    }
-    this.seen.set(key, { ...f, count: prev.count + 1, first: prev.first });
+    this.seen.set(key, { ...f, count: 1 });
+    if (quiet) return;
+    if (f.direction === "route-refused-by-peer")
+      this.o.log.error(
+        { remote: f.remote },
+        `the peer at ${f.remote} refused this node's cluster secret; this node cannot join it ` +
+          "(set the same cluster.secret_file on every node)",
+      );
+    else
+      this.o.log.warn(
+        { remote: f.remote, kind: f.direction },
+        `refused ${f.direction === "route-rejected" ? "a route" : "a bus client"} from ${f.remote}: wrong or missing cluster secret`,
+      );
   }
 
   /**
