@@ -22,6 +22,8 @@ export const ERROR_CODES = [
   "instance_lost",
   "task_failed",
   "upstream_failed",
+  /** The engine did not connect, send the next chunk, or finish within the gateway's bounds. */
+  "upstream_timeout",
   "download_failed",
   "conflict",
   "unavailable",
@@ -48,6 +50,7 @@ export const RETRYABLE: Readonly<Record<ErrorCode, boolean>> = {
   instance_lost: true,
   task_failed: true,
   upstream_failed: true,
+  upstream_timeout: true,
   download_failed: true,
   conflict: false,
   unavailable: true,
@@ -79,7 +82,7 @@ export class ServiceError extends Error {
 
 export function httpStatusFor(
   code: ErrorCode,
-): 400 | 401 | 403 | 404 | 409 | 415 | 500 | 502 | 503 {
+): 400 | 401 | 403 | 404 | 409 | 415 | 500 | 502 | 503 | 504 {
   switch (code) {
     case "unauthorized":
       return 401;
@@ -106,6 +109,8 @@ export function httpStatusFor(
       return 500;
     case "upstream_failed":
       return 502;
+    case "upstream_timeout":
+      return 504;
     case "info_pending":
     case "session_changed":
     case "no_master":
