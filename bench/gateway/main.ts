@@ -62,7 +62,7 @@ async function streamOnce(
     temperature: 0,
   });
   const t0 = performance.now();
-  const res = await postUpstream(`${base}/v1/chat/completions`, body, NEVER, undefined, headers);
+  const res = await postUpstream(`${base}/v1/chat/completions`, body, { signal: NEVER, headers });
   let ttft = -1;
   let tokens = 0;
   let buf = "";

@@ -130,6 +130,22 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    chat: z
+      .object({
+        /** max_tokens given to requests that set neither max_tokens nor max_completion_tokens. */
+        default_max_tokens: z.number().int().positive().default(2048),
+        /** A new connection to an engine that is not up within this long fails (504, retryable). */
+        connect_timeout_ms: z.number().int().positive().default(5000),
+        /**
+         * Longest silence between two chunks of a stream (llama-server pings every 30 s while it
+         * works, so the default leaves room for one missed ping).
+         */
+        idle_timeout_ms: z.number().int().positive().default(75_000),
+        /** Longest a request may take from start to end, queueing and generation included. */
+        total_timeout_ms: z.number().int().positive().default(900_000),
+      })
+      .strict()
+      .prefault({}),
     tracing: z
       .object({
         enabled: z.boolean().default(false),

@@ -26,6 +26,8 @@ export interface GatewayOptions {
   readonly auth?: AuthOptions;
   /** Headers for the engine of an instance (its API key). */
   readonly engineHeaders?: ChatOptions["engineHeaders"];
+  /** Chat bounds: default max_tokens and the engine timeouts (config `chat`). */
+  readonly chatLimits?: ChatOptions["limits"];
   /** Extra route groups (placement, store, events, tracing) registered by the launcher. */
   readonly extensions?: ReadonlyArray<(app: Hono) => void>;
 }
@@ -56,6 +58,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     log,
     ...(o.onTask ? { onTask: o.onTask } : {}),
     ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
+    limits: o.chatLimits,
   });
   for (const ext of o.extensions ?? []) ext(app);
   return app;

@@ -223,6 +223,12 @@ export class Node implements AsyncDisposable {
       restart: () => this.o.onRestartRequested?.(),
       infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
       contextSize: cfg.engine.context_size,
+      chatLimits: {
+        defaultMaxTokens: cfg.chat.default_max_tokens,
+        connectTimeoutMs: cfg.chat.connect_timeout_ms,
+        idleTimeoutMs: cfg.chat.idle_timeout_ms,
+        totalTimeoutMs: cfg.chat.total_timeout_ms,
+      },
       // With tokens configured, peers present the cluster's node token (read scope: store downloads).
       auth: {
         tokens: anonymous

@@ -1,29 +1,48 @@
 // POST /v1/chat/completions and GET /v1/models: OpenAI-compatible, routed to the least-loaded ready
 // instance of the model (balancing.ts; a model not ready yet answers a retryable 404, readiness.ts)
-// and proxied to its rank-0 llama-server. Streams pass through as they arrive; a lost worker
-// (TaskFailed), a lost master (session change) or a dead upstream ends the request within seconds
-// with an error -- an SSE error event for streams, a 500 for non-streaming requests.
+// and proxied to its rank-0 llama-server. Every way a request can end is typed (docs/api.md):
+// - the client's mistakes, found here or by the engine, are 400 invalid_request;
+// - a lost instance (TaskFailed, its deletion, its node leaving, or the engine connection breaking)
+//   is 500 instance_lost/task_failed, a master failover 503 session_changed;
+// - every wait on the engine is bounded (connect, silence between chunks, total): 504 upstream_timeout.
+// Streams forward only complete SSE events; once the 200 is sent, an error ends the stream with one
+// `data: {"error": ...}` event in the same envelope, never glued to a half-written event.
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Hono } from "hono";
 import { z } from "zod";
 import { errorBody, ServiceError } from "@ic/protocol";
-import type { CommandId, SessionId, TaskId } from "@ic/protocol";
+import type { CommandId, Instance, ModelRecord, SessionId, TaskId } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { parseJson } from "../errors.ts";
 import { nodePair, watchClient } from "../node-http.ts";
-import { IdRewriter, postUpstream, readAll } from "../upstream.ts";
+import { postUpstream, readAll, SseRelay, UpstreamConnectTimeout } from "../upstream.ts";
 import type { ClusterView } from "../ports.ts";
 import { chooseInstance, outstandingByInstance } from "../balancing.ts";
 import type { PendingRequest } from "../balancing.ts";
 import { notServableError, readiness, readyModels } from "../readiness.ts";
+import { engineFailure } from "../engine-errors.ts";
 
 const ContentPart = z.object({ type: z.string() }).passthrough();
 const MessageSchema = z
   .object({
     role: z.string().min(1),
     content: z.union([z.string(), z.array(ContentPart), z.null()]),
+  })
+  .passthrough();
+
+/** OpenAI's function tool; llama-server answers a malformed one with a 500, so it is checked here. */
+const ToolSchema = z
+  .object({
+    type: z.literal("function"),
+    function: z
+      .object({
+        name: z.string().min(1).max(256),
+        description: z.string().optional(),
+        parameters: z.record(z.string(), z.unknown()).optional(),
+      })
+      .passthrough(),
   })
   .passthrough();
 
@@ -37,12 +56,31 @@ export const ChatRequestSchema = z
     temperature: z.number().min(0).max(2).optional(),
     top_p: z.number().min(0).max(1).optional(),
     n: z.literal(1).optional(),
+    tools: z.array(ToolSchema).max(1024).optional(),
   })
   .passthrough();
+type ChatRequest = z.output<typeof ChatRequestSchema>;
+
+/** Bounds of one request; the config's `chat` section (defaults there). */
+export interface ChatLimits {
+  /** Given to requests that set neither max_tokens nor max_completion_tokens. */
+  readonly defaultMaxTokens: number;
+  readonly connectTimeoutMs: number;
+  readonly idleTimeoutMs: number;
+  readonly totalTimeoutMs: number;
+}
+
+export const DEFAULT_CHAT_LIMITS: ChatLimits = {
+  defaultMaxTokens: 2048,
+  connectTimeoutMs: 5000,
+  idleTimeoutMs: 75_000,
+  totalTimeoutMs: 900_000,
+};
 
 export interface ChatOptions {
   readonly cluster: ClusterView;
   readonly log: Logger;
+  readonly limits?: Partial<ChatLimits> | undefined;
   /** Called with the task id when a request starts and ends (tracing hooks in here). */
   readonly onTask?: (e: {
     taskId: TaskId;
@@ -55,24 +93,69 @@ export interface ChatOptions {
   readonly engineHeaders?: (instanceId: string) => Record<string, string>;
 }
 
-/** Resolves when the task fails (TaskFailed) or the session changes; the reason is a ServiceError. */
-function watchFailure(
-  cluster: ClusterView,
-  taskId: () => TaskId | undefined,
-  session: SessionId | null,
-) {
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+const MEDIA_PARTS = new Set(["image_url", "input_image", "image", "input_audio", "audio"]);
+
+/**
+ * The request's content problems llama-server would answer with a 500: a string that is not valid
+ * Unicode (a lone surrogate), and image or audio parts for a model without a projector. The walk is
+ * iterative (the body's depth is already bounded by the parse edge).
+ */
+export function contentProblem(body: ChatRequest, model: ModelRecord | undefined): string | null {
+  const stack: unknown[] = [body];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === "string") {
+      if (LONE_SURROGATE.test(v))
+        return "a string holds a lone UTF-16 surrogate (not valid Unicode)";
+    } else if (Array.isArray(v)) {
+      for (const x of v) stack.push(x);
+    } else if (typeof v === "object" && v !== null) {
+      for (const [k, x] of Object.entries(v)) stack.push(k, x);
+    }
+  }
+  if (!model?.mmproj) {
+    for (const m of body.messages) {
+      if (!Array.isArray(m.content)) continue;
+      const media = m.content.find((p) => MEDIA_PARTS.has(p.type));
+      if (media)
+        return `${body.model} has no vision/audio projector: '${media.type}' content is not supported`;
+    }
+  }
+  return null;
+}
+
+/**
+ * The ways a request fails while it waits on the engine: its task failed, its instance was deleted
+ * or lost a node, the session changed. `fail` adds the gateway's own reasons (timeouts). The first
+ * reason wins. Task failures seen before the task id is known are remembered (the TaskFailed event
+ * can overtake the CreateTask reply).
+ */
+function watchFailure(cluster: ClusterView, instance: Instance, session: SessionId | null) {
+  let taskId: TaskId | undefined;
+  const failedTasks = new Map<TaskId, string>();
   let fail!: (e: ServiceError) => void;
-  const failed = new Promise<ServiceError>((resolve) => (fail = resolve));
+  let failure: ServiceError | undefined;
+  const failed = new Promise<ServiceError>((resolve) => {
+    fail = (e) => {
+      if (failure) return;
+      failure = e;
+      resolve(e);
+    };
+  });
+  const nodes = new Set(instance.assignments.map((a) => a.node_id));
+  const lost = (why: string) =>
+    new ServiceError("task_failed", `the instance serving this request was lost (${why}); retry`);
   const off = cluster.on({
     event: (ev) => {
       const e = ev.event;
-      if (e.type === "TaskFailed" && e.task_id === taskId()) {
-        fail(
-          new ServiceError(
-            "task_failed",
-            `the instance serving this request was lost (${e.reason}); retry`,
-          ),
-        );
+      if (e.type === "TaskFailed") {
+        if (e.task_id === taskId) fail(lost(e.reason));
+        else failedTasks.set(e.task_id, e.reason);
+      } else if (e.type === "InstanceDeleted" && e.instance_id === instance.instance_id) {
+        fail(lost(`instance deleted: ${e.reason}`));
+      } else if (e.type === "NodeLeft" && nodes.has(e.node_id)) {
+        fail(lost(`node ${e.node_id} left: ${e.reason}`));
       }
     },
     session: (prev, next) => {
@@ -86,7 +169,37 @@ function watchFailure(
       }
     },
   });
-  return { failed, off };
+  return {
+    failed,
+    fail,
+    get failure() {
+      return failure;
+    },
+    /** The task id is known: a failure that came first counts now. */
+    taskCreated(id: TaskId) {
+      taskId = id;
+      const why = failedTasks.get(id);
+      if (why !== undefined) fail(lost(why));
+    },
+    off,
+  };
+}
+
+/** The typed error for a failed connection or a broken response (never a client mistake). */
+function connectionError(e: unknown, model: string): ServiceError {
+  if (e instanceof ServiceError) return e;
+  if (e instanceof UpstreamConnectTimeout)
+    return new ServiceError(
+      "upstream_timeout",
+      `the engine for ${model} did not accept a connection within ${e.ms} ms; retry`,
+      { cause: e },
+    );
+  const code = (e as { code?: string }).code;
+  return new ServiceError(
+    "instance_lost",
+    `the engine for ${model} was lost (${code ?? (e as Error).message}); retry`,
+    { cause: e },
+  );
 }
 
 export function chatRoutes(app: Hono, o: ChatOptions): void {
@@ -106,12 +219,18 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     });
   });
 
+  const limits: ChatLimits = { ...DEFAULT_CHAT_LIMITS, ...o.limits };
+
   app.post("/v1/chat/completions", async (c) => {
     const body = await parseJson(c, ChatRequestSchema);
     const cluster = o.cluster;
     const snap = cluster.snapshot();
     const ready = readiness(snap, body.model, Date.now());
     if (ready.kind !== "ready") throw notServableError(body.model, ready);
+    const problem = contentProblem(body, snap.models[ready.instances[0]!.instance.model_id]);
+    if (problem) throw new ServiceError("invalid_request", problem);
+    if (body.max_tokens === undefined && body.max_completion_tokens === undefined)
+      body.max_tokens = limits.defaultMaxTokens;
     const self = cluster.livePeers().find((p) => p.heartbeat.peer_key === cluster.peerKey);
     const target = chooseInstance(ready.instances, {
       outstanding: outstandingByInstance(Object.values(snap.tasks), [...pending.values()]),
@@ -123,14 +242,44 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     pending.set(commandId, { command_id: commandId, instance_id: target.instance.instance_id });
     const session = cluster.sessionId;
     let taskId: TaskId | undefined;
-    const watch = watchFailure(cluster, () => taskId, session);
+    const watch = watchFailure(cluster, target.instance, session);
+    const failed = watch.failed.then((e) => Promise.reject(e));
+    failed.catch(() => {});
     const upstreamAbort = new AbortController();
     const onClientGone = () => upstreamAbort.abort(new Error("client disconnected"));
+    const abortUpstream = (why: string) => upstreamAbort.abort(new Error(why));
     const unwatchClient = watchClient(c, onClientGone);
+    // Bounds: the whole request, and (once the engine answers) the silence between chunks.
+    const totalTimer = setTimeout(
+      () =>
+        watch.fail(
+          new ServiceError(
+            "upstream_timeout",
+            `the request did not finish within ${limits.totalTimeoutMs} ms; retry`,
+          ),
+        ),
+      limits.totalTimeoutMs,
+    );
+    let idleTimer: NodeJS.Timeout | undefined;
+    const touch = () => {
+      clearTimeout(idleTimer);
+      idleTimer = setTimeout(
+        () =>
+          watch.fail(
+            new ServiceError(
+              "upstream_timeout",
+              `the engine sent nothing for ${limits.idleTimeoutMs} ms; retry`,
+            ),
+          ),
+        limits.idleTimeoutMs,
+      );
+    };
     const cleanup = (ok: boolean) => {
       pending.delete(commandId);
       watch.off();
       unwatchClient();
+      clearTimeout(totalTimer);
+      clearTimeout(idleTimer);
       if (taskId) {
         o.onTask?.({ taskId, commandId, modelId: body.model, phase: "end", ok });
         cluster
@@ -149,13 +298,12 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     // synchronously, so starting it at once would put its work ahead of the request.
     let sent!: () => void;
     const onWire = new Promise<void>((r) => (sent = r));
-    const upstreamP = postUpstream(
-      `${target.endpoint}/v1/chat/completions`,
-      JSON.stringify(body),
-      upstreamAbort.signal,
-      sent,
-      o.engineHeaders?.(target.instance.instance_id),
-    );
+    const upstreamP = postUpstream(`${target.endpoint}/v1/chat/completions`, JSON.stringify(body), {
+      signal: upstreamAbort.signal,
+      onSent: sent,
+      headers: o.engineHeaders?.(target.instance.instance_id),
+      connectTimeoutMs: limits.connectTimeoutMs,
+    });
     upstreamP.catch(() => {});
     const taskP = onWire.then(() =>
       cluster.command({
@@ -165,23 +313,19 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
         instance_id: target.instance.instance_id,
       }),
     );
-    const failed = watch.failed.then((e) => Promise.reject(e));
-    failed.catch(() => {});
     let upstream: IncomingMessage;
     try {
       const reply = await Promise.race([taskP, failed]);
       taskId = reply.task_id;
-      if (taskId) o.onTask?.({ taskId, commandId, modelId: body.model, phase: "start" });
+      if (taskId) {
+        watch.taskCreated(taskId);
+        o.onTask?.({ taskId, commandId, modelId: body.model, phase: "start" });
+      }
       upstream = await Promise.race([upstreamP, failed]);
     } catch (e) {
-      upstreamAbort.abort();
+      abortUpstream("request failed before the engine answered");
       cleanup(false);
-      if (e instanceof ServiceError) throw e;
-      throw new ServiceError(
-        "upstream_failed",
-        `the engine for ${body.model} did not answer: ${(e as Error).message}`,
-        { cause: e },
-      );
+      throw connectionError(watch.failure ?? e, body.model);
     }
     const headers: Record<string, string> = {
       "x-task-id": taskId ?? "",
@@ -189,41 +333,38 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       "x-instance-id": target.instance.instance_id,
     };
     const status = upstream.statusCode ?? 502;
+    touch();
 
-    if (status !== 200) {
-      const text = (await readAll(upstream).catch(() => Buffer.alloc(0))).toString();
-      cleanup(false);
-      // The engine's own 4xx (e.g. context too long) is the client's problem; pass it through as is.
-      if (status >= 400 && status < 500) {
-        return new Response(text, {
-          status,
-          headers: { ...headers, "content-type": "application/json" },
-        });
-      }
-      throw new ServiceError("upstream_failed", `engine answered ${status}: ${text.slice(0, 500)}`);
-    }
-
-    if (!body.stream) {
+    if (status !== 200 || !body.stream) {
+      let raw: Buffer;
       try {
-        const raw = await Promise.race([readAll(upstream), failed]);
-        const json = JSON.parse(raw.toString()) as Record<string, unknown>;
-        cleanup(true);
-        return c.json({ ...json, id: commandId }, 200, headers);
+        raw = await Promise.race([readAll(upstream), failed]);
       } catch (e) {
-        upstreamAbort.abort();
+        abortUpstream("request failed while reading the engine's answer");
         cleanup(false);
-        if (e instanceof ServiceError) throw e;
+        throw connectionError(watch.failure ?? e, body.model);
+      }
+      if (status !== 200) {
+        cleanup(false);
+        throw engineFailure(status, raw.toString(), body.model);
+      }
+      let json: Record<string, unknown>;
+      try {
+        json = JSON.parse(raw.toString()) as Record<string, unknown>;
+      } catch {
+        cleanup(false);
         throw new ServiceError(
-          "instance_lost",
-          `the instance was lost mid-request: ${(e as Error).message}; retry`,
-          { cause: e },
+          "upstream_failed",
+          `the engine for ${body.model} answered a body that is not JSON`,
         );
       }
+      cleanup(true);
+      return c.json({ ...json, id: commandId }, 200, headers);
     }
 
-    // Streaming: complete SSE lines are forwarded as they arrive (id rewritten in place). Under
+    // Streaming: complete SSE events are forwarded as they arrive (id rewritten in place). Under
     // @hono/node-server they go straight to the Node response; elsewhere through a web stream.
-    const rewriter = new IdRewriter(commandId);
+    const relay = new SseRelay(commandId);
     const sseHeaders = {
       ...headers,
       "content-type": "text/event-stream",
@@ -261,34 +402,47 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       finished = true;
       if (err) {
         sink.write(Buffer.from(`data: ${JSON.stringify(errorBody(err))}\n\n`));
-        upstreamAbort.abort();
+        if (!upstream.complete) upstreamAbort.abort(new Error(`request ended: ${err.code}`));
       }
       // The client gets its last bytes before the task bookkeeping runs.
       sink.end();
       cleanup(!err);
     };
+    const broken = (why: string) =>
+      new ServiceError("instance_lost", `the engine stream broke ${why}; retry`);
     void watch.failed.then((e) => finish(e));
     upstream.on("data", (chunk: Buffer) => {
       if (finished) return;
-      const out = rewriter.push(chunk);
-      if (out) sink.write(out);
+      touch();
+      const r = relay.push(chunk);
+      if (r.out) sink.write(r.out);
+      if (r.error !== undefined) {
+        const parsed = safeCode(r.error);
+        finish(engineFailure(parsed, r.error, body.model));
+      }
     });
     upstream.on("end", () => {
       if (finished) return;
-      const rest = rewriter.flush();
-      if (rest) sink.write(rest);
-      finish();
+      if (relay.pendingBytes > 0) finish(broken("inside an event"));
+      else finish();
     });
     upstream.on("error", (e) => {
       if (upstreamAbort.signal.aborted) return finish();
-      finish(new ServiceError("instance_lost", `the engine stream broke: ${e.message}; retry`));
+      finish(broken(`(${e.message})`));
     });
     upstream.on("close", () => {
-      if (!upstream.complete)
-        finish(
-          new ServiceError("instance_lost", "the engine stream broke before it completed; retry"),
-        );
+      if (!upstream.complete) finish(broken("before it completed"));
     });
     return web ? new Response(web, { status: 200, headers: sseHeaders }) : RESPONSE_ALREADY_SENT;
   });
+}
+
+/** The numeric `code` of an engine error event (`{"error":{"code":400,...}}`), 500 when absent. */
+function safeCode(text: string): number {
+  try {
+    const code = (JSON.parse(text) as { error?: { code?: unknown } }).error?.code;
+    return typeof code === "number" ? code : 500;
+  } catch {
+    return 500;
+  }
 }

@@ -1,0 +1,421 @@
+// The chat path's failure semantics against a scripted engine (a real HTTP server whose answers each
+// test writes) and a scripted cluster view whose events each test emits: statuses, SSE framing,
+// engine error mapping, bounded waits, the default max_tokens, and the TaskFailed race.
+import { createServer } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { serve } from "@hono/node-server";
+import { afterEach, describe, expect, it } from "vitest";
+import { emptyState, ErrorBodySchema } from "@ic/protocol";
+import type {
+  ControlEvent,
+  ControlState,
+  InstanceId,
+  ModelId,
+  SessionId,
+  TaskId,
+} from "@ic/protocol";
+import { nodeIdFor } from "@ic/state";
+import { silentLogger } from "@ic/log";
+import { createGatewayApp } from "../app.ts";
+import type { ClusterView } from "../ports.ts";
+import type { ChatLimits } from "./chat.ts";
+
+const S = "s-chat" as SessionId;
+const MODEL = "org/tiny" as ModelId;
+const INSTANCE = "i-1" as InstanceId;
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c();
+});
+
+type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
+
+/** A scripted llama-server: each test says what it answers. Records the bodies it received. */
+async function engine(handler: Handler) {
+  const bodies: Record<string, unknown>[] = [];
+  const server = createServer((req, res) => {
+    let body = "";
+    req.on("data", (c: Buffer) => (body += c.toString()));
+    req.on("end", () => {
+      bodies.push(JSON.parse(body) as Record<string, unknown>);
+      handler(req, res, body);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  closers.push(() => close(server));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, server };
+}
+
+function close(server: Server): Promise<void> {
+  server.closeAllConnections();
+  return new Promise((r) => server.close(() => r()));
+}
+
+/** A cluster view with one ready instance of MODEL at `endpoint`; tests emit events through it. */
+function cluster(endpoint: string, opts: { mmproj?: boolean; taskFailedFirst?: boolean } = {}) {
+  const state: ControlState = emptyState();
+  const master = nodeIdFor(S, "p-0");
+  state.session = {
+    session_id: S,
+    master_node_id: master,
+    master_peer_key: "p-0",
+    master_started_at: 0,
+    started_at: 0,
+  };
+  state.models[MODEL] = {
+    model_id: MODEL,
+    file: "tiny.gguf",
+    bytes: 1e6,
+    architecture: "llama",
+    layers: 2,
+    context_length: 256,
+    embedding_length: 64,
+    head_count: 4,
+    head_count_kv: 4,
+    supports_tensor: false,
+    ...(opts.mmproj ? { mmproj: "mmproj.gguf" } : {}),
+  };
+  state.instances[INSTANCE] = {
+    instance_id: INSTANCE,
+    model_id: MODEL,
+    sharding: "Pipeline",
+    created_at: 1,
+    assignments: [
+      { node_id: master, peer_key: "p-0", rank: 0, weight_bytes: 1, required_bytes: 1 },
+    ],
+  };
+  state.runners[`${INSTANCE}/0`] = {
+    instance_id: INSTANCE,
+    node_id: master,
+    rank: 0,
+    state: "RunnerReady",
+    endpoint,
+    restarts: 0,
+    since: 0,
+  };
+  const listeners = new Set<(ev: { event: ControlEvent }) => void>();
+  const sessions = new Set<(prev: SessionId | null, next: SessionId) => void>();
+  let n = 0;
+  const emit = (event: ControlEvent) => {
+    n += 1;
+    for (const l of listeners) l({ event });
+  };
+  const view: ClusterView = {
+    peerKey: "p-0",
+    synced: true,
+    isMaster: true,
+    sessionId: S,
+    nodeId: master,
+    snapshot: () => state,
+    livePeers: () => [],
+    command: async (cmd) => {
+      if (cmd.type !== "CreateTask") return { ok: true, index: n };
+      const task_id = `t-${n}` as TaskId;
+      // The master's TaskFailed event can overtake the reply to CreateTask.
+      if (opts.taskFailedFirst) emit({ type: "TaskFailed", task_id, reason: "node lost" });
+      return { ok: true, index: n, task_id };
+    },
+    on: (l) => {
+      const ev = l.event as ((ev: { event: ControlEvent }) => void) | undefined;
+      if (ev) listeners.add(ev);
+      if (l.session) sessions.add(l.session);
+      return () => {
+        if (ev) listeners.delete(ev);
+        if (l.session) sessions.delete(l.session);
+      };
+    },
+  };
+  return { view, emit, changeSession: (next: SessionId) => sessions.forEach((s) => s(S, next)) };
+}
+
+/** The gateway served over real HTTP (streams take the Node response path, as deployed). */
+async function gateway(view: ClusterView, limits: Partial<ChatLimits> = {}) {
+  const app = createGatewayApp({
+    cluster: view,
+    log: silentLogger(),
+    name: "t",
+    chatLimits: limits,
+  });
+  const server = await new Promise<Server>((resolve) => {
+    const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
+      resolve(s as Server),
+    );
+  });
+  closers.push(() => close(server));
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return async (body: Record<string, unknown>) => {
+    const t0 = Date.now();
+    const r = await fetch(`${base}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hi" }], ...body }),
+    });
+    const text = await r.text();
+    return { status: r.status, text, ms: Date.now() - t0, type: r.headers.get("content-type") };
+  };
+}
+
+/** The events of an SSE body; every `data:` payload must be valid JSON or [DONE]. */
+function events(text: string): unknown[] {
+  expect(text.endsWith("\n\n"), `stream ends at an event boundary: ${JSON.stringify(text)}`).toBe(
+    true,
+  );
+  return text
+    .split("\n\n")
+    .filter((e) => e.length > 0)
+    .map((e) => {
+      expect(e.startsWith("data: "), `event: ${e}`).toBe(true);
+      const data = e.slice(6);
+      return data === "[DONE]" ? data : (JSON.parse(data) as unknown);
+    });
+}
+
+function errorOf(text: string) {
+  return ErrorBodySchema.parse(JSON.parse(text)).error;
+}
+
+const chunk = (id: string, content: string) =>
+  `data: {"choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}}}],"id":"${id}","object":"chat.completion.chunk"}\n\n`;
+const ENGINE_ID = `chatcmpl-${"x".repeat(32)}`;
+
+describe("non-streaming failures", () => {
+  it("an engine that dies before answering (connection reset) is 500 instance_lost, retryable", async () => {
+    const e = await engine((req) => req.socket.destroy());
+    const r = await (await gateway(cluster(e.url).view))({});
+    expect(r.status).toBe(500);
+    expect(errorOf(r.text)).toMatchObject({ code: "instance_lost", retryable: true });
+  });
+
+  it("an engine that is gone (connection refused) is 500 instance_lost", async () => {
+    const e = await engine(() => {});
+    await close(e.server);
+    const r = await (await gateway(cluster(e.url).view))({});
+    expect(r.status).toBe(500);
+    expect(errorOf(r.text)).toMatchObject({ code: "instance_lost", retryable: true });
+  });
+
+  it("TaskFailed that overtakes the CreateTask reply still ends the request (no hang)", async () => {
+    const e = await engine(() => {}); // never answers
+    const c = cluster(e.url, { taskFailedFirst: true });
+    const r = await (await gateway(c.view, { totalTimeoutMs: 20_000 }))({});
+    expect(r.status).toBe(500);
+    expect(errorOf(r.text)).toMatchObject({ code: "task_failed", retryable: true });
+    expect(r.ms).toBeLessThan(5000);
+  });
+
+  it("the instance's node leaving ends a request whose task was never failed", async () => {
+    const e = await engine(() => {});
+    const c = cluster(e.url);
+    const send = await gateway(c.view, { totalTimeoutMs: 20_000 });
+    setTimeout(
+      () => c.emit({ type: "NodeLeft", node_id: nodeIdFor(S, "p-0"), reason: "heartbeat timeout" }),
+      200,
+    );
+    const r = await send({});
+    expect(r.status).toBe(500);
+    expect(errorOf(r.text).code).toBe("task_failed");
+  });
+
+  it("an engine that never answers ends with 504 upstream_timeout after the total bound", async () => {
+    const e = await engine(() => {});
+    const r = await (await gateway(cluster(e.url).view, { totalTimeoutMs: 300 }))({});
+    expect(r.status).toBe(504);
+    expect(errorOf(r.text)).toMatchObject({ code: "upstream_timeout", retryable: true });
+  });
+});
+
+describe("client mistakes are 400 invalid_request, not retryable", () => {
+  const llamaErr = (code: number, message: string, type = "server_error") =>
+    JSON.stringify({ error: { code, message, type } });
+
+  it.each([
+    [
+      500,
+      "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj",
+    ],
+    [500, 'Failed to parse tools: Missing tool function: {"type":"function"}'],
+    [
+      500,
+      "[json.exception.parse_error.101] parse error at line 1, column 61: syntax error while parsing value - invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF",
+    ],
+    [
+      400,
+      "request (2020 tokens) exceeds the available context size (256 tokens), try increasing it",
+    ],
+  ])("engine %i '%s' becomes 400 invalid_request in the envelope", async (status, message) => {
+    const e = await engine((_q, res) => {
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end(llamaErr(status, message));
+    });
+    for (const stream of [false, true]) {
+      const r = await (await gateway(cluster(e.url).view))({ stream });
+      expect(r.status).toBe(400);
+      expect(errorOf(r.text)).toMatchObject({
+        code: "invalid_request",
+        retryable: false,
+        type: "invalid_request_error",
+      });
+      expect(errorOf(r.text).message).toContain(message.slice(0, 30));
+    }
+  });
+
+  it("the engine's own 5xx (not a request problem) stays 502 upstream_failed, retryable", async () => {
+    const e = await engine((_q, res) => {
+      res.writeHead(500, { "content-type": "application/json" });
+      res.end(llamaErr(500, "llama_decode failed: out of memory"));
+    });
+    const r = await (await gateway(cluster(e.url).view))({});
+    expect(r.status).toBe(502);
+    expect(errorOf(r.text)).toMatchObject({ code: "upstream_failed", retryable: true });
+  });
+
+  it("lone surrogates, malformed tools and images for a text-only model never reach the engine", async () => {
+    const e = await engine((_q, res) => res.end("{}"));
+    const send = await gateway(cluster(e.url).view);
+    const cases: Record<string, unknown>[] = [
+      { messages: [{ role: "user", content: "hi \ud800 there" }] },
+      { messages: [{ role: "user", content: "hi" }], tools: [{ type: "function" }] },
+      { messages: [{ role: "user", content: "hi" }], tools: "abc" },
+      {
+        messages: [
+          {
+            role: "user",
+            content: [{ type: "image_url", image_url: { url: "data:image/png;base64,AA==" } }],
+          },
+        ],
+      },
+    ];
+    for (const body of cases) {
+      const r = await send(body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(errorOf(r.text)).toMatchObject({ code: "invalid_request", retryable: false });
+    }
+    expect(e.bodies).toHaveLength(0);
+  });
+
+  it("image content passes to a model with a projector", async () => {
+    const e = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ id: ENGINE_ID, choices: [] }));
+    });
+    const r = await (
+      await gateway(cluster(e.url, { mmproj: true }).view)
+    )({
+      messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }],
+    });
+    expect(r.status).toBe(200);
+    expect(e.bodies).toHaveLength(1);
+  });
+});
+
+describe("streams", () => {
+  it("an engine that dies mid-event: the client sees whole events, then one error event", async () => {
+    const e = await engine((req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(chunk(ENGINE_ID, "Hello"));
+      // An event's first line without its terminating blank line, flushed on its own; then it dies.
+      res.write(`data: {"choices":[{"index":0,"delta":{"content":"wor"}}]}\n`);
+      setTimeout(() => req.socket.destroy(), 50);
+    });
+    const r = await (await gateway(cluster(e.url).view))({ stream: true });
+    expect(r.status).toBe(200);
+    const evs = events(r.text);
+    expect(evs).toHaveLength(2);
+    expect(JSON.stringify(evs[0])).toContain("Hello");
+    expect(ErrorBodySchema.parse(evs[1]).error).toMatchObject({
+      code: "instance_lost",
+      retryable: true,
+    });
+  });
+
+  it("an engine error event mid-stream is re-issued in the envelope and ends the stream", async () => {
+    const e = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(chunk(ENGINE_ID, "Hi"));
+      res.write(
+        `data: {"error":{"code":400,"message":"context size exceeded","type":"exceed_context_size_error","n_ctx":256}}\n\n`,
+      );
+      res.end(chunk(ENGINE_ID, "after"));
+    });
+    const r = await (await gateway(cluster(e.url).view))({ stream: true });
+    const evs = events(r.text);
+    expect(evs).toHaveLength(2);
+    const err = ErrorBodySchema.parse(evs[1]).error;
+    expect(err).toMatchObject({ code: "invalid_request", retryable: false });
+    expect(err.details).toMatchObject({ engine_type: "exceed_context_size_error", n_ctx: 256 });
+    expect(r.text).not.toContain("after");
+  });
+
+  it("an engine 5xx event mid-stream becomes upstream_failed", async () => {
+    const e = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(`data: {"error":{"code":500,"message":"decode failed","type":"server_error"}}\n\n`);
+    });
+    const r = await (await gateway(cluster(e.url).view))({ stream: true });
+    expect(ErrorBodySchema.parse(events(r.text)[0]).error.code).toBe("upstream_failed");
+  });
+
+  it("a stalled stream ends with upstream_timeout after the idle bound", async () => {
+    const e = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(chunk(ENGINE_ID, "Hi")); // then silence
+    });
+    const r = await (await gateway(cluster(e.url).view, { idleTimeoutMs: 300 }))({ stream: true });
+    const evs = events(r.text);
+    expect(ErrorBodySchema.parse(evs.at(-1)).error).toMatchObject({
+      code: "upstream_timeout",
+      retryable: true,
+    });
+  });
+
+  it("complete events pass with the command id; a split event is held until it completes", async () => {
+    const e = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const all = chunk(ENGINE_ID, "a") + chunk(ENGINE_ID, "b") + "data: [DONE]\n\n";
+      let i = 0;
+      const t = setInterval(() => {
+        res.write(all.slice(i, i + 7));
+        i += 7;
+        if (i >= all.length) {
+          clearInterval(t);
+          res.end();
+        }
+      }, 1);
+    });
+    const r = await (await gateway(cluster(e.url).view))({ stream: true });
+    const evs = events(r.text);
+    expect(evs).toHaveLength(3);
+    expect(r.text).not.toContain(ENGINE_ID);
+    expect((evs[0] as { id: string }).id).toMatch(/^chatcmpl-[0-9a-f]{32}$/);
+  });
+
+  it("a session change ends an open stream with session_changed at an event boundary", async () => {
+    const c = cluster("");
+    const e = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(chunk(ENGINE_ID, "Hi"));
+      res.write(`data: {"choices":[{"index":0}]}\n`);
+      setTimeout(() => c.changeSession("s-next" as SessionId), 100);
+    });
+    c.view.snapshot().runners[`${INSTANCE}/0`]!.endpoint = e.url;
+    const r = await (await gateway(c.view))({ stream: true });
+    const evs = events(r.text);
+    expect(ErrorBodySchema.parse(evs.at(-1)).error.code).toBe("session_changed");
+  });
+});
+
+describe("generation cap", () => {
+  it("a request without max_tokens gets the configured default; an explicit one is kept", async () => {
+    const e = await engine((_q, res) => res.end(JSON.stringify({ id: ENGINE_ID, choices: [] })));
+    const send = await gateway(cluster(e.url).view, { defaultMaxTokens: 77 });
+    await send({ max_tokens: undefined });
+    await send({ max_tokens: 5 });
+    await send({ max_completion_tokens: 9 });
+    expect(e.bodies.map((b) => [b.max_tokens, b.max_completion_tokens])).toEqual([
+      [77, undefined],
+      [5, undefined],
+      [undefined, 9],
+    ]);
+  });
+});
