@@ -395,4 +395,28 @@ describe("placement re-check in the sequencer", () => {
     expect(dep.status).toBe("Placed");
     expect(a.snapshot().instances[dep.instance_id]!.assignments[0]!.node_id).toBe(a.nodeId);
   });
+
+  it("a stall of the master's own event loop is not taken for the silence of its members", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1);
+    await advance(500);
+    const b = start(hub, "b", 2);
+    await waitUntil(() => b.synced && memberNames(a).length === 2);
+    const left: string[] = [];
+    a.on({ event: (ev) => void (ev.event.type === "NodeLeft" && left.push(ev.event.node_id)) });
+    // a's process stalls for 3 liveness timeouts while b keeps sending. When a's loop resumes, its
+    // overdue tick timer runs first (timers come before I/O in a loop turn), then b's heartbeats,
+    // which waited unread in the socket, are delivered.
+    vi.setSystemTime(Date.now() + 3 * timings.livenessTimeoutMs);
+    (a as unknown as { onTickTimer(tickMs: number): void }).onTickTimer(30);
+    b.publishHeartbeat();
+    await advance(300);
+    expect(left).toEqual([]);
+    expect(memberNames(a)).toEqual(["a", "b"]);
+    // A real silence is still a departure, within the liveness timeout and a few ticks.
+    await b.stop();
+    await advance(timings.livenessTimeoutMs + 200);
+    expect(memberNames(a)).toEqual(["a"]);
+    expect(left).toHaveLength(1);
+  });
 });

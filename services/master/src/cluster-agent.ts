@@ -156,7 +156,8 @@ export class ClusterAgent implements AsyncDisposable {
     this.publishHeartbeat();
     this.hbTimer = setInterval(() => this.publishHeartbeat(), this.o.timings.heartbeatMs);
     const tickMs = Math.max(20, Math.min(250, this.o.timings.electionTimeoutMs / 10));
-    this.tickTimer = setInterval(() => this.tick(), tickMs);
+    this.lastTimerTick = this.o.clock.now();
+    this.tickTimer = setInterval(() => this.onTickTimer(tickMs), tickMs);
   }
 
   async stop(): Promise<void> {
@@ -270,7 +271,23 @@ export class ClusterAgent implements AsyncDisposable {
     return out;
   }
 
-  tick(): void {
+  /** When the tick timer last fired (to measure how late it is: this process's own stalls). */
+  private lastTimerTick = 0;
+
+  /**
+   * The tick timer. A late timer means this process's event loop (or its CPU) stalled; messages that
+   * arrived meanwhile are still unread in the socket (timers run before I/O in a loop turn). That tick
+   * declares no departures: silence it measured may be its own. The next tick, one I/O phase later,
+   * has read them.
+   */
+  private onTickTimer(tickMs: number): void {
+    const now = this.o.clock.now();
+    const lateMs = Math.max(0, now - this.lastTimerTick - tickMs);
+    this.lastTimerTick = now;
+    this.tick({ departures: lateMs < Math.max(tickMs, this.o.timings.heartbeatMs / 4) });
+  }
+
+  tick(opts: { departures?: boolean } = {}): void {
     if (this.stopped) return;
     const now = this.o.clock.now();
     const self: Peer = { peer_key: this.o.self.peerKey, started_at: this.o.self.startedAt };
@@ -295,7 +312,7 @@ export class ClusterAgent implements AsyncDisposable {
         break;
     }
     if (this.role === "master") {
-      this.superviseMembers(now);
+      this.superviseMembers(now, opts.departures ?? true);
       this.reconcileDeployments(now);
     }
     // Forget peers silent for long (keeps the table bounded; they rejoin by heartbeat).
@@ -597,7 +614,7 @@ export class ClusterAgent implements AsyncDisposable {
     return ev;
   }
 
-  private superviseMembers(now: number): void {
+  private superviseMembers(now: number, departures: boolean): void {
     const session = this.current!.session_id;
     // Joins: live peers that adopted this session but are not members yet.
     for (const p of this.livePeers()) {
@@ -608,6 +625,7 @@ export class ClusterAgent implements AsyncDisposable {
         this.emit({ type: "NodeJoined", member: this.memberFor(session, hb, now) });
     }
     // Departures: members silent past the liveness timeout. Their in-flight tasks fail first.
+    if (!departures) return;
     for (const m of Object.values(this.state.members)) {
       if (m.peer_key === this.o.self.peerKey) continue;
       const p = this.peers.get(m.peer_key);
