@@ -1,15 +1,20 @@
-// Supervises this node's own nats-server child: start with cluster routes, wait for readiness,
-// restart with backoff if it dies, stop with SIGTERM then SIGKILL.
-// Invariants: at most one child at a time; after the first start the client port is pinned so
-// reconnecting clients find the restarted server; stop() is idempotent and ends supervision.
+// Supervises this node's own nats-server child on the shared supervisor loop (@ic/process): start with
+// cluster routes, wait for readiness (ports file + a TCP connect), restart with jittered backoff if it
+// dies, stop with SIGTERM then SIGKILL.
+// Invariants: at most one child at a time, and one restart per death (the loop decides once per
+// run); start() resolves when the first run is ready and rejects -- ending supervision, nothing
+// restarts behind it -- when the first run exits, misses its deadline or is stopped; after the first
+// start the client port is pinned so reconnecting clients find the restarted server; stop() is
+// idempotent, ends supervision and leaves no process behind. The child dies with the node (pdeathsig)
+// and, given `childrenDir`, is recorded for the orphan sweep.
 // The client and route ports both require credentials; they are passed in a 0600 config file, never
 // on the command line (where `ps` shows them).
-import { execa } from "execa";
-import type { ResultPromise } from "execa";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect as tcpConnect } from "node:net";
+import { supervise } from "@ic/process";
+import type { Child, RestartPolicy, RunOutcome } from "@ic/process";
 import type { Logger } from "@ic/log";
 
 export interface Credentials {
@@ -46,7 +51,12 @@ export interface NatsServerOptions {
   readonly routeAuth: Credentials;
   readonly log: Logger;
   readonly readyTimeoutMs?: number;
+  /** First restart delay (doubling per death in a row, jittered, at most 5 s). */
   readonly restartBackoffMs?: number;
+  /** A run that stayed up this long resets the restart backoff. */
+  readonly healthyUptimeMs?: number;
+  /** Where the child is recorded for the orphan sweep (`childrenDir(...)` of @ic/process). */
+  readonly childrenDir?: string | undefined;
   /** Called for every authentication failure nats-server reports. */
   readonly onAuthFailure?: (f: AuthFailure) => void;
 }
@@ -68,13 +78,18 @@ const q = (v: string): string => JSON.stringify(v);
 
 export type NatsServerState = "idle" | "starting" | "running" | "restarting" | "stopped";
 
+const STOP_GRACE_MS = 3000;
+/** Kept of the child's stderr for a startup failure's message. */
+const STDERR_KEEP = 200;
+
 export class NatsServer implements AsyncDisposable {
-  private child: ResultPromise | undefined;
+  private child: Child | undefined;
   private state: NatsServerState = "idle";
   private port = 0;
   private readonly portsDir = mkdtempSync(join(tmpdir(), "ic-nats-"));
   private restarts = 0;
-  private restartTimer: NodeJS.Timeout | undefined;
+  private readonly abort = new AbortController();
+  private loop: Promise<void> | undefined;
 
   constructor(private readonly opts: NatsServerOptions) {
     this.port = opts.clientPort;
@@ -89,11 +104,90 @@ export class NatsServer implements AsyncDisposable {
     return { state: this.state, restarts: this.restarts, pid: this.child?.pid };
   }
 
+  /** Resolves once the server accepts connections; rejects (and ends supervision) if it never does. */
   async start(): Promise<void> {
     if (this.state !== "idle") return;
     this.state = "starting";
-    await this.spawnOnce();
-    this.state = "running";
+    const o = this.opts;
+    const readyTimeoutMs = o.readyTimeoutMs ?? 10_000;
+    const policy: RestartPolicy = {
+      backoffMs: o.restartBackoffMs ?? 250,
+      maxBackoffMs: 5000,
+      healthyUptimeMs: o.healthyUptimeMs ?? 30_000,
+      maxCrashes: Infinity,
+      onDeadline: "restart",
+      firstRunMustBeReady: true,
+    };
+    let stderr: string[] = [];
+    let firstReady!: { resolve: () => void; reject: (e: Error) => void };
+    const ready = new Promise<void>((resolve, reject) => (firstReady = { resolve, reject }));
+    const result = supervise({
+      signal: this.abort.signal,
+      command: () => ({
+        bin: o.bin ?? "nats-server",
+        args: this.args(),
+        stdout: "ignore",
+        stderr: "pipe",
+      }),
+      recordIn: o.childrenDir,
+      ready: (child) => this.accepting(child),
+      readyPollMs: 25,
+      readyDeadlineMs: readyTimeoutMs,
+      stopGraceMs: STOP_GRACE_MS,
+      policy,
+      onSpawn: (child) => {
+        this.child = child;
+        stderr = [];
+        child.stderr?.on("data", (c: Buffer) => {
+          const text = c.toString();
+          if (stderr.length < STDERR_KEEP) stderr.push(text);
+          for (const line of text.split("\n")) {
+            const auth = parseAuthFailure(line, Date.now());
+            if (auth) o.onAuthFailure?.(auth);
+            else if (/\[(ERR|FTL)\]/.test(line)) o.log.warn({ line }, "nats-server");
+          }
+        });
+      },
+      onReady: (child) => {
+        this.state = "running";
+        o.log.info({ pid: child.pid, port: this.port, routes: o.routes }, "nats-server ready");
+        firstReady.resolve();
+      },
+      onOutcome: (outcome, next) => {
+        this.child = undefined;
+        if (next.action === "restart") {
+          this.restarts += 1;
+          this.state = "restarting";
+          o.log.error(
+            { ...exitFields(outcome), restarts: this.restarts, delay: next.delayMs },
+            "nats-server died; restarting",
+          );
+        } else {
+          firstReady.reject(startupError(outcome, stderr.join(""), readyTimeoutMs));
+        }
+      },
+    });
+    this.loop = result
+      .then(
+        () => {},
+        (e: unknown) => {
+          o.log.error({ err: e }, "nats-server supervision failed");
+          firstReady.reject(e instanceof Error ? e : new Error(String(e)));
+        },
+      )
+      .finally(() => {
+        this.state = "stopped";
+        rmSync(this.portsDir, { recursive: true, force: true });
+      });
+    await ready;
+  }
+
+  /** Ready once the ports file names the client port and it accepts a connection. */
+  private async accepting(child: Child): Promise<boolean> {
+    const port = this.readPort(child.pid);
+    if (!port || !(await canConnect(dialable(this.opts.clientBind), port))) return false;
+    this.port = port;
+    return true;
   }
 
   /** Writes the server's config file (mode 0600) and returns the command line that loads it. */
@@ -124,47 +218,6 @@ export class NatsServer implements AsyncDisposable {
     return ["-c", file];
   }
 
-  private async spawnOnce(): Promise<void> {
-    const bin = this.opts.bin ?? "nats-server";
-    const child = execa(bin, this.args(), {
-      reject: false,
-      stdio: ["ignore", "ignore", "pipe"],
-      forceKillAfterDelay: 3000,
-      cleanup: true,
-    });
-    this.child = child;
-    const stderr: string[] = [];
-    child.stderr?.on("data", (c: Buffer) => {
-      const text = c.toString();
-      if (stderr.length < 200) stderr.push(text);
-      for (const line of text.split("\n")) {
-        const auth = parseAuthFailure(line, Date.now());
-        if (auth) this.opts.onAuthFailure?.(auth);
-        else if (/\[(ERR|FTL)\]/.test(line)) this.opts.log.warn({ line }, "nats-server");
-      }
-    });
-    let exited = false;
-    void child.then((r) => {
-      exited = true;
-      if (this.child === child) this.onExit(r.exitCode, r.signal);
-    });
-    const deadline = Date.now() + (this.opts.readyTimeoutMs ?? 10_000);
-    while (Date.now() < deadline) {
-      if (exited) {
-        throw new Error(`nats-server exited during startup: ${stderr.join("").slice(-2000)}`);
-      }
-      const port = this.readPort(child.pid);
-      if (port && (await canConnect(dialable(this.opts.clientBind), port))) {
-        this.port = port;
-        this.opts.log.info({ pid: child.pid, port, routes: this.opts.routes }, "nats-server ready");
-        return;
-      }
-      await sleep(25);
-    }
-    child.kill("SIGKILL");
-    throw new Error(`nats-server not ready after ${this.opts.readyTimeoutMs ?? 10_000} ms`);
-  }
-
   private readPort(pid: number | undefined): number | undefined {
     if (!pid) return undefined;
     const f = readdirSync(this.portsDir).find((n) => n.endsWith(`_${pid}.ports`));
@@ -182,47 +235,39 @@ export class NatsServer implements AsyncDisposable {
     }
   }
 
-  private onExit(code: number | undefined, signal: string | undefined): void {
-    this.child = undefined;
-    if (this.state === "stopped") return;
-    this.restarts += 1;
-    this.state = "restarting";
-    const delay = Math.min(
-      5000,
-      (this.opts.restartBackoffMs ?? 250) * 2 ** Math.min(this.restarts - 1, 4),
-    );
-    this.opts.log.error(
-      { code, signal, restarts: this.restarts, delay },
-      "nats-server died; restarting",
-    );
-    this.restartTimer = setTimeout(() => {
-      this.spawnOnce().then(
-        () => {
-          if (this.state === "restarting") this.state = "running";
-        },
-        (e: unknown) => {
-          this.opts.log.error({ err: e }, "nats-server restart failed");
-          if (this.state !== "stopped") this.onExit(undefined, undefined);
-        },
-      );
-    }, delay);
-  }
-
   async stop(): Promise<void> {
-    if (this.state === "stopped") return;
+    this.abort.abort();
+    if (this.loop) await this.loop;
     this.state = "stopped";
-    clearTimeout(this.restartTimer);
-    const child = this.child;
-    this.child = undefined;
-    if (child) {
-      child.kill("SIGTERM");
-      await child;
-    }
     rmSync(this.portsDir, { recursive: true, force: true });
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
+  }
+}
+
+function exitFields(o: RunOutcome): { code?: number; signal?: string; outcome: string } {
+  if (o.kind !== "exited" && o.kind !== "crashed") return { outcome: o.kind };
+  return {
+    outcome: o.kind,
+    ...(o.code !== undefined ? { code: o.code } : {}),
+    ...(o.signal !== undefined ? { signal: o.signal } : {}),
+  };
+}
+
+/** Why the first run did not give a server (start() rejects with it). */
+function startupError(o: RunOutcome, stderr: string, readyTimeoutMs: number): Error {
+  switch (o.kind) {
+    case "deadline":
+      return new Error(`nats-server not ready after ${readyTimeoutMs} ms`);
+    case "stopped":
+      return new Error("nats-server stopped during startup");
+    case "crashed":
+    case "exited":
+      return new Error(
+        `nats-server exited during startup: ${"error" in o && o.error ? o.error : stderr.slice(-2000)}`,
+      );
   }
 }
 
@@ -236,13 +281,13 @@ function dialable(bind: string): string {
   return bind === "0.0.0.0" ? "127.0.0.1" : bind === "::" ? "::1" : bind;
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
 function canConnect(host: string, port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const s = tcpConnect({ host, port });
+    s.setTimeout(1000, () => {
+      s.destroy();
+      resolve(false);
+    });
     s.once("connect", () => {
       s.destroy();
       resolve(true);

@@ -1,18 +1,23 @@
-// Supervises one llama.cpp process of one instance rank: llama-server for rank 0, ggml-rpc-server otherwise.
-// Invariants: at most one child per supervisor; a run ends as ready->exited, crashed, or deadline;
-// crashes restart with jittered exponential backoff that resets after a healthy uptime; a warmup
-// overrun logs a CRITICAL diagnosis and ends in RunnerFailed without restarting; stop() is idempotent
-// and leaves no process behind (SIGTERM, then SIGKILL after the grace period). The process writes its
-// output straight into its log file (the file is its stdout and stderr), so the engine's per-request
-// logging never passes through this node's event loop; failures quote the file's tail.
-import { execa } from "execa";
-import type { ResultPromise } from "execa";
-import { closeSync, mkdirSync, openSync } from "node:fs";
+// Supervises one llama.cpp process of one instance rank (llama-server for rank 0, ggml-rpc-server
+// otherwise) on the shared supervisor loop (@ic/process).
+// Invariants: at most one child per supervisor and one decision per run; a run ends as ready->exited,
+// crashed, deadline or stopped; crashes restart with jittered exponential backoff that resets after a
+// healthy uptime (measured from readiness); more than maxCrashes in a row, or a warmup overrun (which
+// logs a CRITICAL diagnosis), ends in RunnerFailed without restarting; stop() is idempotent and
+// leaves no process behind (SIGTERM, then SIGKILL after the grace period). The process dies with the
+// node (pdeathsig) and is recorded for the orphan sweep. It writes its output straight into its log
+// file (the file is its stdout and stderr), so the engine's per-request logging never passes through
+// this node's event loop; failures quote the file's tail.
+import { mkdirSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { dirname } from "node:path";
 import { connect as tcpConnect } from "node:net";
+import { childrenDir, nextAction, supervise } from "@ic/process";
+import type { NextAction, RestartPolicy, RunOutcome } from "@ic/process";
 import type { RunnerState } from "@ic/protocol";
 import type { Logger } from "@ic/log";
+
+export type { RunOutcome } from "@ic/process";
 
 export interface RunnerSpec {
   readonly instanceId: string;
@@ -34,6 +39,11 @@ export interface RunnerSpec {
   readonly maxCrashes: number;
   readonly logFile: string;
   readonly gracefulStopMs?: number;
+  /**
+   * Where the process is recorded for the orphan sweep; by default `children/` beside the log file,
+   * i.e. `childrenDir(engine.runner_log_dir)`, the directory the node sweeps at start.
+   */
+  readonly childrenDir?: string;
 }
 
 export interface RunnerStatus {
@@ -44,51 +54,28 @@ export interface RunnerStatus {
   readonly pid?: number;
 }
 
-export type RunOutcome =
-  | {
-      readonly kind: "exited";
-      readonly code: number | undefined;
-      readonly signal: string | undefined;
-      readonly uptimeMs: number;
-    }
-  | {
-      readonly kind: "crashed";
-      readonly code: number | undefined;
-      readonly signal: string | undefined;
-    }
-  | { readonly kind: "deadline" }
-  | { readonly kind: "stopped" };
+/** The restart policy of a runner: backoff up to 30 s, a warmup overrun is final. */
+function runnerPolicy(
+  spec: Pick<RunnerSpec, "restartBackoffMs" | "healthyUptimeMs" | "maxCrashes">,
+): RestartPolicy {
+  return {
+    backoffMs: spec.restartBackoffMs,
+    maxBackoffMs: 30_000,
+    healthyUptimeMs: spec.healthyUptimeMs,
+    maxCrashes: spec.maxCrashes,
+    onDeadline: "fail",
+    firstRunMustBeReady: false,
+  };
+}
 
-/** Pure: what to do after a run ended. */
+/** Pure: what to do after a run ended (the shared decision under the runner's policy). */
 export function nextRunnerAction(
   outcome: RunOutcome,
   crashes: number,
   spec: Pick<RunnerSpec, "restartBackoffMs" | "healthyUptimeMs" | "maxCrashes">,
   random: () => number = Math.random,
-):
-  | { action: "restart"; delayMs: number; crashes: number }
-  | { action: "fail"; reason: string }
-  | { action: "none" } {
-  switch (outcome.kind) {
-    case "stopped":
-      return { action: "none" };
-    case "deadline":
-      return { action: "fail", reason: "warmup exceeded its deadline" };
-    case "exited":
-    case "crashed": {
-      const healthy = outcome.kind === "exited" && outcome.uptimeMs >= spec.healthyUptimeMs;
-      const n = healthy ? 1 : crashes + 1;
-      if (n > spec.maxCrashes) {
-        return {
-          action: "fail",
-          reason: `crashed ${n - 1} times in a row (last exit code ${outcome.code ?? "none"}, signal ${outcome.signal ?? "none"})`,
-        };
-      }
-      const base = spec.restartBackoffMs * 2 ** (n - 1);
-      const delayMs = Math.min(30_000, Math.round(base * (0.8 + 0.4 * random())));
-      return { action: "restart", delayMs, crashes: n };
-    }
-  }
+): NextAction {
+  return nextAction(outcome, { crashes, everReady: true }, runnerPolicy(spec), random);
 }
 
 /** How much of the log file's end a failure message quotes. */
@@ -116,11 +103,9 @@ export async function logTail(file: string, maxLines = TAIL_LINES): Promise<stri
 }
 
 export class RunnerSupervisor implements AsyncDisposable {
-  private child: ResultPromise | undefined;
   private status: RunnerStatus = { state: "RunnerWarmingUp", restarts: 0 };
-  private stopping = false;
+  private readonly abort = new AbortController();
   private loop: Promise<void> | undefined;
-  private wake: (() => void) | undefined;
 
   constructor(
     readonly spec: RunnerSpec,
@@ -154,137 +139,89 @@ export class RunnerSupervisor implements AsyncDisposable {
   }
 
   private async run(): Promise<void> {
-    let crashes = 0;
+    const spec = this.spec;
+    const who = { instance: spec.instanceId, rank: spec.rank };
     let restarts = 0;
-    while (!this.stopping) {
-      this.set({ state: "RunnerWarmingUp", restarts, endpoint: this.endpoint });
-      const outcome = await this.runOnce(restarts);
-      const next = nextRunnerAction(outcome, crashes, this.spec);
-      if (next.action === "none") break;
-      if (next.action === "fail") {
-        if (outcome.kind === "deadline") {
-          this.log.fatal(
-            {
-              instance: this.spec.instanceId,
-              rank: this.spec.rank,
-              deadline_s: this.spec.warmupDeadlineMs / 1000,
-              log_file: this.spec.logFile,
-              log_tail: await this.recentLog(),
-            },
-            `CRITICAL: runner warmup exceeded its deadline of ${this.spec.warmupDeadlineMs / 1000} s; the engine process was stopped. ` +
-              "If this node has a GPU, the GPU may be wedged (driver hang or leaked memory): check nvidia-smi and reboot the machine if it does not respond. " +
-              "Otherwise raise SERVICE_WARMUP_DEADLINE_SECONDS for very large models.",
-          );
-        } else {
-          this.log.error(
-            {
-              instance: this.spec.instanceId,
-              rank: this.spec.rank,
-              reason: next.reason,
-              log_file: this.spec.logFile,
-              log_tail: await this.recentLog(),
-            },
-            "runner failed",
-          );
-        }
-        this.set({ state: "RunnerFailed", reason: next.reason, restarts });
-        return;
-      }
-      crashes = next.crashes;
-      restarts += 1;
-      this.log.warn(
-        {
-          instance: this.spec.instanceId,
-          rank: this.spec.rank,
-          outcome: outcome.kind,
-          delay_ms: next.delayMs,
+    await supervise({
+      signal: this.abort.signal,
+      command: () => {
+        this.set({ state: "RunnerWarmingUp", restarts, endpoint: this.endpoint });
+        this.log.info({ ...who, bin: spec.bin, args: spec.args }, "starting runner");
+        return {
+          bin: spec.bin,
+          args: spec.args,
+          // Engines get an allow-listed environment: no HF_TOKEN, cluster secret or other credential.
+          env: engineEnvironment(process.env, spec.env ?? {}),
+          extendEnv: false,
+          stdout: { appendTo: spec.logFile },
+          stderr: { appendTo: spec.logFile },
+        };
+      },
+      recordIn: spec.childrenDir ?? childrenDir(dirname(spec.logFile)),
+      ready: () => this.ready(),
+      readyPollMs: 100,
+      readyDeadlineMs: spec.warmupDeadlineMs,
+      stopGraceMs: spec.gracefulStopMs ?? 5000,
+      policy: runnerPolicy(spec),
+      onReady: (child, { warmupMs }) => {
+        this.set({
+          state: "RunnerReady",
           restarts,
-          log_file: this.spec.logFile,
+          endpoint: this.endpoint,
+          ...(child.pid ? { pid: child.pid } : {}),
+        });
+        this.log.info({ ...who, warmup_ms: warmupMs }, "runner ready");
+      },
+      onOutcome: async (outcome, next) => {
+        if (next.action === "none") return;
+        if (next.action === "fail") {
+          await this.failed(outcome, next.reason, restarts);
+          return;
+        }
+        restarts += 1;
+        this.log.warn(
+          {
+            ...who,
+            outcome: outcome.kind,
+            delay_ms: next.delayMs,
+            restarts,
+            log_file: spec.logFile,
+            log_tail: await this.recentLog(),
+          },
+          "runner exited; restarting",
+        );
+        this.set({
+          state: "RunnerWarmingUp",
+          reason: `restarting after ${outcome.kind}`,
+          restarts,
+          endpoint: this.endpoint,
+        });
+      },
+    });
+  }
+
+  private async failed(outcome: RunOutcome, reason: string, restarts: number): Promise<void> {
+    const spec = this.spec;
+    const who = { instance: spec.instanceId, rank: spec.rank };
+    if (outcome.kind === "deadline") {
+      this.log.fatal(
+        {
+          ...who,
+          deadline_s: spec.warmupDeadlineMs / 1000,
+          log_file: spec.logFile,
           log_tail: await this.recentLog(),
         },
-        "runner exited; restarting",
+        `CRITICAL: runner warmup exceeded its deadline of ${spec.warmupDeadlineMs / 1000} s; the engine process was stopped. ` +
+          "If this node has a GPU, the GPU may be wedged (driver hang or leaked memory): check nvidia-smi and reboot the machine if it does not respond. " +
+          "Otherwise raise SERVICE_WARMUP_DEADLINE_SECONDS for very large models.",
       );
-      this.set({
-        state: "RunnerWarmingUp",
-        reason: `restarting after ${outcome.kind}`,
-        restarts,
-        endpoint: this.endpoint,
-      });
-      await this.sleep(next.delayMs);
+    } else {
+      this.log.error(
+        { ...who, reason, log_file: spec.logFile, log_tail: await this.recentLog() },
+        "runner failed",
+      );
     }
-  }
-
-  private sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const t = setTimeout(resolve, ms);
-      this.wake = () => {
-        clearTimeout(t);
-        resolve();
-      };
-    });
-  }
-
-  private async runOnce(restarts: number): Promise<RunOutcome> {
-    const spec = this.spec;
-    this.log.info(
-      { instance: spec.instanceId, rank: spec.rank, bin: spec.bin, args: spec.args },
-      "starting runner",
-    );
-    // The child gets its own copy of the descriptor; ours is closed once it is spawned. execa's
-    // types name only descriptors 1-9, but any integer is handed to spawn() as is (the integration
-    // test checks that the output lands in the file).
-    const out = openSync(spec.logFile, "a") as 1;
-    const options = {
-      reject: false,
-      // Engines get an allow-listed environment: no HF_TOKEN, cluster secret or other credential.
-      extendEnv: false,
-      env: engineEnvironment(process.env, spec.env ?? {}),
-      stdin: "ignore",
-      stdout: out,
-      stderr: out,
-      forceKillAfterDelay: spec.gracefulStopMs ?? 5000,
-      cleanup: true,
-    } as const;
-    let child: ResultPromise<typeof options>;
-    try {
-      child = execa(spec.bin, [...spec.args], options);
-    } finally {
-      closeSync(out);
-    }
-    this.child = child;
-    let exit: { code: number | undefined; signal: string | undefined } | undefined;
-    const exited = child.then((r) => {
-      exit = { code: r.exitCode, signal: r.signal };
-    });
-    const started = Date.now();
-    const deadline = started + spec.warmupDeadlineMs;
-    // Warmup: wait for readiness, exit, deadline or stop.
-    for (;;) {
-      if (this.stopping) {
-        await this.kill(child);
-        return { kind: "stopped" };
-      }
-      if (exit) return { kind: "crashed", ...exit };
-      if (Date.now() >= deadline) {
-        await this.kill(child);
-        return { kind: "deadline" };
-      }
-      if (await this.ready()) break;
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 100))]);
-    }
-    this.set({
-      state: "RunnerReady",
-      restarts,
-      endpoint: this.endpoint,
-      ...(child.pid ? { pid: child.pid } : {}),
-    });
-    this.log.info(
-      { instance: spec.instanceId, rank: spec.rank, warmup_ms: Date.now() - started },
-      "runner ready",
-    );
-    await exited;
-    if (this.stopping) return { kind: "stopped" };
-    return { kind: "exited", ...exit!, uptimeMs: Date.now() - started };
+    this.set({ state: "RunnerFailed", reason, restarts });
   }
 
   private async ready(): Promise<boolean> {
@@ -299,16 +236,9 @@ export class RunnerSupervisor implements AsyncDisposable {
     }
   }
 
-  private async kill(child: ResultPromise): Promise<void> {
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
-    await child;
-  }
-
   /** Stops supervision and the process; resolves when the process is gone. */
   async stop(): Promise<void> {
-    this.stopping = true;
-    this.wake?.();
-    if (this.child) await this.kill(this.child);
+    this.abort.abort();
     await this.loop;
     if (this.status.state !== "RunnerFailed")
       this.set({ state: "RunnerStopped", restarts: this.status.restarts });
