@@ -82,6 +82,14 @@ export const HeartbeatSchema = z.object({
   links: z.array(LinkSchema),
   runners: z.array(LocalRunnerSchema),
   health: z.array(HealthEntrySchema),
+  /** The sender's event-loop delay since its previous heartbeat (absent from older senders). */
+  loop_delay: z
+    .object({
+      p99_ms: z.number().nonnegative(),
+      max_ms: z.number().nonnegative(),
+      max_ever_ms: z.number().nonnegative(),
+    })
+    .optional(),
   sent_at: z.number(),
 });
 export type Heartbeat = z.infer<typeof HeartbeatSchema>;

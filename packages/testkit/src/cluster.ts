@@ -185,6 +185,17 @@ export class NodeProcess implements AsyncDisposable {
     }
   }
 
+  /** Sends a signal to the node process alone (its children are on their own). */
+  killProcess(signal: NodeJS.Signals = "SIGKILL"): void {
+    const pid = this.child?.pid;
+    if (!pid || !this.running) return;
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // already gone
+    }
+  }
+
   /** Graceful stop (SIGTERM), then SIGKILL of the group after the grace period. */
   async stop(graceMs = 15_000): Promise<void> {
     if (!this.child) return;
@@ -467,7 +478,16 @@ export async function seedStore(
   // `slow`: a wider model (~30 MB, F16) that generates a few hundred tokens per second on one thread,
   // so a stream stays open long enough for failure tests to kill a node mid-generation.
   const shape = opts.slow
-    ? { nEmbd: 384, nHead: 6, nHeadKv: 2, nFf: 1536, nLayer: 6, weightType: "F16" as const }
+    ? {
+        nEmbd: 384,
+        nHead: 6,
+        nHeadKv: 2,
+        nFf: 1536,
+        nLayer: 6,
+        weightType: "F16" as const,
+        // Room for several long generations at once (llama-server splits -c across its slots).
+        contextLength: 16384,
+      }
     : {};
   await writeTinyModel(join(dir, "tiny-llama.gguf"), {
     ...shape,

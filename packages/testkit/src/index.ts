@@ -3,3 +3,4 @@ export * from "./ports.ts";
 export * from "./cluster.ts";
 export * from "./hub/index.ts";
 export * from "./netns/index.ts";
+export * from "./census.ts";

@@ -52,6 +52,7 @@ export function stateDocument(cluster: ClusterView, name: string, now: number): 
           name: m.name,
           last_heard_ms_ago: p ? Math.max(0, now - p.lastHeard) : Number.MAX_SAFE_INTEGER,
           telemetry: p?.heartbeat.telemetry ?? null,
+          loop_delay: p?.heartbeat.loop_delay ?? null,
         };
       }),
       links,

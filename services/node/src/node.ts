@@ -9,6 +9,7 @@ import type { Hono } from "hono";
 import { Bus, NatsServer } from "@ic/bus";
 import type { Config } from "@ic/config";
 import { locateEngine } from "@ic/engine";
+import { childrenDir, sweepOrphans } from "@ic/process";
 import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
 import type { EngineInfo } from "@ic/protocol";
@@ -20,6 +21,7 @@ import { createHubSource, StoreHost, stagingSettings } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
 import { servePurge, storeRoutes } from "./store-routes.ts";
 import { SecurityHealth } from "./security-health.ts";
+import { LoopMonitor } from "./loop-monitor.ts";
 
 export interface NodeOptions {
   readonly config: Config;
@@ -63,6 +65,11 @@ export class Node implements AsyncDisposable {
       anonymousApi: anonymous && !isLoopback(cfg.node.bind) ? { bind: cfg.node.bind } : undefined,
     });
     const engineHost = await resolveAddress(cfg.node.host);
+    // Children a previous run left behind (killed -9 before it could stop them) go first.
+    const children = childrenDir(cfg.engine.runner_log_dir);
+    const swept = await sweepOrphans(children);
+    if (swept.killed.length > 0)
+      log.warn({ killed: swept.killed }, "killed children a previous run left behind");
 
     // 1. Bus: our own nats-server, routed to the peers; clients and routes need the secret.
     const nats = new NatsServer({
@@ -78,6 +85,7 @@ export class Node implements AsyncDisposable {
       routeAuth: creds.busRoute,
       log: log.child({ component: "nats-server" }),
       onAuthFailure: (f) => security.record(f),
+      childrenDir: children,
     });
     await nats.start();
     this.stack.push({ name: "nats-server", stop: () => nats.stop() });
@@ -113,6 +121,9 @@ export class Node implements AsyncDisposable {
     await telemetry.start();
     this.stack.push({ name: "telemetry", stop: () => telemetry.stop() });
     const links = new LinkProber(1000);
+    const loopMonitor = new LoopMonitor();
+    loopMonitor.start();
+    this.stack.push({ name: "loop-monitor", stop: () => loopMonitor.stop() });
 
     // 4. HTTP API. It listens first (so heartbeats can advertise its port); requests get 503 until the app is wired.
     let app: Hono | undefined;
@@ -176,6 +187,7 @@ export class Node implements AsyncDisposable {
       },
       memory: { contextSize: cfg.engine.context_size },
       extras: () => ({
+        loop_delay: loopMonitor.sample(),
         telemetry: telemetry.telemetry,
         links: links.current,
         runners: worker?.runners() ?? [],
