@@ -27,6 +27,16 @@ describe("createLogger", () => {
     expect(lines.join("\n")).not.toContain("hf_secret");
   });
 
+  it("honours the level: debug lines are written at debug, not at info", async () => {
+    const debug = collect();
+    createLogger({ enabled: true, level: "debug", destination: debug.stream }).debug("dbg");
+    const info = collect();
+    createLogger({ enabled: true, level: "info", destination: info.stream }).debug("dbg");
+    await new Promise((r) => setImmediate(r));
+    expect(debug.lines.map((l) => (JSON.parse(l) as { msg: string }).msg)).toEqual(["dbg"]);
+    expect(info.lines).toEqual([]);
+  });
+
   it("is silent when disabled", () => {
     const log = createLogger({ enabled: false });
     expect(log.level).toBe("silent");

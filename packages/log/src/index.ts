@@ -82,8 +82,11 @@ class IngestStream extends Writable {
 export function createLogger(options: LogOptions): Logger {
   if (!options.enabled) return pino({ level: "silent" });
   const out = options.destination ?? process.stdout;
-  const streams: pino.StreamEntry[] = [{ stream: out }];
-  if (options.ingestUrl) streams.push({ stream: new IngestStream(options.ingestUrl) });
+  // Every destination takes every level: the root's `level` alone decides (an entry without one
+  // defaults to info, which silently dropped debug and trace).
+  const streams: pino.StreamEntry[] = [{ level: "trace", stream: out }];
+  if (options.ingestUrl)
+    streams.push({ level: "trace", stream: new IngestStream(options.ingestUrl) });
   return pino(
     {
       level: options.level ?? "info",

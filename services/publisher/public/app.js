@@ -32,6 +32,8 @@ function text(id, value) {
 
 let tokenSet = false;
 let lastDetection = null;
+/** True while POST /api/publish is in flight: the button stays disabled (no double submit). */
+let publishing = false;
 
 async function refreshToken() {
   const [status, config] = await Promise.all([
@@ -49,7 +51,7 @@ async function refreshToken() {
 function updatePublishButton() {
   const base = $("publish-base").value.trim();
   const sidecar = $("publish-sidecar").value.trim();
-  $("publish-button").disabled = !(tokenSet && base && sidecar);
+  $("publish-button").disabled = publishing || !(tokenSet && base && sidecar);
   $("publish-button").title = tokenSet ? "" : "save a model-hub token first";
 }
 
@@ -72,6 +74,11 @@ $("detect-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   $("detect-error").textContent = "";
   $("detect-result").hidden = true;
+  // The publish form shows the latest detection only: never the previous model's repos.
+  lastDetection = null;
+  $("publish-base").value = "";
+  $("publish-sidecar").value = "";
+  updatePublishButton();
   $("detect-button").disabled = true;
   $("detect-button").textContent = "Detecting…";
   try {
@@ -183,6 +190,9 @@ function follow(jobId) {
 
 $("publish-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
+  if (publishing) return;
+  publishing = true;
+  updatePublishButton();
   $("publish-error").textContent = "";
   try {
     const { job_id } = await api("POST", "/api/publish", {
@@ -192,6 +202,13 @@ $("publish-form").addEventListener("submit", async (ev) => {
     follow(job_id);
   } catch (err) {
     $("publish-error").textContent = err.status === 429 ? `Busy: ${err.message}` : err.message;
+    // 409: another job publishes to this repo; show its log.
+    if (err.status === 409 && err.body && typeof err.body.job_id === "string") {
+      follow(err.body.job_id);
+    }
+  } finally {
+    publishing = false;
+    updatePublishButton();
   }
 });
 

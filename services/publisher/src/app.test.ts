@@ -4,7 +4,8 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { Hono } from "hono";
 import { silentLogger } from "@ic/log";
-import { createPublisherApp } from "./app.ts";
+import { freePort } from "@ic/testkit";
+import { createPublisherApp, MAX_BODY_BYTES } from "./app.ts";
 import { Catalog } from "./catalog.ts";
 import { FakeClock } from "./clock.ts";
 import { PUBLIC_DIR } from "./config.ts";
@@ -29,6 +30,25 @@ class Gates {
 
 const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 
+/** A request body of `total` bytes (`{"url":"aaa…`) that records how much of it was read. */
+function countedBody(total: number): { body: ReadableStream<Uint8Array>; pulled: () => number } {
+  const chunk = 64 * 1024;
+  let pulled = 0;
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (pulled >= total) {
+        controller.close();
+        return;
+      }
+      const bytes = new Uint8Array(Math.min(chunk, total - pulled)).fill(0x61);
+      if (pulled === 0) bytes.set(new TextEncoder().encode('{"url":"'));
+      pulled += bytes.byteLength;
+      controller.enqueue(bytes);
+    },
+  });
+  return { body, pulled: () => pulled };
+}
+
 describe("publisher API routes", () => {
   let dir: string;
   let app: Hono;
@@ -36,6 +56,7 @@ describe("publisher API routes", () => {
   let jobs: JobManager;
   let gates: Gates;
   let catalogPath: string;
+  let hubUrl: string;
 
   const post = (
     path: string,
@@ -70,17 +91,18 @@ describe("publisher API routes", () => {
     await tokens.load();
     jobs = new JobManager({ clock: new FakeClock(), log, secret: () => tokens.get() });
     gates = new Gates();
-    // Nothing listens on port 9: every hub call fails like an unreachable hub.
-    const hub = createHubClient({ hubUrl: "http://127.0.0.1:9", token: () => tokens.get() });
+    // A port nothing listens on: every hub call fails like an unreachable hub (ECONNREFUSED).
+    hubUrl = `http://127.0.0.1:${await freePort()}`;
+    const hub = createHubClient({ hubUrl, token: () => tokens.get() });
     app = createPublisherApp({
       tokens,
       detector: new Detector({ hub, log }),
       jobs,
       catalog: new Catalog({ path: catalogPath, log }),
-      startPublish: (req) => jobs.start(`${req.baseModel}`, gates.body),
+      runPublish: (_req, ctx) => gates.body(ctx),
       publicDir: PUBLIC_DIR,
       log,
-      hubUrl: "http://127.0.0.1:9",
+      hubUrl,
     });
   });
   afterEach(async () => {
@@ -107,6 +129,12 @@ describe("publisher API routes", () => {
       [{}, "hf_token must not be empty"],
       [{ hf_token: 5 }, "hf_token must not be empty"],
       [{ hf_token: "hf_a b" }, "hf_token must not contain whitespace"],
+      // Found by fuzzing: tokens that cannot travel in an Authorization header, or that the hub
+      // library refuses, used to be saved and then turned every hub call into a 500.
+      [{ hf_token: "hf_tökén" }, "hf_token must be printable ASCII"],
+      [{ hf_token: "hf_\u0001abc" }, "hf_token must be printable ASCII"],
+      [{ hf_token: "hf_\ud800abc" }, "hf_token must be printable ASCII"],
+      [{ hf_token: "abcdefgh12345" }, 'hf_token must start with "hf_"'],
       ["{not json", "request body must be a JSON object"],
     ])("answers 400 to %j", async (body, error) => {
       const res = await post("/api/config", body);
@@ -145,6 +173,23 @@ describe("publisher API routes", () => {
       expect(res.status).toBe(500);
       expect(Object.keys((await res.json()) as object)).toEqual(["error"]);
     });
+
+    it.each([
+      ["/api/detect", "detecting a/b"],
+      ["/api/register", "registering a/b"],
+    ])(
+      "%s names the phase, the hub URL and the cause when the hub is unreachable, never the token",
+      async (path, phase) => {
+        await tokens.set("hf_secret_token_for_tests");
+        const res = await post(path, { url: "a/b" });
+        expect(res.status).toBe(500);
+        const { error } = (await res.json()) as { error: string };
+        expect(error).toContain(phase);
+        expect(error).toContain(hubUrl);
+        expect(error).toMatch(/ECONNREFUSED/);
+        expect(error).not.toContain("hf_secret_token_for_tests");
+      },
+    );
   });
 
   describe("publish and stream", () => {
@@ -195,6 +240,44 @@ describe("publisher API routes", () => {
       );
     });
 
+    it("returns the running job to a repeated publish of the same base and sidecar (double click)", async () => {
+      await tokens.set("hf_token_for_tests");
+      const body = { base_model: "a/b", sidecar_repo: "c/d" };
+      const [first, second] = await Promise.all([
+        post("/api/publish", body),
+        post("/api/publish", body),
+      ]);
+      expect(first.status).toBe(200);
+      expect(second.status).toBe(200);
+      const id = ((await first.json()) as { job_id: string }).job_id;
+      expect(await second.json()).toEqual({ job_id: id });
+      // The same repos spelled differently are the same request.
+      const third = await post("/api/publish", {
+        base_model: "https://huggingface.co/A/B",
+        sidecar_repo: "C/D",
+      });
+      expect(await third.json()).toEqual({ job_id: id });
+      expect(jobs.runningCount()).toBe(1);
+      gates.releaseAll();
+      await tick();
+      const after = (await (await post("/api/publish", body)).json()) as { job_id: string };
+      expect(after.job_id).not.toBe(id);
+    });
+
+    it("answers 409 with the running job id when another base is being published to the same sidecar repo", async () => {
+      await tokens.set("hf_token_for_tests");
+      const running = (await (
+        await post("/api/publish", { base_model: "a/b", sidecar_repo: "c/d" })
+      ).json()) as { job_id: string };
+      const res = await post("/api/publish", { base_model: "x/y", sidecar_repo: "c/d" });
+      expect(res.status).toBe(409);
+      expect(await res.json()).toEqual({
+        error: `a publish job to c/d is already running (job ${running.job_id}); wait for it to finish`,
+        job_id: running.job_id,
+      });
+      expect(jobs.runningCount()).toBe(1);
+    });
+
     it("streams the job log as SSE with the documented headers, ending with [done]", async () => {
       await tokens.set("hf_token_for_tests");
       const { job_id } = (await (
@@ -218,6 +301,53 @@ describe("publisher API routes", () => {
       const res = await app.request("/api/stream/nope");
       expect(res.status).toBe(404);
       expect(await res.json()).toEqual({ error: "job not found" });
+    });
+  });
+
+  describe("request body limit", () => {
+    it("answers 413 to a declared Content-Length over the limit without reading the body", async () => {
+      const { body, pulled } = countedBody(8 * 1024 * 1024);
+      const res = await app.request("/api/detect", {
+        method: "POST",
+        headers: {
+          "Content-Type": "application/json",
+          "Content-Length": String(200 * 1024 * 1024),
+        },
+        body,
+        duplex: "half",
+      } as RequestInit);
+      expect(res.status).toBe(413);
+      expect(await res.json()).toEqual({
+        error: `request body is larger than ${MAX_BODY_BYTES} bytes`,
+      });
+      expect(pulled()).toBeLessThanOrEqual(64 * 1024);
+    });
+
+    it.each(["/api/detect", "/api/config", "/api/publish", "/api/register", "/api/catalog/find"])(
+      "%s answers 413 to a chunked body over the limit after reading no more than the limit",
+      async (path) => {
+        await tokens.set("hf_token_for_tests");
+        const { body, pulled } = countedBody(8 * 1024 * 1024);
+        const res = await app.request(path, {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body,
+          duplex: "half",
+        } as RequestInit);
+        expect(res.status).toBe(413);
+        expect(await res.json()).toEqual({
+          error: `request body is larger than ${MAX_BODY_BYTES} bytes`,
+        });
+        expect(pulled()).toBeLessThanOrEqual(MAX_BODY_BYTES + 64 * 1024);
+      },
+    );
+
+    it("accepts a body just under the limit", async () => {
+      const url = "x/y";
+      const pad = "p".repeat(MAX_BODY_BYTES - 100);
+      const res = await post("/api/catalog/find", { url, pad });
+      expect(res.status).toBe(404);
+      expect(((await res.json()) as { source_model: string }).source_model).toBe(url);
     });
   });
 
@@ -261,6 +391,19 @@ describe("publisher API routes", () => {
       expect(await page.text()).toContain("<title>Weights Publisher</title>");
       expect((await app.request("/app.js")).headers.get("content-type")).toMatch(/javascript/);
       expect((await app.request("/../package.json")).status).toBe(404);
+    });
+
+    it.each([
+      ["GET", "/favicon.ico"],
+      ["GET", "/%2e%2e/%2e%2e/package.json"],
+      ["GET", "/constructor"],
+      ["PUT", "/"],
+      ["DELETE", "/app.js"],
+    ])("answers %s %s outside the GUI's files with the JSON 404 envelope", async (method, path) => {
+      const res = await app.request(path, { method });
+      expect(res.status).toBe(404);
+      expect(res.headers.get("content-type")).toMatch(/^application\/json/);
+      expect(await res.json()).toEqual({ error: "not found" });
     });
 
     it.each([

@@ -9,12 +9,14 @@ import type { Logger } from "@ic/log";
 import type { Catalog } from "./catalog.ts";
 import type { Detector } from "./detector.ts";
 import { PublisherError, toErrorResponse } from "./errors.ts";
+import { inPhase } from "./hub-client.ts";
 import { DONE_LINE } from "./jobs.ts";
 import type { JobManager, JobSubscription } from "./jobs.ts";
 import { localOnly } from "./local-guard.ts";
 import { parseModelRef, parseRepoId } from "./model-ref.ts";
-import type { PublishRequest } from "./publish.ts";
+import type { JobContext, PublishRequest } from "./publish.ts";
 import { register } from "./registration.ts";
+import { tokenProblem } from "./token-store.ts";
 import type { TokenStore } from "./token-store.ts";
 
 export interface PublisherAppDeps {
@@ -22,8 +24,8 @@ export interface PublisherAppDeps {
   readonly detector: Detector;
   readonly jobs: JobManager;
   readonly catalog: Catalog;
-  /** Starts a publish job and returns its id; throws `busy` at the concurrency limit. */
-  readonly startPublish: (req: PublishRequest) => string;
+  /** The body of a publish job (`runPublish` wired to the hub and work dir). */
+  readonly runPublish: (req: PublishRequest, ctx: JobContext) => Promise<void>;
   readonly publicDir: string;
   readonly log: Logger;
   /** Hub endpoint, so URLs on it parse as model URLs. */
@@ -33,6 +35,8 @@ export interface PublisherAppDeps {
 }
 
 const MAX_URL = 2048;
+/** Largest request body accepted; every request of the API is a few hundred bytes. */
+export const MAX_BODY_BYTES = 64 * 1024;
 const ConfigBody = z.object({ hf_token: z.string() });
 const UrlBody = z.object({ url: z.string().max(MAX_URL) });
 const PublishBody = z.object({
@@ -51,14 +55,50 @@ const CSP =
   "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; " +
   "frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
+const tooLarge = (): PublisherError =>
+  new PublisherError("too_large", `request body is larger than ${MAX_BODY_BYTES} bytes`);
+
+/** The request body, read chunk by chunk and refused as soon as it passes MAX_BODY_BYTES. */
+async function readBody(req: Request): Promise<Uint8Array> {
+  if (!req.body) return new Uint8Array(0);
+  const reader = req.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > MAX_BODY_BYTES) {
+        await reader.cancel().catch(() => undefined);
+        throw tooLarge();
+      }
+      chunks.push(value);
+    }
+  } catch (err) {
+    if (err instanceof PublisherError) throw err;
+    throw new PublisherError("bad_request", "request body could not be read", { cause: err });
+  } finally {
+    reader.releaseLock();
+  }
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
+}
+
 async function jsonBody<S extends z.ZodType>(
   c: Context,
   schema: S,
   invalid: string,
 ): Promise<z.output<S>> {
+  const bytes = await readBody(c.req.raw);
   let raw: unknown;
   try {
-    raw = await c.req.json();
+    raw = JSON.parse(new TextDecoder().decode(bytes));
   } catch {
     throw new PublisherError("bad_request", "request body must be a JSON object");
   }
@@ -73,6 +113,9 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
   const secret = (): string | undefined => d.tokens.get();
 
   app.onError((err, c) => toErrorResponse(c, err, log, secret()));
+  app.notFound((c) =>
+    toErrorResponse(c, new PublisherError("not_found", "not found"), log, secret()),
+  );
   app.use("*", async (c, next) => {
     const t0 = performance.now();
     await next();
@@ -89,6 +132,12 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
     );
   });
   app.use("*", localOnly());
+  // Refuse a declared oversized body before anything reads it; readBody counts the rest.
+  app.use("*", async (c, next) => {
+    const declared = c.req.header("content-length");
+    if (declared !== undefined && Number(declared) > MAX_BODY_BYTES) throw tooLarge();
+    await next();
+  });
   app.use("/api/*", async (c, next) => {
     await next();
     if (!c.res.headers.get("content-type")?.startsWith("text/event-stream"))
@@ -113,9 +162,8 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
   app.post("/api/config", async (c) => {
     const body = await jsonBody(c, ConfigBody, "hf_token must not be empty");
     const token = body.hf_token.trim();
-    if (token === "") throw new PublisherError("bad_request", "hf_token must not be empty");
-    if (/\s/.test(token))
-      throw new PublisherError("bad_request", "hf_token must not contain whitespace");
+    const problem = tokenProblem(token);
+    if (problem) throw new PublisherError("bad_request", problem);
     await d.tokens.set(token);
     return c.json({ ok: true });
   });
@@ -123,7 +171,9 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
   app.post("/api/detect", async (c) => {
     const body = await jsonBody(c, UrlBody, "url must be a string");
     const ref = modelRef(body.url);
-    const detection = await d.detector.detect(ref);
+    const detection = await inPhase(d.detector.hub, `detecting ${ref}`, () =>
+      d.detector.detect(ref),
+    );
     return c.json(detection.result);
   });
 
@@ -144,7 +194,22 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
     const sidecarRepo = parseRepoId(body.sidecar_repo);
     if (!sidecarRepo)
       throw new PublisherError("bad_request", "sidecar_repo must be a repo id (owner/repo)");
-    const jobId = d.startPublish({ baseModel, sidecarRepo });
+    // One running job per sidecar repo: the same request again (a double click) gets the running
+    // job back; another base model for that repo is a conflict until the job finishes.
+    const key = sidecarRepo.toLowerCase();
+    const label = `${baseModel} -> ${sidecarRepo}`;
+    const running = d.jobs.runningWithKey(key);
+    if (running) {
+      if (running.label.toLowerCase() === label.toLowerCase())
+        return c.json({ job_id: running.id });
+      throw new PublisherError(
+        "conflict",
+        `a publish job to ${sidecarRepo} is already running (job ${running.id}); wait for it to finish`,
+        { extra: { job_id: running.id } },
+      );
+    }
+    const req: PublishRequest = { baseModel, sidecarRepo };
+    const jobId = d.jobs.start(label, (ctx) => d.runPublish(req, ctx), key);
     return c.json({ job_id: jobId });
   });
 
@@ -224,8 +289,8 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
 
   // The GUI, mounted last: /api/* above always takes priority.
   app.get("*", async (c) => {
-    const asset = STATIC[c.req.path];
-    if (!asset) return c.text("not found", 404);
+    const asset = Object.hasOwn(STATIC, c.req.path) ? STATIC[c.req.path] : undefined;
+    if (!asset) throw new PublisherError("not_found", "not found");
     const content = await readFile(join(d.publicDir, asset.file));
     return c.body(content, 200, {
       "Content-Type": asset.type,

@@ -1,6 +1,7 @@
-import { homedir } from "node:os";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { BUILTIN_CATALOG, ConfigError, loadConfig } from "./config.ts";
 
 describe("loadConfig", () => {
@@ -13,7 +14,7 @@ describe("loadConfig", () => {
       catalogPath: BUILTIN_CATALOG,
       retentionMs: 600_000,
       maxJobs: 2,
-      workDir: undefined,
+      workDir: tmpdir(),
       logLevel: "info",
     });
     expect(Object.isFrozen(c)).toBe(true);
@@ -34,7 +35,35 @@ describe("loadConfig", () => {
       hubUrl: "http://127.0.0.1:5000",
       catalogPath: "/tmp/c.yaml",
       retentionMs: 5000,
-      workDir: undefined,
+      workDir: tmpdir(),
+    });
+  });
+
+  describe("PUBLISHER_WORK_DIR", () => {
+    const dir = mkdtempSync(join(tmpdir(), "publisher-config-"));
+    const file = join(dir, "a-file");
+    writeFileSync(file, "");
+    afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+    it("is checked at load: an existing directory, made absolute", () => {
+      expect(loadConfig({ PUBLISHER_WORK_DIR: dir }).workDir).toBe(dir);
+      expect(loadConfig({ PUBLISHER_WORK_DIR: `${dir}/./` }).workDir).toBe(dir);
+    });
+
+    it.each([
+      ["a missing directory", join(dir, "missing"), "does not exist"],
+      ["a file", file, "is not a directory"],
+    ])("fails fast on %s with one line naming the variable", (_what, path, reason) => {
+      let err: unknown;
+      try {
+        loadConfig({ PUBLISHER_WORK_DIR: path });
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(ConfigError);
+      const message = (err as Error).message;
+      expect(message).toBe(`invalid environment variable PUBLISHER_WORK_DIR: ${path} ${reason}`);
+      expect(message).not.toContain("\n");
     });
   });
 

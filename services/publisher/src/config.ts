@@ -1,6 +1,7 @@
 // Publisher configuration from the environment -> zod -> frozen object, loaded in main() only.
 // The hub token is not part of it: it goes straight to the TokenStore and is never logged.
-import { homedir } from "node:os";
+import { accessSync, constants, statSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
@@ -22,8 +23,8 @@ export interface PublisherConfig {
   readonly catalogPath: string;
   readonly retentionMs: number;
   readonly maxJobs: number;
-  /** Parent of per-job scratch directories. */
-  readonly workDir: string | undefined;
+  /** Parent of per-job scratch directories: an existing directory, checked at load. */
+  readonly workDir: string;
   readonly logLevel: string;
 }
 
@@ -35,13 +36,31 @@ const EnvSchema = z.object({
   PUBLISHER_JOB_RETENTION_SECONDS: z.coerce.number().positive().default(_JOB_RETENTION_SECONDS),
   PUBLISHER_MAX_JOBS: z.coerce.number().int().positive().default(MAX_CONCURRENT_JOBS),
   PUBLISHER_WORK_DIR: z.string().optional(),
-  LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  LOG_LEVEL: z
+    .string()
+    .transform((v) => v.toLowerCase())
+    .pipe(z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]))
+    .default("info"),
 });
 
 export class ConfigError extends Error {
   constructor(message: string) {
     super(message);
     this.name = "ConfigError";
+  }
+}
+
+/** Why `path` cannot be the work directory, or null when it is an existing, writable directory. */
+function notADirectory(path: string): string | null {
+  try {
+    if (!statSync(path).isDirectory()) return "is not a directory";
+    accessSync(path, constants.W_OK | constants.X_OK);
+    return null;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return "does not exist";
+    if (code === "EACCES") return "is not writable";
+    return `cannot be used (${code ?? "error"})`;
   }
 }
 
@@ -58,6 +77,14 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): P
     );
   }
   const e = parsed.data;
+  // Checked here, not at the first publish: a bad work dir stops the program at startup.
+  const workDir = resolve(e.PUBLISHER_WORK_DIR ?? tmpdir());
+  const workDirProblem = notADirectory(workDir);
+  if (workDirProblem) {
+    throw new ConfigError(
+      `invalid environment variable PUBLISHER_WORK_DIR: ${workDir} ${workDirProblem}`,
+    );
+  }
   return Object.freeze({
     port: e.PUBLISHER_PORT,
     configDir: resolve(e.PUBLISHER_CONFIG_DIR ?? join(homedir(), ".config", TOOL_NAME)),
@@ -65,7 +92,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): P
     catalogPath: resolve(e.PUBLISHER_CATALOG ?? BUILTIN_CATALOG),
     retentionMs: e.PUBLISHER_JOB_RETENTION_SECONDS * 1000,
     maxJobs: e.PUBLISHER_MAX_JOBS,
-    workDir: e.PUBLISHER_WORK_DIR,
+    workDir,
     logLevel: e.LOG_LEVEL,
   });
 }

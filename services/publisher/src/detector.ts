@@ -1,6 +1,7 @@
 // Detection: from a repo id to the spec's detection result, using only metadata and Range reads.
 // Resolves the base model through model-card `base_model` links, then counts MTP tensors there.
 import type { Logger } from "@ic/log";
+import { PublisherError } from "./errors.ts";
 import type { HubClient, HubModel } from "./hub-client.ts";
 import type { RepoId } from "./model-ref.ts";
 import { repoName } from "./model-ref.ts";
@@ -47,10 +48,13 @@ export interface DetectorOptions {
   readonly maxBaseHops?: number;
 }
 
-export class ModelNotFoundError extends Error {
+/** The model asked about is not on the hub: the caller's mistake, answered 404. */
+export class ModelNotFoundError extends PublisherError {
   constructor(readonly id: RepoId) {
-    super(`model ${id} was not found on the hub (or is not visible with the configured token)`);
-    this.name = "ModelNotFoundError";
+    super(
+      "not_found",
+      `model ${id} was not found on the hub (or is not visible with the configured token)`,
+    );
   }
 }
 
@@ -59,6 +63,11 @@ export class Detector {
 
   constructor(private readonly o: DetectorOptions) {
     this.log = o.log.child({ component: "detector" });
+  }
+
+  /** The hub detection reads from; callers name their phase in its failures (`inPhase`). */
+  get hub(): HubClient {
+    return this.o.hub;
   }
 
   private async quantOf(m: HubModel, signal?: AbortSignal): Promise<string> {

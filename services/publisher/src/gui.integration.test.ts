@@ -101,6 +101,31 @@ describe("publisher GUI in headless Chromium", () => {
     await shot("03-detected");
   });
 
+  it("clears the publish form when the next detected model cannot be published", async () => {
+    await page.fill("#detect-url", REPOS.gemmaQ4k);
+    await page.click("#detect-button");
+    await expect.poll(() => page.textContent("#r-model_id")).toBe(REPOS.gemmaQ4k);
+    expect(await page.textContent("#r-can_publish")).toBe("no");
+    expect(await page.inputValue("#publish-base")).toBe("");
+    expect(await page.inputValue("#publish-sidecar")).toBe("");
+    expect(await page.isDisabled("#publish-button")).toBe(true);
+    await shot("03b-detected-unpublishable");
+    // A failed detection does not leave the previous model in the form either.
+    await page.fill("#detect-url", `https://huggingface.co/${REPOS.q4k}`);
+    await page.click("#detect-button");
+    await expect.poll(() => page.inputValue("#publish-base")).toBe(REPOS.base);
+    await page.fill("#detect-url", "nobody/nothing");
+    await page.click("#detect-button");
+    await expect.poll(() => page.textContent("#detect-error")).toMatch(/nobody\/nothing/);
+    expect(await page.inputValue("#publish-base")).toBe("");
+    expect(await page.isDisabled("#publish-button")).toBe(true);
+    // Detecting the q4k model again fills the form for the publish test.
+    await page.fill("#detect-url", `https://huggingface.co/${REPOS.q4k}`);
+    await page.click("#detect-button");
+    await expect.poll(() => page.inputValue("#publish-base")).toBe(REPOS.base);
+    expect(await page.inputValue("#publish-sidecar")).toBe("quant-org/Tiny-MTP-MTP");
+  });
+
   it("publishes with a live log and progress bar, and resumes the stream after a reload", async () => {
     const hold = fx.hub.hold(
       (r) => r.method === "GET" && /model-\d+-of-\d+\.safetensors$/.test(r.path),
@@ -138,6 +163,38 @@ describe("publisher GUI in headless Chromium", () => {
       "README.md",
       "mtp.safetensors",
     ]);
+  });
+
+  it("sends one publish request for a double click and disables the button while it is in flight", async () => {
+    const posts: string[] = [];
+    const onRequest = (r: { method(): string; url(): string }): void => {
+      if (r.method() === "POST" && r.url().endsWith("/api/publish")) posts.push(r.url());
+    };
+    page.on("request", onRequest);
+    let releasePost!: () => void;
+    const gate = new Promise<void>((r) => (releasePost = r));
+    await page.route("**/api/publish", async (route) => {
+      await gate;
+      await route.continue().catch(() => undefined);
+    });
+    try {
+      // The reload above emptied the form.
+      await page.fill("#publish-base", REPOS.base);
+      await page.fill("#publish-sidecar", "quant-org/Tiny-MTP-MTP");
+      await page.dblclick("#publish-button");
+      await expect.poll(() => page.isDisabled("#publish-button")).toBe(true);
+      releasePost();
+      await expect
+        .poll(() => page.textContent("#job-state"), { timeout: 20_000 })
+        .toBe("succeeded");
+      expect(posts).toHaveLength(1);
+      // Enabled again once the job's stream has ended.
+      await expect.poll(() => page.isDisabled("#publish-button")).toBe(false);
+    } finally {
+      releasePost();
+      page.off("request", onRequest);
+      await page.unroute("**/api/publish");
+    }
   });
 
   it("registers an assistant pairing and shows the entry block; a second try shows the conflict", async () => {

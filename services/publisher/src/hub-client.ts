@@ -3,6 +3,7 @@
 import { createRequire } from "node:module";
 import type * as HubLib from "@huggingface/hub";
 import type { CommitOperation } from "@huggingface/hub";
+import { PublisherError } from "./errors.ts";
 import { FileSliceBlob } from "./file-blob.ts";
 import type { RepoId } from "./model-ref.ts";
 import { parseRepoId } from "./model-ref.ts";
@@ -10,9 +11,12 @@ import { parseRepoId } from "./model-ref.ts";
 // The library's CommonJS build, on purpose: under tsx on Node 20 its ESM build has its dynamic
 // imports rewritten with an inline source map, which costs ~35 MiB of resident memory for the
 // life of the process (docs/publisher.md, "Memory"). Same package, same version, same API.
-const { commitIter, createRepo, downloadFile, HubApiError, modelInfo } = createRequire(
+const { commitIter, createRepo, deleteRepo, downloadFile, HubApiError, modelInfo } = createRequire(
   import.meta.url,
 )("@huggingface/hub") as typeof HubLib;
+
+/** The library's default endpoint, used when HF_ENDPOINT is not set. */
+const DEFAULT_HUB_URL = "https://huggingface.co";
 
 export interface RemoteFile {
   readonly path: string;
@@ -42,6 +46,8 @@ export interface UploadOptions {
 }
 
 export interface HubClient {
+  /** The hub endpoint as shown in messages: no credentials, query or fragment. */
+  readonly url: string;
   /** Repo metadata, or null when the repo does not exist or is not visible with the token. */
   modelInfo(id: RepoId, signal?: AbortSignal): Promise<HubModel | null>;
   /** A file opened for Range reads, or null when it does not exist. */
@@ -54,6 +60,7 @@ export interface HubClient {
     signal?: AbortSignal,
   ): Promise<string | null>;
   ensureRepo(id: RepoId, signal?: AbortSignal): Promise<"created" | "exists">;
+  deleteRepo(id: RepoId, signal?: AbortSignal): Promise<void>;
   upload(
     id: RepoId,
     files: readonly UploadSource[],
@@ -71,6 +78,78 @@ export interface HubClientOptions {
 
 function isMissing(err: unknown): boolean {
   return err instanceof HubApiError && (err.statusCode === 404 || err.statusCode === 401);
+}
+
+/** A hub URL fit for messages and logs: userinfo, query and fragment dropped. */
+export function displayHubUrl(hubUrl: string | undefined): string {
+  try {
+    const u = new URL(hubUrl ?? DEFAULT_HUB_URL);
+    return `${u.protocol}//${u.host}${u.pathname.replace(/\/+$/, "")}`;
+  } catch {
+    return "(invalid hub URL)";
+  }
+}
+
+/**
+ * `CODE: message` of the innermost error under a failed fetch (undici's `TypeError: fetch failed`
+ * or `terminated`), e.g. `ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:9`; null for other errors.
+ */
+function transportCause(err: unknown): string | null {
+  if (!(err instanceof TypeError) || !(err.cause instanceof Error)) return null;
+  let e: Error = err.cause;
+  for (let depth = 0; depth < 4; depth++) {
+    const first: unknown = e instanceof AggregateError ? e.errors[0] : undefined;
+    const next = first instanceof Error ? first : e.cause instanceof Error ? e.cause : null;
+    if (!next) break;
+    e = next;
+  }
+  const code = (e as { code?: unknown }).code;
+  return typeof code === "string" ? `${code}: ${e.message}` : e.message;
+}
+
+/**
+ * What went wrong talking to the hub, naming the hub and the cause (HTTP status or transport
+ * error such as ECONNREFUSED); null when `err` is not a hub failure (an abort, our own error).
+ */
+export function describeHubFailure(
+  hubUrl: string,
+  err: unknown,
+): { readonly detail: string; readonly retryable: boolean } | null {
+  if (err instanceof PublisherError) return null;
+  if (err instanceof Error && (err.name === "AbortError" || err.name === "TimeoutError"))
+    return null;
+  if (err instanceof HubApiError) {
+    return {
+      detail: `the model hub at ${hubUrl} answered ${err.statusCode}: ${err.message}`,
+      retryable: err.statusCode >= 500 || err.statusCode === 429,
+    };
+  }
+  const cause = transportCause(err);
+  if (cause === null) return null;
+  return { detail: `cannot reach the model hub at ${hubUrl} (${cause})`, retryable: true };
+}
+
+/** A hub failure as a `hub_failed` error `<phase>: <what went wrong>`, or null (see above). */
+function hubFailure(phase: string, hubUrl: string, err: unknown): PublisherError | null {
+  const failure = describeHubFailure(hubUrl, err);
+  if (!failure) return null;
+  return new PublisherError("hub_failed", `${phase}: ${failure.detail}`, {
+    cause: err,
+    retryable: failure.retryable,
+  });
+}
+
+/** Runs `fn`; a failed hub call inside it becomes a `hub_failed` error naming `phase`. */
+export async function inPhase<T>(
+  hub: Pick<HubClient, "url">,
+  phase: string,
+  fn: () => Promise<T>,
+): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    throw hubFailure(phase, hub.url, err) ?? err;
+  }
 }
 
 export function createHubClient(opts: HubClientOptions): HubClient {
@@ -117,6 +196,8 @@ export function createHubClient(opts: HubClientOptions): HubClient {
   };
 
   return {
+    url: displayHubUrl(opts.hubUrl),
+
     async modelInfo(id, signal) {
       try {
         const info = await modelInfo({
@@ -166,6 +247,17 @@ export function createHubClient(opts: HubClientOptions): HubClient {
         if (err instanceof HubApiError && err.statusCode === 409) return "exists";
         throw err;
       }
+    },
+
+    async deleteRepo(id, signal) {
+      const token = opts.token();
+      if (!token) throw new Error("no model-hub token configured");
+      await deleteRepo({
+        repo: { type: "model", name: id },
+        accessToken: token,
+        ...(opts.hubUrl ? { hubUrl: opts.hubUrl } : {}),
+        fetch: withSignal(signal),
+      });
     },
 
     async upload(id, files, o) {

@@ -153,4 +153,28 @@ describe("JobManager", () => {
     ]);
     expect(() => jobs.start("k", gated().body)).toThrow(/shutting down/);
   });
+
+  it("runs at most one job per key: a second start under a running key is a conflict", async () => {
+    const jobs = manager();
+    const a = gated();
+    const others = [gated(), gated(), gated()] as const;
+    const id = jobs.start("a/b -> c/d", a.body, "c/d");
+    expect(jobs.runningWithKey("c/d")).toEqual({ id, label: "a/b -> c/d" });
+    let err: unknown;
+    try {
+      jobs.start("x/y -> c/d", others[0].body, "c/d");
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(PublisherError);
+    expect((err as PublisherError).code).toBe("conflict");
+    expect((err as PublisherError).extra).toEqual({ job_id: id });
+    expect(jobs.start("a/b -> e/f", others[1].body, "e/f")).not.toBe(id);
+    a.finish();
+    await tick();
+    expect(jobs.runningWithKey("c/d")).toBeNull();
+    jobs.start("x/y -> c/d", others[2].body, "c/d");
+    for (const g of others) g.finish();
+    await jobs.stop();
+  });
 });

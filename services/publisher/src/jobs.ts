@@ -1,6 +1,7 @@
 // Background publish jobs: at most N running, each with an append-only log that streams replay.
 // Invariants: a job's log ends with exactly one of `publish complete` / `[error]: ...`, then `[done]`;
-// a finished job stays readable for the retention period after completion, then is evicted.
+// a finished job stays readable for the retention period after completion, then is evicted;
+// at most one job per key (the publish target) runs at a time.
 import { randomUUID } from "node:crypto";
 import type { Logger } from "@ic/log";
 import type { Clock, TimerHandle } from "./clock.ts";
@@ -30,6 +31,7 @@ export interface JobSubscription {
 interface Job {
   readonly id: string;
   readonly label: string;
+  readonly key: string | null;
   state: JobState;
   readonly lines: string[];
   readonly listeners: Set<(line: string) => void>;
@@ -71,9 +73,25 @@ export class JobManager {
     return this.jobs.get(id)?.state ?? null;
   }
 
-  /** Starts a job and returns its id at once; throws `busy` when the limit is reached. */
-  start(label: string, body: JobBody): string {
+  /** The running job started under `key`, if any. */
+  runningWithKey(key: string): { readonly id: string; readonly label: string } | null {
+    for (const j of this.jobs.values())
+      if (j.state === "running" && j.key === key) return { id: j.id, label: j.label };
+    return null;
+  }
+
+  /**
+   * Starts a job and returns its id at once; throws `busy` when the limit is reached and
+   * `conflict` when a job with the same `key` is running.
+   */
+  start(label: string, body: JobBody, key?: string): string {
     if (this.stopping) throw new PublisherError("internal", "the publisher is shutting down");
+    const same = key === undefined ? null : this.runningWithKey(key);
+    if (same) {
+      throw new PublisherError("conflict", `job ${same.id} (${same.label}) is already running`, {
+        extra: { job_id: same.id },
+      });
+    }
     if (this.runningCount() >= this.maxRunning) {
       throw new PublisherError(
         "busy",
@@ -87,6 +105,7 @@ export class JobManager {
     const job: Job = {
       id,
       label,
+      key: key ?? null,
       state: "running",
       lines: [],
       listeners: new Set(),

@@ -1,8 +1,12 @@
 // One publish job: find the MTP tensors of a base model, copy exactly their bytes into a new
 // safetensors file by streaming Range reads to disk, then upload it to the sidecar repo.
+// Invariants: a hub failure names its phase, the hub and the cause; a repo this job created is
+// removed again when the upload fails, so a failed job never leaves an empty sidecar repo.
 import { mkdtemp, open, rm } from "node:fs/promises";
 import { join } from "node:path";
 import YAML from "yaml";
+import { errorMessage, withNote } from "./errors.ts";
+import { describeHubFailure, inPhase } from "./hub-client.ts";
 import type { HubClient } from "./hub-client.ts";
 import type { RepoId } from "./model-ref.ts";
 import { readConfig, readShardHeaders, readWeightIndex, shardsFor } from "./remote-safetensors.ts";
@@ -130,6 +134,30 @@ async function writeExtraction(
   }
 }
 
+/** Files a freshly created hub repo may hold and still count as empty. */
+const EMPTY_REPO_FILES = new Set([".gitattributes"]);
+/** How long removing a repo after a failed upload may take, also when the job was cancelled. */
+const CLEANUP_TIMEOUT_MS = 8_000;
+
+/**
+ * Removes a repo this job created after its upload failed, if it is still empty; the outcome as a
+ * note for the job's error line. Runs on its own deadline: the job's signal may be aborted.
+ */
+async function removeCreatedRepo(hub: HubClient, id: RepoId): Promise<string> {
+  const signal = AbortSignal.timeout(CLEANUP_TIMEOUT_MS);
+  try {
+    const info = await hub.modelInfo(id, signal);
+    if (!info) return `the repo ${id} this job created is gone already`;
+    if (info.files.some((f) => !EMPTY_REPO_FILES.has(f)))
+      return `kept the repo ${id}: it is no longer empty`;
+    await hub.deleteRepo(id, signal);
+    return `removed the empty repo ${id} this job created`;
+  } catch (err) {
+    const why = describeHubFailure(hub.url, err)?.detail ?? errorMessage(err);
+    return `could not remove the empty repo ${id} this job created: ${why}`;
+  }
+}
+
 export async function runPublish(
   req: PublishRequest,
   ctx: JobContext,
@@ -137,19 +165,24 @@ export async function runPublish(
 ): Promise<void> {
   const { hub } = deps;
   const base = req.baseModel;
+  const sidecar = req.sidecarRepo;
   ctx.log(`finding shards of ${base}`);
-  const info = await hub.modelInfo(base, ctx.signal);
-  if (!info) throw new Error(`base model ${base} was not found on the hub`);
-  const index = await readWeightIndex(hub, info.id, info.files, ctx.signal);
-  if (!index) throw new Error(`${info.id} has no safetensors weights`);
-  const config = await readConfig(hub, info.id, ctx.signal);
-  const keys = findMtpKeys(index.weightMap.keys(), config);
-  if (keys.length === 0) throw new Error(`no MTP head tensors found in ${info.id}`);
-  const shardFiles = shardsFor(index, keys);
-  ctx.log(
-    `found ${keys.length} MTP tensors in ${shardFiles.length} of ${index.files.length} shards: ${shardFiles.join(", ")}`,
-  );
-  const headers = await readShardHeaders(hub, info.id, index, shardFiles, ctx.signal);
+  const found = await inPhase(hub, `finding shards of ${base}`, async () => {
+    const info = await hub.modelInfo(base, ctx.signal);
+    if (!info) throw new Error(`base model ${base} was not found on the hub`);
+    const index = await readWeightIndex(hub, info.id, info.files, ctx.signal);
+    if (!index) throw new Error(`${info.id} has no safetensors weights`);
+    const config = await readConfig(hub, info.id, ctx.signal);
+    const keys = findMtpKeys(index.weightMap.keys(), config);
+    if (keys.length === 0) throw new Error(`no MTP head tensors found in ${info.id}`);
+    const shardFiles = shardsFor(index, keys);
+    ctx.log(
+      `found ${keys.length} MTP tensors in ${shardFiles.length} of ${index.files.length} shards: ${shardFiles.join(", ")}`,
+    );
+    const headers = await readShardHeaders(hub, info.id, index, shardFiles, ctx.signal);
+    return { info, config, keys, headers };
+  });
+  const { info, config, keys, headers } = found;
 
   const { hidden, nextn } = layerCounts(config);
   const metadata: Record<string, string> = {
@@ -164,43 +197,51 @@ export async function runPublish(
   const scratch = await mkdtemp(join(deps.workDir, "weights-publisher-"));
   try {
     const outPath = join(scratch, SIDECAR_FILE);
-    await writeExtraction(plan, info.id, outPath, ctx, hub);
+    await inPhase(hub, `downloading from ${info.id}`, () =>
+      writeExtraction(plan, info.id, outPath, ctx, hub),
+    );
     ctx.log(
       `wrote ${SIDECAR_FILE}: ${plan.tensors.length} tensors, ${formatBytes(plan.totalBytes)}`,
     );
 
-    ctx.log(`creating sidecar repo ${req.sidecarRepo}`);
-    const created = await hub.ensureRepo(req.sidecarRepo, ctx.signal);
-    ctx.log(
-      created === "created"
-        ? `created ${req.sidecarRepo}`
-        : `${req.sidecarRepo} exists; adding a commit`,
+    ctx.log(`creating sidecar repo ${sidecar}`);
+    const created = await inPhase(hub, `creating repo ${sidecar}`, () =>
+      hub.ensureRepo(sidecar, ctx.signal),
     );
+    ctx.log(created === "created" ? `created ${sidecar}` : `${sidecar} exists; adding a commit`);
 
     const report = progressLine(`uploading ${SIDECAR_FILE}`, plan.totalBytes, (l) => ctx.log(l));
     report(0);
     let sent = 0;
-    const { commit } = await hub.upload(
-      req.sidecarRepo,
-      [
-        { path: SIDECAR_FILE, localPath: outPath },
-        { path: "README.md", text: sidecarCard(info.id, plan.tensors) },
-      ],
-      {
-        title: `Add MTP sidecar of ${info.id}`,
-        signal: ctx.signal,
-        onBytes: (n) => {
-          sent = Math.min(n, plan.totalBytes);
-          report(sent);
-        },
-        onPhase: (phase) => {
-          if (phase === "committing") ctx.log(`committing to ${req.sidecarRepo}`);
-        },
-      },
-    );
+    let commit: string | null;
+    try {
+      ({ commit } = await inPhase(hub, `uploading to ${sidecar}`, () =>
+        hub.upload(
+          sidecar,
+          [
+            { path: SIDECAR_FILE, localPath: outPath },
+            { path: "README.md", text: sidecarCard(info.id, plan.tensors) },
+          ],
+          {
+            title: `Add MTP sidecar of ${info.id}`,
+            signal: ctx.signal,
+            onBytes: (n) => {
+              sent = Math.min(n, plan.totalBytes);
+              report(sent);
+            },
+            onPhase: (phase) => {
+              if (phase === "committing") ctx.log(`committing to ${sidecar}`);
+            },
+          },
+        ),
+      ));
+    } catch (err) {
+      if (created !== "created") throw err;
+      throw withNote(err, await removeCreatedRepo(hub, sidecar));
+    }
     if (sent < plan.totalBytes)
       ctx.log(`${SIDECAR_FILE} was already stored on the hub; upload skipped`);
-    ctx.log(`committed ${commit ?? "(no commit id)"} to ${req.sidecarRepo}`);
+    ctx.log(`committed ${commit ?? "(no commit id)"} to ${sidecar}`);
   } finally {
     await rm(scratch, { recursive: true, force: true });
   }

@@ -8,7 +8,15 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { parseCardData, parseSafetensors, waitFor } from "@ic/testkit";
 import { FakeClock } from "./clock.ts";
-import { REPOS, readSse, startHubFixture, startTestServer, TEST_TOKEN } from "./testing.ts";
+import {
+  REPOS,
+  readSse,
+  startHubFixture,
+  startHubProxy,
+  startTestServer,
+  TEST_TOKEN,
+  unreachableHubUrl,
+} from "./testing.ts";
 import type { HubFixture, TestServer } from "./testing.ts";
 
 const sha256 = (b: Uint8Array): string => createHash("sha256").update(b).digest("hex");
@@ -261,6 +269,126 @@ describe("weights publisher against the hub emulator", () => {
     });
   });
 
+  describe("hub failures", () => {
+    it("names the phase, the hub URL and the cause in the job's error when the hub is unreachable", async () => {
+      const hubUrl = await unreachableHubUrl();
+      await using down = await startTestServer(hubUrl, { envToken: TEST_TOKEN });
+      const id = await publish(down, REPOS.base, "quant-org/Tiny-MTP-down");
+      const lines = await readSse(await stream(down, id));
+      expect(lines.at(-1)).toBe("[done]");
+      const error = lines.at(-2) ?? "";
+      expect(error).toMatch(new RegExp(`^\\[error\\]: finding shards of ${REPOS.base}: `));
+      expect(error).toContain(hubUrl);
+      expect(error).toMatch(/ECONNREFUSED/);
+      expect(lines.join("\n")).not.toContain(TEST_TOKEN);
+    });
+
+    it("names the phase, the hub URL and the cause when the hub drops the connection while creating the repo", async () => {
+      await using proxy = await startHubProxy(fx.hub.url, (r) =>
+        r.method === "POST" && r.path === "/api/repos/create" ? "drop" : "forward",
+      );
+      await using t = await startTestServer(proxy.url, { envToken: TEST_TOKEN });
+      const id = await publish(t, REPOS.base, "quant-org/Tiny-MTP-dropped");
+      const error = (await readSse(await stream(t, id))).at(-2) ?? "";
+      expect(error).toMatch(/^\[error\]: creating repo quant-org\/Tiny-MTP-dropped: /);
+      expect(error).toContain(proxy.url);
+      expect(error).toMatch(/UND_ERR_SOCKET|ECONNRESET|other side closed/);
+      expect(fx.hub.listRepoFiles("quant-org/Tiny-MTP-dropped")).toBeNull();
+    });
+  });
+
+  describe("a failed upload", () => {
+    const failCommit = (r: { method: string; path: string }) =>
+      r.method === "POST" && /^\/api\/models\/[^/]+\/[^/]+\/commit\/main$/.test(r.path);
+
+    it("deletes the sidecar repo the job created, so no empty repo is left behind", async () => {
+      // The emulator has no DELETE /api/repos/delete, so the proxy answers it as the hub would.
+      await using proxy = await startHubProxy(fx.hub.url, (r) => {
+        if (failCommit(r)) return { status: 500, json: { error: "injected commit failure" } };
+        if (r.method === "DELETE" && r.path === "/api/repos/delete")
+          return { status: 200, json: {} };
+        return "forward";
+      });
+      await using t = await startTestServer(proxy.url, { envToken: TEST_TOKEN });
+      const id = await publish(t, REPOS.base, "quant-org/Tiny-MTP-Fail");
+      const lines = await readSse(await stream(t, id));
+      const error = lines.at(-2) ?? "";
+      expect(error).toMatch(/^\[error\]: uploading to quant-org\/Tiny-MTP-Fail: /);
+      expect(error).toContain("injected commit failure");
+      expect(error).toContain("removed the empty repo quant-org/Tiny-MTP-Fail this job created");
+      const deletes = proxy.requests.filter((r) => r.method === "DELETE");
+      expect(deletes.map((r) => [r.path, JSON.parse(r.body) as unknown])).toEqual([
+        ["/api/repos/delete", { name: "Tiny-MTP-Fail", organization: "quant-org", type: "model" }],
+      ]);
+      // Created first, deleted after the failed commit.
+      const paths = proxy.requests.map((r) => `${r.method} ${r.path}`);
+      expect(paths.indexOf("POST /api/repos/create")).toBeLessThan(
+        paths.indexOf("DELETE /api/repos/delete"),
+      );
+    });
+
+    it("keeps a sidecar repo that existed before the job", async () => {
+      await fx.hub.addRepo("quant-org/Tiny-MTP-Kept", { "README.md": "mine\n" });
+      await using proxy = await startHubProxy(fx.hub.url, (r) =>
+        failCommit(r) ? { status: 500, json: { error: "injected commit failure" } } : "forward",
+      );
+      await using t = await startTestServer(proxy.url, { envToken: TEST_TOKEN });
+      const id = await publish(t, REPOS.base, "quant-org/Tiny-MTP-Kept");
+      const error = (await readSse(await stream(t, id))).at(-2) ?? "";
+      expect(error).toMatch(/^\[error\]: uploading to quant-org\/Tiny-MTP-Kept: /);
+      expect(proxy.requests.some((r) => r.method === "DELETE")).toBe(false);
+      expect(fx.hub.listRepoFiles("quant-org/Tiny-MTP-Kept")).toEqual(["README.md"]);
+    });
+  });
+
+  describe("request body limit", () => {
+    it("answers a 200 MB body with 413 long before the client has sent it", async () => {
+      const total = 200 * 1024 * 1024;
+      const chunk = Buffer.alloc(1024 * 1024, 0x61);
+      const { status, body, sentWhenAnswered } = await new Promise<{
+        status: number;
+        body: string;
+        sentWhenAnswered: number;
+      }>((resolve, reject) => {
+        let sent = 0;
+        const req = httpRequest(`${s.url}/api/detect`, {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+        });
+        req.on("response", (res) => {
+          const at = sent;
+          const parts: Buffer[] = [];
+          res.on("data", (c: Buffer) => parts.push(c));
+          res.on("end", () =>
+            resolve({
+              status: res.statusCode ?? 0,
+              body: Buffer.concat(parts).toString(),
+              sentWhenAnswered: at,
+            }),
+          );
+        });
+        req.on("error", (err) => {
+          if (sent < total) reject(err);
+        });
+        req.write('{"url":"');
+        const pump = (): void => {
+          while (sent < total) {
+            sent += chunk.length;
+            if (!req.write(chunk)) {
+              req.once("drain", pump);
+              return;
+            }
+          }
+          req.end();
+        };
+        pump();
+      });
+      expect(status).toBe(413);
+      expect(JSON.parse(body)).toEqual({ error: "request body is larger than 65536 bytes" });
+      expect(sentWhenAnswered).toBeLessThan(32 * 1024 * 1024);
+    });
+  });
+
   describe("registration and catalog lookup", () => {
     it("registers a q4k quant with its assistant and finds it by source model", async () => {
       const r = await post(s.url, "/api/register", { url: REPOS.gemmaQ4k });
@@ -319,14 +447,21 @@ describe("weights publisher against the hub emulator", () => {
       });
     });
 
-    it("POST /api/detect 400: url empty or unparseable; 500: any other failure", async () => {
+    it("POST /api/detect 400: url empty or unparseable; 404: no such model; 500: any other failure", async () => {
       expect((await post(s.url, "/api/detect", { url: "" })).status).toBe(400);
       expect((await post(s.url, "/api/detect", { url: "https://example.com/a/b" })).status).toBe(
         400,
       );
       const missing = await post(s.url, "/api/detect", { url: "nobody/nothing" });
-      expect(missing.status).toBe(500);
-      expect(missing.json["error"]).toContain("nobody/nothing");
+      expect(missing).toEqual({
+        status: 404,
+        json: {
+          error:
+            "model nobody/nothing was not found on the hub (or is not visible with the configured token)",
+        },
+      });
+      await using down = await startTestServer(await unreachableHubUrl());
+      expect((await post(down.url, "/api/detect", { url: REPOS.base })).status).toBe(500);
     });
 
     it("POST /api/publish 400: no token configured", async () => {
@@ -339,7 +474,7 @@ describe("weights publisher against the hub emulator", () => {
       expect(r.json["error"]).toMatch(/no model-hub token configured/);
     });
 
-    it("POST /api/register 400: invalid url or quant outside ALLOWED_QUANTS; 409: collision; 500: other", async () => {
+    it("POST /api/register 400: invalid url or quant outside ALLOWED_QUANTS; 409: collision; 404: no such model", async () => {
       expect((await post(s.url, "/api/register", { url: "" })).status).toBe(400);
       expect((await post(s.url, "/api/register", { url: "not a model" })).status).toBe(400);
       const q8 = await post(s.url, "/api/register", { url: REPOS.q8k });
@@ -349,7 +484,14 @@ describe("weights publisher against the hub emulator", () => {
       const dup = await post(s.url, "/api/register", { url: REPOS.q4k });
       expect(dup.status).toBe(409);
       expect(dup.json["error"]).toMatch(/key "tiny-mtp-q4k"/);
-      expect((await post(s.url, "/api/register", { url: "nobody/nothing-q4k" })).status).toBe(500);
+      expect((await post(s.url, "/api/register", { url: "nobody/nothing-q4k" })).status).toBe(404);
+      // A q4k model whose card names no base model cannot be registered (found by fuzzing: was 500).
+      expect(await post(s.url, "/api/register", { url: REPOS.gemmaAssistant })).toEqual({
+        status: 400,
+        json: {
+          error: `could not resolve a full-precision base model for ${REPOS.gemmaAssistant} (no usable base_model in its model card)`,
+        },
+      });
     });
 
     it("POST /api/catalog/find 400 / 404 with source_model / 500 when the catalog fails to load", async () => {

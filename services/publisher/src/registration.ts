@@ -3,6 +3,7 @@
 import type { Catalog, NewCatalogEntry } from "./catalog.ts";
 import type { Detection, Detector } from "./detector.ts";
 import { PublisherError } from "./errors.ts";
+import { inPhase } from "./hub-client.ts";
 import type { RepoId } from "./model-ref.ts";
 import { ALLOWED_QUANTS, catalogKey, outputName } from "./rules.ts";
 
@@ -18,7 +19,9 @@ export interface RegistrationResult {
 /** The entry registration writes for a detection. Pure. */
 export function buildEntry(d: Detection): NewCatalogEntry {
   if (!d.baseModel) {
-    throw new Error(
+    // The request names a model that cannot be registered, like a refused quant: a 400.
+    throw new PublisherError(
+      "bad_request",
       `could not resolve a full-precision base model for ${d.modelId} (no usable base_model in its model card)`,
     );
   }
@@ -39,7 +42,9 @@ export async function register(
   ref: RepoId,
   deps: { detector: Detector; catalog: Catalog },
 ): Promise<RegistrationResult> {
-  const detection = await deps.detector.detect(ref);
+  const detection = await inPhase(deps.detector.hub, `registering ${ref}`, () =>
+    deps.detector.detect(ref),
+  );
   if (!ALLOWED_QUANTS.includes(detection.result.quant)) {
     throw new PublisherError(
       "bad_request",

@@ -1,9 +1,7 @@
 // Wires the publisher's components and serves them on 127.0.0.1 only.
 // Lifecycle: start() once, stop() idempotent (cancels running jobs, closes connections).
+import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { serve } from "@hono/node-server";
-import type { ServerType } from "@hono/node-server";
 import type { Hono } from "hono";
 import type { Logger } from "@ic/log";
 import { createPublisherApp } from "./app.ts";
@@ -14,7 +12,8 @@ import type { PublisherConfig } from "./config.ts";
 import { PUBLIC_DIR } from "./config.ts";
 import { Detector } from "./detector.ts";
 import { errorMessage } from "./errors.ts";
-import { createHubClient } from "./hub-client.ts";
+import { listenHttp } from "./http-server.ts";
+import { createHubClient, displayHubUrl } from "./hub-client.ts";
 import type { HubClient } from "./hub-client.ts";
 import { JobManager } from "./jobs.ts";
 import { runPublish } from "./publish.ts";
@@ -38,7 +37,7 @@ export class PublisherServer {
   readonly jobs: JobManager;
   readonly catalog: Catalog;
   readonly app: Hono;
-  private server: ServerType | null = null;
+  private server: Server | null = null;
   private stopped: Promise<void> | null = null;
   private readonly log: Logger;
   private address = "";
@@ -56,16 +55,12 @@ export class PublisherServer {
       secret: () => this.tokens.get(),
     });
     this.catalog = new Catalog({ path: c.catalogPath, log: o.log });
-    const workDir = c.workDir ?? tmpdir();
     this.app = createPublisherApp({
       tokens: this.tokens,
       detector: new Detector({ hub, log: o.log }),
       jobs: this.jobs,
       catalog: this.catalog,
-      startPublish: (req) =>
-        this.jobs.start(`${req.baseModel} -> ${req.sidecarRepo}`, (ctx) =>
-          runPublish(req, ctx, { hub, workDir }),
-        ),
+      runPublish: (req, ctx) => runPublish(req, ctx, { hub, workDir: c.workDir }),
       publicDir: o.publicDir ?? PUBLIC_DIR,
       log: o.log,
       hubUrl: c.hubUrl,
@@ -88,17 +83,15 @@ export class PublisherServer {
         "catalog failed to load; lookups will fail until it is fixed",
       );
     }
-    const server: ServerType = await new Promise((resolve, reject) => {
-      const s = serve(
-        { fetch: this.app.fetch, hostname: BIND_HOST, port: this.o.config.port },
-        () => resolve(s),
-      );
-      s.once("error", reject);
+    const server = await listenHttp(this.app, {
+      host: BIND_HOST,
+      port: this.o.config.port,
+      log: this.o.log,
     });
     this.server = server;
     this.address = `http://${BIND_HOST}:${(server.address() as AddressInfo).port}`;
     this.log.info(
-      { url: this.address, hub: this.o.config.hubUrl ?? "https://huggingface.co" },
+      { url: this.address, hub: displayHubUrl(this.o.config.hubUrl) },
       "weights publisher listening",
     );
     return this.address;
@@ -111,7 +104,7 @@ export class PublisherServer {
       if (server) {
         await new Promise<void>((resolve) => {
           server.close(() => resolve());
-          if ("closeAllConnections" in server) server.closeAllConnections();
+          server.closeAllConnections();
         });
       }
       this.log.info("weights publisher stopped");

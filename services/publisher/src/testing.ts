@@ -1,12 +1,16 @@
 // Shared fixtures for the publisher's tests: a hub emulator seeded with a small model family,
 // and a publisher server wired to it with a temp config dir and a temp copy of the catalog.
 import { copyFile, mkdtemp, rm } from "node:fs/promises";
+import { createServer } from "node:http";
+import type { IncomingMessage } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { PassThrough } from "node:stream";
+import { PassThrough, Readable } from "node:stream";
+import type { ReadableStream as NodeWebReadableStream } from "node:stream/web";
 import { createLogger } from "@ic/log";
 import type { Logger } from "@ic/log";
-import { generateMtpCheckpoint, modelCard, startHubEmulator } from "@ic/testkit";
+import { freePort, generateMtpCheckpoint, modelCard, startHubEmulator } from "@ic/testkit";
 import type { HubEmulator, MtpCheckpoint } from "@ic/testkit";
 import type { Clock } from "./clock.ts";
 import { BUILTIN_CATALOG, loadConfig } from "./config.ts";
@@ -164,4 +168,95 @@ export async function readSse(res: Response, opts: { maxLines?: number } = {}): 
     await reader.cancel().catch(() => undefined);
   }
   return lines;
+}
+
+/** A hub URL on a loopback port nothing listens on: every call is refused (ECONNREFUSED). */
+export async function unreachableHubUrl(): Promise<string> {
+  return `http://127.0.0.1:${await freePort()}`;
+}
+
+export interface ProxiedRequest {
+  readonly method: string;
+  /** Path and query. */
+  readonly path: string;
+  readonly body: string;
+}
+
+/** What the proxy does with a request: pass it on, cut the connection, or answer itself. */
+export type ProxyAction = "forward" | "drop" | { readonly status: number; readonly json: unknown };
+
+export interface HubProxy {
+  readonly url: string;
+  /** Every request that reached the proxy, in order, with its body. */
+  readonly requests: readonly ProxiedRequest[];
+  stop(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+async function readAll(req: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/**
+ * A scripted hub in front of the emulator: `rule` decides per request whether it is forwarded,
+ * dropped (socket destroyed) or answered with a canned JSON error. LFS part uploads go straight to
+ * the emulator (their URLs are absolute), so they are never seen here.
+ */
+export async function startHubProxy(
+  target: string,
+  rule: (req: ProxiedRequest) => ProxyAction,
+): Promise<HubProxy> {
+  const requests: ProxiedRequest[] = [];
+  const server = createServer((req, res) => {
+    void (async () => {
+      const body = await readAll(req);
+      const seen = { method: req.method ?? "GET", path: req.url ?? "/", body: body.toString() };
+      requests.push(seen);
+      const action = rule(seen);
+      if (action === "drop") {
+        req.socket.destroy();
+        return;
+      }
+      if (action !== "forward") {
+        res.writeHead(action.status, { "Content-Type": "application/json" });
+        res.end(JSON.stringify(action.json));
+        return;
+      }
+      const headers = new Headers();
+      for (const [k, v] of Object.entries(req.headers)) {
+        if (["host", "connection", "content-length", "transfer-encoding"].includes(k)) continue;
+        if (typeof v === "string") headers.set(k, v);
+      }
+      const upstream = await fetch(`${target}${seen.path}`, {
+        method: seen.method,
+        headers,
+        redirect: "manual",
+        ...(body.length > 0 ? { body } : {}),
+      });
+      const out: Record<string, string> = {};
+      upstream.headers.forEach((v, k) => {
+        if (!["connection", "transfer-encoding", "content-encoding", "keep-alive"].includes(k))
+          out[k] = v;
+      });
+      res.writeHead(upstream.status, out);
+      if (!upstream.body || seen.method === "HEAD") {
+        res.end();
+        return;
+      }
+      Readable.fromWeb(upstream.body as unknown as NodeWebReadableStream<Uint8Array>).pipe(res);
+    })().catch(() => req.socket.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  let stopped: Promise<void> | null = null;
+  const stop = (): Promise<void> => {
+    stopped ??= new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    });
+    return stopped;
+  };
+  return { url, requests, stop, [Symbol.asyncDispose]: stop };
 }

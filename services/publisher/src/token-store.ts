@@ -16,6 +16,18 @@ export function maskToken(token: string): string {
   return k === 0 ? "****" : `${token.slice(0, k)}…${token.slice(-k)}`;
 }
 
+/**
+ * Why a (trimmed) token cannot be used, or null. It travels in an Authorization header, so it must
+ * be printable ASCII, and the hub library refuses tokens that do not start with `hf_`.
+ */
+export function tokenProblem(token: string): string | null {
+  if (token === "") return "hf_token must not be empty";
+  if (/\s/.test(token)) return "hf_token must not contain whitespace";
+  if (!/^[\x21-\x7e]+$/.test(token)) return "hf_token must be printable ASCII";
+  if (!token.startsWith("hf_")) return 'hf_token must start with "hf_"';
+  return null;
+}
+
 export interface TokenStoreOptions {
   /** `~/.config/weights-publisher` or PUBLISHER_CONFIG_DIR. */
   readonly configDir: string;
@@ -41,7 +53,7 @@ export class TokenStore {
     const env = this.o.envToken?.trim();
     if (env) {
       this.token = env;
-      this.log.info({ source: "environment" }, "hub token configured");
+      this.configured("environment", env);
       return;
     }
     try {
@@ -50,13 +62,19 @@ export class TokenStore {
         ?.trim();
       if (fromFile) {
         this.token = fromFile;
-        this.log.info({ source: this.envFile }, "hub token configured");
+        this.configured(this.envFile, fromFile);
         return;
       }
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
     }
     this.log.info("no hub token configured");
+  }
+
+  private configured(source: string, token: string): void {
+    const problem = tokenProblem(token);
+    if (problem) this.log.warn({ source, problem }, "hub token is not usable; hub calls will fail");
+    else this.log.info({ source }, "hub token configured");
   }
 
   get(): string | undefined {
