@@ -177,6 +177,11 @@ export const ConfigSchema = z
         /** First port runners use; 0 picks free ports. */
         port_base: z.number().int().min(0).max(65535).default(0),
         restart_backoff_ms: z.number().int().min(0).default(1000),
+        /**
+         * CPU niceness of engine processes: under contention the node's heartbeats and request
+         * routing are scheduled before engine threads (0 disables).
+         */
+        niceness: z.number().int().min(0).max(19).default(10),
         healthy_uptime_ms: z.number().int().min(0).default(60000),
         extra_args: z.array(z.string()).default([]),
         /** Where each runner's stdout/stderr is written (`<instance>-rank<n>.log`). */

@@ -163,6 +163,21 @@ describe.runIf(linux)("children of a node process", () => {
     expect(exitStatus(child.pid)).toBe(9);
   });
 
+  it("runs a niced child at that niceness under its own pid, with its death signal still armed", async () => {
+    const c = spawnChild({ bin: "sleep", args: ["30"], niceness: 7 });
+    strays.push(c.pid!);
+    await waitFor(
+      async () =>
+        readFileSync(`/proc/${c.pid}/comm`, "utf8").trim() === "sleep" ? true : undefined,
+      { timeoutMs: 2000, what: "sleep exec'd" },
+    );
+    expect(Number(readFileSync(`/proc/${c.pid}/stat`, "utf8").split(") ")[1]!.split(" ")[16])).toBe(
+      7,
+    );
+    expect(c.diesWithParent).toBe(true);
+    await c.stop(1000);
+  });
+
   it("removes a child's record when it is reaped", async () => {
     const dir = tempDir();
     const c = spawnChild({ bin: "sleep", args: ["0.1"] }, { recordIn: dir });

@@ -25,6 +25,11 @@ export interface Command {
   readonly extendEnv?: boolean;
   readonly stdout?: Output;
   readonly stderr?: Output;
+  /**
+   * CPU niceness (1-19) the program runs at, through `nice` (so every thread it ever creates has
+   * it). Engines run niced: under CPU contention the node's control plane is scheduled first.
+   */
+  readonly niceness?: number | undefined;
 }
 
 export interface ChildExit {
@@ -53,6 +58,15 @@ export interface SpawnOptions {
 }
 
 const SETPRIV = "/usr/bin/setpriv";
+/** coreutils `nice`, when present (without it a niceness request is ignored). */
+const NICE = ["/usr/bin/nice", "/bin/nice"].find((p) => {
+  try {
+    accessSync(p, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+});
 let setprivWorks: boolean | undefined;
 
 /** Whether children spawned from this thread get a death signal (Linux, util-linux setpriv, main thread). */
@@ -124,9 +138,13 @@ export function spawnChild(cmd: Command, opts: SpawnOptions = {}): Child {
   let cp: ChildProcess;
   try {
     const stdio: StdioOptions = ["ignore", target(cmd.stdout), target(cmd.stderr)];
+    // Each wrapper execs the next: the pid stays the program's.
+    const nice =
+      cmd.niceness && program !== undefined && NICE ? [NICE, "-n", String(cmd.niceness)] : [];
+    const argv = [...nice, cmd.bin, ...cmd.args];
     cp = diesWithParent
-      ? spawn(SETPRIV, ["--pdeathsig", "KILL", "--", cmd.bin, ...cmd.args], { env, stdio })
-      : spawn(cmd.bin, [...cmd.args], { env, stdio });
+      ? spawn(SETPRIV, ["--pdeathsig", "KILL", "--", ...argv], { env, stdio })
+      : spawn(argv[0]!, argv.slice(1), { env, stdio });
   } finally {
     // The child holds its own copies of the descriptors.
     for (const fd of opened.values()) closeSync(fd);

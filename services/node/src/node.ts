@@ -289,6 +289,7 @@ export class Node implements AsyncDisposable {
       warmupDeadlineMs: cfg.engine.warmup_deadline_seconds * 1000,
       restartBackoffMs: cfg.engine.restart_backoff_ms,
       healthyUptimeMs: cfg.engine.healthy_uptime_ms,
+      engineNiceness: cfg.engine.niceness,
       portBase: cfg.engine.port_base,
       extraArgs: cfg.engine.extra_args,
     });

@@ -38,6 +38,8 @@ export interface RunnerSpec {
   /** Consecutive crashes (without a healthy uptime) before the runner is declared failed. */
   readonly maxCrashes: number;
   readonly logFile: string;
+  /** CPU niceness of the engine process (config `engine.niceness`; 0 or absent: not niced). */
+  readonly niceness?: number;
   readonly gracefulStopMs?: number;
   /**
    * Where the process is recorded for the orphan sweep; by default `children/` beside the log file,
@@ -155,6 +157,7 @@ export class RunnerSupervisor implements AsyncDisposable {
           extendEnv: false,
           stdout: { appendTo: spec.logFile },
           stderr: { appendTo: spec.logFile },
+          niceness: spec.niceness,
         };
       },
       recordIn: spec.childrenDir ?? childrenDir(dirname(spec.logFile)),

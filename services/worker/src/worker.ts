@@ -36,6 +36,8 @@ export interface WorkerOptions {
   readonly warmupDeadlineMs: number;
   readonly restartBackoffMs: number;
   readonly healthyUptimeMs: number;
+  /** CPU niceness engines run at (0: as the node). */
+  readonly engineNiceness?: number;
   readonly portBase: number;
   readonly extraArgs: readonly string[];
 }
@@ -262,6 +264,7 @@ export class Worker implements AsyncDisposable {
       healthyUptimeMs: this.o.healthyUptimeMs,
       maxCrashes: 5,
       logFile,
+      niceness: this.o.engineNiceness,
     };
     let sup: RunnerSupervisor;
     if (slot.rank > 0) {
