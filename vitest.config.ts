@@ -15,10 +15,26 @@ export default defineConfig({
       {
         test: {
           name: "integration",
-          include: ["packages/*/src/**/*.integration.test.ts", "services/*/src/**/*.integration.test.ts", "tests/**/*.integration.test.ts"],
-          exclude: ["**/node_modules/**"],
+          include: [
+            "packages/*/src/**/*.integration.test.ts",
+            "services/*/src/**/*.integration.test.ts",
+            "tests/**/*.integration.test.ts",
+          ],
+          exclude: ["**/node_modules/**", "**/*.chaos.test.ts"],
           testTimeout: 120_000,
           hookTimeout: 120_000,
+          fileParallelism: false,
+          pool: "forks",
+        },
+      },
+      {
+        // kill -9 of every kind of process under load, on real clusters across network namespaces.
+        test: {
+          name: "chaos",
+          include: ["services/*/src/**/*.chaos.test.ts"],
+          exclude: ["**/node_modules/**"],
+          testTimeout: 180_000,
+          hookTimeout: 180_000,
           fileParallelism: false,
           pool: "forks",
         },
