@@ -7,6 +7,7 @@ import type {
   ControlState,
   EngineInfo,
   Instance,
+  ModelRecord,
   ModelId,
   Runner,
   RunnerState,
@@ -16,7 +17,7 @@ import { freeTcpPort } from "./net.ts";
 import { rpcArgs, serverArgs } from "./args.ts";
 import { RunnerSupervisor } from "./runner.ts";
 import type { RunnerStatus } from "./runner.ts";
-import type { ClusterPort, Stager, StagingProgress } from "./ports.ts";
+import type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
 import { join } from "node:path";
 
 export interface WorkerOptions {
@@ -279,9 +280,7 @@ export class Worker implements AsyncDisposable {
       if (!model) throw new Error(`model ${inst.model_id} is not registered`);
       slot.progress = stagingStart(model.bytes, Date.now());
       this.update(slot, { state: "RunnerStaging", restarts: slot.restarts });
-      const staged = await this.o.stager.stage(model, slot.abort.signal, (p) =>
-        this.onStagingProgress(slot, p),
-      );
+      const staged = await this.stageUntilDone(slot, model);
       const drafterRecord = model.drafter ? state.models[model.drafter] : undefined;
       const drafter = drafterRecord
         ? await this.o.stager.stage(drafterRecord, slot.abort.signal)
@@ -328,6 +327,39 @@ export class Worker implements AsyncDisposable {
     if (slot.abort.signal.aborted) return;
     slot.supervisor = sup;
     sup.start();
+  }
+
+  /**
+   * Stages the model, retrying a failed transfer (the store host gone, a link cut, no disk fit yet)
+   * with jittered backoff from 1 s doubling to 30 s, until it succeeds or the runner is stopped. The
+   * partial copy is kept, so each attempt resumes; the runner stays RunnerStaging with the last
+   * failure and the next attempt in its reason. Giving up here would leave the deployment Placed on
+   * an instance that never serves (the intent silently lost).
+   */
+  private async stageUntilDone(slot: Slot, model: ModelRecord): Promise<StagedModel> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.o.stager.stage(model, slot.abort.signal, (p) =>
+          this.onStagingProgress(slot, p),
+        );
+      } catch (e) {
+        if (slot.abort.signal.aborted) throw e;
+        const delayMs = Math.round(
+          Math.min(30_000, 1000 * 2 ** (attempt - 1)) * (0.8 + Math.random() * 0.4),
+        );
+        const why = e instanceof Error ? e.message : String(e);
+        this.log.warn(
+          { instance: slot.instance.instance_id, model: model.model_id, attempt, delayMs, why },
+          "staging failed; retrying",
+        );
+        this.update(slot, {
+          state: "RunnerStaging",
+          reason: `staging attempt ${attempt} failed (${why}); retrying in ${Math.ceil(delayMs / 1000)} s`,
+          restarts: slot.restarts,
+        });
+        await abortableSleep(delayMs, slot.abort.signal);
+      }
+    }
   }
 
   /** Records staging progress; reports it at most once per PROGRESS_REPORT_INTERVAL_MS. */
@@ -443,4 +475,17 @@ export class Worker implements AsyncDisposable {
 /** Progress of a staging that starts now: nothing on disk yet out of the model's bytes. */
 export function stagingStart(totalBytes: number, now: number): NonNullable<Runner["progress"]> {
   return { staged_bytes: 0, total_bytes: totalBytes, started_at: now };
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts (the caller checks the signal). */
+function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+  });
 }
