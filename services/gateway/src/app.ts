@@ -17,7 +17,8 @@ export interface GatewayOptions {
   readonly name: string;
   readonly now?: () => number;
   readonly restart?: () => void;
-  readonly onTask?: ChatOptions["onTask"];
+  /** Per-request observer of the chat path (tracing, metrics). */
+  readonly observeChat?: ChatOptions["observe"];
   /** How long POST /place_instance waits for topology and memory (spec: 15 s). */
   readonly infoPendingWaitMs?: number;
   /** Runner context size, for the KV-cache part of the memory model. */
@@ -56,7 +57,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
   chatRoutes(app, {
     cluster: o.cluster,
     log,
-    ...(o.onTask ? { onTask: o.onTask } : {}),
+    ...(o.observeChat ? { observe: o.observeChat } : {}),
     ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
     limits: o.chatLimits,
   });

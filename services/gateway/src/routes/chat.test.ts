@@ -19,7 +19,7 @@ import { nodeIdFor } from "@ic/state";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "../app.ts";
 import type { ClusterView } from "../ports.ts";
-import type { ChatLimits } from "./chat.ts";
+import type { ChatEvent, ChatLimits, ChatObserver } from "./chat.ts";
 
 const S = "s-chat" as SessionId;
 const MODEL = "org/tiny" as ModelId;
@@ -130,12 +130,17 @@ function cluster(endpoint: string, opts: { mmproj?: boolean; taskFailedFirst?: b
 }
 
 /** The gateway served over real HTTP (streams take the Node response path, as deployed). */
-async function gateway(view: ClusterView, limits: Partial<ChatLimits> = {}) {
+async function gateway(
+  view: ClusterView,
+  limits: Partial<ChatLimits> = {},
+  observeChat?: () => ChatObserver | undefined,
+) {
   const app = createGatewayApp({
     cluster: view,
     log: silentLogger(),
     name: "t",
     chatLimits: limits,
+    ...(observeChat ? { observeChat } : {}),
   });
   const server = await new Promise<Server>((resolve) => {
     const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
@@ -417,5 +422,50 @@ describe("generation cap", () => {
       [5, undefined],
       [undefined, 9],
     ]);
+  });
+});
+
+describe("observing the chat path", () => {
+  it("a stream reports its phases in order, with the engine's timings from the final chunk", async () => {
+    const e = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(chunk(ENGINE_ID, "Hi"));
+      res.end(
+        `data: {"choices":[],"id":"${ENGINE_ID}","timings":{"prompt_n":5,"prompt_ms":1.5,"predicted_n":2,"predicted_ms":3.25},"usage":{"completion_tokens":2}}\n\ndata: [DONE]\n\n`,
+      );
+    });
+    const seen: ChatEvent[] = [];
+    const send = await gateway(cluster(e.url).view, {}, () => ({ event: (x) => seen.push(x) }));
+    await send({ stream: true });
+    expect(seen.map((x) => x.type)).toEqual([
+      "validated",
+      "routed",
+      "sent",
+      "task",
+      "headers",
+      "first_chunk",
+      "engine",
+      "end",
+    ]);
+    const at = seen.map((x) => x.at);
+    expect([...at].sort((a, b) => a - b)).toEqual(at);
+    expect(seen.find((x) => x.type === "engine")).toMatchObject({
+      timings: { prompt_ms: 1.5, predicted_ms: 3.25 },
+      usage: { completion_tokens: 2 },
+    });
+    expect(seen.at(-1)).toMatchObject({ ok: true, status: 200 });
+  });
+
+  it("a refused request ends with its code and status", async () => {
+    const e = await engine((_q, res) => res.end("{}"));
+    const seen: ChatEvent[] = [];
+    const send = await gateway(cluster(e.url).view, {}, () => ({ event: (x) => seen.push(x) }));
+    await send({ tools: "abc" });
+    expect(seen.at(-1)).toMatchObject({
+      type: "end",
+      ok: false,
+      status: 400,
+      code: "invalid_request",
+    });
   });
 });

@@ -10,10 +10,10 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
-import type { Hono } from "hono";
+import type { Context, Hono } from "hono";
 import { z } from "zod";
-import { errorBody, ServiceError } from "@ic/protocol";
-import type { CommandId, Instance, ModelRecord, SessionId, TaskId } from "@ic/protocol";
+import { errorBody, httpStatusFor, ServiceError } from "@ic/protocol";
+import type { CommandId, ErrorCode, Instance, ModelRecord, SessionId, TaskId } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { parseJson } from "../errors.ts";
 import { nodePair, watchClient } from "../node-http.ts";
@@ -81,16 +81,73 @@ export interface ChatOptions {
   readonly cluster: ClusterView;
   readonly log: Logger;
   readonly limits?: Partial<ChatLimits> | undefined;
-  /** Called with the task id when a request starts and ends (tracing hooks in here). */
-  readonly onTask?: (e: {
-    taskId: TaskId;
-    commandId: CommandId;
-    modelId: string;
-    phase: "start" | "end";
-    ok?: boolean;
-  }) => void;
+  /**
+   * Called once per request as it arrives; the observer it returns (if any) sees the request's
+   * events in order (tracing and metrics subscribe here). Returning undefined costs nothing.
+   */
+  readonly observe?: (r: { commandId: CommandId; receivedAt: number }) => ChatObserver | undefined;
   /** Extra headers for an instance's engine: its API key (only gateways may talk to engines). */
   readonly engineHeaders?: (instanceId: string) => Record<string, string>;
+}
+
+/** llama-server's `timings` of one completion (ms and token counts). */
+export interface EngineTimings {
+  readonly cache_n?: number;
+  readonly prompt_n?: number;
+  readonly prompt_ms?: number;
+  readonly predicted_n?: number;
+  readonly predicted_ms?: number;
+  readonly draft_n?: number;
+  readonly draft_n_accepted?: number;
+}
+
+/** One chat request's life, in order. `at` is a wall-clock time in ms with sub-ms precision. */
+export type ChatEvent =
+  | { type: "validated"; at: number; model: string; stream: boolean }
+  | { type: "routed"; at: number; instanceId: string; nodeId: string | undefined; endpoint: string }
+  /** The request reached the engine's socket (connect done). */
+  | { type: "sent"; at: number }
+  | { type: "task"; at: number; taskId: TaskId }
+  | { type: "headers"; at: number; status: number }
+  | { type: "first_chunk"; at: number }
+  | {
+      type: "engine";
+      at: number;
+      timings: EngineTimings;
+      usage: { prompt_tokens?: number; completion_tokens?: number } | undefined;
+    }
+  | {
+      type: "end";
+      at: number;
+      ok: boolean;
+      status: number;
+      code: ErrorCode | undefined;
+      message: string | undefined;
+    };
+
+export interface ChatObserver {
+  event(e: ChatEvent): void;
+}
+
+/** Wall-clock ms with sub-ms precision (Chrome traces want microseconds). */
+export const preciseNow = (): number => performance.timeOrigin + performance.now();
+
+/** The timings and usage of the last event in `buf` that has them (llama-server's final chunk). */
+function engineReport(buf: Buffer): Extract<ChatEvent, { type: "engine" }> | undefined {
+  const at = buf.lastIndexOf('"timings"');
+  if (at < 0) return undefined;
+  const start = buf.lastIndexOf("data: ", at);
+  const end = buf.indexOf("\n", at);
+  try {
+    const json = JSON.parse(buf.subarray(start + 6, end < 0 ? buf.length : end).toString()) as {
+      timings?: EngineTimings;
+      usage?: { prompt_tokens?: number; completion_tokens?: number };
+    };
+    if (!json.timings) return undefined;
+    return { type: "engine", at: preciseNow(), timings: json.timings, usage: json.usage };
+  } catch {
+    return undefined;
+  }
 }
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -222,7 +279,35 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
   const limits: ChatLimits = { ...DEFAULT_CHAT_LIMITS, ...o.limits };
 
   app.post("/v1/chat/completions", async (c) => {
+    const receivedAt = preciseNow();
+    // 32 characters after the prefix, like llama-server's own ids (see the streaming rewrite).
+    const commandId = `chatcmpl-${randomUUID().replaceAll("-", "")}` as CommandId;
+    const obs = o.observe?.({ commandId, receivedAt });
+    if (!obs) return handle(c, commandId, undefined);
+    try {
+      return await handle(c, commandId, obs);
+    } catch (e) {
+      const err = e instanceof ServiceError ? e : undefined;
+      obs.event({
+        type: "end",
+        at: preciseNow(),
+        ok: false,
+        status: err ? httpStatusFor(err.code) : 500,
+        code: err?.code ?? "internal",
+        message: err?.message,
+      });
+      throw e;
+    }
+  });
+
+  async function handle(c: Context, commandId: CommandId, obs: ChatObserver | undefined) {
     const body = await parseJson(c, ChatRequestSchema);
+    obs?.event({
+      type: "validated",
+      at: preciseNow(),
+      model: body.model,
+      stream: body.stream === true,
+    });
     const cluster = o.cluster;
     const snap = cluster.snapshot();
     const ready = readiness(snap, body.model, Date.now());
@@ -237,8 +322,13 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       selfPeerKey: cluster.peerKey,
       rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
     })!;
-    // 32 characters after the prefix, like llama-server's own ids (see the streaming rewrite).
-    const commandId = `chatcmpl-${randomUUID().replaceAll("-", "")}` as CommandId;
+    obs?.event({
+      type: "routed",
+      at: preciseNow(),
+      instanceId: target.instance.instance_id,
+      nodeId: target.instance.assignments.find((a) => a.rank === 0)?.node_id,
+      endpoint: target.endpoint,
+    });
     pending.set(commandId, { command_id: commandId, instance_id: target.instance.instance_id });
     const session = cluster.sessionId;
     let taskId: TaskId | undefined;
@@ -281,7 +371,6 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       clearTimeout(totalTimer);
       clearTimeout(idleTimer);
       if (taskId) {
-        o.onTask?.({ taskId, commandId, modelId: body.model, phase: "end", ok });
         cluster
           .command(
             ok
@@ -298,6 +387,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     // synchronously, so starting it at once would put its work ahead of the request.
     let sent!: () => void;
     const onWire = new Promise<void>((r) => (sent = r));
+    if (obs) void onWire.then(() => obs.event({ type: "sent", at: preciseNow() }));
     const upstreamP = postUpstream(`${target.endpoint}/v1/chat/completions`, JSON.stringify(body), {
       signal: upstreamAbort.signal,
       onSent: sent,
@@ -319,7 +409,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       taskId = reply.task_id;
       if (taskId) {
         watch.taskCreated(taskId);
-        o.onTask?.({ taskId, commandId, modelId: body.model, phase: "start" });
+        obs?.event({ type: "task", at: preciseNow(), taskId });
       }
       upstream = await Promise.race([upstreamP, failed]);
     } catch (e) {
@@ -333,6 +423,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       "x-instance-id": target.instance.instance_id,
     };
     const status = upstream.statusCode ?? 502;
+    obs?.event({ type: "headers", at: preciseNow(), status });
     touch();
 
     if (status !== 200 || !body.stream) {
@@ -359,6 +450,12 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
         );
       }
       cleanup(true);
+      if (obs) {
+        const j = json as { timings?: EngineTimings; usage?: { completion_tokens?: number } };
+        const at = preciseNow();
+        if (j.timings) obs.event({ type: "engine", at, timings: j.timings, usage: j.usage });
+        obs.event({ type: "end", at, ok: true, status: 200, code: undefined, message: undefined });
+      }
       return c.json({ ...json, id: commandId }, 200, headers);
     }
 
@@ -407,15 +504,32 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       // The client gets its last bytes before the task bookkeeping runs.
       sink.end();
       cleanup(!err);
+      obs?.event({
+        type: "end",
+        at: preciseNow(),
+        ok: !err,
+        status: 200,
+        code: err?.code,
+        message: err?.message,
+      });
     };
     const broken = (why: string) =>
       new ServiceError("instance_lost", `the engine stream broke ${why}; retry`);
+    let firstChunk = false;
     void watch.failed.then((e) => finish(e));
     upstream.on("data", (chunk: Buffer) => {
       if (finished) return;
       touch();
       const r = relay.push(chunk);
-      if (r.out) sink.write(r.out);
+      if (r.out) {
+        sink.write(r.out);
+        if (obs) {
+          if (!firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
+          const report = engineReport(r.out);
+          if (report) obs.event(report);
+        }
+        firstChunk = true;
+      }
       if (r.error !== undefined) {
         const parsed = safeCode(r.error);
         finish(engineFailure(parsed, r.error, body.model));
@@ -434,7 +548,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       if (!upstream.complete) finish(broken("before it completed"));
     });
     return web ? new Response(web, { status: 200, headers: sseHeaders }) : RESPONSE_ALREADY_SENT;
-  });
+  }
 }
 
 /** The numeric `code` of an engine error event (`{"error":{"code":400,...}}`), 500 when absent. */
