@@ -14,6 +14,7 @@ import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
 import type { EngineInfo } from "@ic/protocol";
 import { createGatewayApp } from "@ic/gateway";
+import type { ChatObserver } from "@ic/gateway";
 import { EventLog, eventRoutes } from "@ic/eventlog";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
 import { clusterCredentials, isLoopback, stagingFor } from "@ic/config";
@@ -228,6 +229,11 @@ export class Node implements AsyncDisposable {
       name,
       log,
     };
+    // Per-request observers of the chat path (tracing, metrics): each returns one or nothing.
+    const chatObservers: ((r: {
+      commandId: string;
+      receivedAt: number;
+    }) => ChatObserver | undefined)[] = [];
     app = createGatewayApp({
       cluster: agent,
       log,
@@ -251,6 +257,7 @@ export class Node implements AsyncDisposable {
             ],
       },
       engineHeaders: (instanceId) => ({ authorization: `Bearer ${creds.engineKey(instanceId)}` }),
+      observeChat: (r) => combineObservers(chatObservers.map((f) => f(r))),
       extensions: [
         (a) => eventRoutes(a, eventLog),
         (a) => storeRoutes(a, storeOpts),
@@ -357,4 +364,12 @@ async function resolveAddress(host: string): Promise<string> {
   } catch (e) {
     throw new Error(`node.host ${host} does not resolve: ${(e as Error).message}`, { cause: e });
   }
+}
+
+/** One observer for several (undefined when none observes: the chat path then skips its events). */
+function combineObservers(list: (ChatObserver | undefined)[]): ChatObserver | undefined {
+  const live = list.filter((x): x is ChatObserver => x !== undefined);
+  if (live.length === 0) return undefined;
+  if (live.length === 1) return live[0];
+  return { event: (e) => live.forEach((o) => o.event(e)) };
 }
