@@ -302,13 +302,10 @@ describe("weights publisher against the hub emulator", () => {
       r.method === "POST" && /^\/api\/models\/[^/]+\/[^/]+\/commit\/main$/.test(r.path);
 
     it("deletes the sidecar repo the job created, so no empty repo is left behind", async () => {
-      // The emulator has no DELETE /api/repos/delete, so the proxy answers it as the hub would.
-      await using proxy = await startHubProxy(fx.hub.url, (r) => {
-        if (failCommit(r)) return { status: 500, json: { error: "injected commit failure" } };
-        if (r.method === "DELETE" && r.path === "/api/repos/delete")
-          return { status: 200, json: {} };
-        return "forward";
-      });
+      // The proxy fails the commit; everything else (the create and the delete) reaches the emulator.
+      await using proxy = await startHubProxy(fx.hub.url, (r) =>
+        failCommit(r) ? { status: 500, json: { error: "injected commit failure" } } : "forward",
+      );
       await using t = await startTestServer(proxy.url, { envToken: TEST_TOKEN });
       const id = await publish(t, REPOS.base, "quant-org/Tiny-MTP-Fail");
       const lines = await readSse(await stream(t, id));
@@ -325,6 +322,8 @@ describe("weights publisher against the hub emulator", () => {
       expect(paths.indexOf("POST /api/repos/create")).toBeLessThan(
         paths.indexOf("DELETE /api/repos/delete"),
       );
+      // And the hub no longer has it.
+      expect(fx.hub.listRepoFiles("quant-org/Tiny-MTP-Fail")).toBeNull();
     });
 
     it("keeps a sidecar repo that existed before the job", async () => {

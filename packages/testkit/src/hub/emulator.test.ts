@@ -209,6 +209,20 @@ describe("hub emulator", () => {
     expect(commit.status).toBe(422);
   });
 
+  it("deletes a repo for its owner (401 without the token, 404 when it is gone)", async () => {
+    const body = JSON.stringify({ name: "doomed", organization: "me", type: "model" });
+    const headers = { ...auth, "Content-Type": "application/json" };
+    await fetch(`${hub.url}/api/repos/create`, { method: "POST", headers, body });
+    expect(hub.listRepoFiles("me/doomed")).toEqual([]);
+    const anon = await fetch(`${hub.url}/api/repos/delete`, { method: "DELETE", body });
+    expect(anon.status).toBe(401);
+    const del = await fetch(`${hub.url}/api/repos/delete`, { method: "DELETE", headers, body });
+    expect(del.status).toBe(200);
+    expect(hub.listRepoFiles("me/doomed")).toBeNull();
+    const again = await fetch(`${hub.url}/api/repos/delete`, { method: "DELETE", headers, body });
+    expect(again.status).toBe(404);
+  });
+
   it("holds matching requests until released", async () => {
     const hold = hub.hold((r) => r.path.includes("config.json"));
     let done = false;

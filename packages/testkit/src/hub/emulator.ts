@@ -386,6 +386,19 @@ export async function startHubEmulator(options: HubEmulatorOptions = {}): Promis
     return c.json({ url: `${baseUrl}/${id}`, name: id, id });
   });
 
+  // The hub's repo deletion (what @huggingface/hub's deleteRepo sends): owner-authenticated.
+  app.delete("/api/repos/delete", async (c) => {
+    if (authOf(c) !== "ok") return errorJson(c, 401, "Invalid credentials in Authorization header");
+    const body = CreateRepoSchema.safeParse(await c.req.json().catch(() => null));
+    if (!body.success)
+      return errorJson(c, 400, `invalid body: ${body.error.issues[0]?.message ?? "?"}`);
+    if ((body.data.type ?? "model") !== "model")
+      return errorJson(c, 400, "the emulator only hosts model repos");
+    const id = `${body.data.organization ?? user}/${body.data.name}`;
+    if (!store.deleteRepo(id)) return errorJson(c, 404, `Repository ${id} not found`);
+    return c.json({});
+  });
+
   app.post("/api/models/:owner/:name/preupload/:rev", async (c) => {
     const repo = writableRepo(c, `${c.req.param("owner")}/${c.req.param("name")}`);
     if (repo instanceof Response) return repo;

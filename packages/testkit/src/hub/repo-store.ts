@@ -175,6 +175,11 @@ export class RepoStore {
     return repo;
   }
 
+  /** Removes a repo (its objects stay: other repos may share them, as on the hub). */
+  deleteRepo(id: string): boolean {
+    return this.repos.delete(id.toLowerCase());
+  }
+
   get(id: string): StoredRepo | undefined {
     return this.repos.get(id.toLowerCase());
   }
