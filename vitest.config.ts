@@ -8,7 +8,7 @@ export default defineConfig({
         test: {
           name: "unit",
           include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts"],
-          exclude: ["**/*.integration.test.ts", "**/node_modules/**"],
+          exclude: ["**/*.integration.test.ts", "**/*.chaos.test.ts", "**/node_modules/**"],
           testTimeout: 20_000,
         },
       },

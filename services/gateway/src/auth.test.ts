@@ -71,6 +71,10 @@ describe("scopeFor: which scope each endpoint needs", () => {
     ["POST", "/admin/restart", "admin"],
     ["POST", "/store/purge-staging", "admin"],
     ["GET", "/v1/ping", null],
+    ["HEAD", "/v1/ping", null],
+    // Only GET is public: any other method on the ping path is an /v1/ request like the rest.
+    ["OPTIONS", "/v1/ping", "inference"],
+    ["POST", "/v1/ping", "inference"],
   ])("%s %s -> %s", (method, path, scope) => {
     expect(scopeFor(method, path)).toBe(scope);
   });
@@ -152,6 +156,16 @@ describe("auth middleware details", () => {
     expect((await call("GET", "/state", bearer(APP))).status).toBe(403);
     expect((await call("GET", "/state", bearer(READER))).status).toBe(200);
     expect((await call("GET", "/v1/ping")).status).toBe(200);
+  });
+
+  it("only GET /v1/ping is public: other methods on it need a token like any /v1/ request", async () => {
+    for (const method of ["OPTIONS", "POST", "DELETE"]) {
+      const r = await call(method, "/v1/ping", json);
+      expect(r.status).toBe(401);
+      expect(await code(r)).toBe("unauthorized");
+    }
+    // The router decodes the path; so does the scope check.
+    expect((await call("OPTIONS", "/v1/%70ing", json)).status).toBe(401);
   });
 
   it("the opaque origin `null` (sandboxed pages, file://) is refused for mutations", async () => {

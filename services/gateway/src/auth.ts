@@ -20,10 +20,10 @@ export interface AuthOptions {
 const PUBLIC = new Set(["/v1/ping"]);
 const READ_V1 = /^\/v1\/(tracing|traces|diagnostics)(\/|$)/;
 
-/** The scope a request needs; null for the public liveness ping. */
+/** The scope a request needs; null for the public liveness ping (GET only, as documented). */
 export function scopeFor(method: string, path: string): ApiScope | null {
-  if (PUBLIC.has(path)) return null;
   const reading = method === "GET" || method === "HEAD";
+  if (reading && PUBLIC.has(path)) return null;
   if (path.startsWith("/v1/") && !READ_V1.test(path)) return "inference";
   return reading ? "read" : "admin";
 }

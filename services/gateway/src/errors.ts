@@ -15,16 +15,71 @@ export function validationError(error: z.ZodError, what: string): ServiceError {
   return new ServiceError("invalid_request", msg, { details: { issues } });
 }
 
-/** Parses a JSON body with a schema at the edge; malformed JSON and schema violations are 400s. */
+/**
+ * JSON bodies nested deeper than this (objects and arrays alike) are refused at the edge: past it, a
+ * pass-through field re-serialized for the engine (JSON.stringify recurses) would overflow the stack.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * Whether a JSON text nests objects and arrays deeper than `limit`, scanning its bytes outside strings
+ * (UTF-8 continuation bytes are never ASCII, so a byte scan is exact). For valid JSON this is its depth;
+ * for invalid JSON the scan agrees with any parser up to the parser's first syntax error.
+ */
+export function nestedDeeperThan(bytes: Uint8Array, limit: number): boolean {
+  let depth = 0;
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i]!;
+    if (b === 0x22) {
+      i = closingQuote(bytes, i + 1);
+      if (i < 0) return false; // an unterminated string: JSON.parse refuses it
+    } else if (b === 0x5b || b === 0x7b) {
+      if (++depth > limit) return true;
+    } else if (b === 0x5d || b === 0x7d) depth--;
+  }
+  return false;
+}
+
+/** Index of the quote that closes a string whose content starts at `from`; -1 if none. */
+function closingQuote(bytes: Uint8Array, from: number): number {
+  for (let q = bytes.indexOf(0x22, from); q >= 0; q = bytes.indexOf(0x22, q + 1)) {
+    // Escapes pair up from the start of a backslash run: an odd run escapes the quote.
+    let run = 0;
+    while (q - run - 1 >= from && bytes[q - run - 1] === 0x5c) run++;
+    if (run % 2 === 0) return q;
+  }
+  return -1;
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * Parses a JSON body with a schema at the edge; invalid UTF-8, malformed JSON, nesting deeper than
+ * MAX_JSON_DEPTH and schema violations are 400s.
+ */
 export async function parseJson<S extends z.ZodType>(
   c: Context,
   schema: S,
   what = "request body",
 ): Promise<z.output<S>> {
   const bytes = await readBody(c);
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    throw new ServiceError("invalid_request", `${what} must be UTF-8 encoded JSON`);
+  }
+  // Before JSON.parse, so nothing downstream ever holds a value deeper than the limit.
+  if (nestedDeeperThan(bytes, MAX_JSON_DEPTH)) {
+    throw new ServiceError(
+      "invalid_request",
+      `${what} is nested deeper than ${MAX_JSON_DEPTH} levels of objects and arrays`,
+      { details: { max_depth: MAX_JSON_DEPTH } },
+    );
+  }
   let raw: unknown;
   try {
-    raw = JSON.parse(bytes.toString("utf8"));
+    raw = JSON.parse(text);
   } catch {
     throw new ServiceError("invalid_request", `${what} must be valid JSON`);
   }

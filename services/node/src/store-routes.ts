@@ -13,9 +13,10 @@ import type { StagingSettings } from "@ic/store";
 import type { StoreStager } from "./store-stager.ts";
 
 export interface StoreRouteOptions {
-  readonly bus: Bus;
+  /** The purge broadcast's two ends (a loopback bus in tests). */
+  readonly bus: Pick<Bus, "respond" | "requestMany">;
   readonly cluster: ClusterView;
-  readonly stager: StoreStager;
+  readonly stager: Pick<StoreStager, "staging">;
   readonly eventLog: EventLog;
   readonly nodeCachePath: string;
   readonly settings: StagingSettings;

@@ -1,5 +1,6 @@
 // The store host's HTTP API through app.request(): model list, exact manifests, Range answers and the
 // error envelope, plus the guarantees that only manifest files are served and changed files are refused.
+import { Hono } from "hono";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
@@ -72,6 +73,23 @@ describe("store host HTTP API", () => {
   it("serves nested files", async () => {
     const res = await get("/store/models/acme/tiny/files/sub/mmproj.gguf");
     expect(await res.text()).toBe("vision");
+  });
+
+  it("serves a file whatever equivalent percent-encoding names the model (was a 404)", async () => {
+    for (const path of [
+      "/store/models/%61cme/tiny/files/model.gguf",
+      "/store/models/acme/%74%69%6e%79/files/model.gguf",
+      "/store/models/%61%63%6D%65/tiny/files/sub/%6Dmproj.gguf",
+    ]) {
+      const res = await get(path);
+      expect(res.status, path).toBe(200);
+      expect(res.headers.get("x-content-sha256")).toMatch(/^[0-9a-f]{64}$/);
+    }
+    // Mounted under a prefix, the file path still starts after .../files/.
+    const outer = new Hono();
+    outer.route("/node", host.app);
+    const res = await outer.request("/node/store/models/%61cme/tiny/files/model.gguf");
+    expect(Buffer.from(await res.arrayBuffer())).toEqual(weights);
   });
 
   it("answers a range with 206 and exactly those bytes", async () => {

@@ -12,6 +12,7 @@ import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
 import type { AddressInfo } from "node:net";
 import { Hono } from "hono";
+import { routePath } from "hono/route";
 import { serve, type ServerType } from "@hono/node-server";
 import type { Logger } from "@ic/log";
 import {
@@ -473,12 +474,14 @@ export class StoreHost implements AsyncDisposable {
 
     app.on(["GET", "HEAD"], "/store/models/:org/:name/files/*", async (c) => {
       const manifest = this.requireManifest(c.req.param("org"), c.req.param("name"));
-      const prefix = `/store/models/${encodeURIComponent(c.req.param("org"))}/${encodeURIComponent(c.req.param("name"))}/files/`;
-      const rawPath = new URL(c.req.url).pathname;
-      const rest = rawPath.startsWith(prefix) ? rawPath.slice(prefix.length) : "";
+      // The raw segments after .../{org}/{name}/files/, taken by position (org and name may be
+      // spelled in any equivalent percent-encoding) and decoded one by one; only a path the
+      // manifest names is served.
+      const skip = routePath(c).split("/").length - 1;
+      const rest = new URL(c.req.url).pathname.split("/").slice(skip);
       let relPath: string;
       try {
-        relPath = rest.split("/").map(decodeURIComponent).join("/");
+        relPath = rest.map(decodeURIComponent).join("/");
       } catch {
         throw new ServiceError("invalid_request", "malformed file path");
       }
