@@ -1,5 +1,6 @@
 // The replicated state machine: apply(state, event) -> state, pure and total over ordered events.
 // Every node folds the master's indexed events through this one function, so replicas agree.
+import { own } from "./own.ts";
 import { emptyState, runnerKey } from "@ic/protocol";
 import type { ControlState, IndexedEvent } from "@ic/protocol";
 
@@ -42,7 +43,7 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
     for (const m of e.models) s.models[m.model_id] = m;
     for (const i of e.instances) s.instances[i.instance_id] = i;
     for (const r of e.runners) {
-      if (s.instances[r.instance_id]) s.runners[runnerKey(r.instance_id, r.rank)] = r;
+      if (own(s.instances, r.instance_id)) s.runners[runnerKey(r.instance_id, r.rank)] = r;
     }
     for (const d of e.deployments) s.deployments[d.deployment_id] = d;
     return s;

@@ -152,6 +152,12 @@ const rows: Row[] = [
     ctx: { reports: [report("b")] },
     error: "info_pending",
   },
+  // Ids that name Object.prototype members are unknown ids, not existing records.
+  ...["constructor", "__proto__", "toString"].map((id) => ({
+    name: `refuses to delete "${id}" (an Object.prototype member, not an instance)`,
+    cmd: { type: "DeleteInstance" as const, instance_id: id as InstanceId },
+    error: "not_found" as const,
+  })),
   // DeleteInstance
   {
     name: "deletes an instance with its deployment, failing its tasks first",

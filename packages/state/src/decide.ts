@@ -1,6 +1,7 @@
 // The sequencer's rule: decide(state, command, ctx) -> the events to emit, or the typed refusal.
 // Pure (sender, heartbeats, time and ids come from the caller), so the master is only its I/O shell.
 import { runnerKey, ServiceError } from "@ic/protocol";
+import { own } from "./own.ts";
 import type { Command, ControlEvent, ControlState, NodeId, TaskId } from "@ic/protocol";
 import { checkInstance, refusalError } from "@ic/placement";
 import type { MemoryModel, NodeReport } from "@ic/placement";
@@ -41,13 +42,13 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
   switch (cmd.type) {
     case "PlaceInstance": {
       for (const a of cmd.instance.assignments) {
-        if (!s.members[a.node_id]) {
+        if (!own(s.members, a.node_id)) {
           return refuse(
             new ServiceError("conflict", `node ${a.node_id} is not a member of this session`),
           );
         }
       }
-      const model = s.models[cmd.instance.model_id];
+      const model = own(s.models, cmd.instance.model_id);
       if (!model) {
         return refuse(
           new ServiceError("model_not_found", `model ${cmd.instance.model_id} is not registered`),
@@ -90,7 +91,7 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
           deployment_id: d.deployment_id,
           reason: `instance ${cmd.instance_id} deleted by request`,
         }));
-      if (!s.instances[cmd.instance_id]) {
+      if (!own(s.instances, cmd.instance_id)) {
         if (events.length > 0) return accept(events);
         return refuse(new ServiceError("not_found", `no instance ${cmd.instance_id}`));
       }
@@ -107,13 +108,13 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       return accept(events);
     }
     case "RegisterModel": {
-      const prev = s.models[cmd.model.model_id];
+      const prev = own(s.models, cmd.model.model_id);
       if (prev && JSON.stringify(prev) === JSON.stringify(cmd.model)) return accept();
       return accept([{ type: "ModelRegistered", model: cmd.model }]);
     }
     case "ReportRunner": {
       const r = cmd.runner;
-      if (!s.instances[r.instance_id]) return accept();
+      if (!own(s.instances, r.instance_id)) return accept();
       // A report that changes nothing a reader sees is not sequenced (workers repeat them).
       const prev = s.runners[runnerKey(r.instance_id, r.rank)];
       if (
@@ -132,7 +133,7 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       ]);
     }
     case "CreateTask": {
-      if (!s.instances[cmd.instance_id]) {
+      if (!own(s.instances, cmd.instance_id)) {
         return refuse(new ServiceError("instance_lost", `instance ${cmd.instance_id} is gone`));
       }
       const task_id = ctx.newId("task") as TaskId;
@@ -154,10 +155,12 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       );
     }
     case "FinishTask":
-      return accept(s.tasks[cmd.task_id] ? [{ type: "TaskFinished", task_id: cmd.task_id }] : []);
+      return accept(
+        own(s.tasks, cmd.task_id) ? [{ type: "TaskFinished", task_id: cmd.task_id }] : [],
+      );
     case "FailTask":
       return accept(
-        s.tasks[cmd.task_id]
+        own(s.tasks, cmd.task_id)
           ? [{ type: "TaskFailed", task_id: cmd.task_id, reason: cmd.reason }]
           : [],
       );
