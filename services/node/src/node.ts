@@ -4,7 +4,7 @@ import { randomUUID } from "node:crypto";
 import { lookup } from "node:dns/promises";
 import { basename, dirname } from "node:path";
 import type { Server } from "node:http";
-import { serve } from "@hono/node-server";
+import { createServer } from "node:http";
 import type { Hono } from "hono";
 import { Bus, NatsServer } from "@ic/bus";
 import type { Config } from "@ic/config";
@@ -23,6 +23,7 @@ import { StoreStager } from "./store-stager.ts";
 import { servePurge, storeRoutes } from "./store-routes.ts";
 import { SecurityHealth } from "./security-health.ts";
 import { LoopMonitor } from "./loop-monitor.ts";
+import { apiListener } from "./api-listener.ts";
 
 export interface NodeOptions {
   readonly config: Config;
@@ -128,23 +129,11 @@ export class Node implements AsyncDisposable {
 
     // 4. HTTP API. It listens first (so heartbeats can advertise its port); requests get 503 until the app is wired.
     let app: Hono | undefined;
+    const listener = apiListener(() => app, log);
     const server = await new Promise<Server>((resolve, reject) => {
-      const s = serve(
-        {
-          // The Node request/response pair (env) goes along: streaming responses write to it directly.
-          fetch: (req, env) =>
-            app
-              ? app.fetch(req, env)
-              : Response.json(
-                  { error: { code: "unavailable", message: "node starting" } },
-                  { status: 503 },
-                ),
-          port: cfg.node.api_port,
-          hostname: cfg.node.bind,
-        },
-        () => resolve(s as Server),
-      );
-      (s as Server).once("error", reject);
+      const s = createServer(listener);
+      s.once("error", reject);
+      s.listen(cfg.node.api_port, cfg.node.bind, () => resolve(s));
     });
     const addr = server.address();
     this.apiPort = typeof addr === "object" && addr ? addr.port : cfg.node.api_port;
