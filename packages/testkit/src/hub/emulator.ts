@@ -369,33 +369,38 @@ export async function startHubEmulator(options: HubEmulatorOptions = {}): Promis
   app.get("/api/models/:owner/:name/tree/:rev", treeHandler);
   app.get("/api/models/:owner/:name/tree/:rev/:path{.+}", treeHandler);
 
-  app.post("/api/repos/create", async (c) => {
-    if (authOf(c) !== "ok") return errorJson(c, 401, "Invalid credentials in Authorization header");
+  /** The repo a create or delete request names, or the error answer (auth, body, name). */
+  const repoRequest = async (c: Context) => {
+    if (authOf(c) !== "ok")
+      return { answer: errorJson(c, 401, "Invalid credentials in Authorization header") };
     const body = CreateRepoSchema.safeParse(await c.req.json().catch(() => null));
     if (!body.success)
-      return errorJson(c, 400, `invalid body: ${body.error.issues[0]?.message ?? "?"}`);
+      return {
+        answer: errorJson(c, 400, `invalid body: ${body.error.issues[0]?.message ?? "?"}`),
+      };
     if ((body.data.type ?? "model") !== "model")
-      return errorJson(c, 400, "the emulator only hosts model repos");
+      return { answer: errorJson(c, 400, "the emulator only hosts model repos") };
     const owner = body.data.organization ?? user;
     if (!REPO_SEGMENT.test(owner) || !REPO_SEGMENT.test(body.data.name))
-      return errorJson(c, 400, "invalid repo name");
-    const id = `${owner}/${body.data.name}`;
+      return { answer: errorJson(c, 400, "invalid repo name") };
+    return { id: `${owner}/${body.data.name}`, body: body.data };
+  };
+
+  app.post("/api/repos/create", async (c) => {
+    const r = await repoRequest(c);
+    if (r.answer) return r.answer;
+    const { id, body } = r;
     if (store.get(id))
       return c.json({ error: "You already created this model repo", url: `${baseUrl}/${id}` }, 409);
-    store.createRepo(id, body.data.private ?? body.data.visibility === "private");
+    store.createRepo(id, body.private ?? body.visibility === "private");
     return c.json({ url: `${baseUrl}/${id}`, name: id, id });
   });
 
   // The hub's repo deletion (what @huggingface/hub's deleteRepo sends): owner-authenticated.
   app.delete("/api/repos/delete", async (c) => {
-    if (authOf(c) !== "ok") return errorJson(c, 401, "Invalid credentials in Authorization header");
-    const body = CreateRepoSchema.safeParse(await c.req.json().catch(() => null));
-    if (!body.success)
-      return errorJson(c, 400, `invalid body: ${body.error.issues[0]?.message ?? "?"}`);
-    if ((body.data.type ?? "model") !== "model")
-      return errorJson(c, 400, "the emulator only hosts model repos");
-    const id = `${body.data.organization ?? user}/${body.data.name}`;
-    if (!store.deleteRepo(id)) return errorJson(c, 404, `Repository ${id} not found`);
+    const r = await repoRequest(c);
+    if (r.answer) return r.answer;
+    if (!store.deleteRepo(r.id)) return errorJson(c, 404, `Repository ${r.id} not found`);
     return c.json({});
   });
 
