@@ -6,3 +6,5 @@ export * from "./telemetry.ts";
 export * from "./subjects.ts";
 export * from "./store.ts";
 export * from "./state-document.ts";
+export * from "./observability.ts";
+export type * from "./chat-events.ts";

@@ -19,7 +19,8 @@ import { nodeIdFor } from "@ic/state";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "../app.ts";
 import type { ClusterView } from "../ports.ts";
-import type { ChatEvent, ChatLimits, ChatObserver } from "./chat.ts";
+import type { ChatEvent, ChatObserver } from "@ic/protocol";
+import type { ChatLimits } from "./chat.ts";
 
 const S = "s-chat" as SessionId;
 const MODEL = "org/tiny" as ModelId;

@@ -13,7 +13,16 @@ import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Context, Hono } from "hono";
 import { z } from "zod";
 import { errorBody, httpStatusFor, ServiceError } from "@ic/protocol";
-import type { CommandId, ErrorCode, Instance, ModelRecord, SessionId, TaskId } from "@ic/protocol";
+import type {
+  ChatEvent,
+  ChatObserver,
+  CommandId,
+  EngineTimings,
+  Instance,
+  ModelRecord,
+  SessionId,
+  TaskId,
+} from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { parseJson } from "../errors.ts";
 import { nodePair, watchClient } from "../node-http.ts";
@@ -88,45 +97,6 @@ export interface ChatOptions {
   readonly observe?: (r: { commandId: CommandId; receivedAt: number }) => ChatObserver | undefined;
   /** Extra headers for an instance's engine: its API key (only gateways may talk to engines). */
   readonly engineHeaders?: (instanceId: string) => Record<string, string>;
-}
-
-/** llama-server's `timings` of one completion (ms and token counts). */
-export interface EngineTimings {
-  readonly cache_n?: number;
-  readonly prompt_n?: number;
-  readonly prompt_ms?: number;
-  readonly predicted_n?: number;
-  readonly predicted_ms?: number;
-  readonly draft_n?: number;
-  readonly draft_n_accepted?: number;
-}
-
-/** One chat request's life, in order. `at` is a wall-clock time in ms with sub-ms precision. */
-export type ChatEvent =
-  | { type: "validated"; at: number; model: string; stream: boolean }
-  | { type: "routed"; at: number; instanceId: string; nodeId: string | undefined; endpoint: string }
-  /** The request reached the engine's socket (connect done). */
-  | { type: "sent"; at: number }
-  | { type: "task"; at: number; taskId: TaskId }
-  | { type: "headers"; at: number; status: number }
-  | { type: "first_chunk"; at: number }
-  | {
-      type: "engine";
-      at: number;
-      timings: EngineTimings;
-      usage: { prompt_tokens?: number; completion_tokens?: number } | undefined;
-    }
-  | {
-      type: "end";
-      at: number;
-      ok: boolean;
-      status: number;
-      code: ErrorCode | undefined;
-      message: string | undefined;
-    };
-
-export interface ChatObserver {
-  event(e: ChatEvent): void;
 }
 
 /** Wall-clock ms with sub-ms precision (Chrome traces want microseconds). */
