@@ -67,6 +67,18 @@ node_overrides:
     expect(c.engine.server_bin).toBe("/opt/ls");
   });
 
+  it("takes the log level from LOG_LEVEL over logging.level, and names LOG_LEVEL when it is wrong", () => {
+    expect(loadConfig({ env: { LOG_LEVEL: "debug" } }).logging.level).toBe("debug");
+    expect(
+      loadConfig({ overrides: { logging: { level: "warn" } }, env: { LOG_LEVEL: "TRACE" } }).logging
+        .level,
+    ).toBe("trace");
+    expect(loadConfig({ overrides: { logging: { level: "warn" } }, env: {} }).logging.level).toBe(
+      "warn",
+    );
+    expect(() => loadConfig({ env: { LOG_LEVEL: "loud" } })).toThrowError(/LOG_LEVEL.*"loud"/);
+  });
+
   it("rejects a non-numeric warmup deadline naming the variable", () => {
     expect(() => loadConfig({ env: { SERVICE_WARMUP_DEADLINE_SECONDS: "soon" } })).toThrowError(
       /SERVICE_WARMUP_DEADLINE_SECONDS/,

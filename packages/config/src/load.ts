@@ -59,6 +59,10 @@ function deepFreeze<T>(o: T): T {
   return o;
 }
 
+const LOG_LEVELS: readonly string[] = ConfigSchema.shape.logging
+  .unwrap()
+  .shape.level.unwrap().options;
+
 function envOverrides(env: NodeJS.ProcessEnv): ConfigInput {
   const out: Record<string, Record<string, unknown>> = {};
   const warm = env.SERVICE_WARMUP_DEADLINE_SECONDS;
@@ -75,6 +79,14 @@ function envOverrides(env: NodeJS.ProcessEnv): ConfigInput {
     out.engine = { ...out.engine, server_bin: env.SERVICE_ENGINE_SERVER_BIN };
   }
   if (env.NATS_SERVER_BIN) out.bus = { server_bin: env.NATS_SERVER_BIN };
+  const level = env.LOG_LEVEL?.trim().toLowerCase();
+  if (level) {
+    if (!LOG_LEVELS.includes(level))
+      throw new ConfigError(
+        `LOG_LEVEL: expected one of ${LOG_LEVELS.join(", ")}, got "${env.LOG_LEVEL}"`,
+      );
+    out.logging = { level };
+  }
   if (env.SERVICE_CLUSTER_SECRET) out.cluster = { secret: env.SERVICE_CLUSTER_SECRET };
   return out as ConfigInput;
 }

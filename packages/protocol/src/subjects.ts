@@ -11,6 +11,7 @@ import {
 import { HeartbeatSchema } from "./telemetry.ts";
 import { ModelIdSchema } from "./ids.ts";
 import { WireErrorSchema } from "./errors.ts";
+import { RunnerLogReplySchema, RunnerLogRequestSchema } from "./observability.ts";
 
 export const PurgeRequestSchema = z.object({ model_id: ModelIdSchema.optional() });
 export const PurgeReplySchema = z.object({
@@ -63,6 +64,8 @@ export const CATALOG = {
   storePurge: req("ic.store.purge", PurgeRequestSchema, PurgeReplySchema),
   /** Per node (suffix: peer key): read a local GET endpoint for cluster-wide views. */
   nodeRead: req("ic.node.read", FanoutRequestSchema, FanoutReplySchema),
+  /** Per node (suffix: peer key): the tail of one of its runners' log files. */
+  runnerLog: req("ic.node.runner_log", RunnerLogRequestSchema, RunnerLogReplySchema),
 } as const;
 
 export type Catalog = typeof CATALOG;

@@ -1,6 +1,12 @@
 // Front door of the worker service: telemetry, link probing, runner supervision and the model registry.
-export { TelemetryCollector } from "./telemetry.ts";
-export type { TelemetryOptions } from "./telemetry.ts";
+export { TELEMETRY_KINDS, TelemetryCollector, TelemetryQueue } from "./telemetry.ts";
+export type {
+  TelemetryKind,
+  TelemetryOptions,
+  TelemetryQueueOptions,
+  TelemetryReading,
+  TelemetrySamples,
+} from "./telemetry.ts";
 export { LinkProber } from "./links.ts";
 export type { LinkTarget } from "./links.ts";
 export { RunnerSupervisor, nextRunnerAction } from "./runner.ts";

@@ -1,0 +1,526 @@
+// GET /metrics: this node in the Prometheus text format (prom-client). Node gauges (memory, GPUs,
+// disk, runners by state, staging bytes, event-log mode, the telemetry queue), chat request counters
+// and histograms by model and status (fed by a ChatObserver), on the master the cluster gauges, and
+// every local llama-server's own /metrics re-exported with model, instance and rank labels.
+// Label values are bounded: a chat request for a model the cluster does not know is labelled
+// `unknown`, so clients cannot grow the series without bound.
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { ChatEvent, ChatObserver, EngineTimings } from "@ic/protocol";
+import type { ClusterView } from "@ic/gateway";
+import type { Logger } from "@ic/log";
+import { RUNNER_STATES } from "@ic/protocol";
+import type { RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/protocol";
+import { mergeFamilies, parseExposition, renderFamilies } from "./prom-text.ts";
+import type { PromFamily } from "./prom-text.ts";
+
+/** A runner of this node, as the worker reports it. */
+export interface LocalRunnerView {
+  readonly instance_id: string;
+  readonly rank: number;
+  readonly state: RunnerState;
+  readonly endpoint?: string;
+}
+
+export interface MetricsSources {
+  readonly name: string;
+  readonly peerKey: string;
+  readonly cluster: ClusterView;
+  readonly log: Logger;
+  readonly telemetry: () => Telemetry | null;
+  readonly telemetryDiagnostics: () => TelemetryDiagnostics;
+  readonly runners: () => readonly LocalRunnerView[];
+  /** Staged copies on this node (bytes, count). */
+  readonly staging: () => Promise<{ bytes: number; models: number }>;
+  readonly eventLog: () => { mode: "normal" | "counting-only"; bytes: number };
+  /** Headers for an instance's llama-server (its API key). */
+  readonly engineHeaders: (instanceId: string) => Record<string, string>;
+  /** How long one engine scrape may take (default 2 s). */
+  readonly scrapeTimeoutMs?: number;
+}
+
+const SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+const TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
+const TELEMETRY_OUTCOMES = [
+  "offered",
+  "admitted",
+  "rejected",
+  "coalesced",
+  "dropped",
+  "published",
+] as const;
+
+export class NodeMetrics {
+  private readonly node = new Registry();
+  private readonly master = new Registry();
+  private readonly requests: Counter<"model" | "status" | "code">;
+  private readonly duration: Histogram<"model" | "status">;
+  private readonly ttft: Histogram<"model">;
+  private readonly promptTokens: Counter<"model">;
+  private readonly completionTokens: Counter<"model">;
+  private readonly completionPerRequest: Histogram<"model">;
+  private readonly generationSpeed: Histogram<"model">;
+  private readonly inFlight: Gauge;
+  private scraping: Promise<string> | undefined;
+
+  constructor(private readonly o: MetricsSources) {
+    const node = this.node;
+    node.setDefaultLabels({ node: o.name });
+    collectDefaultMetrics({ register: node });
+    this.requests = new Counter({
+      name: "ic_chat_requests_total",
+      help: "Chat completion requests this node answered, by model, HTTP status and error code (ok when none).",
+      labelNames: ["model", "status", "code"],
+      registers: [node],
+    });
+    this.duration = new Histogram({
+      name: "ic_chat_request_duration_seconds",
+      help: "Chat completion requests from arrival to their last byte.",
+      labelNames: ["model", "status"],
+      buckets: SECONDS,
+      registers: [node],
+    });
+    this.ttft = new Histogram({
+      name: "ic_chat_time_to_first_token_seconds",
+      help: "Arrival to the first token: the first chunk of a stream; for a non-streaming request, reaching the engine plus its prompt time.",
+      labelNames: ["model"],
+      buckets: SECONDS,
+      registers: [node],
+    });
+    this.promptTokens = new Counter({
+      name: "ic_chat_prompt_tokens_total",
+      help: "Prompt tokens of answered chat requests (the engine's count).",
+      labelNames: ["model"],
+      registers: [node],
+    });
+    this.completionTokens = new Counter({
+      name: "ic_chat_completion_tokens_total",
+      help: "Generated tokens of answered chat requests (the engine's count).",
+      labelNames: ["model"],
+      registers: [node],
+    });
+    this.completionPerRequest = new Histogram({
+      name: "ic_chat_completion_tokens",
+      help: "Generated tokens per answered chat request.",
+      labelNames: ["model"],
+      buckets: TOKENS,
+      registers: [node],
+    });
+    this.generationSpeed = new Histogram({
+      name: "ic_chat_generation_tokens_per_second",
+      help: "Decode speed of answered chat requests (the engine's timings).",
+      labelNames: ["model"],
+      buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000],
+      registers: [node],
+    });
+    this.inFlight = new Gauge({
+      name: "ic_chat_requests_in_flight",
+      help: "Chat completion requests this node is answering now.",
+      registers: [node],
+    });
+    this.nodeGauges();
+    this.clusterGauges();
+  }
+
+  readonly contentType = Registry.PROMETHEUS_CONTENT_TYPE;
+
+  /** The per-request observer for the chat path (chatObservers in node.ts). */
+  observe(r: { commandId: string; receivedAt: number }): ChatObserver {
+    this.inFlight.inc();
+    let model = "none";
+    let sentAt: number | undefined;
+    let firstChunkAt: number | undefined;
+    let engine: Extract<ChatEvent, { type: "engine" }> | undefined;
+    let ended = false;
+    return {
+      event: (e) => {
+        switch (e.type) {
+          case "validated":
+            model = this.knownModel(e.model) ? e.model : "unknown";
+            break;
+          case "sent":
+            sentAt = e.at;
+            break;
+          case "first_chunk":
+            firstChunkAt = e.at;
+            break;
+          case "engine":
+            engine = e;
+            break;
+          case "end": {
+            if (ended) return;
+            ended = true;
+            this.inFlight.dec();
+            const status = String(e.status);
+            this.requests.inc({ model, status, code: e.code ?? "ok" });
+            this.duration.observe({ model, status }, Math.max(0, e.at - r.receivedAt) / 1000);
+            if (!e.ok) return;
+            const t = engine?.timings;
+            const ttftMs =
+              firstChunkAt !== undefined
+                ? firstChunkAt - r.receivedAt
+                : sentAt !== undefined && t?.prompt_ms !== undefined
+                  ? sentAt - r.receivedAt + t.prompt_ms
+                  : undefined;
+            if (ttftMs !== undefined) this.ttft.observe({ model }, Math.max(0, ttftMs) / 1000);
+            this.tokens(model, t, engine?.usage);
+            break;
+          }
+          default:
+            break;
+        }
+      },
+    };
+  }
+
+  private tokens(
+    model: string,
+    t: EngineTimings | undefined,
+    usage: { prompt_tokens?: number; completion_tokens?: number } | undefined,
+  ): void {
+    const prompt = usage?.prompt_tokens ?? t?.prompt_n;
+    const completion = usage?.completion_tokens ?? t?.predicted_n;
+    if (prompt !== undefined && prompt >= 0) this.promptTokens.inc({ model }, prompt);
+    if (completion !== undefined && completion >= 0) {
+      this.completionTokens.inc({ model }, completion);
+      this.completionPerRequest.observe({ model }, completion);
+    }
+    if (t?.predicted_n && t.predicted_ms && t.predicted_ms > 0)
+      this.generationSpeed.observe({ model }, (t.predicted_n * 1000) / t.predicted_ms);
+  }
+
+  private knownModel(model: string): boolean {
+    const s = this.o.cluster.snapshot();
+    return (
+      s.models[model] !== undefined ||
+      Object.values(s.instances).some((i) => i.model_id === model) ||
+      Object.values(s.deployments).some((d) => d.model_id === model)
+    );
+  }
+
+  /** The whole exposition: node, cluster (on the master) and the local engines'. */
+  async render(): Promise<string> {
+    const [own, cluster, engines] = await Promise.all([
+      this.node.metrics(),
+      this.o.cluster.isMaster ? this.master.metrics() : Promise.resolve(""),
+      this.scrapeRunners(),
+    ]);
+    return own + cluster + engines;
+  }
+
+  // ---- node ----
+
+  private nodeGauges(): void {
+    const o = this.o;
+    const registers = [this.node];
+    const telemetryOf = o.telemetry;
+    new Gauge({
+      name: "ic_node_info",
+      help: "This node (value 1): its peer key and whether it is the master.",
+      labelNames: ["peer_key", "is_master"],
+      registers,
+      collect() {
+        this.reset();
+        this.set({ peer_key: o.peerKey, is_master: String(o.cluster.isMaster) }, 1);
+      },
+    });
+    const fromTelemetry = (name: string, help: string, read: (t: Telemetry) => number | null) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.reset();
+          const t = telemetryOf();
+          const v = t ? read(t) : null;
+          if (v !== null) this.set(v);
+        },
+      });
+    fromTelemetry(
+      "ic_node_memory_total_bytes",
+      "Memory this node offers to placement (RAM, or VRAM where the engine serves on GPU).",
+      (t) => t.memory_total_bytes,
+    );
+    fromTelemetry(
+      "ic_node_memory_free_bytes",
+      "Memory available to a new runner.",
+      (t) => t.memory_free_bytes,
+    );
+    fromTelemetry(
+      "ic_node_disk_free_bytes",
+      "Free space on the models volume.",
+      (t) => t.disk_free_bytes,
+    );
+    fromTelemetry("ic_node_gpus", "GPUs this node sees.", (t) => t.gpus.length);
+    const gpuGauge = (name: string, help: string, pick: "vram_total_bytes" | "vram_free_bytes") =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ["gpu", "vendor", "gpu_model"],
+        registers,
+        collect() {
+          this.reset();
+          const t = telemetryOf();
+          t?.gpus.forEach((g, i) => {
+            const v = g[pick];
+            if (v !== null) this.set({ gpu: String(i), vendor: g.vendor, gpu_model: g.model }, v);
+          });
+        },
+      });
+    gpuGauge("ic_node_gpu_memory_total_bytes", "VRAM of each GPU.", "vram_total_bytes");
+    gpuGauge("ic_node_gpu_memory_free_bytes", "Free VRAM of each GPU.", "vram_free_bytes");
+    new Gauge({
+      name: "ic_node_runners",
+      help: "Runners on this node by state.",
+      labelNames: ["state"],
+      registers,
+      collect() {
+        this.reset();
+        const runners = o.runners();
+        for (const state of RUNNER_STATES)
+          this.set({ state }, runners.filter((r) => r.state === state).length);
+      },
+    });
+    new Gauge({
+      name: "ic_node_staging_bytes",
+      help: "Bytes of staged model copies under node_cache_path.",
+      registers,
+      async collect() {
+        this.reset();
+        this.set((await o.staging()).bytes);
+      },
+    });
+    new Gauge({
+      name: "ic_node_staged_models",
+      help: "Staged model copies under node_cache_path.",
+      registers,
+      async collect() {
+        this.reset();
+        this.set((await o.staging()).models);
+      },
+    });
+    new Gauge({
+      name: "ic_node_event_log_mode",
+      help: "Event-log persistence mode (1 for the current one): normal, or counting-only when disk is short.",
+      labelNames: ["mode"],
+      registers,
+      collect() {
+        this.reset();
+        const mode = o.eventLog().mode;
+        for (const m of ["normal", "counting-only"] as const)
+          this.set({ mode: m }, m === mode ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: "ic_node_event_log_bytes",
+      help: "Bytes of the durable event log (active file and archives).",
+      registers,
+      collect() {
+        this.reset();
+        this.set(o.eventLog().bytes);
+      },
+    });
+    // The telemetry path's counters (GET /v1/diagnostics/telemetry has them all).
+    new Counter({
+      name: "ic_telemetry_samples_total",
+      help: "Telemetry samples by kind and outcome on their way into heartbeats.",
+      labelNames: ["kind", "outcome"],
+      registers,
+      collect() {
+        this.reset();
+        for (const [kind, k] of Object.entries(o.telemetryDiagnostics().kinds))
+          for (const outcome of TELEMETRY_OUTCOMES) this.inc({ kind, outcome }, k[outcome]);
+      },
+    });
+    new Gauge({
+      name: "ic_telemetry_queue_depth",
+      help: "Telemetry samples waiting for the next heartbeat.",
+      registers,
+      collect() {
+        this.reset();
+        this.set(o.telemetryDiagnostics().queue.depth);
+      },
+    });
+    new Gauge({
+      name: "ic_telemetry_publish_latency_seconds",
+      help: "Admission of a telemetry sample to its heartbeat seen back on the bus, over the recent window.",
+      labelNames: ["quantile"],
+      registers,
+      collect() {
+        this.reset();
+        const l = o.telemetryDiagnostics().publish.latency;
+        if (l.p50_ms !== null) this.set({ quantile: "0.5" }, l.p50_ms / 1000);
+        if (l.p99_ms !== null) this.set({ quantile: "0.99" }, l.p99_ms / 1000);
+        if (l.max_ms !== null) this.set({ quantile: "1" }, l.max_ms / 1000);
+      },
+    });
+  }
+
+  // ---- cluster (rendered on the master only) ----
+
+  private clusterGauges(): void {
+    const o = this.o;
+    const registers = [this.master];
+    this.master.setDefaultLabels({ node: o.name });
+    const count = (name: string, help: string, read: () => number) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.reset();
+          this.set(read());
+        },
+      });
+    count(
+      "ic_cluster_members",
+      "Members of the current session.",
+      () => Object.keys(o.cluster.snapshot().members).length,
+    );
+    count(
+      "ic_cluster_live_nodes",
+      "Nodes heard within the liveness timeout (this one included).",
+      () => o.cluster.livePeers().length,
+    );
+    count(
+      "ic_cluster_models",
+      "Registered models.",
+      () => Object.keys(o.cluster.snapshot().models).length,
+    );
+    count(
+      "ic_cluster_tasks_in_flight",
+      "Chat tasks the master has open.",
+      () => Object.keys(o.cluster.snapshot().tasks).length,
+    );
+    count(
+      "ic_cluster_state_index",
+      "Index of the last sequenced event.",
+      () => o.cluster.snapshot().index,
+    );
+    new Gauge({
+      name: "ic_cluster_instances",
+      help: "Instances by whether their rank 0 is ready.",
+      labelNames: ["ready"],
+      registers,
+      collect() {
+        this.reset();
+        const s = o.cluster.snapshot();
+        let ready = 0;
+        for (const id of Object.keys(s.instances))
+          if (s.runners[`${id}/0`]?.state === "RunnerReady") ready++;
+        this.set({ ready: "true" }, ready);
+        this.set({ ready: "false" }, Object.keys(s.instances).length - ready);
+      },
+    });
+    new Gauge({
+      name: "ic_cluster_runners",
+      help: "Runners in the cluster by state.",
+      labelNames: ["state"],
+      registers,
+      collect() {
+        this.reset();
+        const runners = Object.values(o.cluster.snapshot().runners);
+        for (const state of RUNNER_STATES)
+          this.set({ state }, runners.filter((r) => r.state === state).length);
+      },
+    });
+    new Gauge({
+      name: "ic_cluster_deployments",
+      help: "Placement intents by status.",
+      labelNames: ["status"],
+      registers,
+      collect() {
+        this.reset();
+        const ds = Object.values(o.cluster.snapshot().deployments);
+        for (const status of ["Placed", "Pending"] as const)
+          this.set({ status }, ds.filter((d) => d.status === status).length);
+      },
+    });
+    new Gauge({
+      name: "ic_cluster_session_info",
+      help: "The current session (value 1) and its master.",
+      labelNames: ["session_id", "master_node_id"],
+      registers,
+      collect() {
+        this.reset();
+        const s = o.cluster.snapshot().session;
+        if (s) this.set({ session_id: s.session_id, master_node_id: s.master_node_id }, 1);
+      },
+    });
+    new Gauge({
+      name: "ic_cluster_session_started_seconds",
+      help: "When the current session started (Unix time).",
+      registers,
+      collect() {
+        this.reset();
+        const s = o.cluster.snapshot().session;
+        if (s) this.set(s.started_at / 1000);
+      },
+    });
+  }
+
+  // ---- local engines ----
+
+  /** Concurrent scrapes of /metrics share one round of engine scrapes. */
+  private scrapeRunners(): Promise<string> {
+    this.scraping ??= this.scrapeOnce().finally(() => (this.scraping = undefined));
+    return this.scraping;
+  }
+
+  private async scrapeOnce(): Promise<string> {
+    const snap = this.o.cluster.snapshot();
+    const targets = this.o
+      .runners()
+      .filter((r) => r.rank === 0 && r.state === "RunnerReady" && r.endpoint?.startsWith("http"));
+    const timeoutMs = this.o.scrapeTimeoutMs ?? 2000;
+    const results = await Promise.all(
+      targets.map(async (r) => {
+        const labels: [string, string][] = [
+          ["node", this.o.name],
+          ["model", snap.instances[r.instance_id]?.model_id ?? "unknown"],
+          ["instance", r.instance_id],
+          ["rank", String(r.rank)],
+        ];
+        const started = performance.now();
+        try {
+          const res = await fetch(`${r.endpoint}/metrics`, {
+            headers: this.o.engineHeaders(r.instance_id),
+            signal: AbortSignal.timeout(timeoutMs),
+          });
+          const text = await res.text();
+          if (!res.ok) throw new Error(`HTTP ${res.status}: ${text.slice(0, 200)}`);
+          return { labels, families: parseExposition(text), up: 1, seconds: since(started) };
+        } catch (e) {
+          this.o.log.debug({ err: e, instance: r.instance_id }, "engine metrics scrape failed");
+          return { labels, families: [] as PromFamily[], up: 0, seconds: since(started) };
+        }
+      }),
+    );
+    const meta: PromFamily[] = [
+      {
+        name: "ic_runner_scrape_up",
+        help: "Whether the last scrape of a local llama-server's /metrics succeeded.",
+        type: "gauge",
+        samples: results.map((r) => ({
+          name: "ic_runner_scrape_up",
+          labels: r.labels,
+          value: String(r.up),
+          timestamp: undefined,
+        })),
+      },
+      {
+        name: "ic_runner_scrape_duration_seconds",
+        help: "How long the last scrape of a local llama-server's /metrics took.",
+        type: "gauge",
+        samples: results.map((r) => ({
+          name: "ic_runner_scrape_duration_seconds",
+          labels: r.labels,
+          value: String(r.seconds),
+          timestamp: undefined,
+        })),
+      },
+    ];
+    return renderFamilies([...meta.filter((f) => f.samples.length > 0), ...mergeFamilies(results)]);
+  }
+}
+
+const since = (startedMs: number): number => (performance.now() - startedMs) / 1000;
