@@ -146,6 +146,7 @@ Base URL: ${base}
   curl -s ${base}/v1/chat/completions -H 'content-type: application/json' \\
     -d '{"model":"${MODEL_ID}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":16}'
 
+${await logLocations(nodes)}
 Press Ctrl-C to stop.`);
   } catch (e) {
     console.error(`local cluster failed: ${e instanceof Error ? e.message : String(e)}`);
@@ -156,6 +157,34 @@ Press Ctrl-C to stop.`);
     await stopAll();
     process.exit(1);
   }
+}
+
+/**
+ * Where each node's and runner's logs are: a node's own lines over its API (in-memory tail; the
+ * terminal with --verbose), each runner's file under its node's runner_log_dir (also over any API).
+ */
+async function logLocations(nodes: readonly NodeProcess[]): Promise<string> {
+  const out = ["Logs:"];
+  for (const node of nodes)
+    out.push(
+      `  ${node.spec.name}: curl -s '${node.apiUrl}/logs?tail=100'  (follow: add &follow=1; or start with --verbose)`,
+      `    runner logs: ${join(node.dataDir, "runners")}/<instance>-rank<n>.log`,
+    );
+  const s = await nodes[0]!.get<{
+    node_identities: { node_id: string; name: string }[];
+    instances: { instance_id: string; assignments: { node_id: string; rank: number }[] }[];
+  }>("/state");
+  for (const inst of s.instances)
+    for (const a of inst.assignments) {
+      const name = s.node_identities.find((m) => m.node_id === a.node_id)?.name;
+      const holder = nodes.find((x) => x.spec.name === name);
+      if (!holder) continue;
+      out.push(
+        `  ${inst.instance_id} rank ${a.rank} on ${name}: ${join(holder.dataDir, "runners", `${inst.instance_id}-rank${a.rank}.log`)}`,
+        `    curl -s '${nodes[0]!.apiUrl}/instances/${inst.instance_id}/logs?rank=${a.rank}&tail=50&format=text'`,
+      );
+    }
+  return `${out.join("\n")}\n`;
 }
 
 void main();

@@ -14,8 +14,9 @@ import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
 import type { EngineInfo } from "@ic/protocol";
 import { createGatewayApp } from "@ic/gateway";
-import type { ChatObserver } from "@ic/gateway";
+import type { ChatObserver } from "@ic/protocol";
 import { EventLog, eventRoutes } from "@ic/eventlog";
+import { Tracing, tracingRoutes } from "@ic/tracing";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
 import { clusterCredentials, isLoopback, stagingFor } from "@ic/config";
 import { createHubSource, StoreHost, stagingSettings } from "@ic/store";
@@ -23,6 +24,11 @@ import { StoreStager } from "./store-stager.ts";
 import { servePurge, storeRoutes } from "./store-routes.ts";
 import { SecurityHealth } from "./security-health.ts";
 import { LoopMonitor } from "./loop-monitor.ts";
+import { processLogTail } from "@ic/log";
+import { NodeMetrics } from "./observability/metrics.ts";
+import { observabilityRoutes } from "./observability/routes.ts";
+import { serveRunnerLogs } from "./observability/runner-logs.ts";
+import type { RunnerLogSource } from "./observability/runner-logs.ts";
 import { apiListener } from "./api-listener.ts";
 
 export interface NodeOptions {
@@ -42,6 +48,7 @@ export class Node implements AsyncDisposable {
   private engineInfo: EngineInfo | undefined;
   agent: ClusterAgent | undefined;
   eventLog: EventLog | undefined;
+  tracing: Tracing | undefined;
   worker: Worker | undefined;
   app: Hono | undefined;
   apiPort = 0;
@@ -176,19 +183,37 @@ export class Node implements AsyncDisposable {
         electionTimeoutMs: cfg.cluster.election_timeout_ms,
       },
       memory: { contextSize: cfg.engine.context_size },
-      extras: () => ({
-        loop_delay: loopMonitor.sample(),
-        telemetry: telemetry.telemetry,
-        links: links.current,
-        runners: worker?.runners() ?? [],
-        // Other nodes in this node's session (the agent exists once heartbeats are sent).
-        health: [
-          ...telemetry.nodeHealth,
-          ...security.entries(Math.max(0, (this.agent?.livePeers().length ?? 1) - 1)),
-        ],
-      }),
+      extras: () => {
+        // The telemetry path's samples (readings, health, links) through its bounded queue.
+        const part = telemetry.heartbeatPart();
+        return {
+          loop_delay: loopMonitor.sample(),
+          telemetry: part.telemetry,
+          links: part.links,
+          runners: worker?.runners() ?? [],
+          // Other nodes in this node's session (the agent exists once heartbeats are sent).
+          health: [
+            ...part.health,
+            ...security.entries(Math.max(0, (this.agent?.livePeers().length ?? 1) - 1)),
+          ],
+        };
+      },
     });
     this.agent = agent;
+    // Our own heartbeat back from the bus: the telemetry samples it carried are published.
+    const unechoed = bus.subscribe("heartbeat", (hb) => {
+      if (hb.peer_key === this.peerKey) telemetry.published(hb.sent_at);
+    });
+    this.stack.push({ name: "telemetry-echo", stop: () => unechoed() });
+    // Runner logs of this node, for GET /instances/{id}/logs on any node.
+    const runnerLogs: RunnerLogSource = {
+      peerKey: this.peerKey,
+      name,
+      runnerLogDir: cfg.engine.runner_log_dir,
+      logFileOf: (id, rank) => worker?.supervisorFor(id, rank)?.spec.logFile,
+    };
+    const unserveLogs = serveRunnerLogs(bus, runnerLogs);
+    this.stack.push({ name: "runner-logs", stop: () => unserveLogs() });
     // Staging: startup reconciliation of orphaned copies runs before any runner starts.
     // The hub token comes from the environment only and is never logged.
     const hubUrl = cfg.model_store.hub_url;
@@ -223,6 +248,36 @@ export class Node implements AsyncDisposable {
       commandId: string;
       receivedAt: number;
     }) => ChatObserver | undefined)[] = [];
+    // Per-request tracing: Chrome trace files under tracing.dir, written after each response.
+    const tracing = new Tracing({
+      config: cfg.tracing,
+      log: log.child({ component: "tracing" }),
+      node: name,
+    });
+    await tracing.start();
+    this.stack.push({ name: "tracing", stop: () => tracing.stop() });
+    this.tracing = tracing;
+    chatObservers.push(tracing.observe);
+    // GET /metrics: node and cluster gauges, chat counters (an observer), the local engines' metrics.
+    const metrics = new NodeMetrics({
+      name,
+      peerKey: this.peerKey,
+      cluster: agent,
+      log: log.child({ component: "metrics" }),
+      telemetry: () => telemetry.telemetry,
+      telemetryDiagnostics: () => telemetry.diagnostics({ node: name, peer_key: this.peerKey }),
+      runners: () => worker?.runners() ?? [],
+      staging: async () => {
+        const entries = await stager.staging.list();
+        return { bytes: entries.reduce((s, e) => s + e.bytes, 0), models: entries.length };
+      },
+      eventLog: () => {
+        const u = eventLog.usage();
+        return { mode: u.mode, bytes: u.active_bytes + u.archive_bytes };
+      },
+      engineHeaders: (instanceId) => ({ authorization: `Bearer ${creds.engineKey(instanceId)}` }),
+    });
+    chatObservers.push((r) => metrics.observe(r));
     app = createGatewayApp({
       cluster: agent,
       log,
@@ -249,6 +304,31 @@ export class Node implements AsyncDisposable {
       observeChat: (r) => combineObservers(chatObservers.map((f) => f(r))),
       extensions: [
         (a) => eventRoutes(a, eventLog),
+        (a) =>
+          observabilityRoutes(a, {
+            name,
+            cluster: agent,
+            bus,
+            log,
+            telemetry,
+            metrics,
+            logTail: processLogTail(),
+            runnerLogs,
+          }),
+        // The cluster view asks live peers' APIs with the cluster's node token (read scope).
+        (a) =>
+          tracingRoutes(a, {
+            tracing,
+            node: name,
+            fanOut: {
+              token: creds.nodeToken,
+              peers: () =>
+                agent
+                  .livePeers()
+                  .filter((p) => p.heartbeat.peer_key !== this.peerKey && p.heartbeat.api_url)
+                  .map((p) => ({ name: p.heartbeat.name, apiUrl: p.heartbeat.api_url })),
+            },
+          }),
         (a) => storeRoutes(a, storeOpts),
         ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : []),
       ],
@@ -264,7 +344,7 @@ export class Node implements AsyncDisposable {
         .livePeers()
         .filter((p) => p.heartbeat.peer_key !== this.peerKey && p.heartbeat.api_url)
         .map((p) => ({ peer_key: p.heartbeat.peer_key, api_url: p.heartbeat.api_url }));
-      void links.probe(targets);
+      void links.probe(targets).then(() => telemetry.offer("links", links.current));
     }, cfg.cluster.heartbeat_ms);
     this.stack.push({ name: "links", stop: () => clearInterval(probe) });
 
