@@ -1,4 +1,5 @@
-// Two test projects: fast unit tests beside the code, and integration tests with real processes.
+// Three test projects, run in this order: unit tests beside the code (and the fuzz suites), integration
+// tests with real processes, and the chaos suite (kill -9 under load on real clusters).
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
@@ -7,6 +8,9 @@ export default defineConfig({
       {
         test: {
           name: "unit",
+          // Projects run one after another: the CPU-bound fuzz suites, the real-process suites and
+          // the chaos suite would otherwise share two cores and skew each other's timing bounds.
+          sequence: { groupOrder: 0 },
           include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts"],
           exclude: ["**/*.integration.test.ts", "**/*.chaos.test.ts", "**/node_modules/**"],
           testTimeout: 20_000,
@@ -15,6 +19,7 @@ export default defineConfig({
       {
         test: {
           name: "integration",
+          sequence: { groupOrder: 1 },
           include: [
             "packages/*/src/**/*.integration.test.ts",
             "services/*/src/**/*.integration.test.ts",
@@ -31,6 +36,7 @@ export default defineConfig({
         // kill -9 of every kind of process under load, on real clusters across network namespaces.
         test: {
           name: "chaos",
+          sequence: { groupOrder: 2 },
           include: ["services/*/src/**/*.chaos.test.ts"],
           exclude: ["**/node_modules/**"],
           testTimeout: 180_000,
