@@ -17,20 +17,21 @@ export interface Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
-const systemClock: Clock = {
-  now: () => Date.now(),
-  sleep: (ms, signal) =>
-    new Promise((resolve) => {
-      if (signal?.aborted) return resolve();
-      const done = () => {
-        clearTimeout(t);
-        signal?.removeEventListener("abort", done);
-        resolve();
-      };
-      const t = setTimeout(done, ms);
-      signal?.addEventListener("abort", done, { once: true });
-    }),
-};
+/** Resolves after `ms`, or at once when `signal` aborts (callers check the signal). */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+const systemClock: Clock = { now: () => Date.now(), sleep };
 
 export interface SuperviseOptions {
   /** Ends supervision: the running child is stopped and the loop returns. */

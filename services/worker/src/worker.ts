@@ -15,6 +15,7 @@ import type {
 import type { Logger } from "@ic/log";
 import { freeTcpPort } from "./net.ts";
 import { rpcArgs, serverArgs } from "./args.ts";
+import { sleep } from "@ic/process";
 import { RunnerSupervisor } from "./runner.ts";
 import type { RunnerStatus } from "./runner.ts";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
@@ -357,7 +358,7 @@ export class Worker implements AsyncDisposable {
           reason: `staging attempt ${attempt} failed (${why}); retrying in ${Math.ceil(delayMs / 1000)} s`,
           restarts: slot.restarts,
         });
-        await abortableSleep(delayMs, slot.abort.signal);
+        await sleep(delayMs, slot.abort.signal);
       }
     }
   }
@@ -475,17 +476,4 @@ export class Worker implements AsyncDisposable {
 /** Progress of a staging that starts now: nothing on disk yet out of the model's bytes. */
 export function stagingStart(totalBytes: number, now: number): NonNullable<Runner["progress"]> {
   return { staged_bytes: 0, total_bytes: totalBytes, started_at: now };
-}
-
-/** Resolves after `ms`, or at once when `signal` aborts (the caller checks the signal). */
-function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-    signal.addEventListener("abort", done, { once: true });
-  });
 }
