@@ -3,6 +3,9 @@
 // Generated bodies, queries, ids, paths and headers go through app.request() and through the node
 // server; the properties: no 5xx for a client mistake, statuses as docs/api.md documents them, one
 // error envelope, no unhandled rejection, and nothing on disk changes except what a purge deletes.
+// Also wired as node.ts wires them: the observability routes (/metrics, /v1/diagnostics/telemetry,
+// /logs, runner logs over the in-process bus) and the tracing routes (trace dir inside the snapshot,
+// one unreachable peer for the cluster view); no answer ever carries a file from outside a root.
 // Deterministic: a fixed seed (FUZZ_SEED overrides it; a failure prints seed and path), FUZZ_RUNS sets
 // the size, FUZZ_TRACE=1 writes each request to stderr before it is sent.
 import { createHash } from "node:crypto";
@@ -28,10 +31,11 @@ import fc from "fast-check";
 import type { Hono } from "hono";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { z } from "zod";
+import type { Bus } from "@ic/bus";
 import { EventLog, eventRoutes, FakeDisk } from "@ic/eventlog";
 import { ChatRequestSchema, createGatewayApp } from "@ic/gateway";
 import type { ApiToken, ClusterView, PeerView } from "@ic/gateway";
-import { createLogger } from "@ic/log";
+import { createLogger, LogTail } from "@ic/log";
 import {
   CATALOG,
   emptyState,
@@ -43,6 +47,7 @@ import {
   StateDocumentSchema,
   StorageReportSchema,
   StoreManifestSchema,
+  TelemetryDiagnosticsSchema,
 } from "@ic/protocol";
 import type {
   Command,
@@ -53,8 +58,22 @@ import type {
   ModelRecord,
   NodeId,
   SessionId,
+  TaskId,
+  Telemetry,
 } from "@ic/protocol";
 import { StagingClient, StoreHost } from "@ic/store";
+import {
+  ChromeTraceSchema,
+  TraceStatsSchema,
+  Tracing,
+  TracingBodySchema,
+  tracingRoutes,
+} from "@ic/tracing";
+import { TelemetryCollector } from "@ic/worker";
+import { NodeMetrics } from "./observability/metrics.ts";
+import { observabilityRoutes } from "./observability/routes.ts";
+import { serveRunnerLogs } from "./observability/runner-logs.ts";
+import type { RunnerLogSource } from "./observability/runner-logs.ts";
 import { servePurge, storeRoutes } from "./store-routes.ts";
 import { apiListener } from "./api-listener.ts";
 import type { StoreRouteOptions } from "./store-routes.ts";
@@ -78,6 +97,9 @@ const TINY = "acme/tiny" as ModelId;
 const READY = "acme/ready" as ModelId;
 const WARM = "acme/warm" as ModelId;
 const LIVE = "acme/live" as ModelId;
+const REMOTE = "acme/remote" as ModelId;
+/** The task whose trace the fixture holds. */
+const TRACE_ID = "t-fuzz-1";
 const TOKENS = { admin: "t-admin", read: "t-read", inference: "t-inf" } as const;
 type Scope = keyof typeof TOKENS;
 const API_TOKENS: ApiToken[] = [
@@ -108,7 +130,23 @@ interface Dirs {
   readonly staging: string;
   readonly events: string;
   readonly outside: string;
+  readonly traces: string;
+  /** This node's runner log dir, and the peer's (answering over the bus). */
+  readonly runners: string;
+  readonly peerRunners: string;
 }
+
+/** The secret files' contents: no answer may ever carry them. */
+const SECRETS = ["outside the store", "at the top"];
+
+/** Runner log lines: many, some long, multi-byte characters where a byte window may cut them. */
+const RUNNER_LINES = Array.from({ length: 3000 }, (_, i) =>
+  i % 97 === 0
+    ? `line ${i} ${"é€😀".repeat(40)}`
+    : `line ${i} slot print_timing ${"x".repeat(i % 50)}`,
+);
+const RUNNER_LOG = `${RUNNER_LINES.join("\n")}\n`;
+const PEER_LINES = ["peer line 1", "peer line 2 ü"];
 
 async function makeDirs(): Promise<Dirs> {
   const root = await mkdtemp(join(tmpdir(), "ic-fuzz-"));
@@ -120,8 +158,16 @@ async function makeDirs(): Promise<Dirs> {
     staging: join(base, "staging"),
     events: join(base, "events"),
     outside: join(base, "outside"),
+    traces: join(base, "traces"),
+    runners: join(base, "runners"),
+    peerRunners: join(base, "peer-runners"),
   };
-  for (const p of [d.store, d.staging, d.events, d.outside]) await mkdir(p, { recursive: true });
+  for (const p of [d.store, d.staging, d.events, d.outside, d.traces, d.runners, d.peerRunners])
+    await mkdir(p, { recursive: true });
+  await writeFile(join(d.runners, "i-ready-rank0.log"), RUNNER_LOG);
+  // A planted symlink out of the log dir is never followed (404), nor a directory read (404).
+  await symlink(join(d.outside, "secret.txt"), join(d.runners, "i-warm-rank0.log"));
+  await writeFile(join(d.peerRunners, "i-remote-rank0.log"), `${PEER_LINES.join("\n")}\n`);
   await writeFile(join(d.outside, "secret.txt"), "outside the store\n");
   await writeFile(join(root, "top-secret.txt"), "at the top\n");
   const model = join(d.store, "acme--tiny");
@@ -252,7 +298,7 @@ function scriptedCluster(readyEndpoint: string): ClusterView & { commands: Comma
     head_count_kv: 2,
     supports_tensor: true,
   });
-  for (const id of [TINY, READY, WARM]) state.models[id] = record(id);
+  for (const id of [TINY, READY, WARM, REMOTE]) state.models[id] = record(id);
   const instance = (instance_id: string, model_id: ModelId) => {
     state.instances[instance_id] = {
       instance_id: instance_id as InstanceId,
@@ -273,6 +319,17 @@ function scriptedCluster(readyEndpoint: string): ClusterView & { commands: Comma
   };
   instance("i-ready", READY);
   instance("i-warm", WARM);
+  // Runner logs of a rank the peer holds (it answers on the bus) and of one nobody answers for.
+  state.instances["i-remote"] = {
+    instance_id: "i-remote" as InstanceId,
+    model_id: REMOTE,
+    sharding: "Pipeline",
+    created_at: 1,
+    assignments: [
+      { node_id: PEER, peer_key: "p-peer", rank: 0, layers: 2, weight_bytes: 1, required_bytes: 1 },
+      { node_id: PEER, peer_key: "p-gone", rank: 1, layers: 2, weight_bytes: 1, required_bytes: 1 },
+    ],
+  };
   state.runners["i-ready/0"] = {
     instance_id: "i-ready" as InstanceId,
     node_id: SELF,
@@ -317,9 +374,15 @@ function scriptedCluster(readyEndpoint: string): ClusterView & { commands: Comma
   };
 }
 
-/** The purge broadcast over an in-process bus; messages and replies go through the catalog's schemas. */
-function loopbackBus(): StoreRouteOptions["bus"] {
+type LoopbackBus = StoreRouteOptions["bus"] & Pick<Bus, "request" | "respond">;
+
+/**
+ * The purge broadcast and the runner-log requests over an in-process bus; messages and replies go
+ * through the catalog's schemas.
+ */
+function loopbackBus(): LoopbackBus {
   type Handler = (msg: unknown, meta: { origin: string | undefined }) => unknown;
+  const key = (name: string, suffix?: string) => (suffix ? `${name}.${suffix}` : name);
   const handlers = new Map<string, Handler[]>();
   const schemas = (name: string) =>
     CATALOG[name as keyof typeof CATALOG] as unknown as {
@@ -328,7 +391,8 @@ function loopbackBus(): StoreRouteOptions["bus"] {
     };
   const wire = (v: unknown): unknown => JSON.parse(JSON.stringify(v));
   const bus = {
-    respond(name: string, handler: Handler) {
+    respond(subject: string, handler: Handler, opts?: { suffix?: string }) {
+      const name = key(subject, opts?.suffix);
       const list = handlers.get(name) ?? [];
       list.push(handler);
       handlers.set(name, list);
@@ -337,6 +401,17 @@ function loopbackBus(): StoreRouteOptions["bus"] {
           name,
           (handlers.get(name) ?? []).filter((h) => h !== handler),
         );
+    },
+    /** One responder's reply; no responder is an error, as nats answers it. */
+    async request(name: string, msg: unknown, opts?: { suffix?: string }) {
+      const { message, reply } = schemas(name);
+      const parsed = message.safeParse(wire(msg));
+      if (!parsed.success) throw new Error(`${name}: message does not match its schema`);
+      const h = handlers.get(key(name, opts?.suffix))?.[0];
+      if (!h) throw new Error("503 no responders");
+      const r = reply!.safeParse(wire(await h(parsed.data, { origin: undefined })));
+      if (!r.success) throw new Error(`${name}: reply does not match its schema`);
+      return r.data;
     },
     async requestMany(name: string, msg: unknown) {
       const { message, reply } = schemas(name);
@@ -350,7 +425,7 @@ function loopbackBus(): StoreRouteOptions["bus"] {
       return out;
     },
   };
-  return bus as unknown as StoreRouteOptions["bus"];
+  return bus as unknown as LoopbackBus;
 }
 
 // ---- requests and answers ----
@@ -372,6 +447,8 @@ interface Req {
   readonly origin: "none" | "own" | "foreign" | "either";
   /** Content-type tag: JSON, not JSON, absent, or "either". */
   readonly contentType: "json" | "other" | "absent" | "either";
+  /** Statuses the endpoint may answer past the gates, where the generator knows them. */
+  readonly want?: readonly number[] | undefined;
 }
 
 type Endpoint =
@@ -390,6 +467,17 @@ type Endpoint =
   | "store-list"
   | "manifest"
   | "file"
+  | "tracing"
+  | "tracing-put"
+  | "traces"
+  | "trace"
+  | "trace-stats"
+  | "cluster-traces"
+  | "cluster-stats"
+  | "metrics"
+  | "telemetry"
+  | "logs"
+  | "runner-logs"
   | "other";
 
 interface Answer {
@@ -729,7 +817,9 @@ const messageRaw = mutatedObject(
 
 const chatRaw = mutatedObject(
   {
-    model: fc.constantFrom(READY, READY, WARM, TINY, "acme/none").map((m) => JSON.stringify(m)),
+    model: fc
+      .constantFrom(READY, READY, WARM, TINY, "acme/none", "constructor", "__proto__")
+      .map((m) => JSON.stringify(m)),
     messages: fc.oneof(
       { weight: 3, arbitrary: fc.constant('[{"role":"user","content":"hi"}]') },
       {
@@ -797,6 +887,7 @@ interface Shape {
   readonly target: string;
   readonly body?: Buffer | undefined;
   readonly mangled?: boolean;
+  readonly want?: readonly number[];
 }
 
 const PLAIN_PATHS: Partial<Record<Endpoint, string>> = {
@@ -864,7 +955,214 @@ const queryOf = (
   values: fc.Arbitrary<string>,
 ) => fc.oneof(good, query(keys, values));
 
+// ---- the observability and tracing endpoints ----
+
+/** A query the route accepts (`good`: 200) or a mangled one (`bad`: 200, or the listed errors). */
+function wanted(
+  good: fc.Arbitrary<string>,
+  keys: readonly string[],
+  values: fc.Arbitrary<string>,
+  bad: readonly number[],
+): fc.Arbitrary<{ q: string; want: readonly number[] }> {
+  return fc.oneof(
+    good.map((q) => ({ q, want: [200] })),
+    query(keys, values).map((q) => ({ q, want: [200, ...bad] })),
+  );
+}
+
+const optionalQuery = (parts: fc.Arbitrary<string | null>[]) =>
+  fc.tuple(...parts).map((ps) => {
+    const q = ps.filter((x): x is string => x !== null);
+    return q.length ? `?${q.join("&")}` : "";
+  });
+const opt = (key: string, values: readonly string[]) =>
+  fc.option(fc.constantFrom(...values).map((v) => `${key}=${v}`));
+
+const limitQuery = wanted(
+  optionalQuery([opt("limit", ["1", "2", "100", "1000"])]),
+  ["limit"],
+  fc.oneof(numberish.map(encodeLoose), nastyString.map(encodeLoose)),
+  [400],
+);
+
+const traceId = segment([
+  TRACE_ID,
+  TRACE_ID,
+  "t-none",
+  "a".repeat(128),
+  "x".repeat(129),
+  "-t",
+  "t_1",
+]);
+const anyQuery = fc.oneof(
+  { weight: 3, arbitrary: fc.constant("") },
+  query(["a", "limit"], nastyString.map(encodeLoose)),
+);
+
+/** Runner-log targets: a known id with a good query has one documented answer. */
+const RUNNER_IDS = [
+  "i-ready",
+  "i-remote",
+  "i-warm",
+  "i-unknown",
+  "i-ready-rank0",
+  "constructor",
+  "toString",
+  "x".repeat(129),
+];
+function runnerLogWant(id: string, rank: number): number {
+  if (id.length > 128) return 400;
+  if (id === "i-ready") return rank === 0 ? 200 : 404;
+  if (id === "i-remote") return rank === 0 ? 200 : rank === 1 ? 503 : 404;
+  return 404; // i-warm's log is a symlink out of the dir; the others are no instance
+}
+const runnerLogTarget: fc.Arbitrary<Shape> = fc
+  .tuple(
+    fc.oneof(
+      { weight: 3, arbitrary: fc.constantFrom("i-ready", "i-remote") },
+      { weight: 2, arbitrary: segment(RUNNER_IDS) },
+    ),
+    fc.oneof(
+      {
+        weight: 3,
+        arbitrary: fc
+          .tuple(
+            fc.option(fc.constantFrom(0, 0, 1, 1, 2, 31)),
+            opt("tail", ["1", "2", "200", "5000"]),
+            opt("max_bytes", ["1", "100", "4096", "131072", "262144"]),
+            opt("format", ["json", "text"]),
+          )
+          .map(([rank, ...rest]) => ({
+            rank: rank ?? 0,
+            q: [rank === null ? null : `rank=${rank}`, ...rest].filter((x) => x !== null),
+          })),
+      },
+      {
+        weight: 2,
+        arbitrary: query(
+          ["rank", "tail", "max_bytes", "format"],
+          fc.oneof(numberish.map(encodeLoose), fc.constantFrom("json", "text", "TEXT", "html")),
+        ).map((q) => ({ rank: undefined, q: q ? [q.slice(1)] : [] })),
+      },
+    ),
+  )
+  .map(([id, { rank, q }]) => {
+    const target = `/instances/${id}/logs${q.length ? `?${q.join("&")}` : ""}`;
+    const want =
+      RUNNER_IDS.includes(id) && rank !== undefined
+        ? [runnerLogWant(id, rank)]
+        : [200, 400, 404, 503];
+    return routed({ endpoint: "runner-logs" as const, method: "GET", target, want });
+  });
+
+const LEVELS = ["trace", "debug", "info", "warn", "error", "fatal"];
+const logsQuery = wanted(
+  optionalQuery([
+    opt("tail", ["0", "1", "3", "200", "5000"]),
+    opt("level", LEVELS),
+    opt("follow", ["0", "false"]),
+  ]),
+  ["tail", "level"],
+  fc.oneof(
+    numberish.map(encodeLoose),
+    fc.constantFrom(...LEVELS, "INFO", "warning", "", "__proto__"),
+  ),
+  [400],
+).filter(({ q }) => !/follow=(1|true)/i.test(q));
+
+const tracingRaw = fc.oneof(
+  mutatedObject({ enabled: fc.constantFrom("true", "false") }, ["extra", "__proto__", "Enabled"]),
+  raw(anyJson),
+);
+
+/** The new endpoints' shapes (one weighted group, so the older endpoints keep their share). */
+const observabilityShapes: fc.Arbitrary<Shape> = fc.oneof(
+  anyQuery.map((q) => ({
+    endpoint: "tracing" as const,
+    method: "GET",
+    target: `/v1/tracing${q}`,
+    want: [200],
+  })),
+  bodyBytes(tracingRaw).map((body) => ({
+    endpoint: "tracing-put" as const,
+    method: "PUT",
+    target: "/v1/tracing",
+    body,
+  })),
+  limitQuery.map(({ q, want }) => ({
+    endpoint: "traces" as const,
+    method: "GET",
+    target: `/v1/traces${q}`,
+    want,
+  })),
+  limitQuery.map(({ q, want }) => ({
+    endpoint: "cluster-traces" as const,
+    method: "GET",
+    target: `/v1/traces/cluster${q}`,
+    want,
+  })),
+  fc
+    .tuple(traceId, anyQuery)
+    .map(([id, q]) =>
+      routed({ endpoint: "trace" as const, method: "GET", target: `/v1/traces/${id}${q}` }),
+    ),
+  fc.tuple(traceId, anyQuery).map(([id, q]) =>
+    routed({
+      endpoint: "trace-stats" as const,
+      method: "GET",
+      target: `/v1/traces/${id}/stats${q}`,
+    }),
+  ),
+  fc.tuple(traceId, anyQuery).map(([id, q]) =>
+    routed({
+      endpoint: "cluster-stats" as const,
+      method: "GET",
+      target: `/v1/traces/cluster/${id}/stats${q}`,
+    }),
+  ),
+  anyQuery.map((q) => ({
+    endpoint: "metrics" as const,
+    method: "GET",
+    target: `/metrics${q}`,
+    want: [200],
+  })),
+  anyQuery.map((q) => ({
+    endpoint: "telemetry" as const,
+    method: "GET",
+    target: `/v1/diagnostics/telemetry${q}`,
+    want: [200],
+  })),
+  logsQuery.map(({ q, want }) => ({
+    endpoint: "logs" as const,
+    method: "GET",
+    target: `/logs${q}`,
+    want,
+  })),
+  { weight: 2, arbitrary: runnerLogTarget },
+);
+
+/** The routes of id-bearing targets: an id that resolves the path elsewhere ("..") is mangled. */
+const ROUTE: Partial<Record<Endpoint, RegExp>> = {
+  trace: /^\/v1\/traces\/[^/]+$/,
+  "trace-stats": /^\/v1\/traces\/[^/]+\/stats$/,
+  "cluster-stats": /^\/v1\/traces\/cluster\/[^/]+\/stats$/,
+  "runner-logs": /^\/instances\/[^/]+\/logs$/,
+};
+const routed = <T extends Shape>(shape: T): T => {
+  const re = ROUTE[shape.endpoint];
+  return re && !re.test(routedPath(shape.target)) ? { ...shape, mangled: true } : shape;
+};
+
+/** The tracing answers that are 200 by path (any id spelling the router resolves to one). */
+const TRACE_OK: Partial<Record<Endpoint, string>> = {
+  trace: `/v1/traces/${TRACE_ID}`,
+  "trace-stats": `/v1/traces/${TRACE_ID}/stats`,
+  "cluster-stats": `/v1/traces/cluster/${TRACE_ID}/stats`,
+};
+const TRACE_ANY_OK = new Set([...Object.values(TRACE_OK), "/v1/traces/cluster", "/v1/traces"]);
+
 const shapes: fc.Arbitrary<Shape> = fc.oneof(
+  { weight: 8, arbitrary: observabilityShapes },
   fc.constantFrom<Shape>(
     { endpoint: "state", method: "GET", target: "/state" },
     { endpoint: "ping", method: "GET", target: "/v1/ping" },
@@ -1252,6 +1550,7 @@ function requests(port: number): fc.Arbitrary<Req> {
         holder: auth.holder,
         origin: origin.tag,
         contentType: contentType.tag,
+        want: shape.mangled ? undefined : shape.want,
       } satisfies Req;
     });
 }
@@ -1347,6 +1646,34 @@ function endpointAllows(r: Req, a: Answer, body: unknown): string | null {
       return namedFile(r.target)
         ? one([200, 206, 416].includes(a.status), `expected the file, got ${a.status}`)
         : one([400, 404].includes(a.status), `expected 400/404, got ${a.status}`);
+    case "tracing":
+    case "traces":
+    case "cluster-traces":
+    case "metrics":
+    case "telemetry":
+    case "logs":
+    case "runner-logs":
+      return one(
+        (r.want ?? [200]).includes(a.status),
+        `expected ${(r.want ?? [200]).join("/")}, got ${a.status}`,
+      );
+    case "tracing-put": {
+      // docs/api.md: `{"enabled": boolean}` and nothing else (at most 4 KiB); any other body is a 400.
+      const ok =
+        (r.body?.length ?? 0) <= 4096 && validBody(r.body, TracingBodySchema) !== undefined;
+      return ok
+        ? one(a.status === 200, "expected 200 for a valid switch")
+        : one(a.status === 400 && code === "invalid_request", "expected 400 invalid_request");
+    }
+    case "trace":
+    case "trace-stats":
+    case "cluster-stats": {
+      // docs/api.md: a bad task id is 400, an unknown one 404; the one trace on disk is 200.
+      const path = routedPath(r.target);
+      if (path === TRACE_OK[r.endpoint]) return one(a.status === 200, "expected the trace");
+      if (a.status === 200) return one(TRACE_ANY_OK.has(path), `200 for ${path}`);
+      return one([400, 404].includes(a.status), `expected 400/404, got ${a.status}`);
+    }
     case "other":
       // A mangled path may still name a real endpoint; it must answer as one, never with a 5xx.
       return one(a.status < 500 && a.status !== 409, `answered ${a.status}`);
@@ -1495,6 +1822,19 @@ function check(r: Req, a: Answer): Check {
     return fail("416 off the file route");
   if (a.status === 416 && !/^bytes \*\/\d+$/.test(a.headers["content-range"] ?? ""))
     return fail("416 without Content-Range: bytes */size");
+  const leaked = SECRETS.find((x) => a.body.includes(x));
+  if (leaked) return fail(`answered a file outside the roots (${leaked})`);
+  // A target no URL can hold (a backslash in the path, `*`) never reaches the app, nor its gates:
+  // the node server's listener answers 400 for it (api-listener.ts).
+  if (
+    a.status === 400 &&
+    (r.target === "*" || r.target.split("?")[0]!.includes("\\")) &&
+    (bodyless ||
+      (body as { error?: { message?: string } } | undefined)?.error?.message?.startsWith(
+        "malformed request:",
+      ))
+  )
+    return { problem: null };
   const g = gate(r, a);
   if (g !== "passed" && g !== "gated") return fail(g);
   // A 2xx passed every gate: the token app never answers data to a caller without the scope.
@@ -1569,12 +1909,127 @@ function answerShape(r: Req, a: Answer, body: unknown): string | null {
         ? null
         : "206 body differs from the range";
     }
+    case "tracing":
+    case "tracing-put": {
+      const b = body as { enabled?: unknown; dir?: unknown; written?: unknown } | undefined;
+      return typeof b?.enabled === "boolean" && typeof b.dir === "string" && b.written === 0
+        ? null
+        : "tracing status has the wrong shape";
+    }
+    case "traces":
+    case "cluster-traces": {
+      const b = body as { traces?: { taskId: string }[]; unreachable?: { node: string }[] };
+      if (!Array.isArray(b?.traces) || b.traces.some((t) => t.taskId !== TRACE_ID))
+        return "trace list has the wrong shape";
+      if (r.endpoint === "cluster-traces" && b.unreachable?.[0]?.node !== "peer")
+        return "the unreachable peer is not named";
+      return null;
+    }
+    case "trace":
+      return bad(ChromeTraceSchema.safeParse(body), "the trace");
+    case "trace-stats":
+    case "cluster-stats":
+      return bad(TraceStatsSchema.safeParse(body), "the stats");
+    case "metrics": {
+      const text = a.body.toString();
+      if (
+        !(a.headers["content-type"] ?? "").startsWith("text/plain") ||
+        !text.includes('node="self"')
+      )
+        return "not the Prometheus text of this node";
+      // Label values stay bounded: models the cluster knows, `unknown` or `none`.
+      const known = new Set<string>([TINY, READY, WARM, REMOTE, "unknown", "none"]);
+      const odd = [...text.matchAll(/\bmodel="((?:[^"\\]|\\.)*)"/g)].find((m) => !known.has(m[1]!));
+      return odd ? `a metric labelled model="${odd[1]}"` : null;
+    }
+    case "telemetry":
+      return bad(TelemetryDiagnosticsSchema.safeParse(body), "the telemetry diagnostics");
+    case "logs": {
+      const b = body as { node?: string; lines?: unknown[] } | undefined;
+      const tail = Number(new URL(`http://x${r.target}`).searchParams.get("tail") ?? 200);
+      return b?.node === "self" && Array.isArray(b.lines) && b.lines.length <= tail
+        ? null
+        : "the log tail has the wrong shape";
+    }
+    case "runner-logs":
+      return runnerLogShape(r, a, body);
     default:
       return null;
   }
 }
 
+/** A runner log answer: the last lines of the rank's file, never more than asked. */
+function runnerLogShape(r: Req, a: Answer, body: unknown): string | null {
+  const url = new URL(`http://x${r.target}`);
+  const text = url.searchParams.get("format") === "text";
+  let lines: string[];
+  let truncated: boolean;
+  if (text) {
+    if (!(a.headers["content-type"] ?? "").startsWith("text/plain"))
+      return "text without text/plain";
+    const t = a.body.toString("utf8");
+    lines = t === "" ? [] : t.replace(/\n$/, "").split("\n");
+    truncated = a.headers["x-log-truncated"] === "true";
+  } else {
+    const b = body as { lines?: string[]; truncated?: boolean } | undefined;
+    if (!Array.isArray(b?.lines) || typeof b.truncated !== "boolean")
+      return "runner log has the wrong shape";
+    lines = b.lines;
+    truncated = b.truncated;
+  }
+  const file = r.target.includes("i-remote") ? PEER_LINES : RUNNER_LINES;
+  const tail = Number(url.searchParams.get("tail") ?? 200);
+  if (r.want?.length === 1 && lines.length > tail) return `${lines.length} lines for tail=${tail}`;
+  const k = lines.length;
+  if (k > 0 && JSON.stringify(file.slice(-k)) !== JSON.stringify(lines))
+    return "lines are not the end of the file";
+  if (k < file.length && !truncated) return "fewer lines than the file without truncated";
+  return null;
+}
+
 // ---- the suite ----
+
+const TELEMETRY: Telemetry = heartbeat("p-self", "self").telemetry!;
+
+/** One trace file under `dir`, for TRACE_ID, written as the chat path has a tracing write it. */
+async function traceFixture(dir: string, log: ReturnType<typeof createLogger>): Promise<void> {
+  const t = new Tracing({
+    config: { enabled: true, retention_days: 3650, dir },
+    log,
+    node: "self",
+    writeDelayMs: 0,
+  });
+  await t.start();
+  const at = Date.now() - 1000;
+  const obs = t.observe({ commandId: "chatcmpl-fuzz", receivedAt: at })!;
+  obs.event({ type: "validated", at: at + 0.5, model: READY, stream: false });
+  obs.event({
+    type: "routed",
+    at: at + 1,
+    instanceId: "i-ready",
+    nodeId: SELF,
+    endpoint: "http://x:1",
+  });
+  obs.event({ type: "sent", at: at + 1.5 });
+  obs.event({ type: "task", at: at + 2, taskId: TRACE_ID as TaskId });
+  obs.event({ type: "headers", at: at + 5, status: 200 });
+  obs.event({
+    type: "engine",
+    at: at + 11,
+    timings: { prompt_n: 7, prompt_ms: 2.5, predicted_n: 5, predicted_ms: 4.75 },
+    usage: undefined,
+  });
+  obs.event({
+    type: "end",
+    at: at + 11,
+    ok: true,
+    status: 200,
+    code: undefined,
+    message: undefined,
+  });
+  await t.stop();
+  if ((await readdir(dir)).length !== 1) throw new Error("the trace fixture was not written");
+}
 
 /** Answers every default-sized run must include, so the generators keep reaching past the gates. */
 const MUST_REACH = [
@@ -1598,6 +2053,26 @@ const MUST_REACH = [
   "manifest 200",
   "file 200",
   "file 206",
+  "tracing 200",
+  "tracing-put 200",
+  "tracing-put 400",
+  "traces 200",
+  "traces 400",
+  "cluster-traces 200",
+  "trace 200",
+  "trace 400",
+  "trace 404",
+  "trace-stats 200",
+  "cluster-stats 200",
+  "cluster-stats 404",
+  "metrics 200",
+  "telemetry 200",
+  "logs 200",
+  "logs 400",
+  "runner-logs 200",
+  "runner-logs 400",
+  "runner-logs 404",
+  "runner-logs 503",
 ];
 
 describe("fuzz: every endpoint of the node HTTP API", () => {
@@ -1606,6 +2081,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
   let staging: StagingClient;
   let eventLog: EventLog;
   let cluster: ReturnType<typeof scriptedCluster>;
+  let tracing: Tracing;
   const apps = {} as Record<Req["app"], Hono>;
   const ports = {} as Record<Req["app"], number>;
   const servers: Server[] = [];
@@ -1681,6 +2157,65 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
       purgeWaitMs: 2_000,
     };
     servePurge(storeOpts);
+    // Observability as node.ts wires it: runner logs answered on the bus (this node's and the peer's),
+    // metrics over the scripted cluster (the ready engine's scrape is refused), a log tail.
+    const runnerLogs: RunnerLogSource = {
+      peerKey: "p-self",
+      name: "self",
+      runnerLogDir: dirs.runners,
+      logFileOf: () => undefined,
+    };
+    serveRunnerLogs(bus, runnerLogs);
+    serveRunnerLogs(bus, { peerKey: "p-peer", name: "peer", runnerLogDir: dirs.peerRunners });
+    const collector = new TelemetryCollector(
+      {
+        log,
+        engine: () => TELEMETRY.engine,
+        declaredBackend: "auto",
+        modelsPath: dirs.store,
+        intervalMs: 2000,
+      },
+      async () => ({ telemetry: TELEMETRY, health: [] }),
+    );
+    await collector.read();
+    const metrics = new NodeMetrics({
+      name: "self",
+      peerKey: "p-self",
+      cluster,
+      log,
+      telemetry: () => collector.telemetry,
+      telemetryDiagnostics: () => collector.diagnostics({ node: "self", peer_key: "p-self" }),
+      runners: () => [
+        { instance_id: "i-ready", rank: 0, state: "RunnerReady", endpoint: "http://127.0.0.1:1" },
+      ],
+      staging: async () => {
+        const entries = await staging.list();
+        return { bytes: entries.reduce((s, e) => s + e.bytes, 0), models: entries.length };
+      },
+      eventLog: () => {
+        const u = eventLog.usage();
+        return { mode: u.mode, bytes: u.active_bytes + u.archive_bytes };
+      },
+      engineHeaders: (id) => ({ authorization: `Bearer key-${id}` }),
+      scrapeTimeoutMs: 1000,
+    });
+    const logTail = new LogTail({ maxLines: 100 });
+    for (const [level, msg] of [
+      [30, "starting"],
+      [40, "slow peer"],
+      [50, "engine died"],
+      [20, "detail é"],
+    ] as const)
+      logTail.write(`${JSON.stringify({ level, time: 1, node: "self", msg })}\n`);
+    logTail.write("not json\n");
+    // Tracing: one trace on disk (written by a tracing that is then stopped), switched off.
+    await traceFixture(dirs.traces, log);
+    tracing = new Tracing({
+      config: { enabled: false, retention_days: 3650, dir: dirs.traces },
+      log,
+      node: "self",
+    });
+    await tracing.start();
     for (const kind of ["anonymous", "tokens"] as const) {
       const app = createGatewayApp({
         cluster,
@@ -1689,8 +2224,31 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
         infoPendingWaitMs: 0,
         restart: () => void restarts++,
         auth: { tokens: kind === "tokens" ? API_TOKENS : [] },
+        observeChat: (r) => metrics.observe(r),
         extensions: [
           (a) => eventRoutes(a, eventLog),
+          (a) =>
+            observabilityRoutes(a, {
+              name: "self",
+              cluster,
+              bus,
+              log,
+              telemetry: collector,
+              metrics,
+              logTail,
+              runnerLogs,
+            }),
+          // The cluster view's one peer refuses connections (port 1): it is named unreachable.
+          (a) =>
+            tracingRoutes(a, {
+              tracing,
+              node: "self",
+              fanOut: {
+                token: TOKENS.read,
+                timeoutMs: 1000,
+                peers: () => [{ name: "peer", apiUrl: "http://127.0.0.1:1" }],
+              },
+            }),
           (a) => storeRoutes(a, storeOpts),
           (a) => a.route("/", storeHost.app),
         ],
@@ -1715,6 +2273,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
       (s as { closeAllConnections?: () => void }).closeAllConnections?.();
       await new Promise<void>((r) => s.close(() => r()));
     }
+    await tracing?.stop();
     await eventLog?.stop();
     await staging?.stop();
     await storeHost?.stop();
@@ -1807,6 +2366,91 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
       { ...fuzz, numRuns: RUNS * 8 },
     );
   }, 90_000);
+
+  /** GET /logs?follow=1 over the wire: status, content type and the first chunk; then the client leaves. */
+  function followWire(port: number, target: string, headers: Record<string, string>) {
+    return new Promise<{ status: number; type: string; first: string }>((resolve, reject) => {
+      const req = httpRequest(
+        { host: "127.0.0.1", port, method: "GET", path: target, headers },
+        (res) => {
+          res.once("data", (b: Buffer) => {
+            resolve({
+              status: res.statusCode!,
+              type: res.headers["content-type"] ?? "",
+              first: b.toString(),
+            });
+            req.destroy();
+          });
+          res.once("end", () =>
+            resolve({
+              status: res.statusCode!,
+              type: res.headers["content-type"] ?? "",
+              first: "",
+            }),
+          );
+        },
+      );
+      req.setTimeout(5_000, () => req.destroy(new Error(`no first chunk for ${target}`)));
+      req.on("error", (e) => (req.destroyed ? undefined : reject(e)));
+      req.end();
+    });
+  }
+
+  async function followInProcess(app: Hono, target: string, headers: Record<string, string>) {
+    const res = await app.request(`http://localhost${target}`, { headers });
+    const reader = res.body!.getReader();
+    const chunk = await reader.read();
+    await reader.cancel();
+    return {
+      status: res.status,
+      type: res.headers.get("content-type") ?? "",
+      first: chunk.value ? Buffer.from(chunk.value).toString() : "",
+    };
+  }
+
+  it("GET /logs?follow=1 starts an SSE stream of the tail, frees its slot when the client leaves, and is gated", async () => {
+    const read = { authorization: `Bearer ${TOKENS.read}` };
+    // More followers than a node keeps (16), one after the other: each leaving frees its slot.
+    for (let i = 0; i < 20; i++) {
+      for (const [kind, headers] of [
+        ["anonymous", {}],
+        ["tokens", read],
+      ] as const) {
+        const target = i % 2 ? "/logs?follow=1&tail=2" : "/logs?follow=true&level=error";
+        for (const a of [
+          await followWire(ports[kind], target, headers),
+          await followInProcess(apps[kind], target, headers),
+        ]) {
+          expect(a.status, `${kind} ${target}`).toBe(200);
+          expect(a.type).toMatch(/^text\/event-stream/);
+          expect(a.first).toMatch(/^(data|event): /);
+        }
+      }
+    }
+    for (const [kind, target, headers, status] of [
+      ["anonymous", "/logs?follow=1&tail=-1", {}, 400],
+      ["anonymous", "/logs?follow=yes", {}, 400],
+      ["anonymous", "/logs?follow=1&level=loud", {}, 400],
+      ["tokens", "/logs?follow=1", {}, 401],
+      ["tokens", "/logs?follow=1", { authorization: `Bearer ${TOKENS.inference}` }, 403],
+    ] as const) {
+      const a = await sendWire(ports[kind], {
+        app: kind,
+        method: "GET",
+        target,
+        headers,
+        endpoint: "logs",
+        holder: null,
+        origin: "none",
+        contentType: "absent",
+      });
+      expect(a.status, `${kind} ${target}`).toBe(status);
+      expect(ErrorBodySchema.safeParse(JSON.parse(a.body.toString())).success).toBe(true);
+    }
+    await new Promise((res) => setImmediate(res));
+    expect(unhandled).toEqual([]);
+    expect(errors).toEqual([]);
+  });
 
   it("still answers after the fuzz: no crash, the store and event log intact", async () => {
     for (const kind of ["anonymous", "tokens"] as const) {

@@ -191,7 +191,7 @@ export class NodeMetrics {
   private knownModel(model: string): boolean {
     const s = this.o.cluster.snapshot();
     return (
-      s.models[model] !== undefined ||
+      Object.hasOwn(s.models, model) ||
       Object.values(s.instances).some((i) => i.model_id === model) ||
       Object.values(s.deployments).some((d) => d.model_id === model)
     );

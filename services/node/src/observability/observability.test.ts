@@ -356,6 +356,27 @@ describe("GET /metrics", () => {
     expect(valueOf(after, "ic_chat_requests_in_flight")).toBe(0);
   });
 
+  it("labels a chat for a model named like Object.prototype's keys `unknown`", async () => {
+    const m = new NodeMetrics(sources(cluster(), [], await collector()));
+    for (const model of ["constructor", "toString", "__proto__"]) {
+      const obs = m.observe({ commandId: `c-${model}`, receivedAt: 0 });
+      obs.event({ type: "validated", at: 1, model, stream: false });
+      obs.event({
+        type: "end",
+        at: 2,
+        ok: false,
+        status: 404,
+        code: "model_not_found",
+        message: "",
+      });
+    }
+    const fams = parsePrometheusTextFormat(await m.render());
+    const models = family(fams, "ic_chat_requests_total").metrics.map(
+      (x) => (x as { labels: Record<string, string> }).labels.model,
+    );
+    expect(models).toEqual(["unknown"]);
+  });
+
   it("has the node's gauges: memory, GPUs, disk, runners by state, staging, event-log mode, telemetry queue", async () => {
     const c = await collector();
     const runners: LocalRunnerView[] = [
@@ -584,6 +605,15 @@ describe("the observability routes", () => {
       const r = await get(path);
       expect(r.status, path).toBe(status);
       expect(((await r.json()) as { error: { code: string } }).error.code, path).toBe(code);
+    }
+  });
+
+  it("GET /instances/{id}/logs answers 404 for ids that are Object.prototype's keys (found by the fuzz)", async () => {
+    const { get } = await app();
+    for (const id of ["constructor", "toString", "hasOwnProperty", "valueOf"]) {
+      const r = await get(`/instances/${id}/logs`);
+      expect(r.status, id).toBe(404);
+      expect(((await r.json()) as { error: { code: string } }).error.code, id).toBe("not_found");
     }
   });
 

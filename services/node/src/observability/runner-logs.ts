@@ -179,7 +179,8 @@ export function runnerLogRoutes(app: Hono, o: RunnerLogRouteOptions): void {
     if (!parsed.success) throw validationError(parsed.error, "query");
     const q = parsed.data;
     const state = o.cluster.snapshot();
-    const inst = state.instances[id];
+    // Own keys only: an id such as `constructor` names no instance (not Object.prototype's).
+    const inst = Object.hasOwn(state.instances, id) ? state.instances[id] : undefined;
     if (!inst) throw new ServiceError("not_found", `no instance ${id}`);
     const a = inst.assignments.find((x) => x.rank === q.rank);
     if (!a)
@@ -187,7 +188,7 @@ export function runnerLogRoutes(app: Hono, o: RunnerLogRouteOptions): void {
         "not_found",
         `instance ${id} has no rank ${q.rank} (ranks ${inst.assignments.map((x) => x.rank).join(", ")})`,
       );
-    const holder = state.members[a.node_id];
+    const holder = Object.hasOwn(state.members, a.node_id) ? state.members[a.node_id] : undefined;
     const req: RunnerLogRequest = {
       instance_id: id,
       rank: q.rank,
