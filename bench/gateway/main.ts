@@ -2,150 +2,23 @@
 // same llama-server called directly, at concurrency 1 and 16, in one run; a bare Node pass-through
 // proxy on the node's core is measured alongside as the floor of any Node hop on this machine.
 // Writes "## Gateway (tiny model)" or "## Gateway (wide model)".
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { availableParallelism, tmpdir } from "node:os";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
-import { locateEngine } from "@ic/engine";
-import { postUpstream } from "@ic/gateway";
 import { clusterCredentials } from "@ic/config";
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
+import { batch, cpuMs, MAX_TOKENS, pinCores, streamOnce } from "../lib/streaming.ts";
 
-const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 64);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 6);
 /** Requests per path before measuring: the node's JavaScript runs optimized only after many calls. */
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 200);
 /** Requests per hop whose CPU time is read as one block (a multiple of 16). */
 const CPU_REQUESTS = Number(process.env.BENCH_CPU_REQUESTS ?? 160);
-
-interface One {
-  ttftMs: number;
-  tokens: number;
-}
-
-const PROMPT = [{ role: "user", content: "Tell me a story about a cluster." }];
-/** The client never aborts; postUpstream wants a signal. */
-const NEVER = new AbortController().signal;
-
-const CONTENT = '"content":"';
-
-/**
- * Whether an SSE event carries generated text (a non-empty `delta.content`), found by a string search
- * rather than JSON.parse: parsing every chunk cost the client 3-5 ms of CPU per request on the core it
- * shares with the node, which slowed the gateway path only. Warm-up checks it against JSON.parse.
- */
-function hasContent(ev: string): boolean {
-  const k = ev.indexOf(CONTENT);
-  return k >= 0 && ev.charCodeAt(k + CONTENT.length) !== 0x22;
-}
-
-/**
- * One streaming request through the gateway's own lean node:http client (keep-alive pool, one retry
- * when a pooled connection was closed while idle), the same for every path, so its own cost does not
- * crowd the node off the shared core; TTFT = first SSE chunk with generated content.
- */
-async function streamOnce(
-  base: string,
-  model: string,
-  headers: Record<string, string>,
-  verify = false,
-): Promise<One> {
-  const body = JSON.stringify({
-    model,
-    messages: PROMPT,
-    max_tokens: MAX_TOKENS,
-    stream: true,
-    temperature: 0,
-  });
-  const t0 = performance.now();
-  const res = await postUpstream(`${base}/v1/chat/completions`, body, { signal: NEVER, headers });
-  let ttft = -1;
-  let tokens = 0;
-  let buf = "";
-  res.setEncoding("utf8");
-  for await (const chunk of res) {
-    buf += chunk as string;
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
-      const has = hasContent(ev);
-      if (verify) {
-        const j = JSON.parse(ev.slice(6)) as { choices?: { delta?: { content?: string } }[] };
-        if (Boolean(j.choices?.[0]?.delta?.content) !== has)
-          throw new Error(`content detection disagrees with JSON.parse on: ${ev}`);
-      }
-      if (has) {
-        if (ttft < 0) ttft = performance.now() - t0;
-        tokens++;
-      }
-    }
-  }
-  if (res.statusCode !== 200) throw new Error(`${base}: ${res.statusCode} ${buf}`);
-  return { ttftMs: ttft, tokens };
-}
-
-/**
- * On a machine with taskset and at least two cores, the engine gets the last core to itself and the
- * node, nats-server and this client share the others, in both paths alike: otherwise the scheduler
- * moves the engine's compute thread around and the noise swamps the gateway's own cost. Returns a
- * line for the report.
- */
-async function pinCores(env: Record<string, string>): Promise<string> {
-  const cores = availableParallelism();
-  try {
-    execFileSync("taskset", ["-V"], { stdio: "ignore" });
-  } catch {
-    return "not pinned (no taskset)";
-  }
-  if (cores < 2) return "not pinned (one core)";
-  const engine = await locateEngine({ serverBinOverride: process.env.SERVICE_ENGINE_SERVER_BIN });
-  const bin = engine.server_bin;
-  if (!bin) return "not pinned (no engine build found)";
-  const last = cores - 1;
-  const rest = cores === 2 ? "0" : `0-${last - 1}`;
-  execFileSync("taskset", ["-a", "-p", "-c", rest, String(process.pid)], { stdio: "ignore" });
-  const dir = mkdtempSync(join(tmpdir(), "bench-pin-"));
-  const wrapper = join(dir, "llama-server");
-  writeFileSync(wrapper, `#!/bin/sh\nexec taskset -c ${last} '${bin}' "$@"\n`);
-  chmodSync(wrapper, 0o755);
-  env.SERVICE_ENGINE_SERVER_BIN = wrapper;
-  return `engine pinned to core ${last}; node, nats-server and client on core${cores === 2 ? "" : "s"} ${rest}`;
-}
-
-const TICK_MS = 1000 / Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim() || 100);
-
-/**
- * CPU time (user + system, ms) of the processes in process group `pgid` (or the one process `pid`),
- * the engine excluded: what the hop itself costs, whatever the scheduler does with it.
- */
-function cpuMs(sel: { pgid: number } | { pid: number }): { ms: number; names: string[] } {
-  let ticks = 0;
-  const names: string[] = [];
-  for (const d of readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${d}/stat`, "utf8");
-    } catch {
-      continue;
-    }
-    const close = stat.lastIndexOf(")");
-    const comm = stat.slice(stat.indexOf("(") + 1, close);
-    const f = stat.slice(close + 2).split(" ");
-    // f[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
-    const match = "pgid" in sel ? Number(f[2]) === sel.pgid : Number(d) === sel.pid;
-    if (!match || comm.startsWith("llama-server")) continue;
-    ticks += Number(f[11]) + Number(f[12]);
-    names.push(comm);
-  }
-  return { ms: ticks * TICK_MS, names };
-}
 
 /** CPU ms per wall ms of each hop while no request runs (heartbeats, telemetry, timers), over 3 s. */
 async function idleCpuRates(cpu: ReadonlyArray<() => number>): Promise<number[]> {
@@ -171,23 +44,6 @@ async function startFloorProxy(upstream: string): Promise<{ url: string; proc: C
     proc.once("exit", (code) => reject(new Error(`floor proxy exited (${code})`)));
   });
   return { url: `http://127.0.0.1:${port}`, proc };
-}
-
-async function batch(
-  base: string,
-  model: string,
-  headers: Record<string, string>,
-  concurrency: number,
-): Promise<{ ttft: number[]; tokensPerSec: number }> {
-  const t0 = performance.now();
-  const results = await Promise.all(
-    Array.from({ length: concurrency }, () => streamOnce(base, model, headers)),
-  );
-  const wall = (performance.now() - t0) / 1000;
-  return {
-    ttft: results.map((r) => r.ttftMs),
-    tokensPerSec: results.reduce((s, r) => s + r.tokens, 0) / wall,
-  };
 }
 
 async function main(): Promise<void> {

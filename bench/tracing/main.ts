@@ -2,26 +2,14 @@
 // /v1/chat/completions with tracing on versus off (switched by PUT /v1/tracing between batches, in
 // rotated order), at concurrency 1 and 8, in one run against the tiny model. Target: tracing on
 // keeps at least 98% of the throughput and TTFT speed of tracing off. Writes "## Tracing overhead".
-import { execFileSync } from "node:child_process";
-import {
-  chmodSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from "node:fs";
-import { availableParallelism, tmpdir } from "node:os";
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { performance } from "node:perf_hooks";
-import { locateEngine } from "@ic/engine";
-import { postUpstream } from "@ic/gateway";
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
+import { batch, cpuMs, MAX_TOKENS, pinCores, streamOnce, TICK_MS } from "../lib/streaming.ts";
 
-const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 64);
 /** Batches per mode at concurrency 1 and 8. */
 const ROUNDS_1 = Number(process.env.BENCH_ROUNDS_1 ?? 400);
 const ROUNDS_8 = Number(process.env.BENCH_ROUNDS_8 ?? 150);
@@ -36,121 +24,6 @@ const TARGET = 0.98;
  * batch of 8 waits for a whole generation and the TTFT median falls between two modes.
  */
 const ENGINE_ARGS = "-t 1 -tb 1 -np 8";
-
-const PROMPT = [{ role: "user", content: "Tell me a story about a cluster." }];
-const NEVER = new AbortController().signal;
-const CONTENT = '"content":"';
-
-/** A chunk with generated text, found by string search (JSON.parse per chunk costs the client CPU). */
-function hasContent(ev: string): boolean {
-  const k = ev.indexOf(CONTENT);
-  return k >= 0 && ev.charCodeAt(k + CONTENT.length) !== 0x22;
-}
-
-interface One {
-  ttftMs: number;
-  tokens: number;
-}
-
-/** One streaming request through the gateway's lean node:http client; TTFT = first content chunk. */
-async function streamOnce(
-  base: string,
-  model: string,
-  headers: Record<string, string>,
-): Promise<One> {
-  const body = JSON.stringify({
-    model,
-    messages: PROMPT,
-    max_tokens: MAX_TOKENS,
-    stream: true,
-    temperature: 0,
-  });
-  const t0 = performance.now();
-  const res = await postUpstream(`${base}/v1/chat/completions`, body, { signal: NEVER, headers });
-  let ttft = -1;
-  let tokens = 0;
-  let buf = "";
-  res.setEncoding("utf8");
-  for await (const chunk of res) {
-    buf += chunk as string;
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
-      if (hasContent(ev)) {
-        if (ttft < 0) ttft = performance.now() - t0;
-        tokens++;
-      }
-    }
-  }
-  if (res.statusCode !== 200) throw new Error(`${base}: ${res.statusCode} ${buf}`);
-  return { ttftMs: ttft, tokens };
-}
-
-async function batch(
-  base: string,
-  model: string,
-  headers: Record<string, string>,
-  concurrency: number,
-): Promise<{ ttft: number[]; tokensPerSec: number }> {
-  const t0 = performance.now();
-  const results = await Promise.all(
-    Array.from({ length: concurrency }, () => streamOnce(base, model, headers)),
-  );
-  const wall = (performance.now() - t0) / 1000;
-  return {
-    ttft: results.map((r) => r.ttftMs),
-    tokensPerSec: results.reduce((s, r) => s + r.tokens, 0) / wall,
-  };
-}
-
-/**
- * As in bench/gateway: with taskset and two cores or more, the engine gets the last core to itself
- * and the node and this client share the others (otherwise scheduler noise swamps the difference).
- */
-async function pinCores(env: Record<string, string>): Promise<string> {
-  const cores = availableParallelism();
-  try {
-    execFileSync("taskset", ["-V"], { stdio: "ignore" });
-  } catch {
-    return "not pinned (no taskset)";
-  }
-  if (cores < 2) return "not pinned (one core)";
-  const engine = await locateEngine({ serverBinOverride: process.env.SERVICE_ENGINE_SERVER_BIN });
-  if (!engine.server_bin) return "not pinned (no engine build found)";
-  const last = cores - 1;
-  const rest = cores === 2 ? "0" : `0-${last - 1}`;
-  execFileSync("taskset", ["-a", "-p", "-c", rest, String(process.pid)], { stdio: "ignore" });
-  const dir = mkdtempSync(join(tmpdir(), "bench-pin-"));
-  const wrapper = join(dir, "llama-server");
-  writeFileSync(wrapper, `#!/bin/sh\nexec taskset -c ${last} '${engine.server_bin}' "$@"\n`);
-  chmodSync(wrapper, 0o755);
-  env.SERVICE_ENGINE_SERVER_BIN = wrapper;
-  return `engine pinned to core ${last}; node, nats-server and client on core${cores === 2 ? "" : "s"} ${rest}`;
-}
-
-const TICK_MS = 1000 / Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim() || 100);
-
-/** CPU ms (user + system) of the node's process group, the engine excluded. */
-function nodeCpuMs(pgid: number): number {
-  let ticks = 0;
-  for (const d of readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${d}/stat`, "utf8");
-    } catch {
-      continue;
-    }
-    const close = stat.lastIndexOf(")");
-    const comm = stat.slice(stat.indexOf("(") + 1, close);
-    const f = stat.slice(close + 2).split(" ");
-    if (Number(f[2]) !== pgid || comm.startsWith("llama-server")) continue;
-    ticks += Number(f[11]) + Number(f[12]);
-  }
-  return ticks * TICK_MS;
-}
 
 interface Status {
   enabled: boolean;
@@ -244,10 +117,10 @@ async function main(): Promise<void> {
       for (let b = 0; b < 2 * CPU_BLOCKS; b++) {
         const mode = MODES[b % 2]!;
         await setTracing(node, mode === "on");
-        const before = nodeCpuMs(node.pid!);
+        const before = cpuMs({ pgid: node.pid! }).ms;
         for (let n = 0; n < CPU_REQUESTS; n += c) await batch(url, modelId, headers, c);
         await new Promise((r) => setTimeout(r, 100)); // trace writes and task bookkeeping land
-        cpu[mode].push((nodeCpuMs(node.pid!) - before) / CPU_REQUESTS);
+        cpu[mode].push((cpuMs({ pgid: node.pid! }).ms - before) / CPU_REQUESTS);
         if (mode === "on") traced += CPU_REQUESTS;
       }
       if (process.env.BENCH_DUMP)
