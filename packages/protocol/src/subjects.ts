@@ -25,6 +25,11 @@ export const PurgeReplySchema = z.object({
 });
 export type PurgeReply = z.infer<typeof PurgeReplySchema>;
 
+/** A liveness probe (sent when a connection to the peer dropped): the answering process names itself. */
+export const NodePingRequestSchema = z.object({}).strict();
+export const NodePingReplySchema = z.object({ peer_key: z.string(), started_at: z.number() });
+export type NodePingReply = z.infer<typeof NodePingReplySchema>;
+
 export const FanoutRequestSchema = z.object({ path: z.string(), query: z.string().optional() });
 export const FanoutReplySchema = z.object({
   peer_key: z.string(),
@@ -64,6 +69,8 @@ export const CATALOG = {
   storePurge: req("ic.store.purge", PurgeRequestSchema, PurgeReplySchema),
   /** Per node (suffix: peer key): read a local GET endpoint for cluster-wide views. */
   nodeRead: req("ic.node.read", FanoutRequestSchema, FanoutReplySchema),
+  /** Per node (suffix: peer key): "are you there?", after a connection to it dropped. */
+  nodePing: req("ic.node.ping", NodePingRequestSchema, NodePingReplySchema),
   /** Per node (suffix: peer key): the tail of one of its runners' log files. */
   runnerLog: req("ic.node.runner_log", RunnerLogRequestSchema, RunnerLogReplySchema),
 } as const;

@@ -96,8 +96,9 @@ class FakeBus {
         this.hub.reaches(this, x.bus) &&
         (opts.from === undefined || x.bus.origin === opts.from),
     );
+    // As on NATS: no subscriber anywhere is an immediate "no responder".
+    if (!r) throw new ServiceError("unavailable", "no responder");
     const answer = new Promise<unknown>((resolve) => {
-      if (!r) return;
       setTimeout(() => {
         const reply = clone(r.handler(clone(msg), { origin: this.origin }));
         void this.hub.replyGate.then(() => resolve(reply));
@@ -130,6 +131,7 @@ function agent(
       startedAt,
     },
     timings,
+    probe: { tries: 3, timeoutMs: 50, gapMs: 10 },
     extras: () => ({ telemetry, links: [], runners: [], health: [] }),
   });
 }
@@ -225,6 +227,107 @@ describe("failover", () => {
     expect(memberNames(b)).toEqual(["b", "c"]);
     await waitUntil(() => c.sessionId === b.sessionId && c.synced);
     expect(memberNames(c)).toEqual(["b", "c"]);
+  });
+});
+
+describe("connection loss: the fast failure signal", () => {
+  // Long timeouts here: whatever happens within a few tens of ms comes from the probes.
+  const events = (a: ClusterAgent) => {
+    const seen: { type: string; reason?: string; at: number }[] = [];
+    a.on({
+      event: (ev) =>
+        seen.push({
+          type: ev.event.type,
+          at: Date.now(),
+          ...("reason" in ev.event ? { reason: ev.event.reason } : {}),
+        }),
+    });
+    return seen;
+  };
+
+  it("a worker that dropped its connection and answers no probe leaves at once, by NodeLeft 'connection lost'", async () => {
+    const hub = new Hub();
+    const [a, , c] = [start(hub, "a", 1), start(hub, "b", 2), start(hub, "c", 3)];
+    await advance(1000);
+    expect(a.isMaster).toBe(true);
+    const seen = events(a);
+    await c.stop(); // killed: silent, and nothing answers its ping subject
+    const t0 = Date.now();
+    const gone = a.connectionLost("p-c", 3, "test");
+    await advance(50);
+    await expect(gone).resolves.toBe(true);
+    const left = seen.find((e) => e.type === "NodeLeft");
+    expect(left).toMatchObject({ reason: "connection lost" });
+    // Three "no responder" tries 10 ms apart, then the tick: far inside the 400 ms liveness timeout.
+    expect(left!.at - t0).toBeLessThan(50);
+    expect(memberNames(a)).toEqual(["a", "b"]);
+  });
+
+  it("a peer that still answers is kept, and a restarted process (another start time) is left to its heartbeats", async () => {
+    const hub = new Hub();
+    const [a] = [start(hub, "a", 1), start(hub, "b", 2)];
+    await advance(1000);
+    const seen = events(a);
+    const answered = a.connectionLost("p-b", 2, "test");
+    await advance(50);
+    await expect(answered).resolves.toBe(false);
+    const stale = a.connectionLost("p-b", 99, "test");
+    await advance(50);
+    await expect(stale).resolves.toBe(false);
+    await advance(1000);
+    expect(seen.filter((e) => e.type === "NodeLeft")).toEqual([]);
+    expect(memberNames(a)).toEqual(["a", "b"]);
+  });
+
+  it("followers whose master's connection dropped elect a new master without waiting for the election timeout", async () => {
+    const hub = new Hub();
+    const [a, b, c] = [start(hub, "a", 1), start(hub, "b", 2), start(hub, "c", 3)];
+    await advance(1000);
+    const s1 = a.sessionId;
+    await a.stop();
+    const t0 = Date.now();
+    const lost = [b.connectionLost("p-a", 1, "test"), c.connectionLost("p-a", 1, "test")];
+    await waitUntil(() => b.isMaster && c.sessionId === b.sessionId && c.synced);
+    await expect(Promise.all(lost)).resolves.toEqual([true, true]);
+    expect(b.sessionId).not.toBe(s1);
+    expect(Date.now() - t0).toBeLessThan(timings.electionTimeoutMs / 2);
+    expect(memberNames(b)).toEqual(["b", "c"]);
+  });
+
+  it("a node the master declared gone is not carried into the next session by a follower that still heard it recently", async () => {
+    const hub = new Hub();
+    const [a, b, c, d] = [
+      start(hub, "a", 1),
+      start(hub, "b", 2),
+      start(hub, "c", 3),
+      start(hub, "d", 4),
+    ];
+    await advance(1000);
+    await d.stop();
+    const gone = a.connectionLost("p-d", 4, "test");
+    await advance(50);
+    await expect(gone).resolves.toBe(true);
+    await waitUntil(() => memberNames(b).length === 3);
+    // Right after, the master dies too: b and c were never told d is gone other than by NodeLeft.
+    await a.stop();
+    const lost = [b.connectionLost("p-a", 1, "test"), c.connectionLost("p-a", 1, "test")];
+    await waitUntil(() => b.isMaster && c.sessionId === b.sessionId && c.synced);
+    await Promise.all(lost);
+    expect(memberNames(b)).toEqual(["b", "c"]);
+  });
+
+  it("a peer declared gone while only cut off rejoins when it is heard again", async () => {
+    const hub = new Hub();
+    const [a, , c] = [start(hub, "a", 1), start(hub, "b", 2), start(hub, "c", 3)];
+    await advance(1000);
+    hub.partition(["c"], ["a", "b", "c"]);
+    const gone = a.connectionLost("p-c", 3, "test");
+    await advance(50);
+    await expect(gone).resolves.toBe(true);
+    expect(memberNames(a)).toEqual(["a", "b"]);
+    hub.cut.clear();
+    await waitUntil(() => memberNames(a).length === 3 && c.sessionId === a.sessionId);
+    expect(memberNames(a)).toEqual(["a", "b", "c"]);
   });
 });
 

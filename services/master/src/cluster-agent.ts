@@ -60,7 +60,29 @@ export interface PeerView {
    * claim to be this peer's but come from another connection are ignored.
    */
   readonly origin: string | undefined;
+  /**
+   * Set when a connection to the peer dropped and it then failed every liveness probe: it counts as
+   * silent from then on (election, liveness, membership) until it is heard again.
+   */
+  readonly lostAt?: number;
 }
+
+/** When a peer was last heard, for every liveness rule: never, once it is known to be gone. */
+function heardAt(p: PeerView): number {
+  return p.lostAt === undefined ? p.lastHeard : Number.NEGATIVE_INFINITY;
+}
+
+/** Probing a peer after a connection to it dropped (see `ClusterAgent.connectionLost`). */
+export interface ProbeSettings {
+  /** Requests sent before the peer is declared gone. */
+  readonly tries: number;
+  /** Deadline of one request. */
+  readonly timeoutMs: number;
+  /** Pause after a request failed at once ("no responder") before the next try. */
+  readonly gapMs: number;
+}
+
+export const DEFAULT_PROBE: ProbeSettings = { tries: 3, timeoutMs: 300, gapMs: 100 };
 
 export interface AgentOptions {
   readonly bus: Bus;
@@ -74,6 +96,8 @@ export interface AgentOptions {
   readonly commandTimeoutMs?: number;
   /** Memory model overrides (context size), as the gateway uses: words the re-check's refusals. */
   readonly memory?: Partial<MemoryModel>;
+  /** Liveness probes after a dropped connection (default DEFAULT_PROBE). */
+  readonly probe?: ProbeSettings;
 }
 
 export type AgentListener = {
@@ -131,11 +155,16 @@ export class ClusterAgent implements AsyncDisposable {
   snapshot(): ControlState {
     return this.state;
   }
+  /** The master this node follows (undefined while it is master itself or has none). */
+  masterPeer(): PeerView | undefined {
+    const m = this.current?.master.peer_key;
+    return m === undefined || m === this.o.self.peerKey ? undefined : this.peers.get(m);
+  }
   /** Peers heard within the liveness timeout, self included. */
   livePeers(): PeerView[] {
     const now = this.o.clock.now();
     return [...this.peers.values()].filter(
-      (p) => now - p.lastHeard <= this.o.timings.livenessTimeoutMs,
+      (p) => now - heardAt(p) <= this.o.timings.livenessTimeoutMs,
     );
   }
   on(listener: AgentListener): () => void {
@@ -152,6 +181,14 @@ export class ClusterAgent implements AsyncDisposable {
     // Only a master publishes events and it applies them as it emits them: its own echo is skipped.
     this.subs.push(
       bus.subscribe("events", (ev, meta) => this.onEvent(ev, meta.origin), { ignoreOwn: true }),
+    );
+    // Liveness probes from peers whose connection to this node dropped: this process is here.
+    this.subs.push(
+      bus.respond(
+        "nodePing",
+        () => ({ peer_key: this.o.self.peerKey, started_at: this.o.self.startedAt }),
+        { suffix: this.o.self.peerKey },
+      ),
     );
     this.publishHeartbeat();
     this.hbTimer = setInterval(() => this.publishHeartbeat(), this.o.timings.heartbeatMs);
@@ -251,7 +288,82 @@ export class ClusterAgent implements AsyncDisposable {
   /** Any traffic from a peer is a liveness signal (ordinary telemetry, indexed events). */
   private touch(peerKey: string): void {
     const p = this.peers.get(peerKey);
-    if (p) this.peers.set(peerKey, { ...p, lastHeard: this.o.clock.now() });
+    if (p)
+      this.peers.set(peerKey, {
+        heartbeat: p.heartbeat,
+        origin: p.origin,
+        lastHeard: this.o.clock.now(),
+      });
+  }
+
+  private readonly probing = new Set<string>();
+
+  /**
+   * A connection to a peer dropped (its watch connection, see peer-watch). A killed process's
+   * sockets close at once, long before its heartbeats are missed, so this is the fast failure
+   * signal; a cut network or a frozen host closes nothing and is still caught by the timeouts.
+   * The drop alone proves nothing (the peer may have restarted its listener), so the peer is asked
+   * over the bus, a few times with a short deadline; only when no try reaches the same process
+   * (the same peer key and start time) is it marked gone, and the next tick acts on it: the master
+   * emits NodeLeft, a follower whose master it was runs the election without waiting.
+   * Resolves to true when the peer was declared gone.
+   */
+  async connectionLost(
+    peerKey: string,
+    startedAt: number | undefined,
+    via: string,
+  ): Promise<boolean> {
+    const p = this.peers.get(peerKey);
+    if (this.stopped || peerKey === this.o.self.peerKey || !p || p.lostAt !== undefined)
+      return false;
+    if (startedAt !== undefined && p.heartbeat.started_at !== startedAt) return false;
+    if (this.probing.has(peerKey)) return false;
+    this.probing.add(peerKey);
+    const probe = this.o.probe ?? DEFAULT_PROBE;
+    const failures: string[] = [];
+    try {
+      for (let i = 0; i < probe.tries && !this.stopped; i++) {
+        const sent = this.o.clock.now();
+        try {
+          const r = await this.o.bus.request(
+            "nodePing",
+            {},
+            {
+              suffix: peerKey,
+              timeoutMs: probe.timeoutMs,
+            },
+          );
+          if (r.peer_key === peerKey && r.started_at === p.heartbeat.started_at) {
+            this.log.info(
+              { peer: p.heartbeat.name, via },
+              "connection to a peer dropped; it answers",
+            );
+            return false;
+          }
+          failures.push(`another process answered (started ${r.started_at})`);
+        } catch (e) {
+          failures.push(e instanceof Error ? e.message : String(e));
+        }
+        // A fast failure ("no responder") is retried after a pause; a timeout already waited.
+        const waited = this.o.clock.now() - sent;
+        if (i + 1 < probe.tries && waited < probe.gapMs)
+          await new Promise((r) => setTimeout(r, probe.gapMs - waited));
+      }
+      // Marked gone; any later heartbeat of the same process clears the mark (onHeartbeat replaces
+      // the view), so a peer that was only out of reach comes back as usual. What it sent before it
+      // died arrived long before the last probe failed.
+      const cur = this.peers.get(peerKey);
+      if (this.stopped || !cur) return false;
+      this.peers.set(peerKey, { ...cur, lostAt: this.o.clock.now() });
+      this.log.warn(
+        { peer: p.heartbeat.name, peer_key: peerKey, via, probes: failures },
+        "peer gone: its connection dropped and it answers no probe",
+      );
+      this.tick();
+      return true;
+    } finally {
+      this.probing.delete(peerKey);
+    }
   }
 
   // ---- election ----
@@ -263,7 +375,7 @@ export class ClusterAgent implements AsyncDisposable {
       out.push({
         peer_key: key,
         started_at: p.heartbeat.started_at,
-        lastHeard: p.lastHeard,
+        lastHeard: heardAt(p),
         masterOf: p.heartbeat.is_master ? p.heartbeat.session_id : null,
         session: p.heartbeat.session_id,
       });
@@ -349,9 +461,7 @@ export class ClusterAgent implements AsyncDisposable {
     const live = this.livePeers().filter(
       (p) =>
         p.heartbeat.peer_key !== self.peerKey &&
-        !(
-          p.heartbeat.peer_key === deposed && now - p.lastHeard >= this.o.timings.electionTimeoutMs
-        ),
+        !(p.heartbeat.peer_key === deposed && now - heardAt(p) >= this.o.timings.electionTimeoutMs),
     );
     const livePeerKeys = new Set([self.peerKey, ...live.map((p) => p.heartbeat.peer_key)]);
     const members: Member[] = [
@@ -453,7 +563,7 @@ export class ClusterAgent implements AsyncDisposable {
         const known = this.peers.get(masterKey);
         if (known) {
           this.peers.set(masterKey, {
-            ...known,
+            origin: known.origin,
             lastHeard: this.o.clock.now(),
             heartbeat: { ...known.heartbeat, is_master: true, session_id: ev.session_id },
           });
@@ -493,6 +603,12 @@ export class ClusterAgent implements AsyncDisposable {
   }
 
   private applyOne(ev: IndexedEvent): void {
+    // A node the master declared gone counts as gone here too, until it is heard again: an election
+    // right after must not carry it into the new session while its heartbeats are merely recent.
+    const left =
+      ev.event.type === "NodeLeft" && Object.hasOwn(this.state.members, ev.event.node_id)
+        ? this.state.members[ev.event.node_id]!.peer_key
+        : undefined;
     try {
       this.state = apply(this.state, ev);
     } catch (e) {
@@ -501,6 +617,10 @@ export class ClusterAgent implements AsyncDisposable {
         return;
       }
       throw e;
+    }
+    if (left !== undefined && left !== this.o.self.peerKey) {
+      const p = this.peers.get(left);
+      if (p && p.lostAt === undefined) this.peers.set(left, { ...p, lostAt: this.o.clock.now() });
     }
     for (const l of this.listeners) l.event?.(ev, this.state);
   }
@@ -629,7 +749,8 @@ export class ClusterAgent implements AsyncDisposable {
     for (const m of Object.values(this.state.members)) {
       if (m.peer_key === this.o.self.peerKey) continue;
       const p = this.peers.get(m.peer_key);
-      if (p && now - p.lastHeard <= this.o.timings.livenessTimeoutMs) continue;
+      if (p && now - heardAt(p) <= this.o.timings.livenessTimeoutMs) continue;
+      const reason = p?.lostAt !== undefined ? "connection lost" : "heartbeat timeout";
       const lost = new Set(
         Object.values(this.state.instances)
           .filter((i) => i.assignments.some((a) => a.node_id === m.node_id))
@@ -644,8 +765,8 @@ export class ClusterAgent implements AsyncDisposable {
           });
         }
       }
-      this.log.warn({ node: m.name, node_id: m.node_id }, "node lost (heartbeat timeout)");
-      this.emit({ type: "NodeLeft", node_id: m.node_id, reason: "heartbeat timeout" });
+      this.log.warn({ node: m.name, node_id: m.node_id }, `node lost (${reason})`);
+      this.emit({ type: "NodeLeft", node_id: m.node_id, reason });
     }
   }
 

@@ -72,6 +72,7 @@ import {
 import { TelemetryCollector } from "@ic/worker";
 import { NodeMetrics } from "./observability/metrics.ts";
 import { observabilityRoutes } from "./observability/routes.ts";
+import { watchRoutes } from "./peer-watch.ts";
 import { serveRunnerLogs } from "./observability/runner-logs.ts";
 import type { RunnerLogSource } from "./observability/runner-logs.ts";
 import { servePurge, storeRoutes } from "./store-routes.ts";
@@ -2088,6 +2089,16 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
   const errors: string[] = [];
   const unhandled: unknown[] = [];
   let restarts = 0;
+  /** Peers whose watch connection closed (GET /cluster/watch asks the agent to probe them). */
+  const probed: string[] = [];
+  const watchAgent = {
+    peerKey: "p-self",
+    masterPeer: () => undefined,
+    connectionLost: (peerKey: string) => {
+      probed.push(peerKey);
+      return Promise.resolve(false);
+    },
+  };
   let before: Map<string, string>;
   const onUnhandled = (e: unknown) => unhandled.push(e);
   /** `${endpoint} ${status}` of every answer checked. */
@@ -2251,6 +2262,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
             }),
           (a) => storeRoutes(a, storeOpts),
           (a) => a.route("/", storeHost.app),
+          (a) => watchRoutes(a, { agent: watchAgent, log }),
         ],
       });
       apps[kind] = app;
@@ -2450,6 +2462,51 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
     await new Promise((res) => setImmediate(res));
     expect(unhandled).toEqual([]);
     expect(errors).toEqual([]);
+  });
+
+  it("GET /cluster/watch holds a stream open, has the peer probed when it leaves, and is gated", async () => {
+    const read = { authorization: `Bearer ${TOKENS.read}` };
+    probed.length = 0;
+    for (let i = 0; i < 6; i++) {
+      for (const [kind, headers] of [
+        ["anonymous", {}],
+        ["tokens", read],
+      ] as const) {
+        const target = `/cluster/watch?peer_key=p-${kind}-${i}&started_at=${i}`;
+        const a = await followWire(ports[kind], target, headers);
+        expect(a.status, `${kind} ${target}`).toBe(200);
+        expect(a.type).toMatch(/^text\/event-stream/);
+        expect(a.first).toBe(": watching\n\n");
+      }
+    }
+    for (let t = 0; t < 500 && probed.length < 12; t++) await new Promise((r) => setTimeout(r, 10));
+    expect(new Set(probed).size).toBe(12);
+    for (const [kind, target, headers, status] of [
+      ["anonymous", "/cluster/watch", {}, 400],
+      ["anonymous", "/cluster/watch?peer_key=p&started_at=soon", {}, 400],
+      ["anonymous", `/cluster/watch?peer_key=${"x".repeat(201)}&started_at=1`, {}, 400],
+      ["tokens", "/cluster/watch?peer_key=p&started_at=1", {}, 401],
+      [
+        "tokens",
+        "/cluster/watch?peer_key=p&started_at=1",
+        { authorization: `Bearer ${TOKENS.inference}` },
+        403,
+      ],
+    ] as const) {
+      const a = await sendWire(ports[kind], {
+        app: kind,
+        method: "GET",
+        target,
+        headers,
+        endpoint: "ping",
+        holder: null,
+        origin: "none",
+        contentType: "absent",
+      });
+      expect(a.status, `${kind} ${target}`).toBe(status);
+      expect(ErrorBodySchema.safeParse(JSON.parse(a.body.toString())).success).toBe(true);
+    }
+    expect(probed.length).toBe(12);
   });
 
   it("still answers after the fuzz: no crash, the store and event log intact", async () => {

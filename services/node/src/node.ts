@@ -30,6 +30,7 @@ import { observabilityRoutes } from "./observability/routes.ts";
 import { serveRunnerLogs } from "./observability/runner-logs.ts";
 import type { RunnerLogSource } from "./observability/runner-logs.ts";
 import { apiListener } from "./api-listener.ts";
+import { PeerWatch, watchRoutes } from "./peer-watch.ts";
 
 export interface NodeOptions {
   readonly config: Config;
@@ -330,6 +331,7 @@ export class Node implements AsyncDisposable {
             },
           }),
         (a) => storeRoutes(a, storeOpts),
+        (a) => watchRoutes(a, { agent, log }),
         ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : []),
       ],
     });
@@ -337,8 +339,19 @@ export class Node implements AsyncDisposable {
     this.app = app;
 
     // 5. Cluster agent (election, replica) and link probing.
+    // The fast failure signal: a watch connection to the master (see peer-watch.ts). It closes after
+    // the agent stops, so a master probing this node on the drop finds nothing answering: a
+    // graceful stop is noticed as fast as a kill.
+    const peerWatch = new PeerWatch({
+      agent,
+      log,
+      self: { peerKey: this.peerKey, startedAt: this.startedAt },
+      token: anonymous ? undefined : creds.nodeToken,
+    });
+    this.stack.push({ name: "peer-watch", stop: () => peerWatch.stop() });
     agent.start();
     this.stack.push({ name: "cluster", stop: () => agent.stop() });
+    peerWatch.start();
     const probe = setInterval(() => {
       const targets = agent
         .livePeers()
