@@ -1,11 +1,10 @@
 // The watch connection over real sockets: each end reports a dropped connection to its agent at once,
 // and a connection it closed itself (the master changed, stop) is not reported.
-import { createServer } from "node:http";
-import type { Server } from "node:http";
+import { createServer, request } from "node:http";
+import type { IncomingMessage, Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { request } from "node:http";
 import { afterEach, describe, expect, it } from "vitest";
-import { Hono } from "hono";
+import type { Hono } from "hono";
 import { silentLogger } from "@ic/log";
 import type { PeerView } from "@ic/master";
 import type { Heartbeat } from "@ic/protocol";
@@ -78,7 +77,7 @@ describe("the serving end (the master)", () => {
     const agent = new FakeAgent("p-master");
     const { url } = await serve(agent);
     const req = request(`${url}${WATCH_PATH}?peer_key=p-follower&started_at=42`);
-    const res = await new Promise<import("node:http").IncomingMessage>((resolve, reject) => {
+    const res = await new Promise<IncomingMessage>((resolve, reject) => {
       req.on("response", resolve).on("error", reject).end();
     });
     expect(res.statusCode).toBe(200);
