@@ -107,6 +107,61 @@ describe("embedded nats-server", () => {
     expect(seen.every((p) => p === "from-a")).toBe(true);
   });
 
+  it("serves the monitoring endpoint only when asked, and its counters see client messages", async () => {
+    await using plain = loneServer();
+    await plain.start();
+    expect(plain.monitorUrl).toBeUndefined();
+    await using s = server({ monitor: true });
+    await s.start();
+    expect(s.monitorUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    await using bus = await connectBus(s);
+    const varz = async () =>
+      (await (await fetch(`${s.monitorUrl!}/varz`)).json()) as { in_msgs: number };
+    const before = (await varz()).in_msgs;
+    for (let i = 0; i < 3; i++) bus.publish("heartbeat", heartbeat("p"));
+    await bus.flush();
+    expect((await varz()).in_msgs - before).toBe(3);
+  });
+
+  it("handlers of one subject on one connection share a delivery: sent once, decoded once, each handler on its own", async () => {
+    await using s = server({ monitor: true });
+    await s.start();
+    await using bus = await connectBus(s);
+    await using other = await connectBus(s);
+    const outMsgs = async () =>
+      ((await (await fetch(`${s.monitorUrl!}/varz`)).json()) as { out_msgs: number }).out_msgs;
+    const first: Heartbeat[] = [];
+    const second: Heartbeat[] = [];
+    const ownIgnored: string[] = [];
+    const offFirst = bus.subscribe("heartbeat", (m) => {
+      first.push(m);
+      throw new Error("a failing handler keeps no other from the message");
+    });
+    bus.subscribe("heartbeat", (m) => second.push(m));
+    bus.subscribe("heartbeat", (m) => ownIgnored.push(m.peer_key), { ignoreOwn: true });
+    await bus.flush();
+    const before = await outMsgs();
+    other.publish("heartbeat", { peer_key: "bad" } as unknown as Heartbeat);
+    other.publish("heartbeat", heartbeat("from-other"));
+    await other.flush();
+    bus.publish("heartbeat", heartbeat("from-self"));
+    await bus.flush();
+    await waitFor(() => (second.length === 2 ? true : undefined), { timeoutMs: 5000 });
+    // Three messages, one connection subscribed: three deliveries, not one per handler.
+    await waitFor(async () => ((await outMsgs()) - before >= 3 ? true : undefined), {
+      timeoutMs: 5000,
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    expect((await outMsgs()) - before).toBe(3);
+    expect(first.map((m) => m.peer_key)).toEqual(["from-other", "from-self"]);
+    expect(second[0]).toBe(first[0]);
+    expect(ownIgnored).toEqual(["from-other"]);
+    offFirst();
+    other.publish("heartbeat", heartbeat("after"));
+    await waitFor(() => (second.length === 3 ? true : undefined), { timeoutMs: 5000 });
+    expect(first).toHaveLength(2);
+  });
+
   it("ignoreOwn drops only what the same connection published", async () => {
     await using s = loneServer();
     await s.start();

@@ -37,6 +37,12 @@ function subjectOf(name: keyof typeof CATALOG, suffix?: string): string {
   return suffix ? `${base}.${suffix}` : base;
 }
 
+/** One handler of a subject shared by this connection's subscriptions (see `Bus.subscribe`). */
+interface SharedHandler {
+  readonly handler: (msg: unknown, meta: MessageMeta) => void;
+  readonly ignoreOwn: boolean;
+}
+
 /** What the bus knows of a message beyond its body. */
 export interface MessageMeta {
   /** The publishing connection's origin id (see `Bus.origin`), when it sent one. */
@@ -46,6 +52,12 @@ export interface MessageMeta {
 export class Bus implements AsyncDisposable {
   /** Names this connection in every message it publishes or answers (the `ic-origin` header). */
   readonly origin = randomUUID();
+
+  /** One NATS subscription per subject, shared by its handlers on this connection. */
+  private readonly shared = new Map<
+    string,
+    { readonly sub: Subscription; readonly handlers: Set<SharedHandler> }
+  >();
 
   private constructor(
     private readonly nc: NatsConnection,
@@ -87,35 +99,75 @@ export class Bus implements AsyncDisposable {
     return h;
   }
 
+  /**
+   * The same headers, built once for publishes: nats.js only encodes them, and a publish per
+   * control event (two per chat request) otherwise built a header set each time.
+   */
+  private readonly publishHeaders = this.originHeaders();
+
   get closed(): boolean {
     return this.nc.isClosed();
   }
 
   publish<K extends PublishName>(name: K, msg: MessageIn<K>, suffix?: string): void {
     if (this.nc.isClosed()) return;
-    this.nc.publish(subjectOf(name, suffix), codec.encode(msg), { headers: this.originHeaders() });
+    this.nc.publish(subjectOf(name, suffix), codec.encode(msg), { headers: this.publishHeaders });
   }
 
   /**
    * Handles every valid message on a subject. With `ignoreOwn`, messages this connection published
    * are dropped before decoding (a publisher that already applied what it sent skips the echo).
+   * Handlers of the same subject on this connection share one NATS subscription: the server sends
+   * each message once and it is decoded and validated once, every handler getting the same object
+   * (read-only to them). A node subscribes to every node's heartbeat twice (the cluster agent, and
+   * the telemetry echo), and heartbeats grow with the cluster.
    */
   subscribe<K extends PublishName>(
     name: K,
     handler: (msg: MessageOf<K>, meta: MessageMeta) => void,
     opts: { suffix?: string; ignoreOwn?: boolean } = {},
   ): Unsubscribe {
-    const schema = messageSchema(name);
-    const sub = this.nc.subscribe(subjectOf(name, opts.suffix), {
-      callback: (err, m) => {
-        if (err) return;
-        const origin = m.headers?.get(ORIGIN_HEADER) || undefined;
-        if (opts.ignoreOwn && origin === this.origin) return;
-        const parsed = this.decode(schema, m.data, name);
-        if (parsed !== undefined) handler(parsed, { origin });
-      },
-    });
-    return () => sub.unsubscribe();
+    const subject = subjectOf(name, opts.suffix);
+    let shared = this.shared.get(subject);
+    if (!shared) {
+      const schema = messageSchema(name);
+      const handlers = new Set<SharedHandler>();
+      const sub = this.nc.subscribe(subject, {
+        callback: (err, m) => {
+          if (err) return;
+          const origin = m.headers?.get(ORIGIN_HEADER) || undefined;
+          const own = origin === this.origin;
+          let parsed: MessageOf<K> | undefined;
+          let decoded = false;
+          for (const h of handlers) {
+            if (h.ignoreOwn && own) continue;
+            if (!decoded) {
+              parsed = this.decode(schema, m.data, name);
+              decoded = true;
+            }
+            if (parsed === undefined) return;
+            try {
+              h.handler(parsed, { origin });
+            } catch (e) {
+              this.log.error({ err: e, subject: m.subject }, "message handler failed");
+            }
+          }
+        },
+      });
+      shared = { sub, handlers };
+      this.shared.set(subject, shared);
+    }
+    const entry: SharedHandler = {
+      handler: handler as unknown as SharedHandler["handler"],
+      ignoreOwn: opts.ignoreOwn ?? false,
+    };
+    const s = shared;
+    s.handlers.add(entry);
+    return () => {
+      if (!s.handlers.delete(entry) || s.handlers.size > 0) return;
+      s.sub.unsubscribe();
+      if (this.shared.get(subject) === s) this.shared.delete(subject);
+    };
   }
 
   /** Serve a request subject; the handler's value (or thrown ServiceError, mapped by the caller's schema) is the reply. */

@@ -59,6 +59,11 @@ export interface NatsServerOptions {
   readonly childrenDir?: string | undefined;
   /** Called for every authentication failure nats-server reports. */
   readonly onAuthFailure?: (f: AuthFailure) => void;
+  /**
+   * Also serve nats-server's HTTP monitoring (/varz, /routez, ...) on `clientBind`, a free port
+   * (`monitorUrl`); off by default. Benchmarks read message counts there.
+   */
+  readonly monitor?: boolean;
 }
 
 const AUTH_LINE =
@@ -86,6 +91,7 @@ export class NatsServer implements AsyncDisposable {
   private child: Child | undefined;
   private state: NatsServerState = "idle";
   private port = 0;
+  private monitorPort: number | undefined;
   private readonly portsDir = mkdtempSync(join(tmpdir(), "ic-nats-"));
   private restarts = 0;
   private readonly abort = new AbortController();
@@ -98,6 +104,13 @@ export class NatsServer implements AsyncDisposable {
   /** Where this node's own services connect (no credentials in it). */
   get clientUrl(): string {
     return `nats://${dialable(this.opts.clientBind)}:${this.port}`;
+  }
+
+  /** The HTTP monitoring endpoint, once running with `monitor` set. */
+  get monitorUrl(): string | undefined {
+    return this.monitorPort === undefined
+      ? undefined
+      : `http://${dialable(this.opts.clientBind)}:${this.monitorPort}`;
   }
 
   get status(): { state: NatsServerState; restarts: number; pid: number | undefined } {
@@ -184,9 +197,12 @@ export class NatsServer implements AsyncDisposable {
 
   /** Ready once the ports file names the client port and it accepts a connection. */
   private async accepting(child: Child): Promise<boolean> {
-    const port = this.readPort(child.pid);
+    const ports = this.readPorts(child.pid);
+    const port = ports?.client;
     if (!port || !(await canConnect(dialable(this.opts.clientBind), port))) return false;
+    if (this.opts.monitor && ports.monitoring === undefined) return false;
     this.port = port;
+    this.monitorPort = ports.monitoring;
     return true;
   }
 
@@ -198,6 +214,7 @@ export class NatsServer implements AsyncDisposable {
       `ports_file_dir: ${q(this.portsDir)}`,
       `authorization { user: ${q(o.clientAuth.user)}, password: ${q(o.clientAuth.password)} }`,
     ];
+    if (o.monitor) lines.push(`http: ${q(`${hostForListen(o.clientBind)}:-1`)}`);
     if (o.clusterPort > 0) {
       const routeUser = encodeURIComponent(o.routeAuth.user);
       const routePass = encodeURIComponent(o.routeAuth.password);
@@ -218,7 +235,9 @@ export class NatsServer implements AsyncDisposable {
     return ["-c", file];
   }
 
-  private readPort(pid: number | undefined): number | undefined {
+  private readPorts(
+    pid: number | undefined,
+  ): { client: number | undefined; monitoring: number | undefined } | undefined {
     if (!pid) return undefined;
     const f = readdirSync(this.portsDir).find((n) => n.endsWith(`_${pid}.ports`));
     if (!f) return undefined;
@@ -226,10 +245,12 @@ export class NatsServer implements AsyncDisposable {
       const doc = JSON.parse(readFileSync(join(this.portsDir, f), "utf8")) as {
         client?: string[];
         nats?: string[];
+        monitoring?: string[];
       };
-      const url = (doc.nats ?? doc.client)?.[0];
-      const m = url ? /:(\d+)$/.exec(url) : null;
-      return m ? Number(m[1]) : undefined;
+      return {
+        client: portOf((doc.nats ?? doc.client)?.[0]),
+        monitoring: portOf(doc.monitoring?.[0]),
+      };
     } catch {
       return undefined; // file still being written
     }
@@ -269,6 +290,11 @@ function startupError(o: RunOutcome, stderr: string, readyTimeoutMs: number): Er
         `nats-server exited during startup: ${"error" in o && o.error ? o.error : stderr.slice(-2000)}`,
       );
   }
+}
+
+function portOf(url: string | undefined): number | undefined {
+  const m = url ? /:(\d+)$/.exec(url) : null;
+  return m ? Number(m[1]) : undefined;
 }
 
 /** nats-server wants a bare IPv6 address in `listen`; brackets are for URLs. */

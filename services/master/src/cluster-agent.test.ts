@@ -523,3 +523,154 @@ describe("placement re-check in the sequencer", () => {
     expect(left).toHaveLength(1);
   });
 });
+
+describe("session changes without a sync storm", () => {
+  /** masterSync requests sent from now on, by sender name. */
+  function countSyncs(): { by: string[]; restore: () => void } {
+    const by: string[] = [];
+    const request = FakeBus.prototype.request;
+    const spy = vi.spyOn(FakeBus.prototype, "request");
+    spy.mockImplementation(function (this: FakeBus, ...args) {
+      if (args[0] === "masterSync") by.push(this.name);
+      return request.apply(this, args);
+    });
+    return { by, restore: () => spy.mockRestore() };
+  }
+
+  it("followers that receive the new session's announcement join it without asking the master for its log", async () => {
+    const hub = new Hub();
+    const syncs = countSyncs();
+    try {
+      const [a, b, c, d] = ["a", "b", "c", "d"].map((n, i) => start(hub, n, i + 1)) as [
+        ClusterAgent,
+        ClusterAgent,
+        ClusterAgent,
+        ClusterAgent,
+      ];
+      await waitUntil(() => [b, c, d].every((n) => n.synced && n.sessionId === a.sessionId));
+      await advance(500);
+      for (const n of [b, c, d]) expect(memberNames(n)).toEqual(["a", "b", "c", "d"]);
+      expect(syncs.by).toEqual([]);
+      await a.stop();
+      await waitUntil(
+        () => b.isMaster && [c, d].every((n) => n.synced && n.sessionId === b.sessionId),
+      );
+      for (const n of [b, c, d]) expect(memberNames(n)).toEqual(["b", "c", "d"]);
+      expect(syncs.by).toEqual([]);
+    } finally {
+      syncs.restore();
+    }
+  });
+
+  it("a follower that still heard the dead master when the new one announced itself applies the announcement once it adopts", async () => {
+    const hub = new Hub();
+    const [a, b, c, d] = ["a", "b", "c", "d"].map((n, i) => start(hub, n, i + 1)) as [
+      ClusterAgent,
+      ClusterAgent,
+      ClusterAgent,
+      ClusterAgent,
+    ];
+    await advance(1000);
+    expect(a.isMaster).toBe(true);
+    // b misses a's last heartbeats: it elects itself while c and d, which heard a later, still count
+    // a's session as live (and larger) and keep it for a little longer.
+    hub.drop = (subject, msg, to) =>
+      subject === CATALOG.heartbeat.subject &&
+      to.name === "b" &&
+      (msg as { peer_key: string }).peer_key === "p-a";
+    await advance(2 * timings.heartbeatMs);
+    await a.stop();
+    const s1 = a.sessionId;
+    await waitUntil(() => b.isMaster);
+    const s2 = b.sessionId;
+    expect(c.sessionId).toBe(s1);
+    const syncs = countSyncs();
+    try {
+      await waitUntil(() => [c, d].every((n) => n.sessionId === s2));
+      // Adopted from the held announcement: synced at once, without a request to the new master.
+      for (const n of [c, d]) expect(n.synced).toBe(true);
+      expect(syncs.by).toEqual([]);
+      await advance(500);
+      for (const n of [b, c, d]) expect(memberNames(n)).toEqual(["b", "c", "d"]);
+      expect(c.snapshot().index).toBe(b.snapshot().index);
+    } finally {
+      syncs.restore();
+    }
+  });
+});
+
+describe("heartbeats on adopting a session", () => {
+  /** Heartbeats published from now on: who, when, in which session. */
+  function recordHeartbeats(): {
+    sent: { name: string; at: number; session: string | null }[];
+    restore: () => void;
+  } {
+    const sent: { name: string; at: number; session: string | null }[] = [];
+    const publish = FakeBus.prototype.publish;
+    const spy = vi.spyOn(FakeBus.prototype, "publish");
+    spy.mockImplementation(function (this: FakeBus, ...args) {
+      if (args[0] === "heartbeat") {
+        const session = (args[1] as { session_id: string | null }).session_id;
+        sent.push({ name: this.name, at: Date.now(), session });
+      }
+      return publish.apply(this, args);
+    });
+    return { sent, restore: () => spy.mockRestore() };
+  }
+
+  it("a node the new session already lists waits for its next heartbeat; one it does not list announces itself at once", async () => {
+    const hub = new Hub();
+    const [a, b, c] = [start(hub, "a", 1), start(hub, "b", 2), start(hub, "c", 3)];
+    await advance(1000);
+    const adopted = new Map<string, number>();
+    for (const n of [c]) n.on({ session: () => adopted.set(n.peerKey, Date.now()) });
+    const beats = recordHeartbeats();
+    try {
+      await a.stop();
+      await waitUntil(() => b.isMaster && c.synced && c.sessionId === b.sessionId);
+      const at = adopted.get(c.peerKey)!;
+      await advance(2 * timings.heartbeatMs);
+      // One heartbeat per period: none extra at the adoption.
+      const inPeriod = beats.sent.filter(
+        (h) => h.name === "c" && h.at >= at && h.at < at + timings.heartbeatMs,
+      );
+      expect(inPeriod).toHaveLength(1);
+      // A node that starts now is not listed: it says at once that it adopted (the master adds it).
+      const d = start(hub, "d", 4);
+      let dAdopted = 0;
+      d.on({ session: () => (dAdopted = Date.now()) });
+      await waitUntil(() => d.sessionId === b.sessionId);
+      expect(
+        beats.sent.some((h) => h.name === "d" && h.at === dAdopted && h.session === b.sessionId),
+      ).toBe(true);
+      await waitUntil(() => memberNames(b).length === 3);
+    } finally {
+      beats.restore();
+    }
+  });
+});
+
+describe("a stalled event loop", () => {
+  it("a follower whose loop stalled past the election timeout does not start a session of its own on its overdue tick", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1);
+    await advance(500);
+    const b = start(hub, "b", 2);
+    await waitUntil(() => b.synced && memberNames(a).length === 2);
+    const s1 = a.sessionId;
+    // b's process stalls for 3 election timeouts while a keeps sending; b's overdue tick timer runs
+    // before the heartbeats that waited unread in its socket.
+    vi.setSystemTime(Date.now() + 3 * timings.electionTimeoutMs);
+    (b as unknown as { onTickTimer(tickMs: number): void }).onTickTimer(30);
+    expect(b.isMaster).toBe(false);
+    expect(b.sessionId).toBe(s1);
+    a.publishHeartbeat();
+    await advance(300);
+    expect(b.isMaster).toBe(false);
+    expect(b.sessionId).toBe(s1);
+    // A master that is really gone is still replaced, on the next tick that is on time.
+    await a.stop();
+    await waitUntil(() => b.isMaster);
+    expect(b.sessionId).not.toBe(s1);
+  });
+});

@@ -34,6 +34,7 @@ import type { Bus, Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
 import type { Clock } from "./clock.ts";
 import { MasterLog } from "./master-log.ts";
+import { AnnouncedSession } from "./announced-session.ts";
 
 export interface SelfInfo {
   readonly peerKey: string;
@@ -118,6 +119,8 @@ export class ClusterAgent implements AsyncDisposable {
   private current: { session_id: SessionId; master: Peer } | null = null;
   private readonly peers = new Map<string, PeerView>();
   private readonly pending = new Map<number, IndexedEvent>();
+  /** Another master's session announced while this node was not in it (see adopt). */
+  private readonly announced = new AnnouncedSession();
   private readonly masterLog: MasterLog;
   private readonly listeners = new Set<AgentListener>();
   private readonly subs: Unsubscribe[] = [];
@@ -389,8 +392,8 @@ export class ClusterAgent implements AsyncDisposable {
   /**
    * The tick timer. A late timer means this process's event loop (or its CPU) stalled; messages that
    * arrived meanwhile are still unread in the socket (timers run before I/O in a loop turn). That tick
-   * declares no departures: silence it measured may be its own. The next tick, one I/O phase later,
-   * has read them.
+   * declares no departures and starts no session: silence it measured may be its own. The next tick,
+   * one I/O phase later, has read them.
    */
   private onTickTimer(tickMs: number): void {
     const now = this.o.clock.now();
@@ -414,7 +417,9 @@ export class ClusterAgent implements AsyncDisposable {
     });
     switch (d.kind) {
       case "start_session":
-        this.startSession();
+        // Not on an overdue timer tick: the silence it sees may be this process's own stall (the
+        // master's heartbeats still unread in the socket); the next tick, on time, decides.
+        if (opts.departures !== false) this.startSession();
         break;
       case "adopt":
         this.adopt(d.session_id as SessionId, d.master);
@@ -536,13 +541,21 @@ export class ClusterAgent implements AsyncDisposable {
       this.stepDown();
     }
     this.setSession({ session_id: sessionId, master });
-    this.publishHeartbeat();
-    void this.sync(1);
+    // What the new master announced while this node still kept its old session is applied now, so
+    // followers do not all ask the new master for its whole log at once (see AnnouncedSession).
+    for (const ev of this.announced.take(sessionId, master.peer_key)) this.receive(ev);
+    // A node the session does not list yet says at once that it adopted it (the master then adds
+    // it); one it lists already says so with its next heartbeat. After a master's death every
+    // survivor adopts at once: n extra heartbeats, each to n nodes, in one burst.
+    const listed = this.synced && Object.hasOwn(this.state.members, this.nodeId!);
+    if (!listed) this.publishHeartbeat();
+    if (!this.synced) void this.sync(1);
   }
 
   // ---- replica ----
 
   private onEvent(ev: IndexedEvent, origin: string | undefined): void {
+    if (this.announced.offer(ev, origin)) return;
     const p = this.current;
     // Events count only from the connection of the master they name (SessionStarted) or of the
     // current session's master: a confused member cannot fork the replicas.
@@ -556,6 +569,7 @@ export class ClusterAgent implements AsyncDisposable {
       return;
     }
     if (ev.event.type === "SessionStarted") {
+      if (ev.session_id !== this.current?.session_id) this.announced.announce(ev, origin);
       this.touch(ev.event.session.master_peer_key);
       const masterKey = ev.event.session.master_peer_key;
       if (masterKey !== this.o.self.peerKey) {
@@ -575,6 +589,9 @@ export class ClusterAgent implements AsyncDisposable {
     }
     if (!this.current || ev.session_id !== this.current.session_id) return;
     if (this.role === "master") return; // the master applied it when it emitted it
+    // Applied already, when it made this node adopt the session.
+    if (ev.event.type === "SessionStarted" && this.state.session?.session_id === ev.session_id)
+      return;
     this.receive(ev);
   }
 
