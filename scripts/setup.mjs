@@ -1,15 +1,28 @@
 #!/usr/bin/env node
-// Installs whatever is missing for `npm start` / `npm test`: apt packages, pnpm (corepack),
-// workspace dependencies (frozen lockfile) and the llama.cpp engine build. Idempotent and quick when done.
+// Installs whatever is missing for `npm start`, `npm test` or `npm run publisher` (`--for=`, see
+// setup-plan.mjs): apt packages, pnpm (corepack), workspace dependencies (frozen lockfile) and the
+// llama.cpp engine build. Idempotent and quick when done.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureEngine } from "./build-engine.mjs";
+import { setupPlan, USAGE } from "./setup-plan.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const args = new Set(process.argv.slice(2));
+let plan;
+try {
+  plan = setupPlan(process.argv.slice(2));
+} catch (e) {
+  const why = e instanceof Error ? e.message : String(e);
+  process.stderr.write(`[setup] ${why} (see: node scripts/setup.mjs --help)\n`);
+  process.exit(2);
+}
+if (plan.help) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 const env = { ...process.env, COREPACK_ENABLE_DOWNLOAD_PROMPT: "0" };
 
 function log(msg) {
@@ -32,15 +45,8 @@ function must(cmd, what) {
   }
 }
 
-// 1. Debian packages: command -> package.
-const wanted = [
-  ["nats-server", "nats-server", process.env.NATS_SERVER_BIN],
-  ["cmake", "cmake"],
-  ["g++", "g++"],
-  ["git", "git"],
-];
-if (!args.has("--no-browser") && !args.has("--no-engine")) wanted.push(["chromium", "chromium"]);
-const missing = wanted.filter(([cmd, , override]) => !override && !has(cmd)).map(([, pkg]) => pkg);
+// 1. Debian packages this use needs (chromium only for the tests), those whose command is missing.
+const missing = plan.debian.filter(([cmd]) => !has(cmd)).map(([, pkg]) => pkg);
 if (missing.length > 0) {
   const sudo = process.getuid && process.getuid() === 0 ? "" : "sudo -n ";
   log(`installing Debian packages: ${missing.join(" ")}`);
@@ -70,10 +76,12 @@ if (!existsSync(marker) || readFileSync(marker, "utf8") !== lockHash) {
   writeFileSync(marker, lockHash);
 }
 
-// 4. The engine (llama-server, ggml-rpc-server), cached per bundle commit.
-if (!args.has("--no-engine")) {
+// 4. The engine (llama-server, ggml-rpc-server), cached per bundle commit and variant
+// (ENGINE_PORTABLE=1: any CPU of this architecture). The terminal gets cmake's percentage; the
+// compiler output goes to the build log, whose tail and path a failure prints.
+if (plan.engine) {
   try {
-    ensureEngine({ quiet: true });
+    await ensureEngine({ quiet: true });
   } catch (e) {
     log(`engine build failed: ${e instanceof Error ? e.message : String(e)}`);
     process.exit(1);

@@ -75,6 +75,12 @@ describe("scopeFor: which scope each endpoint needs", () => {
     // Only GET is public: any other method on the ping path is an /v1/ request like the rest.
     ["OPTIONS", "/v1/ping", "inference"],
     ["POST", "/v1/ping", "inference"],
+    ["GET", "/health", null],
+    ["HEAD", "/health", null],
+    // Outside /v1/, any other method on the health path is an admin request.
+    ["POST", "/health", "admin"],
+    ["GET", "/health/", "read"],
+    ["GET", "/healthz", "read"],
   ])("%s %s -> %s", (method, path, scope) => {
     expect(scopeFor(method, path)).toBe(scope);
   });
@@ -156,6 +162,17 @@ describe("auth middleware details", () => {
     expect((await call("GET", "/state", bearer(APP))).status).toBe(403);
     expect((await call("GET", "/state", bearer(READER))).status).toBe(200);
     expect((await call("GET", "/v1/ping")).status).toBe(200);
+    expect((await call("GET", "/health")).status).toBe(200);
+  });
+
+  it("only GET and HEAD /health are public: other methods need an admin token", async () => {
+    expect((await call("HEAD", "/health", {}, null)).status).toBe(200);
+    for (const method of ["POST", "PUT", "DELETE"]) {
+      const r = await call(method, "/health", json);
+      expect(r.status).toBe(401);
+      expect(await code(r)).toBe("unauthorized");
+    }
+    expect((await call("POST", "/health", { ...json, ...bearer(READER) })).status).toBe(403);
   });
 
   it("only GET /v1/ping is public: other methods on it need a token like any /v1/ request", async () => {

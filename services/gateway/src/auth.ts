@@ -17,10 +17,11 @@ export interface AuthOptions {
   readonly tokens: readonly ApiToken[];
 }
 
-const PUBLIC = new Set(["/v1/ping"]);
+/** Answered without a token (GET and HEAD only): the liveness ping and the node's health check. */
+const PUBLIC = new Set(["/v1/ping", "/health"]);
 const READ_V1 = /^\/v1\/(tracing|traces|diagnostics)(\/|$)/;
 
-/** The scope a request needs; null for the public liveness ping (GET only, as documented). */
+/** The scope a request needs; null for the public ping and health check (GET only, as documented). */
 export function scopeFor(method: string, path: string): ApiScope | null {
   const reading = method === "GET" || method === "HEAD";
   if (reading && PUBLIC.has(path)) return null;

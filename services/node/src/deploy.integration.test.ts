@@ -1,6 +1,7 @@
 // The shipped configuration forms a cluster as shipped: deploy/compose/node-{1,2,3}.yaml (and the
 // example config the systemd unit points at) run unchanged except for paths, each in a network
-// namespace named like its compose service, with secrets made by scripts/make-secrets.mjs.
+// namespace named like its compose service, with secrets made by scripts/make-secrets.mjs. Compose's
+// health check (GET /health without a token) passes on each of them once the cluster has formed.
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -87,6 +88,25 @@ describe("the shipped configuration across three hosts", () => {
         "node-2",
         "node-3",
       ]);
+      // The compose health check's request: no token, 200 once in the session, on every node.
+      const health = await waitFor(
+        async () => {
+          const answers = await Promise.all(nodes.map((n) => fetch(`${n.apiUrl}/health`)));
+          if (answers.some((r) => r.status !== 200)) {
+            await Promise.all(answers.map((r) => r.body?.cancel()));
+            return undefined;
+          }
+          return Promise.all(
+            answers.map(
+              (r) => r.json() as Promise<{ node: string; session_id: string; is_master: boolean }>,
+            ),
+          );
+        },
+        { timeoutMs: 30_000, what: "GET /health 200 on every node" },
+      );
+      expect(health.map((h) => h.node)).toEqual(["node-1", "node-2", "node-3"]);
+      expect(new Set(health.map((h) => h.session_id)).size).toBe(1);
+      expect(health.filter((h) => h.is_master)).toHaveLength(1);
       // Tokens from the shipped token files guard the API.
       const n3 = nodes[2]!;
       expect((await fetch(`${n3.apiUrl}/state`)).status).toBe(401);

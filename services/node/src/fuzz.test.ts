@@ -73,6 +73,7 @@ import { TelemetryCollector } from "@ic/worker";
 import { NodeMetrics } from "./observability/metrics.ts";
 import { observabilityRoutes } from "./observability/routes.ts";
 import { watchRoutes } from "./peer-watch.ts";
+import { healthRoutes } from "./health-route.ts";
 import { serveRunnerLogs } from "./observability/runner-logs.ts";
 import type { RunnerLogSource } from "./observability/runner-logs.ts";
 import { servePurge, storeRoutes } from "./store-routes.ts";
@@ -478,6 +479,7 @@ type Endpoint =
   | "metrics"
   | "telemetry"
   | "logs"
+  | "health"
   | "runner-logs"
   | "other";
 
@@ -1167,6 +1169,7 @@ const shapes: fc.Arbitrary<Shape> = fc.oneof(
   fc.constantFrom<Shape>(
     { endpoint: "state", method: "GET", target: "/state" },
     { endpoint: "ping", method: "GET", target: "/v1/ping" },
+    { endpoint: "health", method: "GET", target: "/health" },
     { endpoint: "models", method: "GET", target: "/v1/models" },
     { endpoint: "instances", method: "GET", target: "/instances" },
     { endpoint: "storage", method: "GET", target: "/store/storage" },
@@ -1299,6 +1302,8 @@ const shapes: fc.Arbitrary<Shape> = fc.oneof(
           "//state",
           "/v1/ping/",
           "/V1/ping",
+          "/health/",
+          "/HEALTH",
           "/v1/%70ing",
           "/v1//models",
           "/store/../state",
@@ -1564,6 +1569,7 @@ const MUTATING = (m: string) => m !== "GET" && m !== "HEAD" && m !== "OPTIONS";
 function scopeOf(e: Endpoint, method: string): Scope | null | undefined {
   switch (e) {
     case "ping":
+    case "health":
       return null;
     case "chat":
     case "models":
@@ -1587,6 +1593,7 @@ function endpointAllows(r: Req, a: Answer, body: unknown): string | null {
   switch (r.endpoint) {
     case "state":
     case "ping":
+    case "health":
     case "models":
     case "instances":
     case "storage":
@@ -1745,7 +1752,7 @@ function routedPath(target: string): string {
 
 /** Docs: with tokens configured, every request but GET /v1/ping carries a token. */
 const publicRequest = (r: Req) =>
-  (r.method === "GET" || r.method === "HEAD") && routedPath(r.target) === "/v1/ping";
+  (r.method === "GET" || r.method === "HEAD") && PUBLIC_PATHS.has(routedPath(r.target));
 
 /** Whether a status is one the access gates (origin, token, content type) may have answered. */
 function gate(r: Req, a: Answer): "passed" | "gated" | string {
@@ -1844,8 +1851,8 @@ function check(r: Req, a: Answer): Check {
     if (scope && r.holder !== scope && r.holder !== "either")
       return fail(`2xx without scope ${scope}`);
     if (r.holder === null && !publicRequest(r)) return fail("2xx without a token");
-    if (publicRequest(r) && r.method === "GET" && !isPing(body))
-      return fail("the public ping answered something else");
+    if (publicRequest(r) && r.method === "GET" && !PUBLIC_PATHS.get(routedPath(r.target))!(body))
+      return fail("a public endpoint answered something else");
   }
   if (g === "gated") return { problem: null };
   const allowed = endpointAllows(r, a, body);
@@ -1865,6 +1872,15 @@ function check(r: Req, a: Answer): Check {
 }
 
 const isPing = (b: unknown) => (b as { peer_key?: unknown } | undefined)?.peer_key === "p-self";
+/** The fixture's cluster is synced in session S: the health check answers healthy. */
+const isHealthy = (b: unknown) =>
+  (b as { ok?: unknown; session_id?: unknown } | undefined)?.ok === true &&
+  (b as { session_id?: unknown }).session_id === S;
+/** Docs: the endpoints answered without a token (GET and HEAD), with what a GET answers. */
+const PUBLIC_PATHS = new Map<string, (b: unknown) => boolean>([
+  ["/v1/ping", isPing],
+  ["/health", isHealthy],
+]);
 
 /**
  * The store file a target names (store.md: `{path}` is the manifest path, each segment
@@ -2036,6 +2052,7 @@ async function traceFixture(dir: string, log: ReturnType<typeof createLogger>): 
 const MUST_REACH = [
   "state 200",
   "ping 200",
+  "health 200",
   "models 200",
   "instances 200",
   "storage 200",
@@ -2263,6 +2280,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
           (a) => storeRoutes(a, storeOpts),
           (a) => a.route("/", storeHost.app),
           (a) => watchRoutes(a, { agent: watchAgent, log }),
+          (a) => healthRoutes(a, { agent: cluster, name: "self", phase: () => "started" }),
         ],
       });
       apps[kind] = app;

@@ -31,6 +31,8 @@ import { serveRunnerLogs } from "./observability/runner-logs.ts";
 import type { RunnerLogSource } from "./observability/runner-logs.ts";
 import { apiListener } from "./api-listener.ts";
 import { PeerWatch, watchRoutes } from "./peer-watch.ts";
+import { healthRoutes } from "./health-route.ts";
+import type { NodePhase } from "./health-route.ts";
 
 export interface NodeOptions {
   readonly config: Config;
@@ -46,6 +48,7 @@ export class Node implements AsyncDisposable {
   readonly startedAt = Date.now();
   private readonly stack: Stoppable[] = [];
   private stopping: Promise<void> | undefined;
+  private started = false;
   private engineInfo: EngineInfo | undefined;
   agent: ClusterAgent | undefined;
   eventLog: EventLog | undefined;
@@ -332,6 +335,7 @@ export class Node implements AsyncDisposable {
           }),
         (a) => storeRoutes(a, storeOpts),
         (a) => watchRoutes(a, { agent, log }),
+        (a) => healthRoutes(a, { agent, name, phase: () => this.phase() }),
         ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : []),
       ],
     });
@@ -418,7 +422,13 @@ export class Node implements AsyncDisposable {
       );
       this.stack.push({ name: "registry", stop: () => clearInterval(t) });
     }
+    this.started = true;
     log.info({ api: this.apiUrl, nats: nats.clientUrl, peer_key: this.peerKey }, "node started");
+  }
+
+  /** For GET /health: started once start() has finished, stopping from the first stop(). */
+  phase(): NodePhase {
+    return this.stopping ? "stopping" : this.started ? "started" : "starting";
   }
 
   async stop(): Promise<void> {

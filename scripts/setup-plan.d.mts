@@ -1,0 +1,15 @@
+// Types of setup-plan.mjs for the TypeScript tests that drive it (packages/engine/src/*.test.ts).
+export type SetupMode = "start" | "test" | "publisher";
+export declare const MODES: readonly SetupMode[];
+export declare const USAGE: string;
+export type SetupPlan =
+  | { readonly help: true }
+  | {
+      readonly help: false;
+      readonly mode: SetupMode;
+      readonly engine: boolean;
+      readonly portable: boolean;
+      /** [command looked up on PATH, Debian package] */
+      readonly debian: readonly (readonly [string, string])[];
+    };
+export declare function setupPlan(argv: readonly string[], env?: NodeJS.ProcessEnv): SetupPlan;

@@ -1,0 +1,62 @@
+// What scripts/setup.mjs installs for each use: `start` (run a cluster), `test` (start's plus the
+// browser the GUI tests drive) and `publisher` (the weights publisher: no bus, no engine). Pure, so tested.
+import { parseArgs } from "node:util";
+import { isPortable } from "./build-engine.mjs";
+
+export const MODES = ["start", "test", "publisher"];
+
+export const USAGE = `usage: node scripts/setup.mjs [--for=start|test|publisher] [--no-engine] [--no-browser]
+
+Installs, only when missing, what the chosen use needs (default: start):
+  start      nats-server; cmake, g++ and git for the engine build; pnpm and the workspace
+             dependencies; the llama.cpp engine build (cached per bundle commit)
+  test       start's, plus chromium for the GUI tests (skipped when CHROMIUM_PATH is set)
+  publisher  pnpm and the workspace dependencies only
+  --no-engine   skip the engine build (and cmake, g++, git)
+  --no-browser  skip chromium
+Environment: ENGINE_PORTABLE=1 builds an engine that runs on any CPU of this architecture (images);
+ENGINE_BACKEND=cpu|cuda forces the backend; ENGINE_CACHE_DIR moves the engine cache;
+NATS_SERVER_BIN / CHROMIUM_PATH name binaries to use instead of the Debian packages.
+`;
+
+/** [command looked up on PATH, Debian package, environment variable that names it instead]. */
+const NATS = ["nats-server", "nats-server", "NATS_SERVER_BIN"];
+const BUILD_TOOLS = [
+  ["cmake", "cmake"],
+  ["g++", "g++"],
+  ["git", "git"],
+];
+const BROWSER = ["chromium", "chromium", "CHROMIUM_PATH"];
+
+/**
+ * The plan for a command line: `{ help: true }`, or the mode, whether the engine is built (and
+ * portable), and the Debian packages wanted as [command, package] pairs. Throws on a bad argument.
+ */
+export function setupPlan(argv, env = process.env) {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      for: { type: "string" },
+      "no-engine": { type: "boolean" },
+      "no-browser": { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help) return { help: true };
+  const mode = values.for ?? "start";
+  if (!MODES.includes(mode))
+    throw new Error(`--for: expected one of ${MODES.join(", ")}, got "${mode}"`);
+  const engine = mode !== "publisher" && !values["no-engine"];
+  const browser = mode === "test" && !values["no-browser"];
+  const wanted = [
+    ...(mode === "publisher" ? [] : [NATS]),
+    ...(engine ? BUILD_TOOLS : []),
+    ...(browser ? [BROWSER] : []),
+  ];
+  const debian = wanted
+    .filter(([, , override]) => !(override && env[override]))
+    .map(([cmd, pkg]) => [cmd, pkg]);
+  return { help: false, mode, engine, portable: engine && isPortable(env), debian };
+}
