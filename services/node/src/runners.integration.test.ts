@@ -127,11 +127,23 @@ describe("runners", () => {
     const argv = servers[0]!.argv;
     expect(argv[argv.indexOf("--rpc") + 1]).toBe(ep1);
     const client = new OpenAI({ baseURL: `${n1.apiUrl}/v1`, apiKey: cluster.adminToken });
-    const r = await client.chat.completions.create({
-      model: modelId,
-      messages: [{ role: "user", content: "hi" }],
-      max_tokens: 4,
-    });
+    // The state above can still show rank 0 ready from before its own restart (it is stopped once
+    // rank 1 is back); meanwhile the answer is the retryable 404, which a client retries.
+    const r = await waitFor(
+      async () => {
+        try {
+          return await client.chat.completions.create({
+            model: modelId,
+            messages: [{ role: "user", content: "hi" }],
+            max_tokens: 4,
+          });
+        } catch (e) {
+          if (e instanceof OpenAI.APIError && e.status === 404) return undefined;
+          throw e;
+        }
+      },
+      { timeoutMs: 30_000, intervalMs: 100, what: "a chat answered after the restarts" },
+    );
     expect(r.usage?.completion_tokens).toBe(4);
   });
 
