@@ -37,7 +37,8 @@ import {
 } from "./record.ts";
 import { Serial } from "./serial.ts";
 import { buildStorageReport } from "./storage-report.ts";
-import { errText, TransferError, type OpenAt } from "./transfer.ts";
+import { directGet } from "./direct-get.ts";
+import { discard, errText, TransferError, type OpenAt, type OpenedStream } from "./transfer.ts";
 
 export const GIB = 1024 ** 3;
 
@@ -96,6 +97,13 @@ export interface StagingClientOptions {
   readonly disk?: Disk | undefined;
   readonly clock?: Clock | undefined;
   readonly logger: Logger;
+  /** Headers sent with every store request (manifests and files), e.g. the bearer token. */
+  readonly storeHeaders?: Readonly<Record<string, string>> | undefined;
+  /**
+   * Replaces the HTTP client of every store request. File bodies then come through fetch's web
+   * stream and are copied chunk by chunk, which costs several times the CPU per byte of the direct
+   * transport used without it; pass credentials as `storeHeaders` instead where possible.
+   */
   readonly fetch?: typeof fetch | undefined;
   /** Timeout of a manifest request; the store counts as unreachable after it (default 10 s). */
   readonly manifestTimeoutMs?: number | undefined;
@@ -744,7 +752,10 @@ export class StagingClient implements AsyncDisposable {
     const timeout = AbortSignal.timeout(this.opts.manifestTimeoutMs ?? 10_000);
     let res: Response;
     try {
-      res = await this.fetchFn(url, { signal: AbortSignal.any([signal, timeout]) });
+      res = await this.fetchFn(url, {
+        headers: { ...this.opts.storeHeaders },
+        signal: AbortSignal.any([signal, timeout]),
+      });
     } catch (e) {
       if (signal.aborted) return { kind: "aborted", message: `staging ${modelId} aborted` };
       return {
@@ -790,26 +801,47 @@ export class StagingClient implements AsyncDisposable {
   private storeOpener(storeUrl: string, modelId: ModelId, file: RecordFile): OpenAt {
     const url = `${this.modelUrl(storeUrl, modelId)}/files/${file.path.split("/").map(encodeURIComponent).join("/")}`;
     return async (offset, signal) => {
-      const headers: Record<string, string> = {};
+      const headers: Record<string, string> = { ...this.opts.storeHeaders };
       if (offset > 0) {
         headers.range = `bytes=${offset}-`;
         if (file.sha256) headers["if-range"] = `"${file.sha256}"`;
       }
-      const res = await this.fetchFn(url, { headers, signal });
-      if (!res.body)
-        throw new Error(`store answered ${res.status} without a body for ${file.path}`);
+      const res = await this.getFile(url, headers, signal);
       if (res.status === 206) {
-        const cr = parseContentRange(res.headers.get("content-range"));
+        const cr = parseContentRange(res.contentRange);
         if (!cr || cr.total !== file.bytes) {
-          await res.body.cancel();
-          throw new Error(`bad content-range ${res.headers.get("content-range")} for ${file.path}`);
+          await discard(res.body);
+          throw new Error(`bad content-range ${res.contentRange} for ${file.path}`);
         }
         return { body: res.body, offset: cr.start };
       }
       if (res.status === 200) return { body: res.body, offset: 0 };
-      await res.body.cancel();
+      await discard(res.body);
       throw new Error(`store answered ${res.status} for ${file.path}`);
     };
+  }
+
+  /**
+   * One file request: read straight into the transfer's slabs over plain http; through the injected
+   * fetch when there is one (or for an https store), as a web stream.
+   */
+  private async getFile(
+    url: string,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<{ status: number; contentRange: string | null; body: OpenedStream["body"] }> {
+    const u = new URL(url);
+    if (!this.opts.fetch && u.protocol === "http:") {
+      const res = await directGet(u, headers, signal);
+      return {
+        status: res.status,
+        contentRange: res.headers.get("content-range") ?? null,
+        body: res.body,
+      };
+    }
+    const res = await this.fetchFn(url, { headers, signal });
+    if (!res.body) throw new Error(`store answered ${res.status} without a body for ${url}`);
+    return { status: res.status, contentRange: res.headers.get("content-range"), body: res.body };
   }
 
   /** The store's model directory when it is on the staging filesystem, so files can be hardlinked. */

@@ -9,7 +9,6 @@ import { createReadStream } from "node:fs";
 import { lstat, mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
-import { Readable } from "node:stream";
 import type { AddressInfo } from "node:net";
 import { Hono } from "hono";
 import { routePath } from "hono/route";
@@ -34,6 +33,7 @@ import { executeFill, planFill, type FillProgress } from "./fill.ts";
 import type { HubSource } from "./hub.ts";
 import { artifactFile, hashFile, isErrno, modelDir, walkFiles, writeJsonAtomic } from "./paths.ts";
 import { parseRange } from "./range.ts";
+import { fileBody } from "./file-body.ts";
 import { readRecord, writeRecord, type RecordFile, type StagingRecord } from "./record.ts";
 import { Serial } from "./serial.ts";
 import { errText, TransferError } from "./transfer.ts";
@@ -544,11 +544,10 @@ export class StoreHost implements AsyncDisposable {
     this.counters.file_requests++;
     if (range.kind === "partial") this.counters.range_requests++;
     if (req.method === "HEAD" || length === 0) return new Response(null, { status, headers });
-    const stream = createReadStream(path, { start, end, highWaterMark: 1024 * 1024 });
-    stream.on("data", (chunk) => {
-      this.counters.bytes_served += (chunk as Buffer).length;
+    const body = fileBody(path, start, end, (n) => {
+      this.counters.bytes_served += n;
     });
-    return new Response(Readable.toWeb(stream) as ReadableStream<Uint8Array>, { status, headers });
+    return new Response(body, { status, headers });
   }
 }
 

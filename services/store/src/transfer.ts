@@ -1,13 +1,27 @@
 // Resumable, verified transfer of one artifact file: bytes land in a hidden `.part` beside the final
 // name, a restart continues from the partial's length, and only a verified file is renamed into place.
-import { createWriteStream } from "node:fs";
-import { mkdir, open, rename, rm, stat, truncate } from "node:fs/promises";
-import { createHash } from "node:crypto";
+//
+// Throughput: bytes go into large shared slabs (slab-pipeline.ts), straight from the socket for store
+// files (direct-get.ts) or copied chunk by chunk from a web stream (an injected fetch, the hub); each
+// full slab goes at once to the write worker and to the hash worker (slab-worker.ts), so receiving,
+// writing and hashing run on three threads; a write-behind datasync keeps the disk busy during the
+// transfer, and the partial is fsynced once more, before the rename.
+// Invariants: every byte received before an error or an abort is written to the partial before the
+// transfer fails (the next attempt resumes after it); the digest always covers the whole file, the
+// partial's prefix included.
+import { mkdir, open, rename, rm, stat, type FileHandle } from "node:fs/promises";
 import { dirname } from "node:path";
-import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
-import type { ReadableStream as NodeReadableStream } from "node:stream/web";
-import { hashPrefixInto, isErrno, partFile } from "./paths.ts";
+import type { DirectBody, DirectSink } from "./direct-get.ts";
+import {
+  SlabWorkerError,
+  sharedHashWorker,
+  sharedWriteWorker,
+  type Digests,
+  type HashJob,
+  type SlabWorker,
+} from "./slab-worker.ts";
+import { isErrno, partFile } from "./paths.ts";
+import { SlabPipeline } from "./slab-pipeline.ts";
 
 export const TRANSFER_FAILURES = ["transfer", "integrity", "aborted"] as const;
 export type TransferFailure = (typeof TRANSFER_FAILURES)[number];
@@ -35,7 +49,8 @@ export interface TransferTarget {
 }
 
 export interface OpenedStream {
-  readonly body: ReadableStream<Uint8Array>;
+  /** A web stream (fetch, the hub) or a body read straight into the slabs; the transfer owns it. */
+  readonly body: ReadableStream<Uint8Array> | DirectBody;
   /** Offset of the first byte the source sends: the requested offset, or 0 if it ignored the range. */
   readonly offset: number;
 }
@@ -62,7 +77,9 @@ export async function partialBytes(finalPath: string): Promise<number> {
 
 /**
  * Fetches `file` into `finalPath` through its partial. On abort or a network error the partial stays
- * for the next attempt; on a hash mismatch it is deleted. `onBytes` sees every chunk written.
+ * (with every byte received) for the next attempt; on a hash mismatch it is deleted. `onBytes` sees
+ * every chunk received; each reaches the partial, also when the transfer then fails. Hashing runs on
+ * `hasher` and writing on `writer` (default: the process-wide hash and write workers).
  */
 export async function transferFile(args: {
   readonly finalPath: string;
@@ -70,8 +87,11 @@ export async function transferFile(args: {
   readonly open: OpenAt;
   readonly signal: AbortSignal;
   readonly onBytes?: (delta: number) => void;
+  readonly hasher?: SlabWorker | undefined;
+  readonly writer?: SlabWorker | undefined;
 }): Promise<TransferOutcome> {
   const { finalPath, file, signal } = args;
+  const hasher = args.hasher ?? sharedHashWorker();
   const part = partFile(finalPath);
   await mkdir(dirname(finalPath), { recursive: true });
   let have = await partialBytes(finalPath);
@@ -79,79 +99,83 @@ export async function transferFile(args: {
     await rm(part, { force: true });
     have = 0;
   }
-  let sha = createHash("sha256");
-  let git = file.gitOid ? createHash("sha1").update(`blob ${file.bytes}\0`) : null;
-  await hashPrefixInto(sha, part, have);
-  if (git) await hashPrefixInto(git, part, have);
   const resumedFrom = have;
+  const gitBlobBytes = file.gitOid ? file.bytes : undefined;
+  // The worker hashes the partial's prefix while the source is being opened.
+  let job = beginHash(hasher, { prefixPath: part, prefixBytes: have, gitBlobBytes }, file.path);
   let fetched = 0;
-
-  if (have < file.bytes) {
-    let opened: OpenedStream;
-    try {
-      opened = await args.open(have, signal);
-    } catch (e) {
-      if (signal.aborted)
-        throw new TransferError("aborted", `transfer of ${file.path} aborted`, { cause: e });
-      throw new TransferError("transfer", `cannot fetch ${file.path}: ${errText(e)}`, { cause: e });
+  let fh: FileHandle | undefined;
+  let digests: Digests;
+  try {
+    let opened: OpenedStream | undefined;
+    if (have < file.bytes) {
+      try {
+        opened = await args.open(have, signal);
+      } catch (e) {
+        if (signal.aborted)
+          throw new TransferError("aborted", `transfer of ${file.path} aborted`, { cause: e });
+        throw new TransferError("transfer", `cannot fetch ${file.path}: ${errText(e)}`, {
+          cause: e,
+        });
+      }
+      if (opened.offset !== have) {
+        if (opened.offset !== 0) {
+          await discard(opened.body);
+          throw new TransferError(
+            "transfer",
+            `source sent ${file.path} from byte ${opened.offset}, not ${have}`,
+          );
+        }
+        // The source ignored the range: start over (opening with "w" below truncates the partial).
+        job.drop();
+        have = 0;
+        job = beginHash(hasher, { prefixBytes: 0, gitBlobBytes }, file.path);
+      }
     }
-    if (opened.offset !== have) {
-      if (opened.offset !== 0) {
-        await opened.body.cancel().catch(() => undefined);
+    try {
+      fh = await open(part, have > 0 ? "r+" : "w");
+    } catch (e) {
+      if (opened) await discard(opened.body);
+      throw new TransferError("transfer", `cannot open ${part}: ${errText(e)}`, { cause: e });
+    }
+    if (opened) {
+      fetched = await receive({
+        body: opened.body,
+        fh,
+        writer: args.writer ?? sharedWriteWorker(),
+        at: have,
+        limit: file.bytes - have,
+        job,
+        signal,
+        onBytes: args.onBytes,
+        path: file.path,
+        fileBytes: file.bytes,
+      });
+      if (have + fetched !== file.bytes) {
         throw new TransferError(
           "transfer",
-          `source sent ${file.path} from byte ${opened.offset}, not ${have}`,
+          `short transfer of ${file.path}: ${have + fetched} of ${file.bytes} bytes`,
         );
       }
-      // The source ignored the range: start over.
-      await truncate(part, 0).catch(() => undefined);
-      have = 0;
-      sha = createHash("sha256");
-      git = file.gitOid ? createHash("sha1").update(`blob ${file.bytes}\0`) : null;
     }
-    const out = createWriteStream(part, { flags: have > 0 ? "a" : "w" });
-    const limit = file.bytes - have;
+    // The fsync before the rename: the write-behind left it only the tail to flush.
+    const synced = fh.sync();
+    synced.catch(() => undefined);
+    digests = await hashed(job.digest(), file.path);
     try {
-      await pipeline(
-        Readable.fromWeb(opened.body as NodeReadableStream<Uint8Array>),
-        async function* (source: AsyncIterable<Buffer>) {
-          for await (const chunk of source) {
-            if (fetched + chunk.length > limit) {
-              throw new TransferError(
-                "transfer",
-                `source sent more than the manifest's ${file.bytes} bytes for ${file.path}`,
-              );
-            }
-            sha.update(chunk);
-            git?.update(chunk);
-            fetched += chunk.length;
-            args.onBytes?.(chunk.length);
-            yield chunk;
-          }
-        },
-        out,
-        { signal },
-      );
+      await synced;
     } catch (e) {
-      if (e instanceof TransferError) throw e;
-      if (signal.aborted)
-        throw new TransferError("aborted", `transfer of ${file.path} aborted`, { cause: e });
-      throw new TransferError("transfer", `transfer of ${file.path} failed: ${errText(e)}`, {
-        cause: e,
-      });
+      throw new TransferError("transfer", `cannot fsync ${part}: ${errText(e)}`, { cause: e });
     }
-    if (have + fetched !== file.bytes) {
-      throw new TransferError(
-        "transfer",
-        `short transfer of ${file.path}: ${have + fetched} of ${file.bytes} bytes`,
-      );
-    }
-  } else if (file.bytes === 0) {
-    await (await open(part, "w")).close();
+  } catch (e) {
+    job.drop();
+    await fh?.close().catch(() => undefined);
+    throw e;
   }
+  await fh.close();
 
-  const digest = sha.digest("hex");
-  const gitDigest = git?.digest("hex");
+  const digest = digests.sha256;
+  const gitDigest = digests.gitOid;
   if ((file.sha256 && digest !== file.sha256) || (file.gitOid && gitDigest !== file.gitOid)) {
     await rm(part, { force: true });
     const expected = file.sha256 ? `sha256 ${file.sha256}` : `git oid ${file.gitOid}`;
@@ -161,14 +185,138 @@ export async function transferFile(args: {
       `${file.path}: expected ${expected}, got ${got}; partial deleted`,
     );
   }
-  const fh = await open(part, "r+");
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
   await rename(part, finalPath);
   return { sha256: digest, fetchedBytes: fetched, resumedBytes: resumedFrom };
+}
+
+function beginHash(
+  hasher: SlabWorker,
+  start: Parameters<SlabWorker["begin"]>[0],
+  path: string,
+): HashJob {
+  try {
+    return hasher.begin(start);
+  } catch (e) {
+    throw new TransferError("transfer", `cannot hash ${path}: ${errText(e)}`, { cause: e });
+  }
+}
+
+/** A hash worker failure is a retryable transfer failure: the bytes on disk are kept. */
+async function hashed<T>(p: Promise<T>, path: string): Promise<T> {
+  try {
+    return await p;
+  } catch (e) {
+    throw new TransferError("transfer", `hashing ${path} failed: ${errText(e)}`, { cause: e });
+  }
+}
+
+/** Cancels a body the transfer will not read. */
+export async function discard(body: OpenedStream["body"]): Promise<void> {
+  if ("getReader" in body) await body.cancel().catch(() => undefined);
+  else body.cancel();
+}
+
+/**
+ * Feeds the body into a slab pipeline. Returns the bytes received; on any failure, first writes what
+ * was received, then throws a TransferError.
+ */
+async function receive(a: {
+  readonly body: OpenedStream["body"];
+  readonly fh: FileHandle;
+  readonly writer: SlabWorker;
+  readonly at: number;
+  readonly limit: number;
+  readonly job: HashJob;
+  readonly signal: AbortSignal;
+  readonly onBytes: ((delta: number) => void) | undefined;
+  readonly path: string;
+  readonly fileBytes: number;
+}): Promise<number> {
+  let writes;
+  try {
+    writes = a.writer.openWrites(a.fh.fd);
+  } catch (e) {
+    await discard(a.body);
+    throw new TransferError("transfer", `cannot write ${a.path}: ${errText(e)}`, { cause: e });
+  }
+  const pipe = new SlabPipeline({
+    fh: a.fh,
+    writer: writes,
+    at: a.at,
+    expectBytes: a.limit,
+    job: a.job,
+    onBytes: a.onBytes,
+  });
+  const tooMuch = () =>
+    new TransferError(
+      "transfer",
+      `source sent more than the manifest's ${a.fileBytes} bytes for ${a.path}`,
+    );
+  let failure: { error: unknown } | undefined;
+  try {
+    if (a.signal.aborted) throw a.signal.reason;
+    if ("getReader" in a.body) {
+      await pullWeb(a.body, a.signal, (chunk) => {
+        if (pipe.received + chunk.length > a.limit) throw tooMuch();
+        return pipe.push(chunk);
+      });
+    } else {
+      // A direct body never sends more than it announced.
+      if (a.body.length > a.limit) throw tooMuch();
+      const sink: DirectSink = {
+        space: () => pipe.space(),
+        commit: (n) => pipe.commit(n),
+        push: (chunk) => pipe.push(chunk),
+        ready: () => pipe.ready(),
+      };
+      await a.body.run(sink, a.signal);
+    }
+    if (a.signal.aborted) throw a.signal.reason;
+  } catch (e) {
+    failure = { error: e };
+    await discard(a.body);
+  }
+  // Whatever arrived goes to the partial, also after an error: the next attempt resumes after it.
+  try {
+    await pipe.finish();
+  } catch (e) {
+    failure ??= { error: e };
+  }
+  writes.end();
+  if (failure) {
+    const e = failure.error;
+    if (e instanceof TransferError) throw e;
+    if (a.signal.aborted)
+      throw new TransferError("aborted", `transfer of ${a.path} aborted`, { cause: e });
+    if (e instanceof SlabWorkerError)
+      throw new TransferError("transfer", `hashing ${a.path} failed: ${errText(e)}`, { cause: e });
+    throw new TransferError("transfer", `transfer of ${a.path} failed: ${errText(e)}`, {
+      cause: e,
+    });
+  }
+  return pipe.received;
+}
+
+/** Reads a web stream chunk by chunk into `push`; an abort cancels the pending read. */
+async function pullWeb(
+  body: ReadableStream<Uint8Array>,
+  signal: AbortSignal,
+  push: (chunk: Uint8Array) => Promise<void> | undefined,
+): Promise<void> {
+  const reader = body.getReader();
+  const onAbort = () => void reader.cancel(signal.reason).catch(() => undefined);
+  signal.addEventListener("abort", onAbort, { once: true });
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      const wait = push(value);
+      if (wait) await wait;
+    }
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+    reader.releaseLock();
+  }
 }
 
 export function errText(e: unknown): string {
