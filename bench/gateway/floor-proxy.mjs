@@ -38,3 +38,5 @@ server.listen(0, "127.0.0.1", () => {
   const addr = server.address();
   process.stdout.write(`${typeof addr === "object" && addr ? addr.port : 0}\n`);
 });
+// Exit normally on SIGINT, so that a profile (node --cpu-prof) is written.
+process.on("SIGINT", () => process.exit(0));

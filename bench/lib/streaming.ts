@@ -11,8 +11,6 @@ import { postUpstream } from "@ic/gateway";
 export const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 64);
 
 const PROMPT = [{ role: "user", content: "Tell me a story about a cluster." }];
-/** The client never aborts; postUpstream wants a signal. */
-const NEVER = new AbortController().signal;
 
 const CONTENT = '"content":"';
 
@@ -50,7 +48,7 @@ export async function streamOnce(
     temperature: 0,
   });
   const t0 = performance.now();
-  const res = await postUpstream(`${base}/v1/chat/completions`, body, { signal: NEVER, headers });
+  const res = await postUpstream(`${base}/v1/chat/completions`, body, { headers });
   let ttft = -1;
   let tokens = 0;
   let buf = "";
@@ -134,6 +132,68 @@ export function cpuMs(sel: { pgid: number } | { pid: number }): { ms: number; na
     names.push(comm);
   }
   return { ms: ticks * TICK_MS, names };
+}
+
+/**
+ * Processes of group `pgid` (or just `pid`) other than llama-server, with their names: the hop whose
+ * CPU time threadCpu reads.
+ */
+export function hopProcesses(
+  sel: { pgid: number } | { pid: number },
+): { pid: number; name: string }[] {
+  const out: { pid: number; name: string }[] = [];
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${d}/stat`, "utf8");
+    } catch {
+      continue;
+    }
+    const close = stat.lastIndexOf(")");
+    const comm = stat.slice(stat.indexOf("(") + 1, close);
+    const f = stat.slice(close + 2).split(" ");
+    const match = "pgid" in sel ? Number(f[2]) === sel.pgid : Number(d) === sel.pid;
+    if (match && !comm.startsWith("llama-server")) out.push({ pid: Number(d), name: comm });
+  }
+  return out;
+}
+
+/**
+ * Time on a CPU (ms, nanosecond resolution) of every thread of each process, from
+ * /proc/<pid>/task/<tid>/schedstat: exact over short intervals, where /proc/<pid>/stat counts in
+ * 10 ms clock ticks. Keyed by thread, so a thread that comes or goes between two readings is left out
+ * of their difference (see cpuDelta).
+ */
+export function threadCpu(pids: readonly number[]): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const pid of pids) {
+    let tids: string[];
+    try {
+      tids = readdirSync(`/proc/${pid}/task`);
+    } catch {
+      continue;
+    }
+    for (const tid of tids) {
+      try {
+        const ns = Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]);
+        out.set(`${pid}/${tid}`, ns / 1e6);
+      } catch {
+        // the thread ended
+      }
+    }
+  }
+  return out;
+}
+
+/** CPU ms between two threadCpu readings, over the threads present in both. */
+export function cpuDelta(before: Map<string, number>, after: Map<string, number>): number {
+  let ms = 0;
+  for (const [k, v] of after) {
+    const b = before.get(k);
+    if (b !== undefined) ms += v - b;
+  }
+  return ms;
 }
 
 export async function batch(

@@ -4,6 +4,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
 import type { ApiScope } from "@ic/config";
 import { ServiceError } from "@ic/protocol";
+import { requestHeader } from "./node-http.ts";
 
 export interface ApiToken {
   /** Who holds it (logged; the token never is). */
@@ -31,11 +32,17 @@ export function scopeFor(method: string, path: string): ApiScope | null {
 
 const digest = (s: string): Buffer => createHash("sha256").update(s).digest();
 
-/** Finds the token (constant time per comparison: equal-length digests). */
-function holderOf(tokens: readonly ApiToken[], presented: string): ApiToken | undefined {
+/**
+ * Finds the token (constant time per comparison: equal-length digests). The configured tokens'
+ * digests are computed once, so a request hashes only the token it presents.
+ */
+function holderOf(
+  tokens: readonly { token: ApiToken; digest: Buffer }[],
+  presented: string,
+): ApiToken | undefined {
   const d = digest(presented);
   let found: ApiToken | undefined;
-  for (const t of tokens) if (timingSafeEqual(digest(t.token), d)) found ??= t;
+  for (const t of tokens) if (timingSafeEqual(t.digest, d)) found ??= t.token;
   return found;
 }
 
@@ -46,13 +53,14 @@ function hasBody(h: (name: string) => string | undefined): boolean {
 }
 
 export function authMiddleware(o: AuthOptions): MiddlewareHandler {
+  const known = o.tokens.map((token) => ({ token, digest: digest(token.token) }));
   return async (c, next) => {
     const method = c.req.method;
     const scope = scopeFor(method, c.req.path);
     const mutating = method !== "GET" && method !== "HEAD" && method !== "OPTIONS";
     if (mutating) {
       // Browsers send Origin on cross-site requests; a page elsewhere must not drive this node.
-      const origin = c.req.header("origin");
+      const origin = requestHeader(c, "origin");
       if (origin !== undefined && origin !== "null") {
         let originHost: string | undefined;
         try {
@@ -60,20 +68,20 @@ export function authMiddleware(o: AuthOptions): MiddlewareHandler {
         } catch {
           originHost = undefined;
         }
-        if (originHost !== c.req.header("host"))
+        if (originHost !== requestHeader(c, "host"))
           throw new ServiceError("forbidden", `cross-origin request from ${origin} refused`);
       } else if (origin === "null") {
         throw new ServiceError("forbidden", "cross-origin request from an opaque origin refused");
       }
     }
     if (scope !== null && o.tokens.length > 0) {
-      const auth = c.req.header("authorization") ?? "";
+      const auth = requestHeader(c, "authorization") ?? "";
       const m = /^Bearer\s+(\S+)\s*$/i.exec(auth);
       if (!m) {
         c.header("WWW-Authenticate", 'Bearer realm="inference-cluster"');
         throw new ServiceError("unauthorized", `a bearer token with scope ${scope} is required`);
       }
-      const holder = holderOf(o.tokens, m[1]!);
+      const holder = holderOf(known, m[1]!);
       if (!holder) {
         c.header("WWW-Authenticate", 'Bearer realm="inference-cluster", error="invalid_token"');
         throw new ServiceError("unauthorized", "unknown bearer token");
@@ -85,9 +93,9 @@ export function authMiddleware(o: AuthOptions): MiddlewareHandler {
         );
     }
     if (mutating) {
-      const type = c.req.header("content-type");
+      const type = requestHeader(c, "content-type");
       const json = type !== undefined && /^application\/json\s*(;|$)/i.test(type);
-      if ((type !== undefined || hasBody((n) => c.req.header(n))) && !json)
+      if ((type !== undefined || hasBody((n) => requestHeader(c, n))) && !json)
         throw new ServiceError(
           "unsupported_media_type",
           `request bodies must be application/json${type ? ` (got ${type})` : ""}`,

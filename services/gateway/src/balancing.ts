@@ -11,18 +11,20 @@ export interface PendingRequest {
 
 /**
  * Outstanding requests per instance: the replicated tasks plus this gateway's requests whose
- * TaskCreated has not arrived yet (counted once: a pending request whose task exists is skipped).
+ * TaskCreated has not arrived yet (counted once: a pending request whose task exists is skipped),
+ * less the tasks that ended here and whose FinishTask is not sent yet (`ended`).
  */
 export function outstandingByInstance(
   tasks: readonly Task[],
   pending: readonly PendingRequest[],
+  ended?: { has(taskId: string): boolean },
 ): Map<string, number> {
   const out = new Map<string, number>();
   const add = (id: string) => out.set(id, (out.get(id) ?? 0) + 1);
   const known = new Set<string>();
   for (const t of tasks) {
     known.add(t.command_id);
-    add(t.instance_id);
+    if (!ended?.has(t.task_id)) add(t.instance_id);
   }
   for (const p of pending) if (!known.has(p.command_id)) add(p.instance_id);
   return out;

@@ -247,6 +247,17 @@ export class Node implements AsyncDisposable {
       name,
       log,
     };
+    // An engine's API key is an HMAC of the cluster secret: derived once per instance, not per request.
+    const engineAuth = new Map<string, Record<string, string>>();
+    const engineHeaders = (instanceId: string): Record<string, string> => {
+      let h = engineAuth.get(instanceId);
+      if (!h) {
+        if (engineAuth.size >= 1024) engineAuth.clear();
+        h = Object.freeze({ authorization: `Bearer ${creds.engineKey(instanceId)}` });
+        engineAuth.set(instanceId, h);
+      }
+      return h;
+    };
     // Per-request observers of the chat path (tracing, metrics): each returns one or nothing.
     const chatObservers: ((r: {
       commandId: string;
@@ -279,7 +290,7 @@ export class Node implements AsyncDisposable {
         const u = eventLog.usage();
         return { mode: u.mode, bytes: u.active_bytes + u.archive_bytes };
       },
-      engineHeaders: (instanceId) => ({ authorization: `Bearer ${creds.engineKey(instanceId)}` }),
+      engineHeaders,
     });
     chatObservers.push((r) => metrics.observe(r));
     app = createGatewayApp({
@@ -304,7 +315,7 @@ export class Node implements AsyncDisposable {
               { name: "cluster-node", token: creds.nodeToken, scopes: ["read"] },
             ],
       },
-      engineHeaders: (instanceId) => ({ authorization: `Bearer ${creds.engineKey(instanceId)}` }),
+      engineHeaders,
       observeChat: (r) => combineObservers(chatObservers.map((f) => f(r))),
       extensions: [
         (a) => eventRoutes(a, eventLog),

@@ -26,12 +26,19 @@ import type {
 import type { Logger } from "@ic/log";
 import { parseJson } from "../errors.ts";
 import { nodePair, watchClient } from "../node-http.ts";
-import { postUpstream, readAll, SseRelay, UpstreamConnectTimeout } from "../upstream.ts";
+import {
+  postUpstream,
+  readAll,
+  SseRelay,
+  UpstreamAbort,
+  UpstreamConnectTimeout,
+} from "../upstream.ts";
 import type { ClusterView } from "../ports.ts";
 import { chooseInstance, outstandingByInstance } from "../balancing.ts";
 import type { PendingRequest } from "../balancing.ts";
 import { notServableError, readiness, readyModels } from "../readiness.ts";
 import { engineFailure } from "../engine-errors.ts";
+import { TaskReports } from "../task-reports.ts";
 
 const ContentPart = z.object({ type: z.string() }).passthrough();
 const MessageSchema = z
@@ -102,11 +109,14 @@ export interface ChatOptions {
 /** Wall-clock ms with sub-ms precision (Chrome traces want microseconds). */
 export const preciseNow = (): number => performance.timeOrigin + performance.now();
 
+const TIMINGS = Buffer.from('"timings"');
+const DATA = Buffer.from("data: ");
+
 /** The timings and usage of the last event in `buf` that has them (llama-server's final chunk). */
 function engineReport(buf: Buffer): Extract<ChatEvent, { type: "engine" }> | undefined {
-  const at = buf.lastIndexOf('"timings"');
+  const at = buf.lastIndexOf(TIMINGS);
   if (at < 0) return undefined;
-  const start = buf.lastIndexOf("data: ", at);
+  const start = buf.lastIndexOf(DATA, at);
   const end = buf.indexOf("\n", at);
   try {
     const json = JSON.parse(buf.subarray(start + 6, end < 0 ? buf.length : end).toString()) as {
@@ -232,6 +242,8 @@ function connectionError(e: unknown, model: string): ServiceError {
 export function chatRoutes(app: Hono, o: ChatOptions): void {
   /** Requests this gateway sent, until they end (their tasks may not be replicated yet). */
   const pending = new Map<CommandId, PendingRequest>();
+  /** CreateTask per event-loop turn, FinishTask with the next of them (task-reports.ts). */
+  const reports = new TaskReports(o.cluster);
 
   app.get("/v1/models", (c) => {
     // Only models with a ready instance: the same test the chat route applies.
@@ -288,7 +300,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       body.max_tokens = limits.defaultMaxTokens;
     const self = cluster.livePeers().find((p) => p.heartbeat.peer_key === cluster.peerKey);
     const target = chooseInstance(ready.instances, {
-      outstanding: outstandingByInstance(Object.values(snap.tasks), [...pending.values()]),
+      outstanding: outstandingByInstance(Object.values(snap.tasks), [...pending.values()], reports),
       selfPeerKey: cluster.peerKey,
       rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
     })!;
@@ -305,7 +317,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     const watch = watchFailure(cluster, target.instance, session);
     const failed = watch.failed.then((e) => Promise.reject(e));
     failed.catch(() => {});
-    const upstreamAbort = new AbortController();
+    const upstreamAbort = new UpstreamAbort();
     const onClientGone = () => upstreamAbort.abort(new Error("client disconnected"));
     const abortUpstream = (why: string) => upstreamAbort.abort(new Error(why));
     const unwatchClient = watchClient(c, onClientGone);
@@ -320,19 +332,25 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
         ),
       limits.totalTimeoutMs,
     );
+    // The silence bound is checked lazily: a chunk only records its time, and the one timer, when it
+    // fires, fails the request or sleeps for what is left. Re-arming a timer per chunk cost ~5 µs a
+    // chunk (hundreds of µs a request), the largest per-chunk cost of the relay.
+    const idleMs = limits.idleTimeoutMs;
     let idleTimer: NodeJS.Timeout | undefined;
-    const touch = () => {
-      clearTimeout(idleTimer);
-      idleTimer = setTimeout(
-        () =>
-          watch.fail(
-            new ServiceError(
-              "upstream_timeout",
-              `the engine sent nothing for ${limits.idleTimeoutMs} ms; retry`,
-            ),
-          ),
-        limits.idleTimeoutMs,
+    let lastChunkAt = 0;
+    const onIdle = () => {
+      const quiet = Date.now() - lastChunkAt;
+      if (quiet < idleMs) {
+        idleTimer = setTimeout(onIdle, idleMs - quiet);
+        return;
+      }
+      watch.fail(
+        new ServiceError("upstream_timeout", `the engine sent nothing for ${idleMs} ms; retry`),
       );
+    };
+    const touch = () => {
+      lastChunkAt = Date.now();
+      idleTimer ??= setTimeout(onIdle, idleMs);
     };
     const cleanup = (ok: boolean) => {
       pending.delete(commandId);
@@ -340,33 +358,31 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       unwatchClient();
       clearTimeout(totalTimer);
       clearTimeout(idleTimer);
-      if (taskId) {
+      if (!taskId) return;
+      if (ok) reports.finish(taskId);
+      else
         cluster
-          .command(
-            ok
-              ? { type: "FinishTask", task_id: taskId }
-              : { type: "FailTask", task_id: taskId, reason: "request failed" },
-          )
+          .command({ type: "FailTask", task_id: taskId, reason: "request failed" })
           .catch(() => {});
-      }
     };
 
     // The upstream request leaves first; the master creates the task while the engine starts working.
     // The command waits until the request is on the wire: a new connection to the engine (llama-server
     // closes one after each stream) takes an event-loop turn, and on the master node the command runs
-    // synchronously, so starting it at once would put its work ahead of the request.
+    // synchronously, so starting it at once would put its work ahead of the request. It then waits
+    // for the end of that turn (TaskReports), behind the other requests of a burst.
     let sent!: () => void;
     const onWire = new Promise<void>((r) => (sent = r));
     if (obs) void onWire.then(() => obs.event({ type: "sent", at: preciseNow() }));
     const upstreamP = postUpstream(`${target.endpoint}/v1/chat/completions`, JSON.stringify(body), {
-      signal: upstreamAbort.signal,
+      abort: upstreamAbort,
       onSent: sent,
       headers: o.engineHeaders?.(target.instance.instance_id),
       connectTimeoutMs: limits.connectTimeoutMs,
     });
     upstreamP.catch(() => {});
     const taskP = onWire.then(() =>
-      cluster.command({
+      reports.create({
         type: "CreateTask",
         command_id: commandId,
         model_id: target.instance.model_id,
@@ -464,6 +480,10 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       };
     }
     let finished = false;
+    // The last two forwarded buffers: the engine's timings are in its last event before [DONE], read
+    // once at the end instead of searched for in every chunk.
+    let lastOut: Buffer | undefined;
+    let prevOut: Buffer | undefined;
     const finish = (err?: ServiceError) => {
       if (finished) return;
       finished = true;
@@ -474,7 +494,10 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       // The client gets its last bytes before the task bookkeeping runs.
       sink.end();
       cleanup(!err);
-      obs?.event({
+      if (!obs) return;
+      const report = (lastOut && engineReport(lastOut)) ?? (prevOut && engineReport(prevOut));
+      if (report) obs.event(report);
+      obs.event({
         type: "end",
         at: preciseNow(),
         ok: !err,
@@ -495,8 +518,8 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
         sink.write(r.out);
         if (obs) {
           if (!firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
-          const report = engineReport(r.out);
-          if (report) obs.event(report);
+          prevOut = lastOut;
+          lastOut = r.out;
         }
         firstChunk = true;
       }
@@ -511,7 +534,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       else finish();
     });
     upstream.on("error", (e) => {
-      if (upstreamAbort.signal.aborted) return finish();
+      if (upstreamAbort.aborted) return finish();
       finish(broken(`(${e.message})`));
     });
     upstream.on("close", () => {
