@@ -415,7 +415,8 @@ ${Math.min(SERVERS, top.n)} real nats-servers (\`NatsServer\` of packages/bus, c
 every other), with the defaults of packages/config (heartbeat ${TIMINGS.heartbeatMs} ms, election timeout
 ${TIMINGS.electionTimeoutMs} ms, liveness ${TIMINGS.livenessTimeoutMs} ms). A stand-in for the worker side
 (bench/scale/stand-in.ts) feeds each heartbeat what node.ts does: telemetry (1–2 GPUs of 24–80 GB), a
-measured link to every live peer (refreshed each period, as LinkProber measures them), the node's
+measured link to every live peer (measured each period with noise and reported as the median of the
+last 5, as LinkProber does; a heartbeat carries them only when they changed, link-report.ts), the node's
 runners from its replica and the loop delay; like node.ts it also subscribes to the heartbeats for
 its own echo. The master candidate (earliest \`started_at\`) and its ${KILLS + FAST_KILLS} successors each run
 alone in their own process; the other nodes share processes of up to ${PER_HOST}. After all joined,
@@ -449,7 +450,7 @@ ${rows1.join("\n")}
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 ${rows2.join("\n")}
 
-| nodes | instances / runners | heartbeat (KiB) | of which links (KiB) | /state (KiB) | of which topology.links (KiB) | replica (KiB) | sync from index 1 (KiB, events) |
+| nodes | instances / runners | heartbeat with links (KiB) | of which links (KiB) | /state (KiB) | of which topology.links (KiB) | replica (KiB) | sync from index 1 (KiB, events) |
 |---|---|---|---|---|---|---|---|
 ${rows3.join("\n")}
 

@@ -1,11 +1,12 @@
 // The worker side of one simulated node for bench/scale: what services/node feeds the cluster agent's
 // heartbeat (telemetry, measured links, local runners, loop delay), without hardware, probes or engines.
 // Shapes and refresh rates follow node.ts: telemetry and links are refreshed once per heartbeat period
-// (links: every live peer, as LinkProber measures them), runners follow the replica's assignments.
+// (links: every live peer, as LinkProber measures them, with noise), runners follow the replica's assignments.
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import type { IntervalHistogram } from "node:perf_hooks";
 import type { ClusterAgent } from "@ic/master";
 import type { Gpu, Heartbeat, Link, Runner, Telemetry } from "@ic/protocol";
+import { RttWindows } from "@ic/worker";
 
 const GB = 1024 ** 3;
 
@@ -73,6 +74,9 @@ export class WorkerStandIn {
   private readonly total: number;
   private telemetry: Telemetry;
   private links: Link[] = [];
+  /** Each peer's round trip without noise. */
+  private readonly baseRtt = new Map<string, number>();
+  private readonly windows = new RttWindows();
   private timer: NodeJS.Timeout | undefined;
   private readonly engine: Telemetry["engine"];
 
@@ -163,12 +167,22 @@ export class WorkerStandIn {
     this.telemetry = this.read();
     const self = this.agent?.peerKey;
     const r = this.o.random;
-    this.links = (this.agent?.livePeers() ?? [])
-      .filter((p) => p.heartbeat.peer_key !== self)
-      .map((p) => ({
-        peer_key: p.heartbeat.peer_key,
-        rtt_ms: Math.round((0.15 + r() * 0.6) * 100) / 100,
-      }));
+    // As LinkProber measures a LAN: a round trip of its own per peer (0.15-0.75 ms), noise of
+    // ±0.1 ms on each measurement, and now and then (2%) a late answer of 1-5 ms more (a busy
+    // event loop on either side); reported, as LinkProber does, as the median of the last few.
+    const measured = new Map<string, number>();
+    for (const p of this.agent?.livePeers() ?? []) {
+      const peer = p.heartbeat.peer_key;
+      if (peer === self) continue;
+      let base = this.baseRtt.get(peer);
+      if (base === undefined) {
+        base = 0.15 + r() * 0.6;
+        this.baseRtt.set(peer, base);
+      }
+      const late = r() < 0.02 ? 1 + r() * 4 : 0;
+      measured.set(peer, Math.round((base + (r() - 0.5) * 0.2 + late) * 100) / 100);
+    }
+    this.links = this.windows.update(measured);
   }
 
   private read(): Telemetry {

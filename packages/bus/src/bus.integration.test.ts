@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { clusterCredentials } from "@ic/config";
 import { silentLogger } from "@ic/log";
 import { freePorts, waitFor } from "@ic/testkit";
-import type { Heartbeat } from "@ic/protocol";
+import type { Heartbeat, HeartbeatMessage } from "@ic/protocol";
 import { Bus, NatsServer } from "./index.ts";
 import type { AuthFailure, NatsServerOptions } from "./index.ts";
 
@@ -130,8 +130,8 @@ describe("embedded nats-server", () => {
     await using other = await connectBus(s);
     const outMsgs = async () =>
       ((await (await fetch(`${s.monitorUrl!}/varz`)).json()) as { out_msgs: number }).out_msgs;
-    const first: Heartbeat[] = [];
-    const second: Heartbeat[] = [];
+    const first: HeartbeatMessage[] = [];
+    const second: HeartbeatMessage[] = [];
     const ownIgnored: string[] = [];
     const offFirst = bus.subscribe("heartbeat", (m) => {
       first.push(m);

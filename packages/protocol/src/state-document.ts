@@ -52,3 +52,9 @@ export const StateDocumentSchema = z.object({
   deployments: z.array(DeploymentSchema),
 });
 export type StateDocument = z.infer<typeof StateDocumentSchema>;
+
+/**
+ * GET /state's query: `links=0` leaves out `topology.links` (n(n-1) entries, most of the document
+ * on a large cluster) for callers that poll and do not need them.
+ */
+export const StateQuerySchema = z.object({ links: z.enum(["0", "1"]).default("1") }).strict();

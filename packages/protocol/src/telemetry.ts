@@ -79,7 +79,12 @@ export const HeartbeatSchema = z.object({
   last_index: z.number().int().nonnegative(),
   /** Null until the first telemetry reading completes (placement then reports info_pending). */
   telemetry: TelemetrySchema.nullable(),
-  links: z.array(LinkSchema),
+  /**
+   * The sender's measured links. Left out while they have not changed since the sender last sent
+   * them (services/master/src/link-report.ts): receivers keep the last ones they got from the same
+   * process. Sent in full on a change, when the sender hears a new peer, and every few heartbeats.
+   */
+  links: z.array(LinkSchema).optional(),
   runners: z.array(LocalRunnerSchema),
   health: z.array(HealthEntrySchema),
   /** The sender's event-loop delay since its previous heartbeat (absent from older senders). */
@@ -92,4 +97,7 @@ export const HeartbeatSchema = z.object({
     .optional(),
   sent_at: z.number(),
 });
-export type Heartbeat = z.infer<typeof HeartbeatSchema>;
+/** A heartbeat as it travels: `links` may be left out. */
+export type HeartbeatMessage = z.infer<typeof HeartbeatSchema>;
+/** A heartbeat as nodes keep it: with the sender's last links filled in. */
+export type Heartbeat = Omit<HeartbeatMessage, "links"> & { links: Link[] };

@@ -272,6 +272,19 @@ describe("GET /state and errors", () => {
     // One measurement per direction: each node reports the peers it reaches.
     expect(doc.topology.links).toHaveLength(2);
   });
+  it("?links=0 leaves the links out and keeps the rest; another value is a 400", async () => {
+    const c = fakeCluster([
+      { name: "a", freeGb: 64 },
+      { name: "b", freeGb: 20 },
+    ]);
+    const r = await app(c.view).request("/state?links=0");
+    const doc = (await r.json()) as { node_identities: unknown[]; topology: { links: unknown[] } };
+    expect(doc.topology.links).toEqual([]);
+    expect(doc.node_identities).toHaveLength(2);
+    const bad = await app(c.view).request("/state?links=no");
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { code: string } }).error.code).toBe("invalid_request");
+  });
   it("unknown routes get the typed 404 envelope", async () => {
     const c = fakeCluster([{ name: "a", freeGb: 64 }]);
     const r = await app(c.view).request("/nope");

@@ -4,7 +4,12 @@ import type { NodeId, StateDocument } from "@ic/protocol";
 import { nodeIdFor } from "@ic/state";
 import type { ClusterView } from "./ports.ts";
 
-export function stateDocument(cluster: ClusterView, name: string, now: number): StateDocument {
+export function stateDocument(
+  cluster: ClusterView,
+  name: string,
+  now: number,
+  opts: { readonly links?: boolean } = {},
+): StateDocument {
   const s = cluster.snapshot();
   const session = s.session;
   const live = new Map(cluster.livePeers().map((p) => [p.heartbeat.peer_key, p]));
@@ -13,7 +18,7 @@ export function stateDocument(cluster: ClusterView, name: string, now: number): 
   );
   const idOf = new Map(members.map((m) => [m.peer_key, m.node_id]));
   const links: StateDocument["topology"]["links"] = [];
-  for (const m of members) {
+  for (const m of opts.links === false ? [] : members) {
     for (const l of live.get(m.peer_key)?.heartbeat.links ?? []) {
       const to = idOf.get(l.peer_key);
       if (to) links.push({ from: m.node_id, to, rtt_ms: l.rtt_ms });

@@ -4,7 +4,15 @@ import { randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { Bus } from "@ic/bus";
 import { CATALOG, ServiceError } from "@ic/protocol";
-import type { Instance, InstanceId, ModelId, ModelRecord, NodeId, Telemetry } from "@ic/protocol";
+import type {
+  Instance,
+  InstanceId,
+  Link,
+  ModelId,
+  ModelRecord,
+  NodeId,
+  Telemetry,
+} from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { ClusterAgent } from "./cluster-agent.ts";
 
@@ -672,5 +680,73 @@ describe("a stalled event loop", () => {
     await a.stop();
     await waitUntil(() => b.isMaster);
     expect(b.sessionId).not.toBe(s1);
+  });
+});
+
+describe("links only when they change", () => {
+  function withLinks(hub: Hub, name: string, startedAt: number, links: () => Link[]) {
+    const a = new ClusterAgent({
+      bus: new FakeBus(hub, name) as unknown as Bus,
+      log: silentLogger(),
+      clock: { now: () => Date.now() },
+      self: { peerKey: `p-${name}`, name, host: name, apiUrl: `http://${name}:8080`, startedAt },
+      timings,
+      linksRefresh: 10,
+      extras: () => ({ telemetry: null, links: links(), runners: [], health: [] }),
+    });
+    agents.push(a);
+    a.start();
+    return a;
+  }
+  const heardLinks = (by: ClusterAgent, of: string) =>
+    by.livePeers().find((p) => p.heartbeat.peer_key === `p-${of}`)?.heartbeat.links;
+
+  it("unchanged links stay off the wire, receivers keep them, and a newcomer gets them at once", async () => {
+    const hub = new Hub();
+    const carried: { from: string; links: boolean }[] = [];
+    hub.drop = (subject, msg, to) => {
+      if (subject === CATALOG.heartbeat.subject && to.name === "b") {
+        const m = msg as { peer_key: string; links?: unknown };
+        carried.push({ from: m.peer_key, links: m.links !== undefined });
+      }
+      return false;
+    };
+    let aLinks: Link[] = [{ peer_key: "p-b", rtt_ms: 0.4 }];
+    const a = withLinks(hub, "a", 1, () => aLinks);
+    const b = withLinks(hub, "b", 2, () => [{ peer_key: "p-a", rtt_ms: 0.3 }]);
+    await advance(3000); // 30 heartbeat periods
+    expect(heardLinks(b, "a")).toEqual([{ peer_key: "p-b", rtt_ms: 0.4 }]);
+    expect(heardLinks(a, "b")).toEqual([{ peer_key: "p-a", rtt_ms: 0.3 }]);
+    // What b received from a: the first links, the ones after a heard b, a refresh per 10 heartbeats.
+    const fromA = carried.filter((c) => c.from === "p-a");
+    expect(fromA.length).toBeGreaterThanOrEqual(30);
+    expect(fromA.filter((c) => c.links).length).toBeLessThanOrEqual(6);
+
+    // A change beyond the tolerance goes out with the next heartbeat.
+    aLinks = [{ peer_key: "p-b", rtt_ms: 5 }];
+    await advance(110);
+    expect(heardLinks(b, "a")).toEqual([{ peer_key: "p-b", rtt_ms: 5 }]);
+
+    // A newcomer hears a's and b's links within a heartbeat period or two, not at the refresh.
+    const c = withLinks(hub, "c", 3, () => []);
+    await advance(250);
+    expect(heardLinks(c, "a")).toEqual([{ peer_key: "p-b", rtt_ms: 5 }]);
+    expect(heardLinks(c, "b")).toEqual([{ peer_key: "p-a", rtt_ms: 0.3 }]);
+  });
+
+  it("a peer whose links were lost on the way counts as having none until its refresh", async () => {
+    const hub = new Hub();
+    const a = withLinks(hub, "a", 1, () => []);
+    // b's heartbeats that carry links are lost on the way to a.
+    hub.drop = (subject, msg, to) =>
+      subject === CATALOG.heartbeat.subject &&
+      to.name === "a" &&
+      (msg as { links?: unknown }).links !== undefined;
+    withLinks(hub, "b", 2, () => [{ peer_key: "p-a", rtt_ms: 0.7 }]);
+    await advance(300);
+    expect(heardLinks(a, "b")).toEqual([]);
+    hub.drop = () => false;
+    await advance(1100); // b's refresh (10 heartbeats)
+    expect(heardLinks(a, "b")).toEqual([{ peer_key: "p-a", rtt_ms: 0.7 }]);
   });
 });

@@ -12,6 +12,7 @@ import type {
   ControlState,
   Deployment,
   Heartbeat,
+  HeartbeatMessage,
   IndexedEvent,
   InstanceId,
   Member,
@@ -35,6 +36,7 @@ import type { Logger } from "@ic/log";
 import type { Clock } from "./clock.ts";
 import { MasterLog } from "./master-log.ts";
 import { AnnouncedSession } from "./announced-session.ts";
+import { LinkReport, resolveLinks } from "./link-report.ts";
 
 export interface SelfInfo {
   readonly peerKey: string;
@@ -99,6 +101,8 @@ export interface AgentOptions {
   readonly memory?: Partial<MemoryModel>;
   /** Liveness probes after a dropped connection (default DEFAULT_PROBE). */
   readonly probe?: ProbeSettings;
+  /** Unchanged links still go out every this many heartbeats (default DEFAULT_LINKS_REFRESH). */
+  readonly linksRefresh?: number;
 }
 
 export type AgentListener = {
@@ -122,6 +126,8 @@ export class ClusterAgent implements AsyncDisposable {
   /** Another master's session announced while this node was not in it (see adopt). */
   private readonly announced = new AnnouncedSession();
   private readonly masterLog: MasterLog;
+  /** Which heartbeats carry this node's links (link-report.ts). */
+  private readonly linkReport: LinkReport;
   private readonly listeners = new Set<AgentListener>();
   private readonly subs: Unsubscribe[] = [];
   private masterSubs: Unsubscribe[] = [];
@@ -134,6 +140,7 @@ export class ClusterAgent implements AsyncDisposable {
 
   constructor(private readonly o: AgentOptions) {
     this.masterLog = new MasterLog(o.retainEvents ?? 50_000);
+    this.linkReport = new LinkReport(o.linksRefresh);
     this.log = o.log.child({ component: "cluster" });
   }
 
@@ -240,16 +247,26 @@ export class ClusterAgent implements AsyncDisposable {
       lastHeard: this.o.clock.now(),
       origin: this.o.bus.origin,
     });
-    this.o.bus.publish("heartbeat", hb);
+    // Unchanged links stay off the wire: receivers keep the last ones (link-report.ts).
+    const { links, ...rest } = hb;
+    const carried = this.linkReport.next(links);
+    const msg: HeartbeatMessage = carried ? { ...rest, links: carried } : rest;
+    this.o.bus.publish("heartbeat", msg);
   }
 
-  private onHeartbeat(hb: Heartbeat, origin: string | undefined): void {
-    if (hb.peer_key === this.o.self.peerKey) return;
-    const known = this.peers.get(hb.peer_key);
+  private onHeartbeat(msg: HeartbeatMessage, origin: string | undefined): void {
+    if (msg.peer_key === this.o.self.peerKey) return;
+    const known = this.peers.get(msg.peer_key);
     if (origin === undefined || (known && known.origin !== origin)) {
-      this.refuse("heartbeat", origin, `claims peer ${hb.peer_key} from another connection`);
+      this.refuse("heartbeat", origin, `claims peer ${msg.peer_key} from another connection`);
       return;
     }
+    // A process not heard before has none of this node's links yet: the next heartbeat carries them.
+    if (known?.heartbeat.started_at !== msg.started_at) this.linkReport.newPeer();
+    const hb: Heartbeat = {
+      ...msg,
+      links: resolveLinks(msg.links, known?.heartbeat, msg.started_at),
+    };
     this.peers.set(hb.peer_key, { heartbeat: hb, lastHeard: this.o.clock.now(), origin });
     if (!known || (hb.is_master && !known.heartbeat.is_master)) this.tick();
     // The master's heartbeat says how far its log goes. An event is only re-requested when a later

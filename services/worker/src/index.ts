@@ -7,7 +7,7 @@ export type {
   TelemetryReading,
   TelemetrySamples,
 } from "./telemetry.ts";
-export { LinkProber } from "./links.ts";
+export { LinkProber, RttWindows, RTT_WINDOW } from "./links.ts";
 export type { LinkTarget } from "./links.ts";
 export { RunnerSupervisor, nextRunnerAction } from "./runner.ts";
 export type { RunnerSpec, RunnerStatus, RunOutcome } from "./runner.ts";

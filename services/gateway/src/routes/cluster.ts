@@ -1,7 +1,9 @@
 // GET /state, GET /v1/ping and POST /admin/restart.
 import type { Hono } from "hono";
+import { StateQuerySchema } from "@ic/protocol";
 import type { ClusterView } from "../ports.ts";
 import { stateDocument } from "../view.ts";
+import { validationError } from "../errors.ts";
 
 export interface ClusterRouteOptions {
   readonly cluster: ClusterView;
@@ -12,7 +14,11 @@ export interface ClusterRouteOptions {
 }
 
 export function clusterRoutes(app: Hono, o: ClusterRouteOptions): void {
-  app.get("/state", (c) => c.json(stateDocument(o.cluster, o.name, o.now())));
+  app.get("/state", (c) => {
+    const q = StateQuerySchema.safeParse(c.req.query());
+    if (!q.success) throw validationError(q.error, "query");
+    return c.json(stateDocument(o.cluster, o.name, o.now(), { links: q.data.links === "1" }));
+  });
   app.get("/v1/ping", (c) => c.json({ ok: true, peer_key: o.cluster.peerKey }));
   app.post("/admin/restart", (c) => {
     setTimeout(o.restart, 50).unref();
