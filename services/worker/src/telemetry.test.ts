@@ -1,3 +1,6 @@
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { TelemetryDiagnosticsSchema } from "@ic/protocol";
 import type { HealthEntry, Telemetry } from "@ic/protocol";
@@ -244,5 +247,56 @@ describe("TelemetryCollector", () => {
     expect(d.readings).toMatchObject({ completed: 1, failed: 1, skipped_busy: 2 });
     // The first reading's samples were pending when the path stopped.
     expect(d.drops.stopped).toBe(2);
+  });
+});
+
+describe("host readings ask nvidia-smi only while it answers", () => {
+  /** Runs three host readings with a scripted nvidia-smi first on PATH; returns its VRAM queries. */
+  async function queries(script: string): Promise<{ count: number; gpus: Telemetry["gpus"] }> {
+    const dir = await mkdtemp(join(tmpdir(), "fake-nvidia-"));
+    const calls = join(dir, "calls");
+    await writeFile(
+      join(dir, "nvidia-smi"),
+      `#!/bin/sh\ncase "$*" in *--query-gpu=name,memory.total,memory.free*) echo q >> ${calls};; esac\n${script}\n`,
+      { mode: 0o755 },
+    );
+    const path = process.env["PATH"];
+    process.env["PATH"] = `${dir}:${path ?? ""}`;
+    try {
+      const c = new TelemetryCollector({
+        log: silentLogger(),
+        engine: () => reading(1).engine,
+        declaredBackend: "auto",
+        modelsPath: dir,
+        intervalMs: 60_000,
+      });
+      for (let i = 0; i < 3; i++) await c.read();
+      const gpus = c.telemetry?.gpus ?? [];
+      await c.stop();
+      const count = (await readFile(calls, "utf8").catch(() => ""))
+        .split("\n")
+        .filter(Boolean).length;
+      return { count, gpus };
+    } finally {
+      process.env["PATH"] = path;
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  it("a failing nvidia-smi is asked once, not every period", async () => {
+    expect((await queries("exit 9")).count).toBe(1);
+  });
+
+  it("an answering nvidia-smi is asked every period and its GPUs are reported", async () => {
+    const r = await queries('echo "NVIDIA H100, 81559, 80000"');
+    expect(r.count).toBe(3);
+    expect(r.gpus).toEqual([
+      {
+        vendor: "NVIDIA",
+        model: "NVIDIA H100",
+        vram_total_bytes: 81559 * 1024 * 1024,
+        vram_free_bytes: 80000 * 1024 * 1024,
+      },
+    ]);
   });
 });

@@ -373,6 +373,8 @@ export interface TelemetryReading {
 export class TelemetryCollector implements AsyncDisposable {
   private latest: Telemetry | null = null;
   private graphics: { at: number; value: Awaited<ReturnType<typeof gpuVisible>> } | undefined;
+  /** When nvidia-smi may be asked again after it was missing or failed. */
+  private nvidiaRetryAt = 0;
   private health: HealthEntry[] = [];
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -485,7 +487,16 @@ export class TelemetryCollector implements AsyncDisposable {
       this.graphics = { at: now, value: await gpuVisible() };
     }
     const vis = this.graphics.value;
-    const [mem, nv, disk] = await Promise.all([si.mem(), nvidiaGpus(), this.diskFree()]);
+    // nvidia-smi is asked every period while it answers (free VRAM moves); where it is missing or
+    // fails, again only after GRAPHICS_REFRESH_MS: a process spawn each period cost this node about
+    // 1.5% of a core on a host without it (profile of bench/gateway).
+    const askNvidia = now >= this.nvidiaRetryAt;
+    const [mem, nv, disk] = await Promise.all([
+      si.mem(),
+      askNvidia ? nvidiaGpus() : null,
+      this.diskFree(),
+    ]);
+    if (askNvidia && nv === null) this.nvidiaRetryAt = now + GRAPHICS_REFRESH_MS;
     const engine = this.o.engine();
     const gpus = nv ?? vis.controllers;
     const vramFree = gpus.reduce((s, g) => s + (g.vram_free_bytes ?? 0), 0);
