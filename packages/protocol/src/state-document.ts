@@ -55,6 +55,7 @@ export type StateDocument = z.infer<typeof StateDocumentSchema>;
 
 /**
  * GET /state's query: `links=0` leaves out `topology.links` (n(n-1) entries, most of the document
- * on a large cluster) for callers that poll and do not need them.
+ * on a large cluster) for callers that poll and do not need them. Other keys are ignored, as on
+ * every GET of this API.
  */
-export const StateQuerySchema = z.object({ links: z.enum(["0", "1"]).default("1") }).strict();
+export const StateQuerySchema = z.object({ links: z.enum(["0", "1"]).default("1") });

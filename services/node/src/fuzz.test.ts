@@ -1168,6 +1168,7 @@ const shapes: fc.Arbitrary<Shape> = fc.oneof(
   { weight: 8, arbitrary: observabilityShapes },
   fc.constantFrom<Shape>(
     { endpoint: "state", method: "GET", target: "/state" },
+    { endpoint: "state", method: "GET", target: "/state?links=0" },
     { endpoint: "ping", method: "GET", target: "/v1/ping" },
     { endpoint: "health", method: "GET", target: "/health" },
     { endpoint: "models", method: "GET", target: "/v1/models" },
