@@ -1,190 +1,27 @@
-// `npm start`: brings up a local cluster on loopback (default one node; `--nodes 3` for three),
-// generates the tiny demo model into the first node's store, places it, and prints the base URL
-// and a ready-to-paste curl. Ctrl-C stops every node.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
-import { join } from "node:path";
-import { writeTinyModel } from "@ic/gguf";
-import { freePort, newClusterSecret, prepareNode, waitFor, waitForConvergence } from "@ic/testkit";
-import type { NodeProcess } from "@ic/testkit";
-import { createServer } from "node:net";
+// `npm start` = `cli.ts start [options]`: the local cluster (launcher/local-cluster.ts). Options are
+// checked before anything starts; `--help` prints them.
+import { parseStartArgs, runLocalCluster, START_USAGE } from "./launcher/index.ts";
 
-const MODEL_ID = "demo/tiny-llama";
-
-function arg(name: string, fallback: string): string {
-  const i = process.argv.indexOf(name);
-  return i >= 0 && process.argv[i + 1] ? process.argv[i + 1]! : fallback;
+async function main(argv: readonly string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === "-h" || command === "--help" || command === "help") {
+    process.stdout.write(`${START_USAGE}\n`);
+    return 0;
+  }
+  if (command !== undefined && command !== "start") {
+    process.stderr.write(`unknown command "${command}"; the only command is start (see --help)\n`);
+    return 2;
+  }
+  const parsed = parseStartArgs(rest, process.env);
+  if (parsed.kind === "help") {
+    process.stdout.write(`${START_USAGE}\n`);
+    return 0;
+  }
+  if (parsed.kind === "error") {
+    process.stderr.write(`npm start: ${parsed.message} (see --help)\n`);
+    return 2;
+  }
+  return runLocalCluster(parsed.options);
 }
 
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once("error", () => resolve(false));
-    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
-  });
-}
-
-async function main(): Promise<void> {
-  const command = process.argv[2] ?? "start";
-  if (command !== "start") {
-    console.error(`unknown command ${command}; usage: npm start [-- --nodes N] [--port P]`);
-    process.exit(2);
-  }
-  const n = Number(arg("--nodes", "1"));
-  if (!Number.isInteger(n) || n < 1 || n > 16) {
-    console.error("--nodes must be an integer between 1 and 16");
-    process.exit(2);
-  }
-  const root = process.env.IC_DATA_DIR ?? join(homedir(), ".service", "local-cluster");
-  const store = join(root, "store");
-  const modelDir = join(store, "demo--tiny-llama");
-  mkdirSync(modelDir, { recursive: true });
-  if (!existsSync(join(modelDir, "tiny-llama.gguf"))) {
-    const m = await writeTinyModel(join(modelDir, "tiny-llama.gguf"));
-    console.log(`generated the demo model ${MODEL_ID} (${m.bytes} bytes)`);
-  }
-
-  // The local nodes share one cluster secret, made on first start and kept (mode 0600) for the next.
-  const secretFile = join(root, "cluster.secret");
-  if (!existsSync(secretFile))
-    writeFileSync(secretFile, `${newClusterSecret()}\n`, { mode: 0o600 });
-  const secret = readFileSync(secretFile, "utf8").trim();
-
-  const basePort = Number(arg("--port", "8080"));
-  const clusterPorts: number[] = [];
-  for (let i = 0; i < n; i++) clusterPorts.push(await freePort());
-  const nodes: NodeProcess[] = [];
-  for (let i = 0; i < n; i++) {
-    const want = basePort + i;
-    const apiPort = (await portFree(want)) ? want : 0;
-    nodes.push(
-      prepareNode({
-        name: `local-${i + 1}`,
-        clusterPort: clusterPorts[i]!,
-        peers: clusterPorts.filter((_, j) => j !== i).map((p) => `127.0.0.1:${p}`),
-        secret,
-        dataDir: join(root, `node-${i + 1}`),
-        verbose: process.argv.includes("--verbose"),
-        config: {
-          node: { api_port: apiPort },
-          // The spec's default timings, not the test ones.
-          cluster: {
-            heartbeat_ms: 2000,
-            liveness_timeout_ms: 4000,
-            election_timeout_ms: 3000,
-            info_pending_wait_ms: 15000,
-          },
-          engine: { context_size: 2048 },
-          ...(i === 0
-            ? {
-                store_path: store,
-                node_overrides: {
-                  "local-1": { model_store: { staging: { cleanup_on_deactivate: false } } },
-                },
-              }
-            : {}),
-        },
-      }),
-    );
-  }
-  const stopAll = async () => {
-    await Promise.all(nodes.map((x) => x.stop(10_000)));
-  };
-  let stopping = false;
-  const onSignal = () => {
-    if (stopping) return;
-    stopping = true;
-    console.log("\nstopping the local cluster...");
-    void stopAll().then(() => process.exit(0));
-  };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
-
-  try {
-    for (const node of nodes) {
-      await node.start(60_000);
-      console.log(`started ${node.spec.name} at ${node.apiUrl}`);
-    }
-    await waitForConvergence(nodes, n, 30_000);
-    const base = nodes[0]!.apiUrl;
-    await waitFor(
-      async () => {
-        const s = await nodes[0]!.get<{ models: { model_id: string }[] }>("/state");
-        return s.models.some((m) => m.model_id === MODEL_ID) ? true : undefined;
-      },
-      { timeoutMs: 30_000, what: "the demo model to be registered" },
-    );
-    const state = await nodes[0]!.get<{ instances: { model_id: string }[] }>("/state");
-    if (!state.instances.some((i) => i.model_id === MODEL_ID)) {
-      const r = await fetch(`${base}/place_instance`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ model_id: MODEL_ID, min_nodes: 1, excluded_nodes: [] }),
-      });
-      if (!r.ok) throw new Error(`placing ${MODEL_ID} failed: ${r.status} ${await r.text()}`);
-    }
-    await waitFor(
-      async () => {
-        const r = await fetch(`${base}/v1/models`);
-        const body = (await r.json()) as { data: { id: string }[] };
-        if (!body.data.some((m) => m.id === MODEL_ID)) return undefined;
-        const s = await nodes[0]!.get<{
-          instances: { model_id: string; runners: { rank: number; state: string }[] }[];
-        }>("/state");
-        const inst = s.instances.find((i) => i.model_id === MODEL_ID);
-        return inst?.runners.some((r0) => r0.rank === 0 && r0.state === "RunnerReady")
-          ? true
-          : undefined;
-      },
-      { timeoutMs: 120_000, what: "the demo instance to become ready" },
-    );
-    console.log(`
-Local cluster ready: ${n} node(s), model ${MODEL_ID} placed.
-Base URL: ${base}
-
-  curl -s ${base}/state | head -c 600; echo
-  curl -s ${base}/v1/chat/completions -H 'content-type: application/json' \\
-    -d '{"model":"${MODEL_ID}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":16}'
-
-${await logLocations(nodes)}
-Press Ctrl-C to stop.`);
-  } catch (e) {
-    console.error(`local cluster failed: ${e instanceof Error ? e.message : String(e)}`);
-    for (const node of nodes)
-      console.error(
-        `--- last log lines of ${node.spec.name} ---\n${node.logLines.slice(-15).join("\n")}`,
-      );
-    await stopAll();
-    process.exit(1);
-  }
-}
-
-/**
- * Where each node's and runner's logs are: a node's own lines over its API (in-memory tail; the
- * terminal with --verbose), each runner's file under its node's runner_log_dir (also over any API).
- */
-async function logLocations(nodes: readonly NodeProcess[]): Promise<string> {
-  const out = ["Logs:"];
-  for (const node of nodes)
-    out.push(
-      `  ${node.spec.name}: curl -s '${node.apiUrl}/logs?tail=100'  (follow: add &follow=1; or start with --verbose)`,
-      `    runner logs: ${join(node.dataDir, "runners")}/<instance>-rank<n>.log`,
-    );
-  const s = await nodes[0]!.get<{
-    node_identities: { node_id: string; name: string }[];
-    instances: { instance_id: string; assignments: { node_id: string; rank: number }[] }[];
-  }>("/state");
-  for (const inst of s.instances)
-    for (const a of inst.assignments) {
-      const name = s.node_identities.find((m) => m.node_id === a.node_id)?.name;
-      const holder = nodes.find((x) => x.spec.name === name);
-      if (!holder) continue;
-      out.push(
-        `  ${inst.instance_id} rank ${a.rank} on ${name}: ${join(holder.dataDir, "runners", `${inst.instance_id}-rank${a.rank}.log`)}`,
-        `    curl -s '${nodes[0]!.apiUrl}/instances/${inst.instance_id}/logs?rank=${a.rank}&tail=50&format=text'`,
-      );
-    }
-  return `${out.join("\n")}\n`;
-}
-
-void main();
+void main(process.argv.slice(2)).then((code) => process.exit(code));

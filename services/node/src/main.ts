@@ -8,19 +8,15 @@ import { fileURLToPath } from "node:url";
 import { loadConfig, ConfigError } from "@ic/config";
 import { createLogger } from "@ic/log";
 import { Node } from "./node.ts";
+import { NODE_USAGE, parseNodeArgs } from "./node-args.ts";
 
 export const RESTART_EXIT_CODE = 75;
 const GRACE_MS = 15_000;
 
-function argValue(name: string): string | undefined {
-  const i = process.argv.indexOf(name);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
-
-async function runNode(): Promise<void> {
+async function runNode(configFile: string | undefined): Promise<void> {
   let config;
   try {
-    config = loadConfig({ file: argValue("--config") });
+    config = loadConfig({ file: configFile });
   } catch (e) {
     process.stderr.write(`${e instanceof ConfigError ? e.message : String(e)}\n`);
     process.exit(2);
@@ -97,5 +93,12 @@ function supervise(): void {
   start();
 }
 
-if (process.env.IC_NODE_CHILD === "1") void runNode();
+const args = parseNodeArgs(process.argv.slice(2));
+if (args.kind === "help") {
+  process.stdout.write(`${NODE_USAGE}\n`);
+  process.exit(0);
+} else if (args.kind === "error") {
+  process.stderr.write(`node: ${args.message} (see --help)\n`);
+  process.exit(2);
+} else if (process.env.IC_NODE_CHILD === "1") void runNode(args.config);
 else supervise();

@@ -1,0 +1,99 @@
+// `npm start`'s entry (cli.ts) and the node's (main.ts) as an operator runs them: real processes.
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { freePort, REPO_ROOT, waitFor } from "./index.ts";
+
+const CLI = join(REPO_ROOT, "services/node/src/cli.ts");
+const MAIN = join(REPO_ROOT, "services/node/src/main.ts");
+const run = (file: string, args: string[]) =>
+  spawnSync(process.execPath, ["--import", "tsx", file, ...args], {
+    cwd: REPO_ROOT,
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+
+describe("the entry points answer before starting anything", () => {
+  it("start --help prints every option and exits 0", () => {
+    const r = run(CLI, ["start", "--help"]);
+    expect(r.status).toBe(0);
+    for (const opt of ["--nodes", "--port", "--data-dir", "--verbose", "--help"])
+      expect(r.stdout).toContain(opt);
+    expect(r.stderr).toBe("");
+  });
+
+  it.each([
+    [["start", "--port", "abc"], '--port must be a whole number, not "abc"'],
+    [["start", "--nodes", "0"], "--nodes must be between 1 and 16"],
+    [["start", "--frobnicate"], "Unknown option '--frobnicate'"],
+    [["status"], 'unknown command "status"'],
+  ])("%j exits 2 with one line and no stack trace", (args, message) => {
+    const r = run(CLI, args);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(message);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    expect(r.stdout).toBe("");
+  });
+
+  it("main.ts --help prints its usage and exits 0; an unknown argument exits 2", () => {
+    const help = run(MAIN, ["--help"]);
+    expect(help.status).toBe(0);
+    expect(help.stdout).toContain("--config FILE");
+    const bad = run(MAIN, ["--confg", "x.yaml"]);
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain("Unknown option '--confg'");
+  });
+});
+
+describe("npm start", () => {
+  const dataDir = mkdtempSync(join(tmpdir(), "ic-local-"));
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  it("starts a node with the documented defaults, places the demo model, says where logs live, and stops on Ctrl-C", async () => {
+    const port = await freePort();
+    const child = spawn(
+      process.execPath,
+      ["--import", "tsx", CLI, "start", "--port", String(port), "--data-dir", dataDir],
+      { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
+    child.stderr.on("data", (c: Buffer) => (out += c.toString()));
+    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    try {
+      await waitFor(() => (out.includes("Press Ctrl-C to stop.") ? true : undefined), {
+        timeoutMs: 150_000,
+        what: `the local cluster to be ready; output so far:\n${out}`,
+      });
+      const base = `http://127.0.0.1:${port}`;
+      expect(out).toContain(`Base URL: ${base}`);
+      const logFile = join(dataDir, "node-1", "node.log");
+      expect(out).toContain(logFile);
+      // The node's own log lines are in the file the launcher printed.
+      const first = readFileSync(logFile, "utf8").split("\n").find(Boolean)!;
+      expect(JSON.parse(first)).toHaveProperty("level");
+      const models = (await (await fetch(`${base}/v1/models`)).json()) as {
+        data: { id: string }[];
+      };
+      expect(models.data.map((m) => m.id)).toContain("demo/tiny-llama");
+      // The documented defaults, not the test kit's fast ones.
+      const diag = (await (await fetch(`${base}/v1/diagnostics/telemetry`)).json()) as {
+        heartbeat_ms: number;
+      };
+      expect(diag.heartbeat_ms).toBe(2000);
+      const config = readFileSync(join(dataDir, "node-1", "config.yaml"), "utf8");
+      expect(config).not.toContain("restart_backoff_ms");
+      expect(config).not.toContain("heartbeat_ms");
+    } finally {
+      child.kill("SIGINT");
+    }
+    expect(await exited).toBe(0);
+    expect(out).toContain("stopping the local cluster");
+    // Nothing listens any more.
+    await expect(fetch(`http://127.0.0.1:${port}/v1/ping`)).rejects.toThrow();
+    expect(existsSync(join(dataDir, "cluster.secret"))).toBe(true);
+  }, 200_000);
+});
