@@ -1,7 +1,6 @@
 // Builds the node's view documents from the replica and the heard heartbeats (GET /state, placement input).
 import { runnerKey } from "@ic/protocol";
-import type { NodeId, StateDocument } from "@ic/protocol";
-import { nodeIdFor } from "@ic/state";
+import type { StateDocument } from "@ic/protocol";
 import type { ClusterView } from "./ports.ts";
 
 export function stateDocument(
@@ -73,9 +72,4 @@ export function stateDocument(
     tasks: Object.values(s.tasks),
     deployments: Object.values(s.deployments),
   };
-}
-
-/** The node id a peer key has in the current session (node ids are per session). */
-export function currentNodeId(cluster: ClusterView, peerKey: string): NodeId | null {
-  return cluster.sessionId ? nodeIdFor(cluster.sessionId, peerKey) : null;
 }

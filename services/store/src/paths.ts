@@ -84,18 +84,6 @@ export async function hashFile(path: string, length?: number): Promise<string> {
   return hash.digest("hex");
 }
 
-/** Feeds the first `length` bytes of a file into an existing hash (resuming a partial). */
-export async function hashPrefixInto(
-  hash: ReturnType<typeof createHash>,
-  path: string,
-  length: number,
-): Promise<void> {
-  if (length <= 0) return;
-  for await (const chunk of createReadStream(path, { start: 0, end: length - 1 })) {
-    hash.update(chunk as Buffer);
-  }
-}
-
 /** Writes JSON durably: temp file, fsync, rename over the target. */
 export async function writeJsonAtomic(
   path: string,

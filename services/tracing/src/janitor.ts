@@ -14,7 +14,7 @@ export const systemClock: Clock = { now: () => Date.now() };
 export const DAY_MS = 86_400_000;
 export const HOUR_MS = 3_600_000;
 /** A temporary file older than this is a leftover, never a write in progress. */
-export const TEMP_MAX_AGE_MS = HOUR_MS;
+const TEMP_MAX_AGE_MS = HOUR_MS;
 
 /**
  * Names to delete at `nowMs`: trace files created more than `retentionDays` ago (0: every trace
