@@ -11,6 +11,7 @@ import {
 } from "./cluster.ts";
 import { HealthEntrySchema, TelemetrySchema } from "./telemetry.ts";
 import { NodeIdSchema } from "./ids.ts";
+import { PullSchema } from "./store.ts";
 
 export const NodeIdentitySchema = z.object({
   node_id: NodeIdSchema,
@@ -50,6 +51,8 @@ export const StateDocumentSchema = z.object({
   tasks: z.array(TaskSchema),
   /** Placement intents: Placed, or Pending with the typed refusal of the last attempt. */
   deployments: z.array(DeploymentSchema),
+  /** Model pulls of the store host (POST /store/pulls), from its last heartbeat. */
+  pulls: z.array(PullSchema),
 });
 export type StateDocument = z.infer<typeof StateDocumentSchema>;
 

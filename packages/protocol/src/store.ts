@@ -122,3 +122,33 @@ export type StorageReport = z.infer<typeof StorageReportSchema>;
 /** POST /store/purge-staging body: `{}` (every not-in-use copy) or `{ "modelId": ... }`. */
 export const PurgeStagingBodySchema = z.object({ modelId: ModelIdSchema.optional() }).strict();
 export type PurgeStagingBody = z.infer<typeof PurgeStagingBodySchema>;
+
+// ---- model pulls: store-side downloads from the model hub (POST/GET/DELETE /store/pulls) ----
+
+export const PULL_STATES = ["queued", "running", "done", "failed", "cancelled"] as const;
+
+/** One model pull, as the store host reports it (GET /store/pulls, /state `pulls`). */
+export const PullSchema = z.object({
+  model_id: ModelIdSchema,
+  state: z.enum(PULL_STATES),
+  /** Bytes of the selected files on the store volume so far (resumed and linked bytes included). */
+  bytes_done: z.number().int().nonnegative(),
+  /** The selected manifest's total, once the hub listed it. */
+  bytes_total: z.number().int().nonnegative().nullable(),
+  started_at: z.string(),
+  updated_at: z.string(),
+  /** Why a pull failed (`cause`: no_fit, hub_error, transfer, integrity, aborted). */
+  error: z.object({ cause: z.string(), message: z.string() }).optional(),
+});
+export type Pull = z.infer<typeof PullSchema>;
+
+export const PullBodySchema = z.object({ model_id: ModelIdSchema }).strict();
+export type PullBody = z.infer<typeof PullBodySchema>;
+
+/** Bus request to the store host: start (or resume), cancel, or list its pulls. */
+export const PullRequestSchema = z.discriminatedUnion("op", [
+  z.object({ op: z.literal("start"), model_id: ModelIdSchema }),
+  z.object({ op: z.literal("cancel"), model_id: ModelIdSchema }),
+  z.object({ op: z.literal("list") }),
+]);
+export type PullRequest = z.infer<typeof PullRequestSchema>;

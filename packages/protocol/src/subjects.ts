@@ -12,6 +12,7 @@ import { HeartbeatSchema } from "./telemetry.ts";
 import { ModelIdSchema } from "./ids.ts";
 import { WireErrorSchema } from "./errors.ts";
 import { RunnerLogReplySchema, RunnerLogRequestSchema } from "./observability.ts";
+import { PullRequestSchema, PullSchema } from "./store.ts";
 
 export const PurgeRequestSchema = z.object({ model_id: ModelIdSchema.optional() });
 export const PurgeReplySchema = z.object({
@@ -26,6 +27,11 @@ export const PurgeReplySchema = z.object({
 export type PurgeReply = z.infer<typeof PurgeReplySchema>;
 
 /** A liveness probe (sent when a connection to the peer dropped): the answering process names itself. */
+export const PullReplySchema = z.discriminatedUnion("ok", [
+  z.object({ ok: z.literal(true), pulls: z.array(PullSchema) }),
+  z.object({ ok: z.literal(false), error: WireErrorSchema }),
+]);
+
 export const NodePingRequestSchema = z.object({}).strict();
 export const NodePingReplySchema = z.object({ peer_key: z.string(), started_at: z.number() });
 export type NodePingReply = z.infer<typeof NodePingReplySchema>;
@@ -71,6 +77,8 @@ export const CATALOG = {
   nodeRead: req("ic.node.read", FanoutRequestSchema, FanoutReplySchema),
   /** Per node (suffix: peer key): "are you there?", after a connection to it dropped. */
   nodePing: req("ic.node.ping", NodePingRequestSchema, NodePingReplySchema),
+  /** To the store host (the node with store_path): start, cancel or list model pulls. */
+  storePulls: req("ic.store.pulls", PullRequestSchema, PullReplySchema),
   /** Per node (suffix: peer key): the tail of one of its runners' log files. */
   runnerLog: req("ic.node.runner_log", RunnerLogRequestSchema, RunnerLogReplySchema),
 } as const;

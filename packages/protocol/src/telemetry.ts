@@ -3,6 +3,7 @@
 import { z } from "zod";
 import { InstanceIdSchema, SessionIdSchema } from "./ids.ts";
 import { RunnerStateSchema } from "./cluster.ts";
+import { PullSchema } from "./store.ts";
 
 export const HEALTH_CODES = [
   "gpu_serving_disabled",
@@ -95,6 +96,8 @@ export const HeartbeatSchema = z.object({
       max_ever_ms: z.number().nonnegative(),
     })
     .optional(),
+  /** The store host's model pulls while it has any (live or finished within the hour). */
+  pulls: z.array(PullSchema).optional(),
   sent_at: z.number(),
 });
 /** A heartbeat as it travels: `links` may be left out. */

@@ -71,5 +71,6 @@ export function stateDocument(
     })),
     tasks: Object.values(s.tasks),
     deployments: Object.values(s.deployments),
+    pulls: [...live.values()].flatMap((p) => p.heartbeat.pulls ?? []),
   };
 }

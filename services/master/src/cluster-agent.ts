@@ -53,7 +53,8 @@ export interface AgentTimings {
 }
 
 /** What the worker contributes to each heartbeat. */
-export type HeartbeatExtras = Pick<Heartbeat, "telemetry" | "links" | "runners" | "health">;
+export type HeartbeatExtras = Pick<Heartbeat, "telemetry" | "links" | "runners" | "health"> &
+  Partial<Pick<Heartbeat, "loop_delay" | "pulls">>;
 
 export interface PeerView {
   readonly heartbeat: Heartbeat;

@@ -19,9 +19,9 @@ import { EventLog, eventRoutes } from "@ic/eventlog";
 import { Tracing, tracingRoutes } from "@ic/tracing";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
 import { clusterCredentials, isLoopback, stagingFor } from "@ic/config";
-import { createHubSource, StoreHost, stagingSettings } from "@ic/store";
+import { createHubSource, PullManager, StoreHost, StoreWatch, stagingSettings } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
-import { servePurge, storeRoutes } from "./store-routes.ts";
+import { pullRoutes, servePulls, servePurge, storeRoutes } from "./store-routes.ts";
 import { SecurityHealth } from "./security-health.ts";
 import { LoopMonitor } from "./loop-monitor.ts";
 import { processLogTail } from "@ic/log";
@@ -158,16 +158,30 @@ export class Node implements AsyncDisposable {
     });
     let worker: Worker | undefined;
     // The store host (a node with store_path) serves registered artifacts under /store/models on this API.
+    // Its model pulls (POST /store/pulls) download from model_store.hub_url; the hub token comes
+    // from the environment only and is never logged.
     const storeHost = cfg.store_path
       ? new StoreHost({
           storePath: cfg.store_path,
           logger: log,
           headroomBytes: cfg.model_store.staging.headroom_gb * 1024 ** 3,
+          hub: cfg.model_store.hub_url
+            ? createHubSource({
+                hubUrl: cfg.model_store.hub_url,
+                accessToken: process.env.HF_TOKEN,
+              })
+            : undefined,
         })
+      : undefined;
+    /** Bumped when the store's models change (a pull finished, a copied model found): re-register. */
+    let storeVersion = 0;
+    const pulls = storeHost
+      ? new PullManager({ target: storeHost, onDone: () => void storeVersion++ })
       : undefined;
     if (storeHost) {
       await storeHost.start();
       this.stack.push({ name: "store-host", stop: () => storeHost.stop() });
+      this.stack.push({ name: "pulls", stop: () => pulls!.stop() });
     }
     const settings = stagingSettings(stagingFor(cfg, name));
     const agent = new ClusterAgent({
@@ -195,6 +209,7 @@ export class Node implements AsyncDisposable {
           telemetry: part.telemetry,
           links: part.links,
           runners: worker?.runners() ?? [],
+          ...(pulls && pulls.list().length > 0 ? { pulls: pulls.list() } : {}),
           // Other nodes in this node's session (the agent exists once heartbeats are sent).
           health: [
             ...part.health,
@@ -345,6 +360,7 @@ export class Node implements AsyncDisposable {
             },
           }),
         (a) => storeRoutes(a, storeOpts),
+        (a) => pullRoutes(a, { bus }),
         (a) => watchRoutes(a, { agent, log }),
         (a) => healthRoutes(a, { agent, name, phase: () => this.phase() }),
         ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : []),
@@ -379,6 +395,10 @@ export class Node implements AsyncDisposable {
     // 6. Purge broadcasts and the worker: runners for the instances assigned here.
     const unservePurge = servePurge(storeOpts);
     this.stack.push({ name: "purge", stop: () => unservePurge() });
+    if (pulls) {
+      const unservePulls = servePulls(bus, pulls);
+      this.stack.push({ name: "pull-requests", stop: () => unservePulls() });
+    }
     worker = new Worker({
       cluster: agent,
       stager,
@@ -402,11 +422,21 @@ export class Node implements AsyncDisposable {
     this.stack.push({ name: "worker", stop: () => worker!.stop() });
 
     // 7. A store host registers the models it holds once it has joined a session (and after each change).
+    // Models copied into store_path while running are registered once their files settle (store-watch.ts).
     if (storeHost) {
+      const watch = new StoreWatch({
+        storePath: cfg.store_path!,
+        registered: (id) => storeHost.manifest(id) !== undefined,
+        register: (id) => storeHost.register(id),
+        onAdded: () => void storeVersion++,
+        log,
+      });
+      watch.start();
+      this.stack.push({ name: "store-watch", stop: () => watch.stop() });
       let registeredFor: string | null = null;
       const register = async () => {
-        if (!agent.synced || registeredFor === agent.sessionId) return;
-        const session = agent.sessionId;
+        const due = `${agent.sessionId}/${storeVersion}`;
+        if (!agent.synced || registeredFor === due) return;
         await storeHost.registerAll();
         const ids: string[] = [];
         for (const manifest of storeHost.models()) {
@@ -424,7 +454,7 @@ export class Node implements AsyncDisposable {
           });
           ids.push(rec.model_id);
         }
-        registeredFor = session;
+        registeredFor = due;
         log.info({ models: ids }, "registered store models");
       };
       const t = setInterval(

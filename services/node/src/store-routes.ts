@@ -1,15 +1,24 @@
-// The /store endpoints of a node: the local storage report, and purge-staging broadcast over the bus
-// to every node (each node purges its own staging root; the store copy is never touched).
+// The /store endpoints of a node: the local storage report, purge-staging broadcast over the bus
+// to every node (each node purges its own staging root; the store copy is never touched), and model
+// pulls, forwarded over the bus to the store host (the node with store_path) from any node.
 import type { Hono } from "hono";
 import type { Bus } from "@ic/bus";
 import type { EventLog } from "@ic/eventlog";
 import { parseJson } from "@ic/gateway";
 import type { ClusterView } from "@ic/gateway";
 import type { Logger } from "@ic/log";
-import { PurgeStagingBodySchema, toWireError } from "@ic/protocol";
-import type { PurgeReply } from "@ic/protocol";
+import {
+  fromWireError,
+  ModelIdSchema,
+  PullBodySchema,
+  PurgeStagingBodySchema,
+  ServiceError,
+  toWireError,
+} from "@ic/protocol";
+import type { Pull, PullRequest, PurgeReply, ReplyOf } from "@ic/protocol";
 import { buildStorageReport, nodeDisk } from "@ic/store";
-import type { StagingSettings } from "@ic/store";
+import type { PullManager, StagingSettings } from "@ic/store";
+import { validationError } from "@ic/gateway";
 import type { StoreStager } from "./store-stager.ts";
 
 export interface StoreRouteOptions {
@@ -87,5 +96,59 @@ export function storeRoutes(app: Hono, o: StoreRouteOptions): void {
       not_answered: members.filter((m) => !answered.has(m.peer_key)).map((m) => m.name),
       deleted_bytes: replies.reduce((s, r) => s + r.freed_bytes, 0),
     });
+  });
+}
+
+/** The store host answers pull requests from every node (its own included). */
+export function servePulls(bus: Pick<Bus, "respond">, pulls: PullManager): () => void {
+  return bus.respond("storePulls", (req): ReplyOf<"storePulls"> => {
+    switch (req.op) {
+      case "start":
+        return { ok: true, pulls: [pulls.start(req.model_id).pull] };
+      case "cancel": {
+        const p = pulls.cancel(req.model_id);
+        if (!p)
+          return {
+            ok: false,
+            error: toWireError(
+              new ServiceError("not_found", `no pull of ${req.model_id} on the store host`),
+            ),
+          };
+        return { ok: true, pulls: [p] };
+      }
+      case "list":
+        return { ok: true, pulls: pulls.list() };
+    }
+  });
+}
+
+/** POST/GET/DELETE /store/pulls on every node; the store host does the work. */
+export function pullRoutes(app: Hono, o: { readonly bus: Pick<Bus, "request"> }): void {
+  const ask = async (req: PullRequest): Promise<Pull[]> => {
+    let reply: ReplyOf<"storePulls">;
+    try {
+      reply = await o.bus.request("storePulls", req, { timeoutMs: 10_000 });
+    } catch (e) {
+      throw new ServiceError(
+        "unavailable",
+        `no store host answered (a cluster pulls models into the store_path of its store node): ${
+          e instanceof Error ? e.message : String(e)
+        }`,
+      );
+    }
+    if (!reply.ok) throw fromWireError(reply.error);
+    return reply.pulls;
+  };
+  app.post("/store/pulls", async (c) => {
+    const body = await parseJson(c, PullBodySchema);
+    const [pull] = await ask({ op: "start", model_id: body.model_id });
+    return c.json({ pull }, 202);
+  });
+  app.get("/store/pulls", async (c) => c.json({ pulls: await ask({ op: "list" }) }));
+  app.delete("/store/pulls/:org/:name", async (c) => {
+    const id = ModelIdSchema.safeParse(`${c.req.param("org")}/${c.req.param("name")}`);
+    if (!id.success) throw validationError(id.error, "model_id");
+    const [pull] = await ask({ op: "cancel", model_id: id.data });
+    return c.json({ pull });
   });
 }

@@ -38,3 +38,5 @@ export {
 export { nodeDisk, type Disk, type VolumeSpace } from "./disk.ts";
 export { buildStorageReport, type StorageReportInput } from "./storage-report.ts";
 export type { FillProgress } from "./fill.ts";
+export { PullManager, type PullManagerOptions, type PullTarget } from "./pulls.ts";
+export { settled, StoreWatch, type DirSnapshot, type StoreWatchOptions } from "./store-watch.ts";

@@ -1,0 +1,146 @@
+// Models in while the cluster runs, across hosts: a pull asked on one node runs on the store host
+// (another host) from the hub emulator, shows its progress in /state, is cancelled and resumed without
+// fetching again what it had, and the model becomes placeable with no restart; a model directory
+// copied into store_path is registered once it settles.
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import {
+  DelayRelay,
+  placeAndWait,
+  seedStore,
+  startHostCluster,
+  startHubEmulator,
+  waitFor,
+  waitForConvergence,
+} from "@ic/testkit";
+import type { NodeProcess } from "@ic/testkit";
+
+interface Pull {
+  model_id: string;
+  state: string;
+  bytes_done: number;
+  bytes_total: number | null;
+  error?: { cause: string; message: string };
+}
+interface StateDoc {
+  models: { model_id: string }[];
+  pulls: Pull[];
+}
+
+function patchConfig(node: NodeProcess, patch: Record<string, Record<string, unknown>>): void {
+  const cfg = JSON.parse(readFileSync(node.configPath, "utf8")) as Record<
+    string,
+    Record<string, unknown>
+  >;
+  for (const [k, v] of Object.entries(patch)) cfg[k] = { ...cfg[k], ...v };
+  writeFileSync(node.configPath, `${JSON.stringify(cfg, null, 2)}\n`, { mode: 0o600 });
+}
+
+async function send(node: NodeProcess, method: string, path: string, body?: unknown) {
+  const r = await fetch(`${node.apiUrl}${path}`, {
+    method,
+    headers: { "content-type": "application/json", ...node.authHeaders },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  return { status: r.status, body: (await r.json()) as Record<string, unknown> };
+}
+
+describe("models in while running", () => {
+  it("pulls from the hub through any node, with progress, cancel and resume; copied models register", async () => {
+    const seeded = await seedStore(mkdtempSync(join(tmpdir(), "ic-seed-")));
+    const tinyPath = join(seeded.store, "test--tiny-llama", "tiny-llama.gguf");
+    const extra = randomBytes(2 * 1024 * 1024);
+    await using hub = await startHubEmulator();
+    await hub.addRepo("acme/pulled", {
+      "a-extra.bin": extra,
+      "tiny-llama.gguf": { fromPath: tinyPath },
+    });
+    const store = mkdtempSync(join(tmpdir(), "ic-store-"));
+    await using cluster = await startHostCluster(2, {
+      config: (i) =>
+        i === 0 ? { store_path: store, model_store: { staging: { headroom_gb: 0 } } } : {},
+      startOnly: [],
+    });
+    const [n1, n2] = cluster.nodes as [NodeProcess, NodeProcess];
+    await using hubRelay = await DelayRelay.start({
+      listenHost: cluster.lab.rootAddress,
+      targetHost: "127.0.0.1",
+      targetPort: Number(new URL(hub.url).port),
+      delayMs: 0,
+    });
+    patchConfig(n1, { model_store: { hub_url: `http://${hubRelay.address}` } });
+    await n1.start();
+    await n2.start();
+    await waitForConvergence(cluster.nodes, 2);
+
+    // Bad input: a typed 400, nothing started.
+    for (const bad of [
+      { model_id: "../x" },
+      { model_id: "a/b/c" },
+      {},
+      { model_id: "acme/x", y: 1 },
+    ]) {
+      const r = await send(n2, "POST", "/store/pulls", bad);
+      expect(r.status).toBe(400);
+      expect((r.body.error as { code: string }).code).toBe("invalid_request");
+    }
+    expect((await send(n2, "DELETE", "/store/pulls/acme/none")).status).toBe(404);
+
+    // The second file is held at the hub: the pull stops half-way, visible from every node.
+    const held = hub.hold((req) => req.path.includes("tiny-llama.gguf"));
+    const started = await send(n2, "POST", "/store/pulls", { model_id: "acme/pulled" });
+    expect(started.status).toBe(202);
+    expect(started.body.pull).toMatchObject({ model_id: "acme/pulled" });
+    const mid = await waitFor(
+      async () => {
+        const s = await n2.get<StateDoc>("/state");
+        const p = s.pulls.find((x) => x.model_id === "acme/pulled");
+        return p && p.state === "running" && p.bytes_done >= extra.length ? p : undefined;
+      },
+      { timeoutMs: 20_000, what: "pull progress in /state of another node" },
+    );
+    expect(mid.bytes_total).toBeGreaterThan(extra.length);
+    const cancelled = await send(n2, "DELETE", "/store/pulls/acme/pulled");
+    expect(cancelled.status).toBe(200);
+    expect((cancelled.body.pull as Pull).state).toBe("cancelled");
+    held.release();
+    const extraFetches = () =>
+      hub.requests.filter((r) => r.path.includes("a-extra.bin") && r.method === "GET").length;
+    const fetchedBefore = extraFetches();
+
+    // Asked again: resumes, fetches only what it did not have, and the model becomes placeable.
+    expect((await send(n1, "POST", "/store/pulls", { model_id: "acme/pulled" })).status).toBe(202);
+    await waitFor(
+      async () => {
+        const { body } = await send(n2, "GET", "/store/pulls");
+        const p = (body.pulls as Pull[]).find((x) => x.model_id === "acme/pulled");
+        if (p?.state === "failed") throw new Error(`pull failed: ${p.error?.message}`);
+        return p?.state === "done" ? p : undefined;
+      },
+      { timeoutMs: 30_000, what: "the resumed pull to finish" },
+    );
+    expect(extraFetches()).toBe(fetchedBefore);
+    await placeAndWait(n2, { model_id: "acme/pulled", min_nodes: 1 }, 60_000);
+    const chat = await n2.post("/v1/chat/completions", {
+      model: "acme/pulled",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 2,
+    });
+    expect(chat.status).toBe(200);
+
+    // A model copied into store_path while running is registered without a restart.
+    cpSync(join(seeded.store, "test--tiny-llama"), join(store, "acme--copied"), {
+      recursive: true,
+    });
+    await waitFor(
+      async () => {
+        const s = await n2.get<StateDoc>("/state");
+        return s.models.some((m) => m.model_id === "acme/copied") ? true : undefined;
+      },
+      { timeoutMs: 30_000, what: "the copied model registered" },
+    );
+  }, 180_000);
+});

@@ -1,0 +1,131 @@
+import { describe, expect, it } from "vitest";
+import type { ModelId } from "@ic/protocol";
+import { PullManager } from "./pulls.ts";
+import type { PullTarget } from "./pulls.ts";
+import type { HubDownloadResult } from "./store-host.ts";
+import type { FillProgress } from "./fill.ts";
+
+const id = (s: string) => s as ModelId;
+
+/** A store host whose downloads the test finishes by hand. */
+function scripted() {
+  const calls: {
+    modelId: ModelId;
+    signal?: AbortSignal;
+    progress: (p: FillProgress) => void;
+    settle: (r: HubDownloadResult) => void;
+  }[] = [];
+  const target: PullTarget = {
+    downloadFromHub: (modelId, o) =>
+      new Promise((resolve) => {
+        calls.push({
+          modelId,
+          signal: o.signal,
+          progress: o.onProgress ?? (() => {}),
+          settle: resolve,
+        });
+        o.signal?.addEventListener("abort", () =>
+          resolve({
+            ok: false,
+            type: "DownloadFailed",
+            modelId,
+            cause: "aborted",
+            message: "aborted",
+          }),
+        );
+      }),
+  };
+  return { target, calls };
+}
+const ok = (modelId: ModelId, total: number): HubDownloadResult => ({
+  ok: true,
+  manifest: {
+    model_id: modelId,
+    files: [],
+    total_bytes: total,
+    registered_at: "2026-11-24T00:00:00.000Z",
+    source: "hub",
+  } as never,
+  fetchedBytes: total,
+  resumedBytes: 0,
+  reusedBytes: 0,
+});
+const tick = () => new Promise((r) => setTimeout(r, 0));
+
+describe("PullManager", () => {
+  it("runs one pull at a time, reports progress, and calls onDone when the model is in", async () => {
+    const { target, calls } = scripted();
+    const done: string[] = [];
+    const m = new PullManager({ target, onDone: (x) => done.push(x) });
+    expect(m.start(id("a/one")).pull.state).toBe("running");
+    expect(m.start(id("a/two")).pull.state).toBe("queued");
+    expect(calls.map((c) => c.modelId)).toEqual(["a/one"]);
+    calls[0]!.progress({
+      file: "w",
+      phase: "transfer",
+      fileDoneBytes: 5,
+      fileBytes: 10,
+      doneBytes: 5,
+      totalBytes: 10,
+    });
+    expect(m.list()[0]).toMatchObject({
+      model_id: "a/one",
+      state: "running",
+      bytes_done: 5,
+      bytes_total: 10,
+    });
+    // Asking again for a live pull returns it.
+    expect(m.start(id("a/one")).created).toBe(false);
+    calls[0]!.settle(ok(id("a/one"), 10));
+    await tick();
+    expect(done).toEqual(["a/one"]);
+    expect(calls.map((c) => c.modelId)).toEqual(["a/one", "a/two"]);
+    expect(m.list().map((p) => [p.model_id, p.state])).toEqual([
+      ["a/two", "running"],
+      ["a/one", "done"],
+    ]);
+  });
+
+  it("cancels a running pull (aborting its download) and a queued one; asking again resumes", async () => {
+    const { target, calls } = scripted();
+    const m = new PullManager({ target });
+    m.start(id("a/one"));
+    m.start(id("a/two"));
+    calls[0]!.progress({
+      file: "w",
+      phase: "transfer",
+      fileDoneBytes: 4,
+      fileBytes: 10,
+      doneBytes: 4,
+      totalBytes: 10,
+    });
+    expect(m.cancel(id("a/two"))?.state).toBe("cancelled");
+    expect(m.cancel(id("a/one"))?.state).toBe("cancelled");
+    expect(calls[0]!.signal?.aborted).toBe(true);
+    await tick();
+    // The queued one never started.
+    expect(calls).toHaveLength(1);
+    expect(m.cancel(id("a/none"))).toBeUndefined();
+    const again = m.start(id("a/one"));
+    expect(again).toMatchObject({ created: true, pull: { state: "running", bytes_done: 4 } });
+    expect(calls).toHaveLength(2);
+  });
+
+  it("a refused download (no fit) is a failed pull with its cause and message", async () => {
+    const { target, calls } = scripted();
+    const m = new PullManager({ target });
+    m.start(id("a/big"));
+    calls[0]!.settle({
+      ok: false,
+      type: "DownloadFailed",
+      modelId: id("a/big"),
+      cause: "no_fit",
+      message: "needs 40 GiB plus the 10 GiB reserve",
+    });
+    await tick();
+    expect(m.list()[0]).toMatchObject({
+      state: "failed",
+      error: { cause: "no_fit", message: "needs 40 GiB plus the 10 GiB reserve" },
+    });
+  });
+});

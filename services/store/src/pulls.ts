@@ -1,0 +1,173 @@
+// Model pulls: store-side downloads of whole models from the model hub, started by an operator
+// (POST /store/pulls on any node, forwarded to the store host over the bus). One pull runs at a time,
+// in the order asked; each goes through StoreHost.downloadFromHub, so rule 7 holds: the exact selected
+// manifest is admitted against the store volume's reserve before anything is written, serialized
+// with the transfer.
+//
+// Invariants: at most one entry per model; a cancelled pull keeps its partial files (.part), so
+// asking again resumes it; finished entries are kept for an hour (at most KEEP_FINISHED), so an
+// operator sees how a pull ended.
+import type { ModelId, Pull } from "@ic/protocol";
+import type { HubDownloadResult } from "./store-host.ts";
+import type { FillProgress } from "./fill.ts";
+
+/** What a pull needs of the store host. */
+export interface PullTarget {
+  downloadFromHub(
+    modelId: ModelId,
+    options: { signal?: AbortSignal; onProgress?: (p: FillProgress) => void },
+  ): Promise<HubDownloadResult>;
+}
+
+export interface PullManagerOptions {
+  readonly target: PullTarget;
+  /** A pull finished with its model registered in the store (the node then registers it in the cluster). */
+  readonly onDone?: (modelId: ModelId) => void;
+  readonly now?: () => number;
+}
+
+const KEEP_FINISHED = 50;
+const KEEP_FINISHED_MS = 60 * 60 * 1000;
+
+interface Entry {
+  pull: Pull;
+  controller?: AbortController;
+  finishedAt?: number;
+}
+
+export class PullManager {
+  private readonly entries = new Map<ModelId, Entry>();
+  private readonly queue: ModelId[] = [];
+  private running: ModelId | undefined;
+  private stopped = false;
+  private readonly now: () => number;
+
+  constructor(private readonly o: PullManagerOptions) {
+    this.now = o.now ?? Date.now;
+  }
+
+  /** Starts a pull of `modelId`, or resumes a cancelled or failed one; a live one is returned as is. */
+  start(modelId: ModelId): { pull: Pull; created: boolean } {
+    const live = this.entries.get(modelId);
+    if (live && (live.pull.state === "queued" || live.pull.state === "running"))
+      return { pull: live.pull, created: false };
+    const at = new Date(this.now()).toISOString();
+    const entry: Entry = {
+      pull: {
+        model_id: modelId,
+        state: "queued",
+        bytes_done: live?.pull.bytes_done ?? 0,
+        bytes_total: live?.pull.bytes_total ?? null,
+        started_at: at,
+        updated_at: at,
+      },
+    };
+    this.entries.set(modelId, entry);
+    this.queue.push(modelId);
+    this.next();
+    return { pull: entry.pull, created: true };
+  }
+
+  /** Cancels a queued or running pull (its partial files stay for a resume); undefined when unknown. */
+  cancel(modelId: ModelId): Pull | undefined {
+    const e = this.entries.get(modelId);
+    if (!e) return undefined;
+    if (e.pull.state === "queued") {
+      this.queue.splice(this.queue.indexOf(modelId), 1);
+      this.finish(e, { state: "cancelled" });
+    } else if (e.pull.state === "running") {
+      e.controller?.abort(new Error("cancelled by the operator"));
+      // The download settles as aborted; the state says so at once.
+      this.update(e, { state: "cancelled" });
+    }
+    return e.pull;
+  }
+
+  /** Live pulls first (in order), then the finished ones, newest first. */
+  list(): Pull[] {
+    this.prune();
+    const all = [...this.entries.values()];
+    const live = all.filter((e) => e.finishedAt === undefined).map((e) => e.pull);
+    const done = all
+      .filter((e) => e.finishedAt !== undefined)
+      .sort((a, b) => b.finishedAt! - a.finishedAt!)
+      .map((e) => e.pull);
+    return [...live, ...done];
+  }
+
+  /** Stops the running pull (its partial stays) and drops the queue. */
+  stop(): void {
+    this.stopped = true;
+    for (const id of this.queue.splice(0)) {
+      const e = this.entries.get(id);
+      if (e) this.finish(e, { state: "cancelled" });
+    }
+    if (this.running) this.entries.get(this.running)?.controller?.abort(new Error("node stopping"));
+  }
+
+  private next(): void {
+    if (this.running !== undefined || this.stopped) return;
+    const id = this.queue.shift();
+    if (id === undefined) return;
+    const e = this.entries.get(id)!;
+    this.running = id;
+    e.controller = new AbortController();
+    this.update(e, { state: "running" });
+    void this.o.target
+      .downloadFromHub(id, {
+        signal: e.controller.signal,
+        onProgress: (p) => this.update(e, { bytes_done: p.doneBytes, bytes_total: p.totalBytes }),
+      })
+      .then(
+        (r) => this.settle(e, r),
+        (err: unknown) =>
+          this.settle(e, {
+            ok: false,
+            type: "DownloadFailed",
+            modelId: id,
+            cause: "transfer",
+            message: err instanceof Error ? err.message : String(err),
+          }),
+      )
+      .finally(() => {
+        this.running = undefined;
+        this.next();
+      });
+  }
+
+  private settle(e: Entry, r: HubDownloadResult): void {
+    if (r.ok) {
+      const total = r.manifest.total_bytes;
+      this.finish(e, { state: "done", bytes_done: total, bytes_total: total });
+      this.o.onDone?.(e.pull.model_id);
+      return;
+    }
+    if (e.controller?.signal.aborted || r.cause === "aborted") {
+      this.finish(e, { state: "cancelled" });
+      return;
+    }
+    this.finish(e, { state: "failed", error: { cause: r.cause, message: r.message } });
+  }
+
+  private update(e: Entry, patch: Partial<Pull>): void {
+    // A cancelled pull stays cancelled while its download winds down.
+    const state = e.pull.state === "cancelled" ? "cancelled" : (patch.state ?? e.pull.state);
+    e.pull = { ...e.pull, ...patch, state, updated_at: new Date(this.now()).toISOString() };
+  }
+
+  private finish(e: Entry, patch: Partial<Pull>): void {
+    e.pull = { ...e.pull, ...patch, updated_at: new Date(this.now()).toISOString() };
+    delete e.controller;
+    e.finishedAt = this.now();
+  }
+
+  private prune(): void {
+    const finished = [...this.entries.values()]
+      .filter((e) => e.finishedAt !== undefined)
+      .sort((a, b) => b.finishedAt! - a.finishedAt!);
+    finished.forEach((e, i) => {
+      if (i >= KEEP_FINISHED || this.now() - e.finishedAt! > KEEP_FINISHED_MS)
+        this.entries.delete(e.pull.model_id);
+    });
+  }
+}
