@@ -187,6 +187,8 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
   z.object({ type: z.literal("NodeJoined"), member: MemberSchema }),
   z.object({ type: z.literal("NodeLeft"), node_id: NodeIdSchema, reason: z.string() }),
   z.object({ type: z.literal("ModelRegistered"), model: ModelRecordSchema }),
+  /** The model left the store: not placeable any more (refused while anything uses it). */
+  z.object({ type: z.literal("ModelDeregistered"), model_id: ModelIdSchema }),
   z.object({
     type: z.literal("InstancePlaced"),
     instance: InstanceSchema,
@@ -251,6 +253,7 @@ export const CommandSchema = z.discriminatedUnion("type", [
   }),
   z.object({ type: z.literal("DeleteInstance"), instance_id: InstanceIdSchema }),
   z.object({ type: z.literal("RegisterModel"), model: ModelRecordSchema }),
+  z.object({ type: z.literal("DeregisterModel"), model_id: ModelIdSchema }),
   z.object({ type: z.literal("ReportRunner"), runner: RunnerSchema }),
   z.object({
     type: z.literal("CreateTask"),

@@ -145,10 +145,12 @@ export type Pull = z.infer<typeof PullSchema>;
 export const PullBodySchema = z.object({ model_id: ModelIdSchema }).strict();
 export type PullBody = z.infer<typeof PullBodySchema>;
 
-/** Bus request to the store host: start (or resume), cancel, or list its pulls. */
+/** Bus request to the store host: start (or resume), cancel, or list its pulls; remove a model. */
 export const PullRequestSchema = z.discriminatedUnion("op", [
   z.object({ op: z.literal("start"), model_id: ModelIdSchema }),
   z.object({ op: z.literal("cancel"), model_id: ModelIdSchema }),
   z.object({ op: z.literal("list") }),
+  /** Delete the model's files from the store (after the registry let it go). */
+  z.object({ op: z.literal("remove"), model_id: ModelIdSchema }),
 ]);
 export type PullRequest = z.infer<typeof PullRequestSchema>;

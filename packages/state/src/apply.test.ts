@@ -12,6 +12,7 @@ import type {
   TaskId,
   CommandId,
 } from "@ic/protocol";
+import { model as registered } from "./test-support.ts";
 import { apply, OutOfOrderEvent } from "./apply.ts";
 
 const S = "s1" as SessionId;
@@ -151,6 +152,18 @@ describe("apply", () => {
       },
     ]);
     expect(s.runners).toEqual({});
+  });
+
+  it("a deregistered model leaves the registry; the others stay", () => {
+    const rec = { ...registered, model_id: model };
+    const kept = { ...registered, model_id: "org/kept" as ModelId };
+    const s = run([
+      start,
+      { type: "ModelRegistered", model: rec },
+      { type: "ModelRegistered", model: kept },
+      { type: "ModelDeregistered", model_id: model },
+    ]);
+    expect(Object.keys(s.models)).toEqual(["org/kept"]);
   });
 
   it("tasks are removed on finish and on failure", () => {

@@ -66,6 +66,8 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
     }
     case "ModelRegistered":
       return { ...next, models: { ...next.models, [e.model.model_id]: e.model } };
+    case "ModelDeregistered":
+      return { ...next, models: without(next.models, (_m, k) => k === e.model_id) };
     case "InstancePlaced": {
       const placed = {
         ...next,

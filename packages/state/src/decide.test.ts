@@ -186,6 +186,43 @@ const rows: Row[] = [
     events: ["ModelRegistered"],
   },
   { name: "ignores an identical registration", cmd: { type: "RegisterModel", model }, events: [] },
+  // DeregisterModel
+  {
+    name: "refuses to deregister a model an instance serves",
+    cmd: { type: "DeregisterModel", model_id: model.model_id },
+    error: "conflict",
+  },
+  {
+    name: "refuses to deregister a model a deployment still asks for",
+    cmd: { type: "DeregisterModel", model_id: model.model_id },
+    state: (s) => {
+      delete s.instances["i-1"];
+      delete s.deployments["d-1"];
+    },
+    error: "conflict",
+  },
+  {
+    name: "refuses to deregister the drafter of a registered model",
+    cmd: { type: "DeregisterModel", model_id: other.model_id },
+    state: (s) => {
+      s.models[other.model_id] = other;
+      s.models[model.model_id] = { ...model, drafter: other.model_id };
+    },
+    error: "conflict",
+  },
+  {
+    name: "deregisters a model nothing uses",
+    cmd: { type: "DeregisterModel", model_id: other.model_id },
+    state: (s) => {
+      s.models[other.model_id] = other;
+    },
+    events: ["ModelDeregistered"],
+  },
+  {
+    name: "ignores deregistering a model it does not know",
+    cmd: { type: "DeregisterModel", model_id: "org/none" as ModelId },
+    events: [],
+  },
   // ReportRunner
   { name: "ignores a duplicate runner report", cmd: report_({}), events: [] },
   {

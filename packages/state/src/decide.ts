@@ -112,6 +112,12 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       if (prev && JSON.stringify(prev) === JSON.stringify(cmd.model)) return accept();
       return accept([{ type: "ModelRegistered", model: cmd.model }]);
     }
+    case "DeregisterModel": {
+      if (!own(s.models, cmd.model_id)) return accept();
+      const user = modelUser(s, cmd.model_id);
+      if (user) return refuse(new ServiceError("conflict", `${cmd.model_id} is in use: ${user}`));
+      return accept([{ type: "ModelDeregistered", model_id: cmd.model_id }]);
+    }
     case "ReportRunner": {
       const r = cmd.runner;
       if (!own(s.instances, r.instance_id)) return accept();
@@ -169,4 +175,15 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
         { type: "DownloadFailed", node_id: ctx.from, model_id: cmd.model_id, reason: cmd.reason },
       ]);
   }
+}
+
+/** What keeps a model from leaving the registry: an instance, a deployment, or a model it drafts for. */
+export function modelUser(s: ControlState, modelId: string): string | undefined {
+  const inst = Object.values(s.instances).find((i) => i.model_id === modelId);
+  if (inst) return `instance ${inst.instance_id} serves it; delete the instance first`;
+  const dep = Object.values(s.deployments).find((d) => d.model_id === modelId);
+  if (dep) return `deployment ${dep.deployment_id} asks for it; delete its instance first`;
+  const base = Object.values(s.models).find((m) => m.drafter === modelId);
+  if (base) return `it is the drafter of ${base.model_id}`;
+  return undefined;
 }

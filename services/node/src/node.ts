@@ -360,7 +360,7 @@ export class Node implements AsyncDisposable {
             },
           }),
         (a) => storeRoutes(a, storeOpts),
-        (a) => pullRoutes(a, { bus }),
+        (a) => pullRoutes(a, { bus, cluster: agent }),
         (a) => watchRoutes(a, { agent, log }),
         (a) => healthRoutes(a, { agent, name, phase: () => this.phase() }),
         ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : []),
@@ -396,7 +396,7 @@ export class Node implements AsyncDisposable {
     const unservePurge = servePurge(storeOpts);
     this.stack.push({ name: "purge", stop: () => unservePurge() });
     if (pulls) {
-      const unservePulls = servePulls(bus, pulls);
+      const unservePulls = servePulls(bus, pulls, storeHost!);
       this.stack.push({ name: "pull-requests", stop: () => unservePulls() });
     }
     worker = new Worker({
@@ -424,11 +424,28 @@ export class Node implements AsyncDisposable {
     // 7. A store host registers the models it holds once it has joined a session (and after each change).
     // Models copied into store_path while running are registered once their files settle (store-watch.ts).
     if (storeHost) {
+      const warnedRemoved = new Set<string>();
       const watch = new StoreWatch({
         storePath: cfg.store_path!,
         registered: (id) => storeHost.manifest(id) !== undefined,
         register: (id) => storeHost.register(id),
         onAdded: () => void storeVersion++,
+        registeredIds: () => storeHost.models().map((m) => m.model_id),
+        // Removed by hand: out of the registry and no longer served; while something uses it the
+        // master refuses, and the next scan asks again (warned once).
+        onRemoved: (id) => {
+          agent.command({ type: "DeregisterModel", model_id: id }).then(
+            () => storeHost.forget(id),
+            (e: unknown) => {
+              if (warnedRemoved.has(id)) return;
+              warnedRemoved.add(id);
+              log.warn(
+                { err: e, modelId: id },
+                "a model directory was removed while the model is in use; it leaves the registry once nothing uses it",
+              );
+            },
+          );
+        },
         log,
       });
       watch.start();

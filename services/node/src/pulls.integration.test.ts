@@ -1,8 +1,8 @@
 // Models in while the cluster runs, across hosts: a pull asked on one node runs on the store host
 // (another host) from the hub emulator, shows its progress in /state, is cancelled and resumed without
 // fetching again what it had, and the model becomes placeable with no restart; a model directory
-// copied into store_path is registered once it settles.
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+// copied into store_path is registered once it settles; removal is refused while the model is in use.
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -123,7 +123,7 @@ describe("models in while running", () => {
       { timeoutMs: 30_000, what: "the resumed pull to finish" },
     );
     expect(extraFetches()).toBe(fetchedBefore);
-    await placeAndWait(n2, { model_id: "acme/pulled", min_nodes: 1 }, 60_000);
+    const inst = await placeAndWait(n2, { model_id: "acme/pulled", min_nodes: 1 }, 60_000);
     const chat = await n2.post("/v1/chat/completions", {
       model: "acme/pulled",
       messages: [{ role: "user", content: "hi" }],
@@ -141,6 +141,36 @@ describe("models in while running", () => {
         return s.models.some((m) => m.model_id === "acme/copied") ? true : undefined;
       },
       { timeoutMs: 30_000, what: "the copied model registered" },
+    );
+
+    // Removal: refused while an instance serves the model, done (registry and disk) once it does not.
+    const refused = await send(n2, "DELETE", "/store/models/acme/pulled");
+    expect(refused.status).toBe(409);
+    expect((refused.body.error as { code: string; message: string }).message).toContain(
+      inst.instance_id,
+    );
+    expect(existsSync(join(store, "acme--pulled"))).toBe(true);
+    expect((await send(n2, "DELETE", `/instance/${inst.instance_id}`)).status).toBe(200);
+    const removed = await send(n2, "DELETE", "/store/models/acme/pulled");
+    expect(removed.status).toBe(200);
+    expect(existsSync(join(store, "acme--pulled"))).toBe(false);
+    await waitFor(
+      async () =>
+        (await n2.get<StateDoc>("/state")).models.some((m) => m.model_id === "acme/pulled")
+          ? undefined
+          : true,
+      { timeoutMs: 10_000, what: "acme/pulled out of the registry" },
+    );
+    expect((await send(n2, "DELETE", "/store/models/acme/pulled")).status).toBe(404);
+
+    // A directory removed by hand leaves the registry.
+    rmSync(join(store, "acme--copied"), { recursive: true, force: true });
+    await waitFor(
+      async () =>
+        (await n2.get<StateDoc>("/state")).models.some((m) => m.model_id === "acme/copied")
+          ? undefined
+          : true,
+      { timeoutMs: 30_000, what: "acme/copied out of the registry" },
     );
   }, 180_000);
 });

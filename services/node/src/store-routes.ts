@@ -17,7 +17,7 @@ import {
 } from "@ic/protocol";
 import type { Pull, PullRequest, PurgeReply, ReplyOf } from "@ic/protocol";
 import { buildStorageReport, nodeDisk } from "@ic/store";
-import type { PullManager, StagingSettings } from "@ic/store";
+import type { PullManager, StagingSettings, StoreHost } from "@ic/store";
 import { validationError } from "@ic/gateway";
 import type { StoreStager } from "./store-stager.ts";
 
@@ -100,9 +100,36 @@ export function storeRoutes(app: Hono, o: StoreRouteOptions): void {
 }
 
 /** The store host answers pull requests from every node (its own included). */
-export function servePulls(bus: Pick<Bus, "respond">, pulls: PullManager): () => void {
-  return bus.respond("storePulls", (req): ReplyOf<"storePulls"> => {
+export function servePulls(
+  bus: Pick<Bus, "respond">,
+  pulls: PullManager,
+  store: Pick<StoreHost, "remove">,
+): () => void {
+  return bus.respond("storePulls", async (req): Promise<ReplyOf<"storePulls">> => {
     switch (req.op) {
+      case "remove": {
+        const live = pulls
+          .list()
+          .find(
+            (p) => p.model_id === req.model_id && (p.state === "queued" || p.state === "running"),
+          );
+        if (live)
+          return {
+            ok: false,
+            error: toWireError(
+              new ServiceError(
+                "conflict",
+                `a pull of ${req.model_id} is ${live.state}; cancel it first`,
+              ),
+            ),
+          };
+        try {
+          await store.remove(req.model_id);
+          return { ok: true, pulls: [] };
+        } catch (e) {
+          return { ok: false, error: toWireError(e) };
+        }
+      }
       case "start":
         return { ok: true, pulls: [pulls.start(req.model_id).pull] };
       case "cancel": {
@@ -122,8 +149,14 @@ export function servePulls(bus: Pick<Bus, "respond">, pulls: PullManager): () =>
   });
 }
 
-/** POST/GET/DELETE /store/pulls on every node; the store host does the work. */
-export function pullRoutes(app: Hono, o: { readonly bus: Pick<Bus, "request"> }): void {
+/**
+ * POST/GET/DELETE /store/pulls and DELETE /store/models/{org}/{name} on every node; the store host
+ * does the work.
+ */
+export function pullRoutes(
+  app: Hono,
+  o: { readonly bus: Pick<Bus, "request">; readonly cluster: Pick<ClusterView, "command"> },
+): void {
   const ask = async (req: PullRequest): Promise<Pull[]> => {
     let reply: ReplyOf<"storePulls">;
     try {
@@ -150,5 +183,14 @@ export function pullRoutes(app: Hono, o: { readonly bus: Pick<Bus, "request"> })
     if (!id.success) throw validationError(id.error, "model_id");
     const [pull] = await ask({ op: "cancel", model_id: id.data });
     return c.json({ pull });
+  });
+  // Out of the registry first (the master refuses while an instance, a deployment or a model it
+  // drafts for uses it), then off the disk.
+  app.delete("/store/models/:org/:name", async (c) => {
+    const id = ModelIdSchema.safeParse(`${c.req.param("org")}/${c.req.param("name")}`);
+    if (!id.success) throw validationError(id.error, "model_id");
+    await o.cluster.command({ type: "DeregisterModel", model_id: id.data });
+    await ask({ op: "remove", model_id: id.data });
+    return c.json({ ok: true, model_id: id.data });
   });
 }

@@ -31,7 +31,15 @@ import { noFitMessage, type NoFitMessageInput } from "@ic/staging";
 import { nodeDisk, type Disk } from "./disk.ts";
 import { executeFill, planFill, type FillProgress } from "./fill.ts";
 import type { HubSource } from "./hub.ts";
-import { artifactFile, hashFile, isErrno, modelDir, walkFiles, writeJsonAtomic } from "./paths.ts";
+import {
+  artifactFile,
+  hashFile,
+  isErrno,
+  modelDir,
+  removeDirAtomic,
+  walkFiles,
+  writeJsonAtomic,
+} from "./paths.ts";
 import { parseRange } from "./range.ts";
 import { fileBody } from "./file-body.ts";
 import { readRecord, writeRecord, type RecordFile, type StagingRecord } from "./record.ts";
@@ -188,6 +196,32 @@ export class StoreHost implements AsyncDisposable {
       out.push(await this.register(id));
     }
     return out;
+  }
+
+  /**
+   * Deletes a model from the store (its directory, atomically: renamed away first, then removed) and
+   * stops serving it. Serialized with registrations and hub downloads. The caller has taken it out
+   * of the cluster's registry first (DeregisterModel, refused while anything uses it).
+   */
+  remove(modelId: ModelId): Promise<void> {
+    return this.serial.run(async () => {
+      const dir = this.modelPath(modelId);
+      const exists = await stat(dir).then(
+        () => true,
+        () => false,
+      );
+      if (!this.manifests.has(modelId) && !exists)
+        throw new ServiceError("not_found", `${modelId} is not in the store`);
+      this.manifests.delete(modelId);
+      await removeDirAtomic(this.opts.storePath, dir);
+      this.log.info({ modelId }, "removed from the store");
+    });
+  }
+
+  /** Stops serving a model whose directory disappeared (removed by hand). */
+  forget(modelId: ModelId): void {
+    if (this.manifests.delete(modelId))
+      this.log.warn({ modelId }, "model directory gone from store_path; no longer served");
   }
 
   /**

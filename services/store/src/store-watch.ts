@@ -1,7 +1,8 @@
 // Models copied into store_path while the node runs: a periodic scan finds model directories
 // (`<org>--<name>`) that have no manifest yet and registers each once its files have stopped changing,
 // so a directory still being copied is never registered half-way. A directory with a hub download's
-// progress record (a pull in progress or cancelled) is the pull's, not the watch's.
+// progress record (a pull in progress or cancelled) is the pull's, not the watch's. A registered
+// model whose directory is gone (removed by hand) is reported, so the node can take it out.
 //
 // Invariants: a directory is registered only after two scans at least `settleMs` apart saw the same
 // files with the same sizes and modification times, and its newest file is at least `settleMs` old.
@@ -45,6 +46,10 @@ export interface StoreWatchOptions {
   readonly register: (id: ModelId) => Promise<unknown>;
   /** A model was added: the node registers it in the cluster. */
   readonly onAdded: (id: ModelId) => void;
+  /** The registered models (to notice one whose directory disappeared). */
+  readonly registeredIds?: () => readonly ModelId[];
+  /** A registered model's directory is gone. */
+  readonly onRemoved?: (id: ModelId) => void;
   readonly log: Logger;
   readonly intervalMs?: number;
   readonly settleMs?: number;
@@ -112,5 +117,9 @@ export class StoreWatch {
       }
     }
     for (const name of this.seen.keys()) if (!present.has(name)) this.seen.delete(name);
+    for (const id of this.o.registeredIds?.() ?? []) {
+      const dir = join(this.o.storePath, id.replace("/", "--"));
+      if (!(await stat(dir).catch(() => undefined))) this.o.onRemoved?.(id);
+    }
   }
 }
