@@ -8,3 +8,5 @@ export * from "./store.ts";
 export * from "./state-document.ts";
 export * from "./observability.ts";
 export type * from "./chat-events.ts";
+export * from "./http-api.ts";
+export * from "./openapi.ts";

@@ -81,6 +81,12 @@ describe("scopeFor: which scope each endpoint needs", () => {
     ["POST", "/health", "admin"],
     ["GET", "/health/", "read"],
     ["GET", "/healthz", "read"],
+    ["GET", "/openapi.json", null],
+    ["POST", "/openapi.json", "admin"],
+    ["POST", "/store/pulls", "admin"],
+    ["GET", "/store/pulls", "read"],
+    ["DELETE", "/store/pulls/acme/x", "admin"],
+    ["DELETE", "/store/models/acme/x", "admin"],
   ])("%s %s -> %s", (method, path, scope) => {
     expect(scopeFor(method, path)).toBe(scope);
   });

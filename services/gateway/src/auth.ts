@@ -18,8 +18,8 @@ export interface AuthOptions {
   readonly tokens: readonly ApiToken[];
 }
 
-/** Answered without a token (GET and HEAD only): the liveness ping and the node's health check. */
-const PUBLIC = new Set(["/v1/ping", "/health"]);
+/** Answered without a token (GET and HEAD only): the liveness ping, the health check, the API document. */
+const PUBLIC = new Set(["/v1/ping", "/health", "/openapi.json"]);
 const READ_V1 = /^\/v1\/(tracing|traces|diagnostics)(\/|$)/;
 
 /** The scope a request needs; null for the public ping and health check (GET only, as documented). */

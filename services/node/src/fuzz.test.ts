@@ -33,10 +33,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { z } from "zod";
 import type { Bus } from "@ic/bus";
 import { EventLog, eventRoutes, FakeDisk } from "@ic/eventlog";
-import { ChatRequestSchema, createGatewayApp } from "@ic/gateway";
+import { createGatewayApp } from "@ic/gateway";
 import type { ApiToken, ClusterView, PeerView } from "@ic/gateway";
 import { createLogger, LogTail } from "@ic/log";
 import {
+  ChatRequestSchema,
+  TracingBodySchema,
   CATALOG,
   emptyState,
   ErrorBodySchema,
@@ -62,13 +64,7 @@ import type {
   Telemetry,
 } from "@ic/protocol";
 import { StagingClient, StoreHost } from "@ic/store";
-import {
-  ChromeTraceSchema,
-  TraceStatsSchema,
-  Tracing,
-  TracingBodySchema,
-  tracingRoutes,
-} from "@ic/tracing";
+import { ChromeTraceSchema, TraceStatsSchema, Tracing, tracingRoutes } from "@ic/tracing";
 import { TelemetryCollector } from "@ic/worker";
 import { NodeMetrics } from "./observability/metrics.ts";
 import { observabilityRoutes } from "./observability/routes.ts";

@@ -22,6 +22,7 @@ import { clusterCredentials, isLoopback, stagingFor } from "@ic/config";
 import { createHubSource, PullManager, StoreHost, StoreWatch, stagingSettings } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
 import { pullRoutes, servePulls, servePurge, storeRoutes } from "./store-routes.ts";
+import { openApiRoutes } from "./openapi.ts";
 import { SecurityHealth } from "./security-health.ts";
 import { LoopMonitor } from "./loop-monitor.ts";
 import { processLogTail } from "@ic/log";
@@ -363,6 +364,7 @@ export class Node implements AsyncDisposable {
         (a) => pullRoutes(a, { bus, cluster: agent }),
         (a) => watchRoutes(a, { agent, log }),
         (a) => healthRoutes(a, { agent, name, phase: () => this.phase() }),
+        (a) => openApiRoutes(a),
         ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : []),
       ],
     });

@@ -25,7 +25,7 @@ export const WATCH_PATH = "/cluster/watch";
 export const MAX_WATCHERS = 4096;
 const KEEPALIVE_MS = 15_000;
 
-const WatchQuerySchema = z.object({
+export const WatchQuerySchema = z.object({
   peer_key: z.string().min(1).max(200),
   started_at: z.coerce.number().finite(),
 });

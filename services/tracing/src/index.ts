@@ -33,11 +33,5 @@ export type {
   TracePeer,
   Unreachable,
 } from "./cluster.ts";
-export {
-  LIST_LIMIT_DEFAULT,
-  LIST_LIMIT_MAX,
-  TracesQuerySchema,
-  TracingBodySchema,
-  tracingRoutes,
-} from "./routes.ts";
+export { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, TracesQuerySchema, tracingRoutes } from "./routes.ts";
 export type { TracingRoutesOptions } from "./routes.ts";

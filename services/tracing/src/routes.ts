@@ -4,7 +4,7 @@
 // app's one error handler. Scopes come from the gateway's table (PUT: admin; GETs: read).
 import type { Hono } from "hono";
 import { z } from "zod";
-import { ServiceError } from "@ic/protocol";
+import { ServiceError, TracingBodySchema } from "@ic/protocol";
 import { clusterTraces, clusterTraceStats } from "./cluster.ts";
 import type { FanOutOptions } from "./cluster.ts";
 import { isValidTaskId } from "./files.ts";
@@ -15,7 +15,6 @@ import type { Tracing } from "./tracing.ts";
 export const LIST_LIMIT_DEFAULT = 100;
 export const LIST_LIMIT_MAX = 1000;
 
-export const TracingBodySchema = z.object({ enabled: z.boolean() }).strict();
 export const TracesQuerySchema = z.object({
   limit: z.coerce.number().int().min(1).max(LIST_LIMIT_MAX).default(LIST_LIMIT_DEFAULT),
 });

@@ -11,8 +11,8 @@ import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Context, Hono } from "hono";
-import { z } from "zod";
-import { errorBody, httpStatusFor, ServiceError } from "@ic/protocol";
+import type { z } from "zod";
+import { ChatRequestSchema, errorBody, httpStatusFor, ServiceError } from "@ic/protocol";
 import type {
   ChatEvent,
   ChatObserver,
@@ -40,41 +40,6 @@ import { notServableError, readiness, readyModels } from "../readiness.ts";
 import { engineFailure } from "../engine-errors.ts";
 import { TaskReports } from "../task-reports.ts";
 
-const ContentPart = z.object({ type: z.string() }).passthrough();
-const MessageSchema = z
-  .object({
-    role: z.string().min(1),
-    content: z.union([z.string(), z.array(ContentPart), z.null()]),
-  })
-  .passthrough();
-
-/** OpenAI's function tool; llama-server answers a malformed one with a 500, so it is checked here. */
-const ToolSchema = z
-  .object({
-    type: z.literal("function"),
-    function: z
-      .object({
-        name: z.string().min(1).max(256),
-        description: z.string().optional(),
-        parameters: z.record(z.string(), z.unknown()).optional(),
-      })
-      .passthrough(),
-  })
-  .passthrough();
-
-export const ChatRequestSchema = z
-  .object({
-    model: z.string().min(1).max(300),
-    messages: z.array(MessageSchema).min(1),
-    max_tokens: z.number().int().positive().optional(),
-    max_completion_tokens: z.number().int().positive().optional(),
-    stream: z.boolean().optional(),
-    temperature: z.number().min(0).max(2).optional(),
-    top_p: z.number().min(0).max(1).optional(),
-    n: z.literal(1).optional(),
-    tools: z.array(ToolSchema).max(1024).optional(),
-  })
-  .passthrough();
 type ChatRequest = z.output<typeof ChatRequestSchema>;
 
 /** Bounds of one request; the config's `chat` section (defaults there). */

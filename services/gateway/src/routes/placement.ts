@@ -3,8 +3,12 @@
 // re-checked by the master, which settles races; the caller gets either refusal synchronously, typed.
 import { randomUUID } from "node:crypto";
 import type { Hono } from "hono";
-import { z } from "zod";
-import { InstanceIdSchema, ModelIdSchema, ServiceError, ShardingSchema } from "@ic/protocol";
+import {
+  InstanceIdSchema,
+  PlaceRequestSchema,
+  PreviewQuerySchema,
+  ServiceError,
+} from "@ic/protocol";
 import type { Instance, InstanceId, ModelRecord } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { parseJson, validationError } from "../errors.ts";
@@ -12,21 +16,6 @@ import type { ClusterView } from "../ports.ts";
 import { placementView, decide, previewAll } from "../placement-adapter.ts";
 import type { PlacementView } from "../placement-adapter.ts";
 import type { MemoryModel } from "@ic/placement";
-
-export const PlaceRequestSchema = z
-  .object({
-    model_id: ModelIdSchema,
-    min_nodes: z.number().int().min(1).max(1024).default(1),
-    excluded_nodes: z.array(z.string().max(128)).max(1024).default([]),
-    sharding: ShardingSchema.default("Pipeline"),
-    instance_type: z.enum(["llama"]).default("llama"),
-  })
-  .strict();
-
-const PreviewQuerySchema = z.object({
-  model_id: ModelIdSchema,
-  excluded_node_ids: z.string().optional(),
-});
 
 export interface PlacementRouteOptions {
   readonly cluster: ClusterView;

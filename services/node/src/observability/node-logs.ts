@@ -16,7 +16,7 @@ const FOLLOWER_QUEUE = 1000;
 const MAX_FOLLOWERS = 16;
 const KEEPALIVE_MS = 15_000;
 
-const QuerySchema = z
+export const NodeLogsQuerySchema = z
   .object({
     tail: z.coerce.number().int().min(0).max(NODE_LOG_MAX_TAIL).default(200),
     level: z
@@ -49,7 +49,7 @@ function parseLine(line: string): unknown {
 export function nodeLogRoutes(app: Hono, o: NodeLogOptions): void {
   let followers = 0;
   app.get("/logs", (c) => {
-    const parsed = QuerySchema.safeParse(c.req.query());
+    const parsed = NodeLogsQuerySchema.safeParse(c.req.query());
     if (!parsed.success) throw validationError(parsed.error, "query");
     const q = parsed.data;
     const min = q.level ? LEVELS[q.level] : 0;

@@ -140,7 +140,7 @@ export function serveRunnerLogs(bus: Pick<Bus, "respond">, src: RunnerLogSource)
   return bus.respond("runnerLog", (req) => readRunnerLog(src, req), { suffix: src.peerKey });
 }
 
-const LogsQuerySchema = z
+export const RunnerLogsQuerySchema = z
   .object({
     rank: z.coerce.number().int().min(0).max(RUNNER_LOG_MAX_RANK).default(0),
     tail: z.coerce
@@ -175,7 +175,7 @@ export function runnerLogRoutes(app: Hono, o: RunnerLogRouteOptions): void {
       throw new ServiceError("invalid_request", "instance id: letters, digits, '_' and '-' only", {
         details: { issues: [{ path: "instance_id", message: "invalid instance id" }] },
       });
-    const parsed = LogsQuerySchema.safeParse(c.req.query());
+    const parsed = RunnerLogsQuerySchema.safeParse(c.req.query());
     if (!parsed.success) throw validationError(parsed.error, "query");
     const q = parsed.data;
     const state = o.cluster.snapshot();

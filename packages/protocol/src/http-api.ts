@@ -1,0 +1,213 @@
+// Request and response bodies of the node HTTP API that no other module of the protocol defines:
+// the gateway's request schemas (validated at the edge with exactly these) and the JSON answers of
+// the smaller endpoints. The OpenAPI document (openapi.ts, served at GET /openapi.json) is built from
+// these and the other schemas of this package.
+import { z } from "zod";
+import { InstanceIdSchema, ModelIdSchema } from "./ids.ts";
+import { InstanceSchema, ShardingSchema } from "./cluster.ts";
+import { PullSchema } from "./store.ts";
+import { ERROR_CODES } from "./errors.ts";
+
+// ---- requests ----
+
+const ContentPart = z.object({ type: z.string() }).passthrough();
+const MessageSchema = z
+  .object({
+    role: z.string().min(1),
+    content: z.union([z.string(), z.array(ContentPart), z.null()]),
+  })
+  .passthrough();
+
+/** OpenAI's function tool; llama-server answers a malformed one with a 500, so it is checked here. */
+const ToolSchema = z
+  .object({
+    type: z.literal("function"),
+    function: z
+      .object({
+        name: z.string().min(1).max(256),
+        description: z.string().optional(),
+        parameters: z.record(z.string(), z.unknown()).optional(),
+      })
+      .passthrough(),
+  })
+  .passthrough();
+
+/** POST /v1/chat/completions: the fields the gateway checks; the others pass through to the engine. */
+export const ChatRequestSchema = z
+  .object({
+    model: z.string().min(1).max(300),
+    messages: z.array(MessageSchema).min(1),
+    max_tokens: z.number().int().positive().optional(),
+    max_completion_tokens: z.number().int().positive().optional(),
+    stream: z.boolean().optional(),
+    temperature: z.number().min(0).max(2).optional(),
+    top_p: z.number().min(0).max(1).optional(),
+    n: z.literal(1).optional(),
+    tools: z.array(ToolSchema).max(1024).optional(),
+  })
+  .passthrough();
+
+export const PlaceRequestSchema = z
+  .object({
+    model_id: ModelIdSchema,
+    min_nodes: z.number().int().min(1).max(1024).default(1),
+    excluded_nodes: z.array(z.string().max(128)).max(1024).default([]),
+    sharding: ShardingSchema.default("Pipeline"),
+    instance_type: z.enum(["llama"]).default("llama"),
+  })
+  .strict();
+
+export const PreviewQuerySchema = z.object({
+  model_id: ModelIdSchema,
+  excluded_node_ids: z.string().optional(),
+});
+
+// ---- responses ----
+
+/** Every error answer (docs/api.md, "Error envelope"). */
+export const ErrorEnvelopeSchema = z.object({
+  error: z.object({
+    code: z.enum(ERROR_CODES),
+    message: z.string(),
+    type: z.string(),
+    retryable: z.boolean(),
+    param: z.null(),
+    details: z.record(z.string(), z.unknown()).optional(),
+  }),
+});
+
+export const PlaceResponseSchema = z.object({
+  ok: z.literal(true),
+  index: z.number().int(),
+  instance: InstanceSchema,
+});
+
+const PreviewNodeSchema = z
+  .object({
+    node_id: z.string(),
+    name: z.string(),
+    total_bytes: z.number().nullable(),
+    reported_free_bytes: z.number().nullable(),
+    reserved_bytes: z.number(),
+    free_bytes: z.number().nullable(),
+    candidate: z.boolean(),
+  })
+  .passthrough();
+export const PreviewResponseSchema = z.object({
+  model_id: ModelIdSchema,
+  excluded_node_ids: z.array(z.string()),
+  nodes: z.array(PreviewNodeSchema),
+  previews: z.array(
+    z.object({ sharding: ShardingSchema, nodes: z.number().int(), ok: z.boolean() }).passthrough(),
+  ),
+});
+
+export const DeleteInstanceResponseSchema = z.object({
+  ok: z.literal(true),
+  index: z.number().int(),
+  instance_id: InstanceIdSchema,
+});
+export const InstanceListSchema = z.object({ instances: z.array(InstanceSchema) });
+
+export const ModelListResponseSchema = z.object({
+  object: z.literal("list"),
+  data: z.array(
+    z.object({
+      id: z.string(),
+      object: z.literal("model"),
+      created: z.number(),
+      owned_by: z.string(),
+    }),
+  ),
+});
+
+/** POST /v1/chat/completions without streaming: the engine's body, its id replaced. */
+export const ChatCompletionSchema = z
+  .object({
+    id: z.string(),
+    object: z.string(),
+    choices: z.array(z.object({ index: z.number(), message: z.unknown() }).passthrough()),
+  })
+  .passthrough();
+
+export const RestartResponseSchema = z.object({
+  ok: z.literal(true),
+  restarting: z.literal(true),
+  node: z.string(),
+});
+export const PingResponseSchema = z.object({ ok: z.literal(true), peer_key: z.string() });
+export const HealthResponseSchema = z.object({
+  ok: z.literal(true),
+  node: z.string(),
+  session_id: z.string(),
+  is_master: z.boolean(),
+});
+
+export const PurgeResponseSchema = z.object({
+  ok: z.boolean(),
+  model_id: ModelIdSchema.nullable(),
+  deleted_bytes: z.number(),
+  not_answered: z.array(z.string()),
+  nodes: z.array(
+    z
+      .object({
+        peer_key: z.string(),
+        name: z.string(),
+        ok: z.boolean(),
+        deleted: z.array(z.string()),
+        freed_bytes: z.number(),
+      })
+      .passthrough(),
+  ),
+});
+
+export const PullResponseSchema = z.object({ pull: PullSchema });
+export const PullListResponseSchema = z.object({ pulls: z.array(PullSchema) });
+export const RemoveModelResponseSchema = z.object({ ok: z.literal(true), model_id: ModelIdSchema });
+
+export const NodeLogsResponseSchema = z.object({
+  node: z.string(),
+  lines: z.array(z.record(z.string(), z.unknown())),
+  buffer: z.object({
+    lines: z.number(),
+    bytes: z.number(),
+    written: z.number(),
+    evicted: z.number(),
+    subscribers: z.number(),
+    max_lines: z.number(),
+    max_bytes: z.number(),
+  }),
+});
+
+export const RunnerLogsResponseSchema = z.object({
+  instance_id: InstanceIdSchema,
+  model_id: ModelIdSchema,
+  rank: z.number().int(),
+  node: z.object({ node_id: z.string(), name: z.string(), peer_key: z.string() }),
+  file: z.string(),
+  size_bytes: z.number(),
+  modified_at: z.string(),
+  truncated: z.boolean(),
+  lines: z.array(z.string()),
+});
+
+export const TracingStatusSchema = z.object({
+  enabled: z.boolean(),
+  retention_days: z.number(),
+  dir: z.string(),
+  written: z.number(),
+  dropped: z.number(),
+  pending: z.number(),
+});
+export const TracingBodySchema = z.object({ enabled: z.boolean() }).strict();
+const TraceEntrySchema = z.object({
+  taskId: z.string(),
+  createdAt: z.string(),
+  modelId: z.string(),
+});
+export const TraceListSchema = z.object({ traces: z.array(TraceEntrySchema) });
+export const ClusterTraceListSchema = z.object({
+  traces: z.array(TraceEntrySchema.extend({ node: z.string() })),
+  nodes: z.array(z.string()),
+  unreachable: z.array(z.object({ node: z.string(), error: z.string() })),
+});

@@ -1,0 +1,336 @@
+// The node HTTP API as a table of operations, built into the OpenAPI document served at
+// GET /openapi.json. Each entry names the zod schemas its handler validates with (requests) and
+// answers with (responses), so the document cannot drift from the code; openapi.test.ts compares it
+// with docs/api.md and with real answers.
+import type { Hono } from "hono";
+import { z } from "zod";
+import {
+  ChatCompletionSchema,
+  ChatRequestSchema,
+  ClusterTraceListSchema,
+  DeleteInstanceResponseSchema,
+  HealthResponseSchema,
+  InstanceListSchema,
+  ModelListResponseSchema,
+  NodeLogsResponseSchema,
+  openApiDocument,
+  PingResponseSchema,
+  PlaceRequestSchema,
+  PlaceResponseSchema,
+  PreviewQuerySchema,
+  PreviewResponseSchema,
+  PullBodySchema,
+  PullListResponseSchema,
+  PullResponseSchema,
+  PurgeResponseSchema,
+  PurgeStagingBodySchema,
+  RemoveModelResponseSchema,
+  RestartResponseSchema,
+  RunnerLogsResponseSchema,
+  StateDocumentSchema,
+  StateQuerySchema,
+  StorageReportSchema,
+  StoreManifestSchema,
+  StoreModelListSchema,
+  TelemetryDiagnosticsSchema,
+  TraceListSchema,
+  TracingBodySchema,
+  TracingStatusSchema,
+} from "@ic/protocol";
+import type { ApiOperation } from "@ic/protocol";
+import { EventRecordSchema, EventsQuerySchema } from "@ic/eventlog";
+import { TracesQuerySchema, TraceStatsSchema } from "@ic/tracing";
+import { NodeLogsQuerySchema } from "./observability/node-logs.ts";
+import { RunnerLogsQuerySchema } from "./observability/runner-logs.ts";
+import { WatchQuerySchema } from "./peer-watch.ts";
+
+const ok = (description: string, schema?: z.ZodType) => ({
+  description,
+  ...(schema ? { schema } : {}),
+});
+const sse = (description: string) => ({ description, contentType: "text/event-stream" });
+
+const EventsResponseSchema = z.object({
+  mode: z.enum(["normal", "counting-only"]),
+  usage: z.record(z.string(), z.unknown()),
+  records: z.array(EventRecordSchema),
+});
+const ClusterTraceStatsSchema = z
+  .object({ foundOn: z.string(), unreachable: z.array(z.unknown()) })
+  .passthrough();
+
+export const API_OPERATIONS: readonly ApiOperation[] = [
+  {
+    method: "get",
+    path: "/state",
+    summary: "the replica of the control state and this node's live view",
+    scope: "read",
+    query: StateQuerySchema,
+    responses: { "200": ok("the state document", StateDocumentSchema) },
+  },
+  {
+    method: "post",
+    path: "/place_instance",
+    summary: "place an instance of a registered model (synchronous; typed refusals)",
+    scope: "admin",
+    body: PlaceRequestSchema,
+    responses: { "200": ok("placed and sequenced", PlaceResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/instance/previews",
+    summary: "every placement combination with its memory use or its refusal",
+    scope: "read",
+    query: PreviewQuerySchema,
+    responses: { "200": ok("the previews", PreviewResponseSchema) },
+  },
+  {
+    method: "delete",
+    path: "/instance/{instance_id}",
+    summary: "tear an instance down and delete its deployment",
+    scope: "admin",
+    responses: { "200": ok("deleted", DeleteInstanceResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/instances",
+    summary: "the current instances",
+    scope: "read",
+    responses: { "200": ok("the instances", InstanceListSchema) },
+  },
+  {
+    method: "post",
+    path: "/v1/chat/completions",
+    summary: "OpenAI-compatible chat completion, routed to a ready instance",
+    scope: "inference",
+    body: ChatRequestSchema,
+    responses: {
+      "200": {
+        description: "the completion (JSON), or with stream: true a text/event-stream of chunks",
+        schema: ChatCompletionSchema,
+      },
+    },
+  },
+  {
+    method: "get",
+    path: "/v1/models",
+    summary: "models with a ready instance",
+    scope: "inference",
+    responses: { "200": ok("the models", ModelListResponseSchema) },
+  },
+  {
+    method: "post",
+    path: "/admin/restart",
+    summary: "restart this node's process image",
+    scope: "admin",
+    responses: { "202": ok("restarting", RestartResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/v1/ping",
+    summary: "liveness ping (peers measure links with it)",
+    scope: "public",
+    responses: { "200": ok("here", PingResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/health",
+    summary: "200 once started and synced to a session; 503 with the reason otherwise",
+    scope: "public",
+    responses: { "200": ok("healthy", HealthResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/cluster/watch",
+    summary: "node to node: the watch connection of the fast failure signal",
+    scope: "read",
+    query: WatchQuerySchema,
+    responses: { "200": sse("held open; a comment every 15 s") },
+  },
+  {
+    method: "get",
+    path: "/store/storage",
+    summary: "this node's storage report",
+    scope: "read",
+    responses: { "200": ok("the report", StorageReportSchema) },
+  },
+  {
+    method: "post",
+    path: "/store/purge-staging",
+    summary: "purge staged copies not in use, on every node",
+    scope: "admin",
+    body: PurgeStagingBodySchema,
+    responses: { "200": ok("what each node deleted", PurgeResponseSchema) },
+  },
+  {
+    method: "post",
+    path: "/store/pulls",
+    summary: "pull a model from the model hub into the store (resumes a cancelled one)",
+    scope: "admin",
+    body: PullBodySchema,
+    responses: { "202": ok("the pull", PullResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/store/pulls",
+    summary: "the store host's pulls",
+    scope: "read",
+    responses: { "200": ok("the pulls", PullListResponseSchema) },
+  },
+  {
+    method: "delete",
+    path: "/store/pulls/{org}/{name}",
+    summary: "cancel a pull (its partial files stay)",
+    scope: "admin",
+    responses: { "200": ok("the cancelled pull", PullResponseSchema) },
+  },
+  {
+    method: "delete",
+    path: "/store/models/{org}/{name}",
+    summary: "take a model out of the registry and the store (refused while in use)",
+    scope: "admin",
+    responses: { "200": ok("removed", RemoveModelResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/store/models",
+    summary: "store host: the registered models",
+    scope: "read",
+    responses: { "200": ok("the models", StoreModelListSchema) },
+  },
+  {
+    method: "get",
+    path: "/store/models/{org}/{name}/manifest",
+    summary: "store host: a model's manifest",
+    scope: "read",
+    responses: { "200": ok("the manifest", StoreManifestSchema) },
+  },
+  {
+    method: "get",
+    path: "/store/models/{org}/{name}/files/{path}",
+    summary: "store host: an artifact file (Range, If-Range)",
+    scope: "read",
+    responses: {
+      "200": { description: "the file", contentType: "application/octet-stream" },
+      "206": { description: "the requested range", contentType: "application/octet-stream" },
+    },
+  },
+  {
+    method: "head",
+    path: "/store/models/{org}/{name}/files/{path}",
+    summary: "store host: an artifact file's headers",
+    scope: "read",
+    responses: { "200": { description: "size and sha256 ETag" } },
+  },
+  {
+    method: "get",
+    path: "/events",
+    summary: "this node's durable event log",
+    scope: "read",
+    query: EventsQuerySchema,
+    responses: { "200": ok("the records", EventsResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/metrics",
+    summary: "Prometheus metrics of this node",
+    scope: "read",
+    responses: { "200": { description: "the text exposition format", contentType: "text/plain" } },
+  },
+  {
+    method: "get",
+    path: "/v1/diagnostics/telemetry",
+    summary: "this node's telemetry-plane pressure",
+    scope: "read",
+    responses: { "200": ok("the diagnostics", TelemetryDiagnosticsSchema) },
+  },
+  {
+    method: "get",
+    path: "/logs",
+    summary: "this node's own log lines (follow=1: SSE)",
+    scope: "read",
+    query: NodeLogsQuerySchema,
+    responses: { "200": ok("the lines", NodeLogsResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/instances/{instance_id}/logs",
+    summary: "the end of one runner's log file, from any node",
+    scope: "read",
+    query: RunnerLogsQuerySchema,
+    responses: { "200": ok("the lines (format=text: text/plain)", RunnerLogsResponseSchema) },
+  },
+  {
+    method: "get",
+    path: "/v1/tracing",
+    summary: "whether this node saves traces",
+    scope: "read",
+    responses: { "200": ok("the status", TracingStatusSchema) },
+  },
+  {
+    method: "put",
+    path: "/v1/tracing",
+    summary: "switch tracing on or off on this node",
+    scope: "admin",
+    body: TracingBodySchema,
+    responses: { "200": ok("the status", TracingStatusSchema) },
+  },
+  {
+    method: "get",
+    path: "/v1/traces",
+    summary: "this node's traces, newest first",
+    scope: "read",
+    query: TracesQuerySchema,
+    responses: { "200": ok("the traces", TraceListSchema) },
+  },
+  {
+    method: "get",
+    path: "/v1/traces/{task_id}",
+    summary: "one trace file (Chrome trace events)",
+    scope: "read",
+    responses: { "200": ok("the trace") },
+  },
+  {
+    method: "get",
+    path: "/v1/traces/{task_id}/stats",
+    summary: "one trace's timing summary",
+    scope: "read",
+    responses: { "200": ok("the stats", TraceStatsSchema) },
+  },
+  {
+    method: "get",
+    path: "/v1/traces/cluster",
+    summary: "every live node's traces",
+    scope: "read",
+    query: TracesQuerySchema,
+    responses: { "200": ok("the traces", ClusterTraceListSchema) },
+  },
+  {
+    method: "get",
+    path: "/v1/traces/cluster/{task_id}/stats",
+    summary: "a trace's stats from whichever node has it",
+    scope: "read",
+    responses: { "200": ok("the stats", ClusterTraceStatsSchema) },
+  },
+  {
+    method: "get",
+    path: "/openapi.json",
+    summary: "this document",
+    scope: "public",
+    responses: { "200": ok("the OpenAPI 3.1 document") },
+  },
+];
+
+/** The document, built once per process. */
+let built: Record<string, unknown> | undefined;
+export function apiDocument(): Record<string, unknown> {
+  built ??= openApiDocument(
+    { title: "inference-cluster node API", version: "0.1.0" },
+    API_OPERATIONS,
+  );
+  return built;
+}
+
+export function openApiRoutes(app: Hono): void {
+  app.get("/openapi.json", (c) => c.json(apiDocument()));
+}
