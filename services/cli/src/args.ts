@@ -1,0 +1,257 @@
+// Arguments of the ic command: `ic [global options] <verb> [verb options] [arguments]`, parsed with
+// util.parseArgs (strict) against the verb's own options. Pure.
+import { parseArgs } from "node:util";
+
+type Opt = { type: "string" | "boolean"; short?: string; help: string; value?: string };
+
+const GLOBAL: Record<string, Opt> = {
+  url: {
+    type: "string",
+    value: "URL",
+    help: "a node's API (default $IC_URL, else http://127.0.0.1:8080)",
+  },
+  token: {
+    type: "string",
+    value: "TOKEN",
+    help: "bearer token (default $IC_TOKEN); never printed",
+  },
+  json: { type: "boolean", help: "machine-readable output" },
+  help: { type: "boolean", short: "h", help: "help for the verb" },
+};
+
+export interface Verb {
+  readonly summary: string;
+  readonly usage: string;
+  readonly options: Record<string, Opt>;
+  /** Positional arguments: [min, max]. */
+  readonly positionals: readonly [number, number];
+}
+
+export const VERBS: Record<string, Verb> = {
+  start: {
+    summary: "start a local cluster (npm start); its options: ic start --help",
+    usage: "start [options]",
+    options: {},
+    positionals: [0, 99],
+  },
+  status: {
+    summary: "nodes, master, instances and health",
+    usage: "status",
+    options: {},
+    positionals: [0, 0],
+  },
+  models: {
+    summary: "registered models, and which are ready",
+    usage: "models",
+    options: {},
+    positionals: [0, 0],
+  },
+  pull: {
+    summary: "pull a model from the model hub into the store, with progress (Ctrl-C cancels)",
+    usage: "pull <org/name> [--detach]",
+    options: { detach: { type: "boolean", help: "start the pull and return" } },
+    positionals: [1, 1],
+  },
+  pulls: { summary: "the store host's pulls", usage: "pulls", options: {}, positionals: [0, 0] },
+  place: {
+    summary: "place an instance of a model",
+    usage: "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE_ID,...]",
+    options: {
+      "min-nodes": { type: "string", value: "N", help: "nodes to spread it over (default 1)" },
+      sharding: { type: "string", value: "S", help: "Pipeline (default) or Tensor" },
+      exclude: { type: "string", value: "IDS", help: "node ids to leave out, comma-separated" },
+    },
+    positionals: [1, 1],
+  },
+  previews: {
+    summary: "every placement of a model, with memory use or the refusal",
+    usage: "previews <org/name> [--exclude NODE_ID,...]",
+    options: { exclude: { type: "string", value: "IDS", help: "node ids to leave out" } },
+    positionals: [1, 1],
+  },
+  rm: {
+    summary: "delete an instance (and its deployment)",
+    usage: "rm <instance_id>",
+    options: {},
+    positionals: [1, 1],
+  },
+  chat: {
+    summary: "chat with a model, streaming the answer",
+    usage: "chat <org/name> [message...] [--max-tokens N]",
+    options: {
+      "max-tokens": { type: "string", value: "N", help: "tokens to generate (default 256)" },
+    },
+    positionals: [1, 99],
+  },
+  logs: {
+    summary: "a node's log lines, or a runner's with --instance",
+    usage: "logs [--tail N] [--level L] [--instance ID [--rank R]]",
+    options: {
+      tail: { type: "string", value: "N", help: "lines (default 50)" },
+      level: { type: "string", value: "L", help: "node logs: this level and above" },
+      instance: { type: "string", value: "ID", help: "a runner's log instead" },
+      rank: { type: "string", value: "R", help: "the runner's rank (default 0)" },
+    },
+    positionals: [0, 0],
+  },
+  storage: { summary: "storage of every node", usage: "storage", options: {}, positionals: [0, 0] },
+  purge: {
+    summary: "purge staged copies not in use, on every node",
+    usage: "purge [--model org/name]",
+    options: { model: { type: "string", value: "ID", help: "only this model's copies" } },
+    positionals: [0, 0],
+  },
+  traces: {
+    summary: "saved traces, or one trace's stats",
+    usage: "traces [task_id] [--limit N]",
+    options: { limit: { type: "string", value: "N", help: "how many (default 20)" } },
+    positionals: [0, 1],
+  },
+  doctor: {
+    summary: "the health checklist: says what to fix, exits 1 when a check fails",
+    usage: "doctor [--expect-nodes N]",
+    options: {
+      "expect-nodes": {
+        type: "string",
+        value: "N",
+        help: "the machine count the session must have",
+      },
+    },
+    positionals: [0, 0],
+  },
+};
+
+export interface Parsed {
+  readonly verb: string;
+  readonly url: string;
+  readonly token: string | undefined;
+  readonly json: boolean;
+  readonly help: boolean;
+  readonly values: Readonly<Record<string, string | boolean | undefined>>;
+  readonly positionals: readonly string[];
+  /** `start`: everything after the verb, untouched. */
+  readonly rest: readonly string[];
+}
+
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+const opts = (o: Record<string, Opt>) =>
+  Object.fromEntries(
+    Object.entries(o).map(([k, v]) => [
+      k,
+      { type: v.type, ...(v.short ? { short: v.short } : {}) },
+    ]),
+  );
+
+export function parse(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+): Parsed {
+  let i = -1;
+  for (let k = 0; k < argv.length; k++) {
+    const a = argv[k]!;
+    if (a === "--url" || a === "--token") k++;
+    else if (!a.startsWith("-")) {
+      i = k;
+      break;
+    }
+  }
+  const verb = i >= 0 ? argv[i]! : undefined;
+  const before = i >= 0 ? argv.slice(0, i) : [...argv];
+  const after = i >= 0 ? argv.slice(i + 1) : [];
+  const spec = verb === undefined ? undefined : VERBS[verb];
+  if (verb !== undefined && !spec)
+    throw new UsageError(`unknown verb "${verb}" (ic --help lists them)`);
+  let values: Record<string, string | boolean | undefined>;
+  let positionals: string[] = [];
+  try {
+    const g = parseArgs({
+      args: before,
+      options: opts(GLOBAL),
+      strict: true,
+      allowPositionals: false,
+    });
+    values = { ...g.values };
+    if (spec && verb !== "start") {
+      const v = parseArgs({
+        args: [...after],
+        options: opts({ ...GLOBAL, ...spec.options }),
+        strict: true,
+        allowPositionals: true,
+      });
+      values = { ...values, ...v.values };
+      positionals = v.positionals;
+    }
+  } catch (e) {
+    throw new UsageError((e instanceof Error ? e.message : String(e)).split(". To specify")[0]!);
+  }
+  const help = values["help"] === true || verb === undefined;
+  if (spec && !help && verb !== "start") {
+    const [min, max] = spec.positionals;
+    if (positionals.length < min || positionals.length > max)
+      throw new UsageError(`usage: ic ${spec.usage}`);
+  }
+  return {
+    verb: verb ?? "",
+    url: (values["url"] as string | undefined) ?? env["IC_URL"] ?? "http://127.0.0.1:8080",
+    token: (values["token"] as string | undefined) ?? env["IC_TOKEN"],
+    json: values["json"] === true,
+    help,
+    values,
+    positionals,
+    rest: verb === "start" ? after : [],
+  };
+}
+
+/** A whole number within bounds, from an option's text. */
+export function intOption(
+  name: string,
+  raw: unknown,
+  min: number,
+  max: number,
+  fallback: number,
+): number {
+  if (raw === undefined) return fallback;
+  if (typeof raw !== "string" || !/^\d+$/.test(raw))
+    throw new UsageError(`--${name} must be a whole number, not "${String(raw)}"`);
+  const n = Number(raw);
+  if (n < min || n > max) throw new UsageError(`--${name} must be between ${min} and ${max}`);
+  return n;
+}
+
+export function helpText(verb?: string): string {
+  const g = Object.entries(GLOBAL).map(
+    ([k, o]) =>
+      `  --${k}${o.value ? ` ${o.value}` : ""}${o.short ? `, -${o.short}` : ""}`.padEnd(24) +
+      o.help,
+  );
+  const spec = verb ? VERBS[verb] : undefined;
+  if (spec) {
+    const own = Object.entries(spec.options).map(
+      ([k, o]) => `  --${k}${o.value ? ` ${o.value}` : ""}`.padEnd(24) + o.help,
+    );
+    return [
+      `Usage: ic ${spec.usage}`,
+      "",
+      spec.summary,
+      ...(own.length ? ["", "Options:", ...own] : []),
+      "",
+      "Global options:",
+      ...g,
+    ].join("\n");
+  }
+  const verbs = Object.entries(VERBS).map(([k, v]) => `  ${k.padEnd(10)}${v.summary}`);
+  return [
+    "Usage: ic [global options] <verb> [options]",
+    "",
+    "Verbs:",
+    ...verbs,
+    "",
+    "Global options:",
+    ...g,
+    "",
+    "Exit codes: 0 done, 1 the API refused or a doctor check failed, 2 usage error.",
+  ].join("\n");
+}

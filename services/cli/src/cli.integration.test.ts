@@ -1,0 +1,131 @@
+// The real `ic` binary against a real node: tables and --json, pulls with progress from the hub
+// emulator, placement, chat, doctor passing on a healthy node and failing with what to fix, and
+// errors as one line without a stack trace.
+import { spawn } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import {
+  freePort,
+  placeAndWait,
+  seedStore,
+  startCluster,
+  startHubEmulator,
+  waitForConvergence,
+} from "@ic/testkit";
+
+const BIN = fileURLToPath(new URL("../bin/ic.mjs", import.meta.url));
+
+function ic(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [BIN, ...args], {
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
+    child.stderr.on("data", (c: Buffer) => (err += c.toString()));
+    child.on("exit", (code) => resolve({ code, out, err }));
+  });
+}
+const noStack = (s: string) => expect(s).not.toMatch(/\n\s+at /);
+
+describe("ic", () => {
+  it("drives a real node: status, models, pull, previews, place, chat, rm, doctor", async () => {
+    const { store, modelId } = await seedStore(mkdtempSync(join(tmpdir(), "ic-store-")));
+    await using hub = await startHubEmulator();
+    await hub.addRepo("acme/pulled", {
+      "tiny-llama.gguf": { fromPath: join(store, "test--tiny-llama", "tiny-llama.gguf") },
+    });
+    await using cluster = await startCluster(1, {
+      config: () => ({
+        store_path: store,
+        model_store: { hub_url: hub.url, staging: { headroom_gb: 0 } },
+      }),
+    });
+    await waitForConvergence(cluster.nodes, 1);
+    const url = cluster.nodes[0]!.apiUrl;
+    const inst = await placeAndWait(cluster.nodes[0]!, { model_id: modelId, min_nodes: 1 });
+    const env = { IC_URL: url };
+
+    const status = await ic(["status", "--json"], env);
+    expect(status.code, status.err).toBe(0);
+    expect((JSON.parse(status.out) as { node_identities: unknown[] }).node_identities).toHaveLength(
+      1,
+    );
+    const table = await ic(["status"], env);
+    expect(table.out).toMatch(/NODE\s+ROLE\s+HEARD/);
+    expect(table.out).toContain(inst.instance_id);
+
+    const help = await ic(["pull", "--help"], env);
+    expect(help.code).toBe(0);
+    expect(help.out).toContain("Usage: ic pull <org/name>");
+
+    // Pull with progress (not a TTY: plain lines), then the model is placeable.
+    const pull = await ic(["pull", "acme/pulled"], env);
+    expect(pull.code, pull.err).toBe(0);
+    expect(pull.out).toMatch(/acme\/pulled done\s+\[#+\] 100%/);
+    const models = await ic(["models"], env);
+    expect(models.out).toMatch(/acme\/pulled/);
+    expect(models.out).toMatch(new RegExp(`${modelId}.*yes`));
+
+    const previews = await ic(["previews", "acme/pulled"], env);
+    expect(previews.code, previews.err).toBe(0);
+    expect(previews.out).toMatch(/Pipeline\s+1\s+ok/);
+    const place = await ic(["place", "acme/pulled", "--json"], env);
+    expect(place.code, place.err).toBe(0);
+    const placed = JSON.parse(place.out) as { instance: { instance_id: string } };
+
+    const chat = await ic(["chat", modelId, "hi", "--max-tokens", "4"], env);
+    expect(chat.code, chat.err).toBe(0);
+    expect(chat.out.length).toBeGreaterThan(0);
+
+    const doctor = await ic(["doctor"], env);
+    expect(doctor.code, doctor.out + doctor.err).toBe(0);
+    for (const name of [
+      "api",
+      "nodes",
+      "bus",
+      "engine",
+      "disk node-1",
+      "reach node-1",
+      "nats-server",
+      "completion",
+    ])
+      expect(doctor.out).toMatch(new RegExp(`✓ ${name}`));
+    const doctorJson = await ic(["doctor", "--json"], env);
+    expect((JSON.parse(doctorJson.out) as { ok: boolean }[]).every((c) => c.ok)).toBe(true);
+
+    // Broken: the wrong machine count, a node that is not there.
+    const expect3 = await ic(["doctor", "--expect-nodes", "3"], env);
+    expect(expect3.code).toBe(1);
+    expect(expect3.out).toMatch(
+      /✗ nodes\s+1 node\(s\) in the session, expected 3: start the missing ones/,
+    );
+    const closed = await freePort();
+    const down = await ic(["doctor", "--url", `http://127.0.0.1:${closed}`]);
+    expect(down.code).toBe(1);
+    expect(down.out).toMatch(/✗ api\s+cannot reach http:\/\/127.0.0.1:\d+: .*is the node running/);
+
+    expect((await ic(["rm", placed.instance.instance_id], env)).code).toBe(0);
+
+    // Mistakes: one line, no stack trace; usage 2, refusals 1.
+    const bad = await ic(["status", "--bogus"], env);
+    expect(bad.code).toBe(2);
+    expect(bad.err.trim().split("\n")).toHaveLength(1);
+    const refused = await ic(["place", "org/none"], env);
+    expect(refused.code).toBe(1);
+    expect(refused.err).toMatch(/^ic: model_not_found: /);
+    noStack(refused.err);
+    const unreachable = await ic(["status", "--url", `http://127.0.0.1:${closed}`]);
+    expect(unreachable.code).toBe(1);
+    expect(unreachable.err).toMatch(/^ic: cannot reach http:\/\/127.0.0.1:\d+/);
+    noStack(unreachable.err);
+  }, 180_000);
+});

@@ -1,0 +1,225 @@
+import { describe, expect, it } from "vitest";
+import { bytes, evaluate, intOption, parse, progressBar, table, UsageError } from "./index.ts";
+import type { Findings } from "./index.ts";
+
+describe("arguments", () => {
+  it.each([
+    [["status"], { verb: "status", url: "http://127.0.0.1:8080", json: false }],
+    [
+      ["--url", "http://n1:8080", "--json", "models"],
+      { verb: "models", url: "http://n1:8080", json: true },
+    ],
+    [["pull", "acme/x", "--detach"], { verb: "pull", positionals: ["acme/x"] }],
+    [
+      ["chat", "acme/x", "how", "are", "you", "--max-tokens", "8"],
+      { verb: "chat", positionals: ["acme/x", "how", "are", "you"] },
+    ],
+    [["start", "--nodes", "3"], { verb: "start", rest: ["--nodes", "3"] }],
+    [[], { verb: "", help: true }],
+    [["doctor", "--help"], { verb: "doctor", help: true }],
+  ])("%j", (argv, want) => expect(parse(argv, {})).toMatchObject(want));
+
+  it("takes the URL and token from the environment, options first", () => {
+    expect(parse(["status"], { IC_URL: "http://a:1", IC_TOKEN: "t" })).toMatchObject({
+      url: "http://a:1",
+      token: "t",
+    });
+    expect(parse(["--token", "u", "status"], { IC_TOKEN: "t" }).token).toBe("u");
+  });
+
+  it.each([
+    [["frobnicate"], 'unknown verb "frobnicate"'],
+    [["status", "--bogus"], "Unknown option '--bogus'"],
+    [["pull"], "usage: ic pull <org/name>"],
+    [["rm", "a", "b"], "usage: ic rm <instance_id>"],
+    [["place", "acme/x", "--min-nodes"], "argument missing"],
+  ])("%j is a usage error: %s", (argv, message) => {
+    expect(() => parse(argv, {})).toThrow(UsageError);
+    expect(() => parse(argv, {})).toThrow(message);
+  });
+
+  it.each([
+    ["3", 3],
+    [undefined, 7],
+  ])("intOption(%j)", (raw, want) => expect(intOption("n", raw, 1, 10, 7)).toBe(want));
+  it.each([["x"], ["0"], ["11"], ["2.5"]])("intOption(%j) refuses", (raw) =>
+    expect(() => intOption("n", raw, 1, 10, 7)).toThrow(UsageError),
+  );
+});
+
+describe("formatting", () => {
+  it("aligns tables", () => {
+    expect(
+      table(
+        ["A", "BB"],
+        [
+          ["long", "x"],
+          ["s", "yy"],
+        ],
+      ),
+    ).toBe("A     BB\nlong  x\ns     yy");
+  });
+  it.each([
+    [0, "0 B"],
+    [1536, "1.5 KiB"],
+    [5 * 1024 ** 3, "5.0 GiB"],
+    [null, "-"],
+  ])("bytes(%j) = %s", (n, s) => expect(bytes(n)).toBe(s));
+  it("draws progress", () => {
+    expect(progressBar(512, 1024, 10)).toBe("[#####-----]  50%  512 B / 1.0 KiB");
+    expect(progressBar(10, null)).toBe("10 B");
+  });
+});
+
+describe("doctor's checks", () => {
+  const healthy: Findings = {
+    url: "http://n1:8080",
+    health: { ok: true },
+    state: {
+      this_node: { name: "n1", synced: true },
+      node_identities: [
+        { node_id: "n-1", name: "n1", api_url: "http://n1:8080" },
+        { node_id: "n-2", name: "n2", api_url: "http://n2:8080" },
+      ],
+      nodeHealth: [],
+      topology: {
+        nodes: [
+          {
+            node_id: "n-1",
+            name: "n1",
+            last_heard_ms_ago: 100,
+            telemetry: { engine: { server_bin: "/x/llama-server", usable: true } },
+          },
+          {
+            node_id: "n-2",
+            name: "n2",
+            last_heard_ms_ago: 900,
+            telemetry: { engine: { server_bin: "/x/llama-server", usable: true } },
+          },
+        ],
+      },
+      models: [{ model_id: "acme/m", drafter: "acme/d" }],
+      instances: [],
+    },
+    expectNodes: 2,
+    storage: {
+      n1: { free: 50 * 1024 ** 3, total: 100 * 1024 ** 3 },
+      n2: { free: 50 * 1024 ** 3, total: 100 * 1024 ** 3 },
+    },
+    peers: { n1: true, n2: true },
+    completion: { model: "acme/m", result: { tokens: 2 } },
+    drafters: { "acme/m": "draft acceptance = 0.61 ( 11 accepted / 18 generated)" },
+    natsServer: "nats-server: v2.10.18",
+    livenessMs: 6000,
+  };
+  const failing = (f: Findings) => evaluate(f).filter((c) => !c.ok);
+
+  it("passes a healthy cluster", () => {
+    expect(failing(healthy)).toEqual([]);
+  });
+
+  const state = healthy.state as Exclude<Findings["state"], Error>;
+  it.each<[string, Partial<Findings>, string, string]>([
+    [
+      "node unreachable",
+      { health: new Error("cannot reach http://n1:8080: ECONNREFUSED") },
+      "api",
+      "is the node running",
+    ],
+    [
+      "not in a session",
+      { health: { ok: false, reason: "no_session" } },
+      "api",
+      "not serving: no_session",
+    ],
+    ["a node missing", { expectNodes: 3 }, "nodes", "expected 3"],
+    [
+      "a silent node",
+      {
+        state: {
+          ...state,
+          topology: {
+            nodes: [
+              state.topology.nodes[0]!,
+              { ...state.topology.nodes[1]!, last_heard_ms_ago: 9000 },
+            ],
+          },
+        },
+      },
+      "bus",
+      "n2",
+    ],
+    [
+      "an error in nodeHealth",
+      {
+        state: {
+          ...state,
+          nodeHealth: [
+            {
+              node_name: "n2",
+              code: "gpu_serving_disabled",
+              severity: "error",
+              message: "CPU-only build",
+              remediation: "rebuild with CUDA",
+            },
+          ],
+        },
+      },
+      "node health",
+      "rebuild with CUDA",
+    ],
+    [
+      "an unusable engine",
+      {
+        state: {
+          ...state,
+          topology: {
+            nodes: [
+              {
+                ...state.topology.nodes[0]!,
+                telemetry: { engine: { server_bin: "/x/llama-server", usable: false } },
+              },
+            ],
+          },
+        },
+      },
+      "engine",
+      "build-engine",
+    ],
+    [
+      "disk near the floor",
+      { storage: { n1: { free: 3 * 1024 ** 3, total: 100 * 1024 ** 3 } } },
+      "disk n1",
+      "2 GiB event-log floor",
+    ],
+    [
+      "a peer unreachable",
+      { peers: { n1: true, n2: new Error("cannot reach http://n2:8080: timeout") } },
+      "reach n2",
+      "node.host",
+    ],
+    ["no ready model", { completion: undefined }, "completion", "ic place"],
+    [
+      "a failing completion",
+      { completion: { model: "acme/m", result: new Error("upstream_failed") } },
+      "completion",
+      "upstream_failed",
+    ],
+    [
+      "no drafter line",
+      { drafters: { "acme/m": new Error("no draft acceptance line") } },
+      "drafter acme/m",
+      "speculative decoding",
+    ],
+    [
+      "no nats-server here",
+      { natsServer: new Error("nats-server is not installed on this machine") },
+      "nats-server",
+      "apt-get install nats-server",
+    ],
+  ])("%s fails %s with what to fix", (_, change, name, fix) => {
+    const bad = failing({ ...healthy, ...change });
+    expect(bad.map((c) => c.name)).toEqual([name]);
+    expect(bad[0]!.detail).toContain(fix);
+  });
+});

@@ -1,0 +1,86 @@
+// HTTP calls of the ic command to one node. An error answer becomes an ApiError carrying the
+// envelope's code and message; a node that cannot be reached, an UnreachableError. Never prints the token.
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+}
+
+export class UnreachableError extends Error {
+  constructor(url: string, cause: unknown) {
+    const why =
+      cause instanceof Error
+        ? ((cause.cause as Error | undefined)?.message ?? cause.message)
+        : String(cause);
+    super(`cannot reach ${url}: ${why}`);
+    this.name = "UnreachableError";
+  }
+}
+
+export interface ClientOptions {
+  readonly url: string;
+  readonly token?: string | undefined;
+  readonly timeoutMs?: number;
+}
+
+export class Client {
+  readonly url: string;
+  constructor(private readonly o: ClientOptions) {
+    this.url = o.url.replace(/\/+$/, "");
+  }
+
+  /** Another node of the same cluster, with the same token. */
+  at(url: string): Client {
+    return new Client({ ...this.o, url });
+  }
+
+  async raw(method: string, path: string, body?: unknown, timeoutMs?: number): Promise<Response> {
+    const headers: Record<string, string> = {};
+    if (this.o.token) headers["authorization"] = `Bearer ${this.o.token}`;
+    if (body !== undefined) headers["content-type"] = "application/json";
+    try {
+      return await fetch(`${this.url}${path}`, {
+        method,
+        headers,
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        signal: AbortSignal.timeout(timeoutMs ?? this.o.timeoutMs ?? 30_000),
+      });
+    } catch (e) {
+      throw new UnreachableError(this.url, e);
+    }
+  }
+
+  async json<T>(method: string, path: string, body?: unknown, timeoutMs?: number): Promise<T> {
+    const r = await this.raw(method, path, body, timeoutMs);
+    const text = await r.text();
+    let parsed: unknown;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      throw new ApiError(
+        r.status,
+        "invalid_response",
+        `${method} ${path}: answered ${r.status} with a body that is not JSON`,
+      );
+    }
+    if (!r.ok) {
+      const err = (parsed as { error?: { code?: string; message?: string } } | undefined)?.error;
+      throw new ApiError(
+        r.status,
+        err?.code ?? `http_${r.status}`,
+        err?.message ?? `${method} ${path}: ${r.status}`,
+      );
+    }
+    return parsed as T;
+  }
+
+  get<T>(path: string, timeoutMs?: number): Promise<T> {
+    return this.json<T>("GET", path, undefined, timeoutMs);
+  }
+}

@@ -1,0 +1,422 @@
+// What each verb of the ic command does, over the node HTTP API (docs/api.md).
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import type { Client } from "./client.ts";
+import { ApiError } from "./client.ts";
+import { intOption, UsageError } from "./args.ts";
+import type { Parsed } from "./args.ts";
+import { ago, bytes, progressBar, table } from "./format.ts";
+import { evaluate, gather } from "./doctor.ts";
+
+/** Where output goes (tests and the terminal). */
+export interface Io {
+  out(text: string): void;
+  err(text: string): void;
+  readonly tty: boolean;
+}
+
+interface StateDoc {
+  session: { session_id: string } | null;
+  this_node: { name: string; is_master: boolean; synced: boolean };
+  node_identities: { node_id: string; name: string; api_url: string; is_master: boolean }[];
+  nodeHealth: { node_name: string; code: string; severity: string; message: string }[];
+  topology: {
+    nodes: {
+      node_id: string;
+      name: string;
+      last_heard_ms_ago: number | null;
+      telemetry: { memory_free_bytes: number; memory_total_bytes: number; gpus: unknown[] } | null;
+    }[];
+  };
+  models: { model_id: string; bytes: number; layers: number; drafter?: string }[];
+  instances: {
+    instance_id: string;
+    model_id: string;
+    sharding: string;
+    assignments: { node_id: string; rank: number }[];
+    runners: { rank: number; state: string; node_id: string }[];
+  }[];
+  pulls: Pull[];
+}
+interface Pull {
+  model_id: string;
+  state: string;
+  bytes_done: number;
+  bytes_total: number | null;
+  error?: { cause: string; message: string };
+}
+
+const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
+const print = (io: Io, p: Parsed, value: unknown, text: () => string) =>
+  io.out(p.json ? JSON.stringify(value, null, 2) : text());
+
+export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
+  switch (p.verb) {
+    case "start":
+      return new Promise((resolve) => {
+        const child = spawn(
+          process.execPath,
+          ["--import", "tsx", `${ROOT}services/node/src/cli.ts`, "start", ...p.rest],
+          { cwd: ROOT, stdio: "inherit" },
+        );
+        child.on("exit", (code) => resolve(code ?? 1));
+      });
+    case "status": {
+      const s = await c.get<StateDoc>("/state");
+      print(io, p, s, () => {
+        const heard = new Map(s.topology.nodes.map((t) => [t.node_id, t]));
+        const nodes = table(
+          ["NODE", "ROLE", "HEARD", "MEMORY FREE", "GPUS"],
+          s.node_identities.map((m) => {
+            const t = heard.get(m.node_id);
+            return [
+              m.name,
+              m.is_master ? "master" : "",
+              ago(t?.last_heard_ms_ago),
+              t?.telemetry
+                ? `${bytes(t.telemetry.memory_free_bytes)} / ${bytes(t.telemetry.memory_total_bytes)}`
+                : "-",
+              String(t?.telemetry?.gpus.length ?? "-"),
+            ];
+          }),
+        );
+        const names = new Map(s.node_identities.map((m) => [m.node_id, m.name]));
+        const inst = s.instances.length
+          ? table(
+              ["INSTANCE", "MODEL", "SHARDING", "RUNNERS"],
+              s.instances.map((i) => [
+                i.instance_id,
+                i.model_id,
+                i.sharding,
+                i.runners
+                  .map((r) => `${r.rank}@${names.get(r.node_id) ?? r.node_id}:${r.state}`)
+                  .join(" "),
+              ]),
+            )
+          : "no instances";
+        const health = s.nodeHealth.length
+          ? s.nodeHealth
+              .map((h) => `${h.severity} ${h.node_name} ${h.code}: ${h.message}`)
+              .join("\n")
+          : "nodeHealth: nothing to report";
+        return [
+          `session ${s.session?.session_id ?? "(none)"}, ${s.node_identities.length} node(s)`,
+          "",
+          nodes,
+          "",
+          inst,
+          "",
+          health,
+        ].join("\n");
+      });
+      return 0;
+    }
+    case "models": {
+      const [s, ready] = await Promise.all([
+        c.get<StateDoc>("/state"),
+        c.get<{ data: { id: string }[] }>("/v1/models"),
+      ]);
+      const isReady = new Set(ready.data.map((m) => m.id));
+      const rows = s.models.map((m) => ({ ...m, ready: isReady.has(m.model_id) }));
+      print(io, p, rows, () =>
+        rows.length
+          ? table(
+              ["MODEL", "SIZE", "LAYERS", "READY"],
+              rows.map((m) => [
+                m.model_id,
+                bytes(m.bytes),
+                String(m.layers),
+                m.ready ? "yes" : "no",
+              ]),
+            )
+          : "no models registered (ic pull <org/name>, or copy one into store_path)",
+      );
+      return 0;
+    }
+    case "pull": {
+      const model = p.positionals[0]!;
+      const { pull } = await c.json<{ pull: Pull }>("POST", "/store/pulls", { model_id: model });
+      if (p.values["detach"]) {
+        print(io, p, pull, () => `pull of ${model}: ${pull.state}`);
+        return 0;
+      }
+      let cancelled = false;
+      const onInt = () => {
+        cancelled = true;
+        void c.json("DELETE", `/store/pulls/${model}`).catch(() => undefined);
+      };
+      process.once("SIGINT", onInt);
+      try {
+        let last = "";
+        for (;;) {
+          const { pulls } = await c.get<{ pulls: Pull[] }>("/store/pulls");
+          const now = pulls.find((x) => x.model_id === model);
+          if (!now) throw new ApiError(404, "not_found", `the store host has no pull of ${model}`);
+          const line = `${model} ${now.state.padEnd(9)} ${progressBar(now.bytes_done, now.bytes_total)}`;
+          if (p.json) {
+            if (now.state !== "running" && now.state !== "queued")
+              io.out(JSON.stringify(now, null, 2));
+          } else if (io.tty) io.err(`\r${line}`);
+          else if (line !== last) io.out(line);
+          last = line;
+          if (now.state === "done") {
+            if (io.tty && !p.json) io.err("\n");
+            return 0;
+          }
+          if (now.state === "failed" || now.state === "cancelled") {
+            if (io.tty && !p.json) io.err("\n");
+            if (now.state === "failed")
+              throw new ApiError(
+                500,
+                now.error?.cause ?? "failed",
+                now.error?.message ?? "the pull failed",
+              );
+            throw new ApiError(
+              499,
+              "cancelled",
+              cancelled ? "cancelled; ic pull again resumes it" : "cancelled on the store host",
+            );
+          }
+          await new Promise((r) => setTimeout(r, 500));
+        }
+      } finally {
+        process.off("SIGINT", onInt);
+      }
+    }
+    case "pulls": {
+      const { pulls } = await c.get<{ pulls: Pull[] }>("/store/pulls");
+      print(io, p, pulls, () =>
+        pulls.length
+          ? table(
+              ["MODEL", "STATE", "PROGRESS"],
+              pulls.map((x) => [
+                x.model_id,
+                x.state,
+                x.error ? x.error.message : progressBar(x.bytes_done, x.bytes_total),
+              ]),
+            )
+          : "no pulls",
+      );
+      return 0;
+    }
+    case "place": {
+      const sharding = (p.values["sharding"] as string | undefined) ?? "Pipeline";
+      if (sharding !== "Pipeline" && sharding !== "Tensor")
+        throw new UsageError(`--sharding must be Pipeline or Tensor, not "${sharding}"`);
+      const body = {
+        model_id: p.positionals[0],
+        min_nodes: intOption("min-nodes", p.values["min-nodes"], 1, 1024, 1),
+        sharding,
+        excluded_nodes: ((p.values["exclude"] as string | undefined) ?? "")
+          .split(",")
+          .filter(Boolean),
+      };
+      const r = await c.json<{
+        instance: {
+          instance_id: string;
+          assignments: { node_id: string; rank: number; layers: number }[];
+        };
+      }>("POST", "/place_instance", body, 60_000);
+      print(
+        io,
+        p,
+        r,
+        () =>
+          `placed ${r.instance.instance_id}: ${r.instance.assignments.map((a) => `rank ${a.rank} on ${a.node_id} (${a.layers} layers)`).join(", ")}`,
+      );
+      return 0;
+    }
+    case "previews": {
+      const q = new URLSearchParams({ model_id: p.positionals[0]! });
+      if (p.values["exclude"]) q.set("excluded_node_ids", p.values["exclude"] as string);
+      const r = await c.get<{
+        previews: {
+          sharding: string;
+          nodes: number;
+          ok: boolean;
+          assignments?: { node_id: string; rank: number; required_bytes: number }[];
+          error?: { code: string; message: string };
+        }[];
+      }>(`/instance/previews?${q.toString()}`);
+      print(io, p, r, () =>
+        table(
+          ["SHARDING", "NODES", "RESULT"],
+          r.previews.map((v) => [
+            v.sharding,
+            String(v.nodes),
+            v.ok
+              ? `ok: ${(v.assignments ?? []).map((a) => `${a.node_id} ${bytes(a.required_bytes)}`).join(", ")}`
+              : `${v.error?.code}: ${v.error?.message}`,
+          ]),
+        ),
+      );
+      return 0;
+    }
+    case "rm": {
+      const r = await c.json<{ instance_id: string }>(
+        "DELETE",
+        `/instance/${encodeURIComponent(p.positionals[0]!)}`,
+      );
+      print(io, p, r, () => `deleted ${r.instance_id}`);
+      return 0;
+    }
+    case "chat": {
+      const [model, ...words] = p.positionals;
+      const content = words.join(" ") || "Hello!";
+      const maxTokens = intOption("max-tokens", p.values["max-tokens"], 1, 1_000_000, 256);
+      const r = await c.raw(
+        "POST",
+        "/v1/chat/completions",
+        { model, messages: [{ role: "user", content }], max_tokens: maxTokens, stream: true },
+        900_000,
+      );
+      if (!r.ok) {
+        const e = (
+          (await r.json().catch(() => ({}))) as { error?: { code?: string; message?: string } }
+        ).error;
+        throw new ApiError(r.status, e?.code ?? `http_${r.status}`, e?.message ?? String(r.status));
+      }
+      const decoder = new TextDecoder();
+      let buf = "";
+      let text = "";
+      for await (const chunk of r.body!) {
+        buf += decoder.decode(chunk as Uint8Array, { stream: true });
+        let at;
+        while ((at = buf.indexOf("\n\n")) >= 0) {
+          const ev = buf.slice(0, at);
+          buf = buf.slice(at + 2);
+          const data = ev
+            .split("\n")
+            .find((l) => l.startsWith("data: "))
+            ?.slice(6);
+          if (!data || data === "[DONE]") continue;
+          const j = JSON.parse(data) as {
+            error?: { code: string; message: string };
+            choices?: { delta?: { content?: string } }[];
+          };
+          if (j.error) throw new ApiError(500, j.error.code, j.error.message);
+          const piece = j.choices?.[0]?.delta?.content ?? "";
+          text += piece;
+          if (!p.json) io.out(piece);
+        }
+      }
+      if (p.json) io.out(JSON.stringify({ model, content: text }, null, 2));
+      else io.out("\n");
+      return 0;
+    }
+    case "logs": {
+      const tail = intOption("tail", p.values["tail"], 1, 5000, 50);
+      if (p.values["instance"]) {
+        const rank = intOption("rank", p.values["rank"], 0, 1024, 0);
+        const r = await c.get<{ lines: string[]; file: string; node: { name: string } }>(
+          `/instances/${encodeURIComponent(p.values["instance"] as string)}/logs?rank=${rank}&tail=${tail}`,
+        );
+        print(io, p, r, () => r.lines.join("\n"));
+        return 0;
+      }
+      const q = new URLSearchParams({ tail: String(tail) });
+      if (p.values["level"]) q.set("level", p.values["level"] as string);
+      const r = await c.get<{
+        lines: { time?: string; level?: number; component?: string; msg?: string }[];
+      }>(`/logs?${q.toString()}`);
+      print(io, p, r, () =>
+        r.lines
+          .map((l) => `${l.time ?? ""} ${l.level ?? ""} ${l.component ?? "-"} ${l.msg ?? ""}`)
+          .join("\n"),
+      );
+      return 0;
+    }
+    case "storage": {
+      const s = await c.get<StateDoc>("/state");
+      const reports = await Promise.all(
+        s.node_identities.map(async (m) => {
+          try {
+            const r = await c.at(m.api_url).get<{
+              staged_bytes: number;
+              event_log_bytes: number;
+              models_volume: { free_bytes: number; total_bytes: number };
+              staged_models: unknown[];
+            }>("/store/storage", 10_000);
+            return { node: m.name, ...r };
+          } catch (e) {
+            return { node: m.name, error: e instanceof Error ? e.message : String(e) };
+          }
+        }),
+      );
+      print(io, p, reports, () =>
+        table(
+          ["NODE", "STAGED", "MODELS", "EVENT LOG", "VOLUME FREE"],
+          reports.map((r) =>
+            "error" in r
+              ? [r.node, "-", "-", "-", String(r.error)]
+              : [
+                  r.node,
+                  bytes(r.staged_bytes),
+                  String(r.staged_models.length),
+                  bytes(r.event_log_bytes),
+                  `${bytes(r.models_volume.free_bytes)} / ${bytes(r.models_volume.total_bytes)}`,
+                ],
+          ),
+        ),
+      );
+      return 0;
+    }
+    case "purge": {
+      const r = await c.json<{ ok: boolean; deleted_bytes: number; not_answered: string[] }>(
+        "POST",
+        "/store/purge-staging",
+        p.values["model"] ? { modelId: p.values["model"] } : {},
+      );
+      print(
+        io,
+        p,
+        r,
+        () =>
+          `freed ${bytes(r.deleted_bytes)}${r.not_answered.length ? `; no answer from ${r.not_answered.join(", ")}` : ""}`,
+      );
+      return r.ok ? 0 : 1;
+    }
+    case "traces": {
+      if (p.positionals[0]) {
+        const r = await c.get<Record<string, unknown>>(
+          `/v1/traces/cluster/${encodeURIComponent(p.positionals[0])}/stats`,
+        );
+        print(io, p, r, () =>
+          table(
+            ["FIELD", "VALUE"],
+            Object.entries(r).map(([k, v]) => [
+              k,
+              typeof v === "object" ? JSON.stringify(v) : String(v),
+            ]),
+          ),
+        );
+        return 0;
+      }
+      const limit = intOption("limit", p.values["limit"], 1, 1000, 20);
+      const r = await c.get<{
+        traces: { taskId: string; createdAt: string; modelId: string; node: string }[];
+      }>(`/v1/traces/cluster?limit=${limit}`);
+      print(io, p, r, () =>
+        r.traces.length
+          ? table(
+              ["TASK", "CREATED", "MODEL", "NODE"],
+              r.traces.map((t) => [t.taskId, t.createdAt, t.modelId, t.node]),
+            )
+          : "no traces (tracing is off unless PUT /v1/tracing turned it on)",
+      );
+      return 0;
+    }
+    case "doctor": {
+      const expectNodes =
+        p.values["expect-nodes"] === undefined
+          ? undefined
+          : intOption("expect-nodes", p.values["expect-nodes"], 1, 10_000, 1);
+      const checks = evaluate(await gather(c, { expectNodes }));
+      print(io, p, checks, () =>
+        checks.map((k) => `${k.ok ? "✓" : "✗"} ${k.name.padEnd(16)} ${k.detail}`).join("\n"),
+      );
+      return checks.every((k) => k.ok) ? 0 : 1;
+    }
+  }
+  throw new UsageError(`unknown verb "${p.verb}"`);
+}
