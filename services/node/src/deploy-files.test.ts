@@ -181,6 +181,25 @@ describe("deploy/docker-compose.yml", () => {
     expect(ignored).toContain(".git");
     expect(ignored).toContain("/deploy/secrets");
   });
+
+  it("the containers run as the image's own user, which owns the volumes' directories", () => {
+    const dockerfile = deploy("Dockerfile");
+    const users = [...dockerfile.matchAll(/^USER\s+(\S+)/gm)].map((m) => m[1]);
+    expect(users).toEqual(["inference-cluster"]);
+    // The last USER comes after every RUN that needs root.
+    expect(dockerfile.lastIndexOf("\nRUN ")).toBeLessThan(dockerfile.indexOf("\nUSER "));
+    const chown = dockerfile.slice(dockerfile.indexOf("chown inference-cluster:inference-cluster"));
+    const chowned = chown.slice(0, chown.search(/\n(?!\s)/));
+    for (const dir of [
+      "/var/lib/inference-cluster",
+      "/var/cache/inference-cluster/staging",
+      "/var/log/inference-cluster",
+      "/srv/models",
+    ])
+      expect(chowned).toContain(dir);
+    const compose = deploy("docker-compose.yml");
+    expect(compose).not.toMatch(/^\s+user:\s*(root|0)\b/m);
+  });
 });
 
 // ---- systemd ----
