@@ -107,13 +107,10 @@ export async function pinCores(env: Record<string, string>): Promise<string> {
 /** Length of one /proc CPU clock tick (ms). */
 export const TICK_MS = 1000 / Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim() || 100);
 
-/**
- * CPU time (user + system, ms) of the processes in process group `pgid` (or the one process `pid`),
- * the engine excluded: what the hop itself costs, whatever the scheduler does with it.
- */
-export function cpuMs(sel: { pgid: number } | { pid: number }): { ms: number; names: string[] } {
-  let ticks = 0;
-  const names: string[] = [];
+/** The processes of group `pgid` (or just `pid`) other than llama-server, with their stat fields. */
+function* hopStats(
+  sel: { pgid: number } | { pid: number },
+): Generator<{ pid: number; name: string; fields: string[] }> {
   for (const d of readdirSync("/proc")) {
     if (!/^\d+$/.test(d)) continue;
     let stat: string;
@@ -123,13 +120,24 @@ export function cpuMs(sel: { pgid: number } | { pid: number }): { ms: number; na
       continue;
     }
     const close = stat.lastIndexOf(")");
-    const comm = stat.slice(stat.indexOf("(") + 1, close);
-    const f = stat.slice(close + 2).split(" ");
-    // f[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
-    const match = "pgid" in sel ? Number(f[2]) === sel.pgid : Number(d) === sel.pid;
-    if (!match || comm.startsWith("llama-server")) continue;
-    ticks += Number(f[11]) + Number(f[12]);
-    names.push(comm);
+    const name = stat.slice(stat.indexOf("(") + 1, close);
+    // fields[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
+    const fields = stat.slice(close + 2).split(" ");
+    const match = "pgid" in sel ? Number(fields[2]) === sel.pgid : Number(d) === sel.pid;
+    if (match && !name.startsWith("llama-server")) yield { pid: Number(d), name, fields };
+  }
+}
+
+/**
+ * CPU time (user + system, ms) of the processes in process group `pgid` (or the one process `pid`),
+ * the engine excluded: what the hop itself costs, whatever the scheduler does with it.
+ */
+export function cpuMs(sel: { pgid: number } | { pid: number }): { ms: number; names: string[] } {
+  let ticks = 0;
+  const names: string[] = [];
+  for (const p of hopStats(sel)) {
+    ticks += Number(p.fields[11]) + Number(p.fields[12]);
+    names.push(p.name);
   }
   return { ms: ticks * TICK_MS, names };
 }
@@ -141,22 +149,7 @@ export function cpuMs(sel: { pgid: number } | { pid: number }): { ms: number; na
 export function hopProcesses(
   sel: { pgid: number } | { pid: number },
 ): { pid: number; name: string }[] {
-  const out: { pid: number; name: string }[] = [];
-  for (const d of readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${d}/stat`, "utf8");
-    } catch {
-      continue;
-    }
-    const close = stat.lastIndexOf(")");
-    const comm = stat.slice(stat.indexOf("(") + 1, close);
-    const f = stat.slice(close + 2).split(" ");
-    const match = "pgid" in sel ? Number(f[2]) === sel.pgid : Number(d) === sel.pid;
-    if (match && !comm.startsWith("llama-server")) out.push({ pid: Number(d), name: comm });
-  }
-  return out;
+  return [...hopStats(sel)].map(({ pid, name }) => ({ pid, name }));
 }
 
 /**

@@ -1,7 +1,7 @@
 // Real node processes for integration tests: the launcher of services/node (@ic/node/launcher) with
 // test settings, clusters on loopback or on lab hosts (network namespaces), and fixtures for them.
 import { randomBytes } from "node:crypto";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   deepMerge,
@@ -41,6 +41,19 @@ export function prepareNode(spec: NodeSpec): NodeProcess {
     engine: { context_size: 512, restart_backoff_ms: 200 },
   };
   return prepareLaunchedNode({ ...spec, config: deepMerge(testDefaults, spec.config ?? {}) });
+}
+
+/** Merges `patch` (section by section) into a prepared, not yet started node's config file. */
+export function patchConfig(
+  node: NodeProcess,
+  patch: Record<string, Record<string, unknown>>,
+): void {
+  const cfg = JSON.parse(readFileSync(node.configPath, "utf8")) as Record<
+    string,
+    Record<string, unknown>
+  >;
+  for (const [k, v] of Object.entries(patch)) cfg[k] = { ...cfg[k], ...v };
+  writeFileSync(node.configPath, `${JSON.stringify(cfg, null, 2)}\n`, { mode: 0o600 });
 }
 
 export interface LocalCluster extends AsyncDisposable {

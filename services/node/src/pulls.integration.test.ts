@@ -2,13 +2,14 @@
 // (another host) from the hub emulator, shows its progress in /state, is cancelled and resumed without
 // fetching again what it had, and the model becomes placeable with no restart; a model directory
 // copied into store_path is registered once it settles; removal is refused while the model is in use.
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import {
   DelayRelay,
+  patchConfig,
   placeAndWait,
   seedStore,
   startHostCluster,
@@ -28,15 +29,6 @@ interface Pull {
 interface StateDoc {
   models: { model_id: string }[];
   pulls: Pull[];
-}
-
-function patchConfig(node: NodeProcess, patch: Record<string, Record<string, unknown>>): void {
-  const cfg = JSON.parse(readFileSync(node.configPath, "utf8")) as Record<
-    string,
-    Record<string, unknown>
-  >;
-  for (const [k, v] of Object.entries(patch)) cfg[k] = { ...cfg[k], ...v };
-  writeFileSync(node.configPath, `${JSON.stringify(cfg, null, 2)}\n`, { mode: 0o600 });
 }
 
 async function send(node: NodeProcess, method: string, path: string, body?: unknown) {

@@ -1,9 +1,10 @@
-import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import {
   DelayRelay,
+  patchConfig,
   placeAndWait,
   seedStore,
   startHostCluster,
@@ -19,16 +20,6 @@ interface StateDoc {
     instance_id: string;
     runners: { rank: number; state: string; endpoint?: string }[];
   }[];
-}
-
-/** Merges `patch` into a prepared (not yet started) node's config file. */
-function patchConfig(node: NodeProcess, patch: Record<string, Record<string, unknown>>): void {
-  const cfg = JSON.parse(readFileSync(node.configPath, "utf8")) as Record<
-    string,
-    Record<string, unknown>
-  >;
-  for (const [k, v] of Object.entries(patch)) cfg[k] = { ...cfg[k], ...v };
-  writeFileSync(node.configPath, `${JSON.stringify(cfg, null, 2)}\n`, { mode: 0o600 });
 }
 
 describe("staging through a cluster across hosts", () => {
