@@ -107,6 +107,13 @@ async function inflight(node: NodeProcess, model: string, n: number, maxTokens =
     );
   }
   await Promise.all(firsts);
+  // The plain requests are in flight too only once their tasks exist (a kill before a request's task
+  // is created fails it differently: no_master, the bus gone before it was ever sequenced).
+  await waitFor(
+    async () =>
+      (await node.get<{ tasks: unknown[] }>("/state")).tasks.length >= 2 * n ? true : undefined,
+    { timeoutMs: 10_000, intervalMs: 20, what: `${2 * n} tasks in flight` },
+  );
   return { ended: Promise.all(ended) };
 }
 
