@@ -151,6 +151,11 @@ export const PullRequestSchema = z.discriminatedUnion("op", [
   z.object({ op: z.literal("cancel"), model_id: ModelIdSchema }),
   z.object({ op: z.literal("list") }),
   /** Delete the model's files from the store (after the registry let it go). */
-  z.object({ op: z.literal("remove"), model_id: ModelIdSchema }),
+  z.object({
+    op: z.literal("remove"),
+    model_id: ModelIdSchema,
+    /** Only say whether the store would remove it now (no pull of it running), remove nothing. */
+    check_only: z.boolean().optional(),
+  }),
 ]);
 export type PullRequest = z.infer<typeof PullRequestSchema>;

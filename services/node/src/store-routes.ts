@@ -123,6 +123,7 @@ export function servePulls(
               ),
             ),
           };
+        if (req.check_only) return { ok: true, pulls: [] };
         try {
           await store.remove(req.model_id);
           return { ok: true, pulls: [] };
@@ -189,6 +190,8 @@ export function pullRoutes(
   app.delete("/store/models/:org/:name", async (c) => {
     const id = ModelIdSchema.safeParse(`${c.req.param("org")}/${c.req.param("name")}`);
     if (!id.success) throw validationError(id.error, "model_id");
+    // A pull of it in progress refuses before anything changes.
+    await ask({ op: "remove", model_id: id.data, check_only: true });
     await o.cluster.command({ type: "DeregisterModel", model_id: id.data });
     await ask({ op: "remove", model_id: id.data });
     return c.json({ ok: true, model_id: id.data });

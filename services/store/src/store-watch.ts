@@ -8,7 +8,7 @@
 // files with the same sizes and modification times, and its newest file is at least `settleMs` old.
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { modelIdFromDirName } from "@ic/protocol";
+import { modelDirName, modelIdFromDirName } from "@ic/protocol";
 import type { ModelId } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { walkFiles } from "./paths.ts";
@@ -118,7 +118,7 @@ export class StoreWatch {
     }
     for (const name of this.seen.keys()) if (!present.has(name)) this.seen.delete(name);
     for (const id of this.o.registeredIds?.() ?? []) {
-      const dir = join(this.o.storePath, id.replace("/", "--"));
+      const dir = join(this.o.storePath, modelDirName(id));
       if (!(await stat(dir).catch(() => undefined))) this.o.onRemoved?.(id);
     }
   }
