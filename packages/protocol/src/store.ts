@@ -127,27 +127,57 @@ export type PurgeStagingBody = z.infer<typeof PurgeStagingBodySchema>;
 
 export const PULL_STATES = ["queued", "running", "done", "failed", "cancelled"] as const;
 
+/** Why a pull failed: no room for the manifest plus the reserve, the hub, the transfer, a hash. */
+const PULL_ERROR_CODES = ["no_fit", "hub_error", "transfer", "integrity"] as const;
+export type PullErrorCode = (typeof PULL_ERROR_CODES)[number];
+
+/**
+ * A hub revision: a branch, a tag or a commit. Letters, digits, `.`, `_`, `-` in `/`-separated
+ * segments, no `..` (it travels in a URL path to the hub).
+ */
+const RevisionSchema = z
+  .string()
+  .min(1)
+  .max(200)
+  .regex(
+    /^[A-Za-z0-9_][A-Za-z0-9._-]*(\/[A-Za-z0-9_][A-Za-z0-9._-]*)*$/,
+    "revision must be a branch, tag or commit: letters, digits, '.', '_', '-' in '/'-separated segments",
+  )
+  .refine((v) => !v.includes(".."), "revision must not contain '..'");
+
 /** One model pull, as the store host reports it (GET /store/pulls, /state `pulls`). */
 export const PullSchema = z.object({
   model_id: ModelIdSchema,
+  /** The revision asked for (`main` when none was): a branch, a tag or a commit. */
+  revision: z.string(),
   state: z.enum(PULL_STATES),
   /** Bytes of the selected files on the store volume so far (resumed and linked bytes included). */
   bytes_done: z.number().int().nonnegative(),
   /** The selected manifest's total, once the hub listed it. */
   bytes_total: z.number().int().nonnegative().nullable(),
+  /** Selected files complete on the store volume (already present ones included). */
+  files_done: z.number().int().nonnegative(),
+  /** How many files the selected manifest has, once the hub listed it. */
+  files_total: z.number().int().nonnegative().nullable(),
   started_at: z.string(),
   updated_at: z.string(),
-  /** Why a pull failed (`cause`: no_fit, hub_error, transfer, integrity, aborted). */
-  error: z.object({ cause: z.string(), message: z.string() }).optional(),
+  /** Why a pull failed (only on `failed`). */
+  error: z.object({ code: z.enum(PULL_ERROR_CODES), message: z.string() }).optional(),
 });
 export type Pull = z.infer<typeof PullSchema>;
 
-export const PullBodySchema = z.object({ model_id: ModelIdSchema }).strict();
+export const PullBodySchema = z
+  .object({ model_id: ModelIdSchema, revision: RevisionSchema.optional() })
+  .strict();
 export type PullBody = z.infer<typeof PullBodySchema>;
 
 /** Bus request to the store host: start (or resume), cancel, or list its pulls; remove a model. */
 export const PullRequestSchema = z.discriminatedUnion("op", [
-  z.object({ op: z.literal("start"), model_id: ModelIdSchema }),
+  z.object({
+    op: z.literal("start"),
+    model_id: ModelIdSchema,
+    revision: RevisionSchema.optional(),
+  }),
   z.object({ op: z.literal("cancel"), model_id: ModelIdSchema }),
   z.object({ op: z.literal("list") }),
   /** Delete the model's files from the store (after the registry let it go). */

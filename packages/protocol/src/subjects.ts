@@ -28,7 +28,12 @@ export type PurgeReply = z.infer<typeof PurgeReplySchema>;
 
 /** A liveness probe (sent when a connection to the peer dropped): the answering process names itself. */
 export const PullReplySchema = z.discriminatedUnion("ok", [
-  z.object({ ok: z.literal(true), pulls: z.array(PullSchema) }),
+  z.object({
+    ok: z.literal(true),
+    pulls: z.array(PullSchema),
+    /** `start` only: whether a new pull was queued (false: the live one of that model came back). */
+    created: z.boolean().optional(),
+  }),
   z.object({ ok: z.literal(false), error: WireErrorSchema }),
 ]);
 

@@ -16,6 +16,8 @@ export const HEALTH_CODES = [
   "bus_auth_failures",
   /** The HTTP API listens beyond loopback with no tokens (auth.allow_anonymous). */
   "anonymous_api",
+  /** A model directory was removed from store_path by hand while an instance or deployment uses it. */
+  "store_model_missing",
 ] as const;
 export const HealthCodeSchema = z.enum(HEALTH_CODES);
 export type HealthCode = z.infer<typeof HealthCodeSchema>;

@@ -43,7 +43,7 @@ interface Pull {
   state: string;
   bytes_done: number;
   bytes_total: number | null;
-  error?: { cause: string; message: string };
+  error?: { code: string; message: string };
 }
 
 const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
@@ -168,7 +168,7 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
             if (now.state === "failed")
               throw new ApiError(
                 500,
-                now.error?.cause ?? "failed",
+                now.error?.code ?? "failed",
                 now.error?.message ?? "the pull failed",
               );
             throw new ApiError(

@@ -12,7 +12,7 @@ import { locateEngine } from "@ic/engine";
 import { childrenDir, sweepOrphans } from "@ic/process";
 import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
-import type { EngineInfo } from "@ic/protocol";
+import type { EngineInfo, ModelId } from "@ic/protocol";
 import { createGatewayApp } from "@ic/gateway";
 import type { ChatObserver } from "@ic/protocol";
 import { EventLog, eventRoutes } from "@ic/eventlog";
@@ -21,7 +21,13 @@ import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker
 import { clusterCredentials, isLoopback, stagingFor } from "@ic/config";
 import { createHubSource, PullManager, StoreHost, StoreWatch, stagingSettings } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
-import { pullRoutes, servePulls, servePurge, storeRoutes } from "./store-routes.ts";
+import {
+  missingModelHealth,
+  pullRoutes,
+  servePulls,
+  servePurge,
+  storeRoutes,
+} from "./store-routes.ts";
 import { openApiRoutes } from "./openapi.ts";
 import { SecurityHealth } from "./security-health.ts";
 import { LoopMonitor } from "./loop-monitor.ts";
@@ -176,6 +182,8 @@ export class Node implements AsyncDisposable {
       : undefined;
     /** Bumped when the store's models change (a pull finished, a copied model found): re-register. */
     let storeVersion = 0;
+    /** Models whose directory was removed by hand while in use, with the master's refusal. */
+    const missingModels = new Map<ModelId, string>();
     const pulls = storeHost
       ? new PullManager({ target: storeHost, onDone: () => void storeVersion++ })
       : undefined;
@@ -215,6 +223,7 @@ export class Node implements AsyncDisposable {
           health: [
             ...part.health,
             ...security.entries(Math.max(0, (this.agent?.livePeers().length ?? 1) - 1)),
+            ...missingModelHealth(missingModels),
           ],
         };
       },
@@ -426,25 +435,31 @@ export class Node implements AsyncDisposable {
     // 7. A store host registers the models it holds once it has joined a session (and after each change).
     // Models copied into store_path while running are registered once their files settle (store-watch.ts).
     if (storeHost) {
-      const warnedRemoved = new Set<string>();
       const watch = new StoreWatch({
         storePath: cfg.store_path!,
         registered: (id) => storeHost.manifest(id) !== undefined,
         register: (id) => storeHost.register(id),
-        onAdded: () => void storeVersion++,
-        registeredIds: () => storeHost.models().map((m) => m.model_id),
-        // Removed by hand: out of the registry and no longer served; while something uses it the
-        // master refuses, and the next scan asks again (warned once).
+        onAdded: (id) => {
+          missingModels.delete(id);
+          storeVersion++;
+        },
+        registeredIds: () => [
+          ...storeHost.models().map((m) => m.model_id),
+          ...[...missingModels.keys()].filter((id) => storeHost.manifest(id) === undefined),
+        ],
+        // Removed by hand: no longer served, and out of the registry; while something uses it the
+        // master refuses, so it stays in nodeHealth (store_model_missing) and each scan asks again.
         onRemoved: (id) => {
+          storeHost.forget(id);
           agent.command({ type: "DeregisterModel", model_id: id }).then(
-            () => storeHost.forget(id),
+            () => missingModels.delete(id),
             (e: unknown) => {
-              if (warnedRemoved.has(id)) return;
-              warnedRemoved.add(id);
-              log.warn(
-                { err: e, modelId: id },
-                "a model directory was removed while the model is in use; it leaves the registry once nothing uses it",
-              );
+              if (!missingModels.has(id))
+                log.warn(
+                  { err: e, modelId: id },
+                  "a model directory was removed from store_path while the model is in use; it leaves the registry once nothing uses it",
+                );
+              missingModels.set(id, e instanceof Error ? e.message : String(e));
             },
           );
         },

@@ -168,7 +168,10 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     summary: "pull a model from the model hub into the store (resumes a cancelled one)",
     scope: "admin",
     body: PullBodySchema,
-    responses: { "202": ok("the pull", PullResponseSchema) },
+    responses: {
+      "202": ok("the pull, queued (or resumed)", PullResponseSchema),
+      "200": ok("the pull of that model already queued or running", PullResponseSchema),
+    },
   },
   {
     method: "get",

@@ -1,7 +1,7 @@
 // The /store endpoints of a node: the local storage report, purge-staging broadcast over the bus
 // to every node (each node purges its own staging root; the store copy is never touched), and model
 // pulls, forwarded over the bus to the store host (the node with store_path) from any node.
-import type { Hono } from "hono";
+import type { Context, Hono } from "hono";
 import type { Bus } from "@ic/bus";
 import type { EventLog } from "@ic/eventlog";
 import { parseJson } from "@ic/gateway";
@@ -15,7 +15,7 @@ import {
   ServiceError,
   toWireError,
 } from "@ic/protocol";
-import type { Pull, PullRequest, PurgeReply, ReplyOf } from "@ic/protocol";
+import type { HealthEntry, ModelId, PullRequest, PurgeReply, ReplyOf } from "@ic/protocol";
 import { buildStorageReport, nodeDisk } from "@ic/store";
 import type { PullManager, StagingSettings, StoreHost } from "@ic/store";
 import { validationError } from "@ic/gateway";
@@ -105,7 +105,7 @@ export function servePulls(
   pulls: PullManager,
   store: Pick<StoreHost, "remove">,
 ): () => void {
-  return bus.respond("storePulls", async (req): Promise<ReplyOf<"storePulls">> => {
+  const answer = async (req: PullRequest): Promise<ReplyOf<"storePulls">> => {
     switch (req.op) {
       case "remove": {
         const live = pulls
@@ -114,38 +114,31 @@ export function servePulls(
             (p) => p.model_id === req.model_id && (p.state === "queued" || p.state === "running"),
           );
         if (live)
-          return {
-            ok: false,
-            error: toWireError(
-              new ServiceError(
-                "conflict",
-                `a pull of ${req.model_id} is ${live.state}; cancel it first`,
-              ),
-            ),
-          };
-        if (req.check_only) return { ok: true, pulls: [] };
-        try {
-          await store.remove(req.model_id);
-          return { ok: true, pulls: [] };
-        } catch (e) {
-          return { ok: false, error: toWireError(e) };
-        }
+          throw new ServiceError(
+            "conflict",
+            `a pull of ${req.model_id} is ${live.state}; cancel it first`,
+          );
+        if (!req.check_only) await store.remove(req.model_id);
+        return { ok: true, pulls: [] };
       }
-      case "start":
-        return { ok: true, pulls: [pulls.start(req.model_id).pull] };
+      case "start": {
+        const { pull, created } = pulls.start(req.model_id, req.revision);
+        return { ok: true, pulls: [pull], created };
+      }
       case "cancel": {
         const p = pulls.cancel(req.model_id);
-        if (!p)
-          return {
-            ok: false,
-            error: toWireError(
-              new ServiceError("not_found", `no pull of ${req.model_id} on the store host`),
-            ),
-          };
+        if (!p) throw new ServiceError("not_found", `no pull of ${req.model_id} on the store host`);
         return { ok: true, pulls: [p] };
       }
       case "list":
         return { ok: true, pulls: pulls.list() };
+    }
+  };
+  return bus.respond("storePulls", async (req) => {
+    try {
+      return await answer(req);
+    } catch (e) {
+      return { ok: false, error: toWireError(e) };
     }
   });
 }
@@ -158,7 +151,7 @@ export function pullRoutes(
   app: Hono,
   o: { readonly bus: Pick<Bus, "request">; readonly cluster: Pick<ClusterView, "command"> },
 ): void {
-  const ask = async (req: PullRequest): Promise<Pull[]> => {
+  const ask = async (req: PullRequest): Promise<Extract<ReplyOf<"storePulls">, { ok: true }>> => {
     let reply: ReplyOf<"storePulls">;
     try {
       reply = await o.bus.request("storePulls", req, { timeoutMs: 10_000 });
@@ -171,29 +164,59 @@ export function pullRoutes(
       );
     }
     if (!reply.ok) throw fromWireError(reply.error);
-    return reply.pulls;
+    return reply;
+  };
+  const idOf = (org: string, name: string) => {
+    const id = ModelIdSchema.safeParse(`${org}/${name}`);
+    if (!id.success) throw validationError(id.error, "model_id");
+    return id.data;
+  };
+  /** A model id in a path that is not two segments (`a/b/c`) is bad input, not an unknown route. */
+  const badPathId = (c: Context): never => {
+    const rest = c.req.path.replace(/^\/store\/(pulls|models)\/?/, "");
+    throw new ServiceError(
+      "invalid_request",
+      `model_id: must be <org>/<name> (two path segments), got ${JSON.stringify(rest)}`,
+      { details: { issues: [{ path: "model_id", message: "must be <org>/<name>" }] } },
+    );
   };
   app.post("/store/pulls", async (c) => {
     const body = await parseJson(c, PullBodySchema);
-    const [pull] = await ask({ op: "start", model_id: body.model_id });
-    return c.json({ pull }, 202);
+    const reply = await ask({
+      op: "start",
+      model_id: body.model_id,
+      ...(body.revision ? { revision: body.revision } : {}),
+    });
+    return c.json({ pull: reply.pulls[0] }, reply.created === false ? 200 : 202);
   });
-  app.get("/store/pulls", async (c) => c.json({ pulls: await ask({ op: "list" }) }));
+  app.get("/store/pulls", async (c) => c.json({ pulls: (await ask({ op: "list" })).pulls }));
   app.delete("/store/pulls/:org/:name", async (c) => {
-    const id = ModelIdSchema.safeParse(`${c.req.param("org")}/${c.req.param("name")}`);
-    if (!id.success) throw validationError(id.error, "model_id");
-    const [pull] = await ask({ op: "cancel", model_id: id.data });
-    return c.json({ pull });
+    const id = idOf(c.req.param("org"), c.req.param("name"));
+    const reply = await ask({ op: "cancel", model_id: id });
+    return c.json({ pull: reply.pulls[0] });
   });
-  // Out of the registry first (the master refuses while an instance, a deployment or a model it
-  // drafts for uses it), then off the disk.
+  app.delete("/store/pulls/*", badPathId);
+  // A pull of it in progress refuses before anything changes; then out of the registry (the master
+  // refuses while an instance, a deployment or a model it drafts for uses it), then off the disk.
   app.delete("/store/models/:org/:name", async (c) => {
-    const id = ModelIdSchema.safeParse(`${c.req.param("org")}/${c.req.param("name")}`);
-    if (!id.success) throw validationError(id.error, "model_id");
-    // A pull of it in progress refuses before anything changes.
-    await ask({ op: "remove", model_id: id.data, check_only: true });
-    await o.cluster.command({ type: "DeregisterModel", model_id: id.data });
-    await ask({ op: "remove", model_id: id.data });
-    return c.json({ ok: true, model_id: id.data });
+    const id = idOf(c.req.param("org"), c.req.param("name"));
+    await ask({ op: "remove", model_id: id, check_only: true });
+    await o.cluster.command({ type: "DeregisterModel", model_id: id });
+    await ask({ op: "remove", model_id: id });
+    return c.json({ ok: true, model_id: id });
   });
+  app.delete("/store/models/*", badPathId);
+}
+
+/**
+ * nodeHealth warnings of the store host for models whose directory was removed from store_path by
+ * hand while something uses them (the master's refusal says what). Pure.
+ */
+export function missingModelHealth(missing: ReadonlyMap<ModelId, string>): HealthEntry[] {
+  return [...missing].map(([id, refusal]) => ({
+    code: "store_model_missing",
+    severity: "warn",
+    message: `the directory of ${id} was removed from store_path while it is in use (${refusal}); it is no longer served, and it stays registered until nothing uses it`,
+    remediation: `put the model's directory back into store_path, or delete what uses ${id} (DELETE /instance/{id}); it then leaves the registry`,
+  }));
 }

@@ -2,7 +2,7 @@
 // read, an error (not a short body that looks complete) when the file shrank, and cancel closing it.
 import { describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
-import { truncate, writeFile } from "node:fs/promises";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { FILE_READ_BYTES, fileBody } from "./file-body.ts";
 import { tempDir } from "./test-support.ts";
@@ -30,9 +30,9 @@ describe("file bodies", () => {
   it("errors when the file is shorter than the range", async () => {
     await using dir = await tempDir("body");
     const path = join(dir.path, "f.bin");
-    await writeFile(path, randomBytes(100));
+    // The file is shorter than the range asked (it shrank after the size was taken).
+    await writeFile(path, randomBytes(50));
     const body = fileBody(path, 0, 199, () => undefined);
-    await truncate(path, 50);
     await expect(drain(body)).rejects.toThrow(/ended at byte 50/);
   });
 

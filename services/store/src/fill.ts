@@ -77,13 +77,30 @@ export async function planFill(
   return { actions, manifestBytes, additionalBytes };
 }
 
-export interface FillProgress {
+/** How far a fill is, over all its files. */
+export interface FillTotals {
+  readonly doneBytes: number;
+  readonly totalBytes: number;
+  /** Files complete so far (present, linked or transferred). */
+  readonly filesDone: number;
+  readonly filesTotal: number;
+}
+
+/** What a plan finds already there before anything moves: present files and resumable partials. */
+export function plannedTotals(plan: FillPlan): FillTotals {
+  return {
+    doneBytes: plan.actions.reduce((s, a) => s + (a.kind === "link" ? 0 : a.presentBytes), 0),
+    totalBytes: plan.manifestBytes,
+    filesDone: plan.actions.filter((a) => a.kind === "present").length,
+    filesTotal: plan.actions.length,
+  };
+}
+
+export interface FillProgress extends FillTotals {
   readonly file: string;
   readonly phase: "link" | "transfer";
   readonly fileDoneBytes: number;
   readonly fileBytes: number;
-  readonly doneBytes: number;
-  readonly totalBytes: number;
 }
 
 export interface FillStats {
@@ -112,18 +129,35 @@ export async function executeFill(args: {
   readonly onProgress?: ((p: FillProgress) => void) | undefined;
 }): Promise<FillStats> {
   const { dir, plan, signal } = args;
-  const total = plan.manifestBytes;
-  let done = 0;
+  const planned = plannedTotals(plan);
+  const { totalBytes: total, filesTotal } = planned;
+  let done = planned.doneBytes;
+  let filesDone = planned.filesDone;
   let fetchedBytes = 0;
   let resumedBytes = 0;
   let linkedBytes = 0;
   let reusedBytes = 0;
   const sha256 = new Map<string, string>();
+  const report = (
+    file: string,
+    phase: FillProgress["phase"],
+    fileDoneBytes: number,
+    fileBytes: number,
+  ) =>
+    args.onProgress?.({
+      file,
+      phase,
+      fileDoneBytes,
+      fileBytes,
+      doneBytes: done,
+      totalBytes: total,
+      filesDone,
+      filesTotal,
+    });
   for (const a of plan.actions) {
     const finalPath = artifactFile(dir, a.file.path);
     if (a.kind === "present") {
       reusedBytes += a.file.bytes;
-      done += a.file.bytes;
       if (a.file.sha256) sha256.set(a.file.path, a.file.sha256);
       continue;
     }
@@ -143,20 +177,13 @@ export async function executeFill(args: {
       await rm(partFile(finalPath), { force: true });
       linkedBytes += a.file.bytes;
       done += a.file.bytes;
+      filesDone++;
       if (a.file.sha256) sha256.set(a.file.path, a.file.sha256);
-      args.onProgress?.({
-        file: a.file.path,
-        phase: "link",
-        fileDoneBytes: a.file.bytes,
-        fileBytes: a.file.bytes,
-        doneBytes: done,
-        totalBytes: total,
-      });
+      report(a.file.path, "link", a.file.bytes, a.file.bytes);
       continue;
     }
     if (a.kind === "fetch") await rm(partFile(finalPath), { force: true });
     let fileDone = a.presentBytes;
-    done += a.presentBytes;
     const out = await transferFile({
       finalPath,
       file: {
@@ -170,18 +197,15 @@ export async function executeFill(args: {
       onBytes: (n) => {
         fileDone += n;
         done += n;
-        args.onProgress?.({
-          file: a.file.path,
-          phase: "transfer",
-          fileDoneBytes: fileDone,
-          fileBytes: a.file.bytes,
-          doneBytes: done,
-          totalBytes: total,
-        });
+        report(a.file.path, "transfer", fileDone, a.file.bytes);
       },
     });
     fetchedBytes += out.fetchedBytes;
     resumedBytes += out.resumedBytes;
+    // Exact again if the partial was not what the plan saw (gone, or the source ignored the range).
+    done += a.file.bytes - fileDone;
+    filesDone++;
+    report(a.file.path, "transfer", a.file.bytes, a.file.bytes);
     sha256.set(a.file.path, out.sha256);
   }
   return { fetchedBytes, resumedBytes, linkedBytes, reusedBytes, sha256 };

@@ -152,6 +152,12 @@ describe("direct model-hub fallback when the store is unreachable (rule 8)", () 
   });
 });
 
+/** The commit a repo's default branch points at, as the hub says. */
+async function commitOf(hubUrl: string, repo: string): Promise<string> {
+  const info = (await (await fetch(`${hubUrl}/api/models/${repo}`)).json()) as { sha: string };
+  return info.sha;
+}
+
 describe("store-side model-hub downloads (rule 7)", () => {
   it("downloads a repo into store_path, registers an exact manifest and serves it to staging", async () => {
     const weights = randomBytes(2 * MiB);
@@ -174,7 +180,12 @@ describe("store-side model-hub downloads (rule 7)", () => {
     const manifest = StoreManifestSchema.parse(
       await (await fetch(`${host.url}/store/models/acme/base/manifest`)).json(),
     );
-    expect(manifest).toMatchObject({ source: "hub", revision: "main", total_bytes: 2 * MiB + 8 });
+    // The branch was resolved to its commit, and every file was fetched at that commit.
+    const commit = await commitOf(hub.url, "acme/base");
+    expect(manifest).toMatchObject({ source: "hub", revision: commit, total_bytes: 2 * MiB + 8 });
+    const fetches = hub.requests.filter((q) => q.path.includes("/resolve/"));
+    expect(fetches.length).toBeGreaterThan(0);
+    expect(fetches.every((q) => q.path.startsWith(`/acme/base/resolve/${commit}/`))).toBe(true);
     expect(manifest.files.find((f) => f.path === "model.gguf")?.sha256).toBe(sha(weights));
     expect(existsSync(join(storeDir.path, "acme--base", ".ic-download.json"))).toBe(false);
 
@@ -192,6 +203,32 @@ describe("store-side model-hub downloads (rule 7)", () => {
     // Downloading again finds everything present and fetches nothing.
     const again = await host.downloadFromHub(id("acme/base"));
     expect(again).toMatchObject({ ok: true, reusedBytes: 2 * MiB + 8, fetchedBytes: 0 });
+  });
+
+  it("pulls the revision asked for; an unknown one fails before writing", async () => {
+    await using hub = await hubWith({ "acme/base": { "model.gguf": randomBytes(MiB) } });
+    await using storeDir = await tempDir("store");
+    await using host = new StoreHost({
+      storePath: storeDir.path,
+      logger: silentLogger(),
+      headroomBytes: 0,
+      hub: createHubSource({ hubUrl: hub.url }),
+    });
+    await host.start();
+    const missing = await host.downloadFromHub(id("acme/base"), { revision: "no-such-branch" });
+    expect(missing).toMatchObject({ ok: false, cause: "hub_error" });
+    expect(!missing.ok && missing.message).toContain("at no-such-branch");
+    expect(existsSync(join(storeDir.path, "acme--base"))).toBe(false);
+    const commit = await commitOf(hub.url, "acme/base");
+    const seen: number[] = [];
+    const r = await host.downloadFromHub(id("acme/base"), {
+      revision: commit,
+      onProgress: (p) => seen.push(p.filesDone),
+    });
+    expect(r).toMatchObject({ ok: true, manifest: { revision: commit } });
+    // Reported once admitted (nothing there yet), then as the file completes.
+    expect(seen[0]).toBe(0);
+    expect(seen.at(-1)).toBe(1);
   });
 
   it("fails before writing when store_path cannot keep the reserve", async () => {

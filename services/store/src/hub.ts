@@ -1,6 +1,6 @@
 // Model-hub access through @huggingface/hub: list a repo's selected files with exact sizes and hashes,
 // and open one at a byte offset (Range) so hub downloads resume like store transfers.
-import { downloadFile, listFiles } from "@huggingface/hub";
+import { downloadFile, listFiles, modelInfo } from "@huggingface/hub";
 import { z } from "zod";
 import { artifactPathProblem, type ModelId } from "@ic/protocol";
 import { parseContentRange } from "./range.ts";
@@ -16,15 +16,26 @@ export interface HubFile {
 }
 
 export interface HubListing {
+  /** The commit the files were listed at (a branch or tag is resolved first). */
   readonly revision: string;
   readonly files: HubFile[];
 }
 
 /** What store-side downloads and the node's direct fallback need from a model hub. */
 export interface HubSource {
-  /** The selected files of a repo with exact sizes: the selected manifest. */
-  list(modelId: ModelId, signal?: AbortSignal): Promise<HubListing>;
-  open(modelId: ModelId, file: HubFile, offset: number, signal: AbortSignal): Promise<OpenedStream>;
+  /**
+   * The selected files of a repo with exact sizes: the selected manifest, at `revision` (a branch,
+   * tag or commit; the source's default when absent) resolved to its commit.
+   */
+  list(modelId: ModelId, signal?: AbortSignal, revision?: string): Promise<HubListing>;
+  /** Opens a file at `offset`; `revision` should be the listing's commit (default: the source's). */
+  open(
+    modelId: ModelId,
+    file: HubFile,
+    offset: number,
+    signal: AbortSignal,
+    revision?: string,
+  ): Promise<OpenedStream>;
 }
 
 export interface HubSourceOptions {
@@ -39,6 +50,7 @@ export interface HubSourceOptions {
 
 const SHA256 = /^[0-9a-f]{64}$/;
 const SHA1 = /^[0-9a-f]{40}$/;
+const ModelShaSchema = z.object({ sha: z.string().regex(SHA1) });
 
 /** One entry of the hub's tree listing, validated at the edge (the library passes the JSON through). */
 const TreeEntrySchema = z.object({
@@ -50,19 +62,34 @@ const TreeEntrySchema = z.object({
 
 export function createHubSource(opts: HubSourceOptions): HubSource {
   const baseFetch = opts.fetch ?? fetch;
-  const revision = opts.revision ?? "main";
+  const defaultRevision = opts.revision ?? "main";
   const common = {
-    revision,
     ...(opts.hubUrl ? { hubUrl: opts.hubUrl } : {}),
     ...(opts.accessToken ? { accessToken: opts.accessToken } : {}),
   };
   return {
-    async list(modelId, signal) {
+    async list(modelId, signal, asked) {
       const files: HubFile[] = [];
       const f: typeof fetch = (input, init) =>
         baseFetch(input, { ...init, ...(signal ? { signal } : {}) });
+      // A branch moves: list and download at the commit it names now, so the files agree.
+      let revision = asked ?? defaultRevision;
+      if (!SHA1.test(revision)) {
+        const info = ModelShaSchema.safeParse(
+          await modelInfo({
+            ...common,
+            name: modelId,
+            revision,
+            additionalFields: ["sha"],
+            fetch: f,
+          }),
+        );
+        if (!info.success) throw new Error(`the hub named no commit for ${modelId} at ${revision}`);
+        revision = info.data.sha;
+      }
       for await (const raw of listFiles({
         ...common,
+        revision,
         repo: { type: "model", name: modelId },
         recursive: true,
         fetch: f,
@@ -89,7 +116,7 @@ export function createHubSource(opts: HubSourceOptions): HubSource {
       return { revision, files };
     },
 
-    async open(modelId, file, offset, signal) {
+    async open(modelId, file, offset, signal, revision) {
       let capture: ((res: Response) => void) | null = null;
       let fail: ((e: unknown) => void) | null = null;
       const served = new Promise<number>((resolve, reject) => {
@@ -115,6 +142,7 @@ export function createHubSource(opts: HubSourceOptions): HubSource {
       };
       const blob = await downloadFile({
         ...common,
+        revision: revision ?? defaultRevision,
         repo: { type: "model", name: modelId },
         path: file.path,
         fetch: f,

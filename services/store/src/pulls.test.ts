@@ -3,7 +3,7 @@ import type { ModelId } from "@ic/protocol";
 import { PullManager } from "./pulls.ts";
 import type { PullTarget } from "./pulls.ts";
 import type { HubDownloadResult } from "./store-host.ts";
-import type { FillProgress } from "./fill.ts";
+import type { FillTotals } from "./fill.ts";
 
 const id = (s: string) => s as ModelId;
 
@@ -11,8 +11,9 @@ const id = (s: string) => s as ModelId;
 function scripted() {
   const calls: {
     modelId: ModelId;
-    signal?: AbortSignal;
-    progress: (p: FillProgress) => void;
+    revision?: string | undefined;
+    signal?: AbortSignal | undefined;
+    progress: (p: FillTotals) => void;
     settle: (r: HubDownloadResult) => void;
   }[] = [];
   const target: PullTarget = {
@@ -20,6 +21,7 @@ function scripted() {
       new Promise((resolve) => {
         calls.push({
           modelId,
+          revision: o.revision,
           signal: o.signal,
           progress: o.onProgress ?? (() => {}),
           settle: resolve,
@@ -51,6 +53,12 @@ const ok = (modelId: ModelId, total: number): HubDownloadResult => ({
   reusedBytes: 0,
 });
 const tick = () => new Promise((r) => setTimeout(r, 0));
+const progress = (doneBytes: number, totalBytes: number, filesDone = 0): FillTotals => ({
+  doneBytes,
+  totalBytes,
+  filesDone,
+  filesTotal: 2,
+});
 
 describe("PullManager", () => {
   it("runs one pull at a time, reports progress, and calls onDone when the model is in", async () => {
@@ -60,19 +68,21 @@ describe("PullManager", () => {
     expect(m.start(id("a/one")).pull.state).toBe("running");
     expect(m.start(id("a/two")).pull.state).toBe("queued");
     expect(calls.map((c) => c.modelId)).toEqual(["a/one"]);
-    calls[0]!.progress({
-      file: "w",
-      phase: "transfer",
-      fileDoneBytes: 5,
-      fileBytes: 10,
-      doneBytes: 5,
-      totalBytes: 10,
+    expect(m.list()[0]).toMatchObject({
+      revision: "main",
+      bytes_done: 0,
+      bytes_total: null,
+      files_done: 0,
+      files_total: null,
     });
+    calls[0]!.progress(progress(5, 10, 1));
     expect(m.list()[0]).toMatchObject({
       model_id: "a/one",
       state: "running",
       bytes_done: 5,
       bytes_total: 10,
+      files_done: 1,
+      files_total: 2,
     });
     // Asking again for a live pull returns it.
     expect(m.start(id("a/one")).created).toBe(false);
@@ -91,14 +101,7 @@ describe("PullManager", () => {
     const m = new PullManager({ target });
     m.start(id("a/one"));
     m.start(id("a/two"));
-    calls[0]!.progress({
-      file: "w",
-      phase: "transfer",
-      fileDoneBytes: 4,
-      fileBytes: 10,
-      doneBytes: 4,
-      totalBytes: 10,
-    });
+    calls[0]!.progress(progress(4, 10));
     expect(m.cancel(id("a/two"))?.state).toBe("cancelled");
     expect(m.cancel(id("a/one"))?.state).toBe("cancelled");
     expect(calls[0]!.signal?.aborted).toBe(true);
@@ -109,6 +112,51 @@ describe("PullManager", () => {
     const again = m.start(id("a/one"));
     expect(again).toMatchObject({ created: true, pull: { state: "running", bytes_done: 4 } });
     expect(calls).toHaveLength(2);
+    // Cancelling twice answers the cancelled pull; a finished one has nothing to cancel.
+    expect(m.cancel(id("a/two"))?.state).toBe("cancelled");
+    calls[1]!.settle(ok(id("a/one"), 10));
+    await tick();
+    expect(() => m.cancel(id("a/one"))).toThrow(/done; there is nothing to cancel/);
+  });
+
+  it("pulls the revision asked for; a live pull is not restarted at another one", async () => {
+    const { target, calls } = scripted();
+    const m = new PullManager({ target });
+    const first = m.start(id("a/one"), "v1.0");
+    expect(first.pull.revision).toBe("v1.0");
+    expect(calls[0]!.revision).toBe("v1.0");
+    expect(m.start(id("a/one"), "v1.0").created).toBe(false);
+    expect(m.start(id("a/one")).created).toBe(false);
+    expect(() => m.start(id("a/one"), "main")).toThrow(
+      expect.objectContaining({ code: "conflict" }),
+    );
+    calls[0]!.progress(progress(4, 10));
+    m.cancel(id("a/one"));
+    await tick();
+    // Posting again with no revision resumes at the cancelled pull's one.
+    expect(m.start(id("a/one")).pull).toMatchObject({ revision: "v1.0", bytes_done: 4 });
+    expect(calls[1]!.revision).toBe("v1.0");
+    m.cancel(id("a/one"));
+    await tick();
+    // Another revision after a cancel starts its count afresh (the fill plan keeps what matches).
+    expect(m.start(id("a/one"), "main").pull).toMatchObject({
+      revision: "main",
+      bytes_done: 0,
+      bytes_total: null,
+    });
+    expect(calls[2]!.revision).toBe("main");
+  });
+
+  it("refuses new pulls once stopped, and stopping aborts the running one", async () => {
+    const { target, calls } = scripted();
+    const m = new PullManager({ target });
+    m.start(id("a/one"));
+    m.start(id("a/two"));
+    m.stop();
+    expect(calls[0]!.signal?.aborted).toBe(true);
+    await tick();
+    expect(m.list().map((p) => p.state)).toEqual(["cancelled", "cancelled"]);
+    expect(() => m.start(id("a/three"))).toThrow(expect.objectContaining({ code: "unavailable" }));
   });
 
   it("a refused download (no fit) is a failed pull with its cause and message", async () => {
@@ -125,7 +173,7 @@ describe("PullManager", () => {
     await tick();
     expect(m.list()[0]).toMatchObject({
       state: "failed",
-      error: { cause: "no_fit", message: "needs 40 GiB plus the 10 GiB reserve" },
+      error: { code: "no_fit", message: "needs 40 GiB plus the 10 GiB reserve" },
     });
   });
 });

@@ -5,19 +5,19 @@
 // with the transfer.
 //
 // Invariants: at most one entry per model; a cancelled pull keeps its partial files (.part), so
-// asking again resumes it; finished entries are kept for an hour (at most KEEP_FINISHED), so an
-// operator sees how a pull ended.
+// asking again resumes it; a live pull is never restarted at another revision (conflict); finished
+// entries are kept for an hour (at most KEEP_FINISHED), so an operator sees how a pull ended.
+import { ServiceError } from "@ic/protocol";
 import type { ModelId, Pull } from "@ic/protocol";
-import type { HubDownloadResult } from "./store-host.ts";
-import type { FillProgress } from "./fill.ts";
+import type { HubDownloadOptions, HubDownloadResult } from "./store-host.ts";
 
 /** What a pull needs of the store host. */
 export interface PullTarget {
-  downloadFromHub(
-    modelId: ModelId,
-    options: { signal?: AbortSignal; onProgress?: (p: FillProgress) => void },
-  ): Promise<HubDownloadResult>;
+  downloadFromHub(modelId: ModelId, options: HubDownloadOptions): Promise<HubDownloadResult>;
 }
+
+/** The revision a pull takes when none is asked for: the hub's default branch. */
+export const DEFAULT_REVISION = "main";
 
 export interface PullManagerOptions {
   readonly target: PullTarget;
@@ -46,18 +46,37 @@ export class PullManager {
     this.now = o.now ?? Date.now;
   }
 
-  /** Starts a pull of `modelId`, or resumes a cancelled or failed one; a live one is returned as is. */
-  start(modelId: ModelId): { pull: Pull; created: boolean } {
+  /**
+   * Starts a pull of `modelId`, or resumes a cancelled or failed one (from its partial files); a
+   * live one is returned as is (`created: false`), or refused with `conflict` when it pulls another
+   * revision than the one asked for.
+   */
+  start(modelId: ModelId, revision?: string): { pull: Pull; created: boolean } {
     const live = this.entries.get(modelId);
-    if (live && (live.pull.state === "queued" || live.pull.state === "running"))
+    if (live && (live.pull.state === "queued" || live.pull.state === "running")) {
+      if (revision !== undefined && revision !== live.pull.revision)
+        throw new ServiceError(
+          "conflict",
+          `a pull of ${modelId} at ${live.pull.revision} is ${live.pull.state}; cancel it first to pull ${revision}`,
+        );
       return { pull: live.pull, created: false };
+    }
+    if (this.stopped) throw new ServiceError("unavailable", "the store host is stopping");
     const at = new Date(this.now()).toISOString();
+    // Posting again resumes a cancelled or failed pull at its revision unless another is asked for.
+    const resumable = live?.pull.state === "cancelled" || live?.pull.state === "failed";
+    const rev = revision ?? (resumable ? live.pull.revision : DEFAULT_REVISION);
+    const same = resumable && live.pull.revision === rev;
     const entry: Entry = {
       pull: {
         model_id: modelId,
+        revision: rev,
         state: "queued",
-        bytes_done: live?.pull.bytes_done ?? 0,
-        bytes_total: live?.pull.bytes_total ?? null,
+        // A resume starts from what the last attempt had (the first report corrects it).
+        bytes_done: same ? live.pull.bytes_done : 0,
+        bytes_total: same ? live.pull.bytes_total : null,
+        files_done: same ? live.pull.files_done : 0,
+        files_total: same ? live.pull.files_total : null,
         started_at: at,
         updated_at: at,
       },
@@ -68,10 +87,18 @@ export class PullManager {
     return { pull: entry.pull, created: true };
   }
 
-  /** Cancels a queued or running pull (its partial files stay for a resume); undefined when unknown. */
+  /**
+   * Cancels a queued or running pull (its partial files stay for a resume); a cancelled one is
+   * returned as is; `conflict` for one that is done or failed; undefined when unknown.
+   */
   cancel(modelId: ModelId): Pull | undefined {
     const e = this.entries.get(modelId);
     if (!e) return undefined;
+    if (e.pull.state === "done" || e.pull.state === "failed")
+      throw new ServiceError(
+        "conflict",
+        `the pull of ${modelId} is ${e.pull.state}; there is nothing to cancel`,
+      );
     if (e.pull.state === "queued") {
       this.queue.splice(this.queue.indexOf(modelId), 1);
       this.finish(e, { state: "cancelled" });
@@ -116,7 +143,14 @@ export class PullManager {
     void this.o.target
       .downloadFromHub(id, {
         signal: e.controller.signal,
-        onProgress: (p) => this.update(e, { bytes_done: p.doneBytes, bytes_total: p.totalBytes }),
+        revision: e.pull.revision,
+        onProgress: (p) =>
+          this.update(e, {
+            bytes_done: p.doneBytes,
+            bytes_total: p.totalBytes,
+            files_done: p.filesDone,
+            files_total: p.filesTotal,
+          }),
       })
       .then(
         (r) => this.settle(e, r),
@@ -138,7 +172,14 @@ export class PullManager {
   private settle(e: Entry, r: HubDownloadResult): void {
     if (r.ok) {
       const total = r.manifest.total_bytes;
-      this.finish(e, { state: "done", bytes_done: total, bytes_total: total });
+      const files = r.manifest.files.length;
+      this.finish(e, {
+        state: "done",
+        bytes_done: total,
+        bytes_total: total,
+        files_done: files,
+        files_total: files,
+      });
       this.o.onDone?.(e.pull.model_id);
       return;
     }
@@ -146,7 +187,7 @@ export class PullManager {
       this.finish(e, { state: "cancelled" });
       return;
     }
-    this.finish(e, { state: "failed", error: { cause: r.cause, message: r.message } });
+    this.finish(e, { state: "failed", error: { code: r.cause, message: r.message } });
   }
 
   private update(e: Entry, patch: Partial<Pull>): void {

@@ -29,7 +29,7 @@ import {
 } from "@ic/protocol";
 import { noFitMessage, type NoFitMessageInput } from "@ic/staging";
 import { nodeDisk, type Disk } from "./disk.ts";
-import { executeFill, planFill, type FillProgress } from "./fill.ts";
+import { executeFill, planFill, plannedTotals, type FillTotals } from "./fill.ts";
 import type { HubSource } from "./hub.ts";
 import {
   artifactFile,
@@ -92,6 +92,14 @@ export type HubDownloadResult =
       readonly message: string;
       readonly arithmetic?: NoFitMessageInput;
     };
+
+export interface HubDownloadOptions {
+  readonly signal?: AbortSignal | undefined;
+  /** Bytes and files done of the selected manifest: once admitted, then as files move. */
+  readonly onProgress?: ((p: FillTotals) => void) | undefined;
+  /** A branch, tag or commit; the hub source's default (main) when absent. */
+  readonly revision?: string | undefined;
+}
 
 export class StoreHost implements AsyncDisposable {
   readonly app: Hono;
@@ -228,10 +236,7 @@ export class StoreHost implements AsyncDisposable {
    * Rule 7: downloads a repo's selected files from the model hub into the store and registers them.
    * The exact additional bytes plus the reserve must fit on store_path before anything is written.
    */
-  downloadFromHub(
-    modelId: ModelId,
-    options: { signal?: AbortSignal; onProgress?: (p: FillProgress) => void } = {},
-  ): Promise<HubDownloadResult> {
+  downloadFromHub(modelId: ModelId, options: HubDownloadOptions = {}): Promise<HubDownloadResult> {
     return this.serial.run(() => this.downloadNow(modelId, options));
   }
 
@@ -324,7 +329,7 @@ export class StoreHost implements AsyncDisposable {
 
   private async downloadNow(
     modelId: ModelId,
-    options: { signal?: AbortSignal; onProgress?: (p: FillProgress) => void },
+    options: HubDownloadOptions,
   ): Promise<HubDownloadResult> {
     const fail = (
       cause: Extract<HubDownloadResult, { ok: false }>["cause"],
@@ -352,9 +357,11 @@ export class StoreHost implements AsyncDisposable {
     try {
       let listing;
       try {
-        listing = await hub.list(modelId, controller.signal);
+        listing = await hub.list(modelId, controller.signal, options.revision);
       } catch (e) {
-        return fail("hub_error", `cannot list ${modelId} on the model hub: ${errText(e)}`);
+        if (controller.signal.aborted) return fail("aborted", `download of ${modelId} aborted`);
+        const at = options.revision ? ` at ${options.revision}` : "";
+        return fail("hub_error", `cannot list ${modelId}${at} on the model hub: ${errText(e)}`);
       }
       if (listing.files.length === 0)
         return fail("hub_error", `${modelId} has no artifact files on the model hub`);
@@ -395,6 +402,7 @@ export class StoreHost implements AsyncDisposable {
       this.manifests.delete(modelId);
       await mkdir(dir, { recursive: true });
       await writeRecord(dir, record, DOWNLOAD_RECORD_FILE);
+      options.onProgress?.(plannedTotals(plan));
       const byPath = new Map(listing.files.map((f) => [f.path, f]));
       let stats;
       try {
@@ -403,7 +411,7 @@ export class StoreHost implements AsyncDisposable {
           plan,
           signal: controller.signal,
           open: (file) => (offset, s) =>
-            hub.open(modelId, byPath.get(file.path) ?? file, offset, s),
+            hub.open(modelId, byPath.get(file.path) ?? file, offset, s, listing.revision),
           onProgress: options.onProgress,
         });
       } catch (e) {

@@ -4,11 +4,12 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
 import type { ModelId } from "@ic/protocol";
-import { settled, StoreWatch } from "./store-watch.ts";
+import { followUpMs, settled, StoreWatch } from "./store-watch.ts";
 import type { DirSnapshot } from "./store-watch.ts";
 
 const snap = (o: Partial<DirSnapshot> = {}): DirSnapshot => ({
   signature: "w.gguf:10:1000",
+  atMs: 5000,
   newestMtimeMs: 1000,
   files: 1,
   hasDownloadRecord: false,
@@ -17,33 +18,84 @@ const snap = (o: Partial<DirSnapshot> = {}): DirSnapshot => ({
 
 describe("settled", () => {
   it.each([
-    ["the same files, old enough", snap(), snap(), 5000, true],
-    ["first sight", undefined, snap(), 5000, false],
-    ["a file grew", snap(), snap({ signature: "w.gguf:20:1000" }), 5000, false],
-    ["written too recently", snap(), snap(), 3500, false],
-    ["a pull's record is there", snap(), snap({ hasDownloadRecord: true }), 5000, false],
-    ["no files", snap({ files: 0, signature: "" }), snap({ files: 0, signature: "" }), 5000, false],
-  ])("%s -> %s", (_, prev, cur, now, want) => {
-    expect(settled(prev, cur, now, 3000)).toBe(want);
+    ["the same files, seen 3 s apart, old enough", snap({ atMs: 2000 }), snap(), true],
+    ["first sight", undefined, snap(), false],
+    ["a file grew", snap({ atMs: 2000 }), snap({ signature: "w.gguf:20:1000" }), false],
+    ["seen again too soon", snap({ atMs: 4000 }), snap(), false],
+    ["written too recently", snap({ atMs: 1000 }), snap({ newestMtimeMs: 3500 }), false],
+    ["a pull's record is there", snap({ atMs: 0 }), snap({ hasDownloadRecord: true }), false],
+    ["only hidden files", snap({ atMs: 0, files: 0 }), snap({ files: 0 }), false],
+  ])("%s -> %s", (_, prev, cur, want) => {
+    expect(settled(prev, cur, 3000)).toBe(want);
   });
 });
 
+describe("followUpMs", () => {
+  it.each([
+    ["first sight: a full settle period", undefined, snap(), 3000],
+    ["changed since: a full settle period", snap({ signature: "x" }), snap(), 3000],
+    ["unchanged, 1 s since the first look", snap({ atMs: 4000 }), snap(), 2000],
+    ["unchanged, written 0.5 s ago", snap({ atMs: 0 }), snap({ newestMtimeMs: 4500 }), 2500],
+    ["never sooner than 200 ms", snap({ atMs: 2100 }), snap(), 200],
+    [
+      "a pull's directory: the periodic scan only",
+      undefined,
+      snap({ hasDownloadRecord: true }),
+      undefined,
+    ],
+    ["nothing to register: the periodic scan only", undefined, snap({ files: 0 }), undefined],
+  ])("%s", (_, prev, cur, want) => {
+    expect(followUpMs(prev, cur, 3000)).toBe(want);
+  });
+});
+
+async function withStore(fn: (store: string) => Promise<void>): Promise<void> {
+  const store = await mkdtemp(join(tmpdir(), "ic-watch-"));
+  try {
+    await fn(store);
+  } finally {
+    await rm(store, { recursive: true, force: true });
+  }
+}
+
+function watcher(store: string, o: { now?: () => number; fsWatch?: boolean; settleMs?: number }) {
+  const registered = new Set<string>();
+  const added: string[] = [];
+  const removed: string[] = [];
+  const attempts: string[] = [];
+  const w = new StoreWatch({
+    storePath: store,
+    registered: (id) => registered.has(id),
+    register: async (id: ModelId) => {
+      attempts.push(id);
+      if (id.endsWith("broken")) throw new Error("no artifact files");
+      registered.add(id);
+    },
+    onAdded: (id) => added.push(id),
+    registeredIds: () => [...registered] as ModelId[],
+    onRemoved: (id) => {
+      registered.delete(id);
+      removed.push(id);
+    },
+    log: silentLogger(),
+    settleMs: o.settleMs ?? 3000,
+    intervalMs: 3_600_000,
+    useFsWatch: o.fsWatch ?? false,
+    ...(o.now ? { now: o.now } : {}),
+  });
+  return { w, added, removed, attempts };
+}
+
+const old = (path: string) => {
+  const t = new Date(Date.now() - 60_000);
+  return utimes(path, t, t);
+};
+
 describe("StoreWatch", () => {
   it("registers a copied directory once it stops changing, and never one with a pull's record", async () => {
-    const store = await mkdtemp(join(tmpdir(), "ic-watch-"));
-    try {
+    await withStore(async (store) => {
       let now = Date.now() + 60_000;
-      const registered = new Set<string>();
-      const added: string[] = [];
-      const w = new StoreWatch({
-        storePath: store,
-        registered: (id) => registered.has(id),
-        register: async (id: ModelId) => void registered.add(id),
-        onAdded: (id) => added.push(id),
-        log: silentLogger(),
-        settleMs: 3000,
-        now: () => now,
-      });
+      const { w, added } = watcher(store, { now: () => now });
       await mkdir(join(store, "acme--copied"));
       await mkdir(join(store, "acme--pulling"));
       await mkdir(join(store, "not-a-model"));
@@ -54,8 +106,7 @@ describe("StoreWatch", () => {
       expect(added).toEqual([]);
       // Still being copied: the file grew since the last scan.
       await writeFile(join(store, "acme--copied", "w.gguf"), "whole file");
-      const old = new Date(Date.now() - 10_000);
-      await utimes(join(store, "acme--copied", "w.gguf"), old, old);
+      await old(join(store, "acme--copied", "w.gguf"));
       now += 5000;
       await w.scanOnce();
       expect(added).toEqual([]);
@@ -65,8 +116,77 @@ describe("StoreWatch", () => {
       now += 5000;
       await w.scanOnce();
       expect(added).toEqual(["acme/copied"]);
-    } finally {
-      await rm(store, { recursive: true, force: true });
-    }
+    });
+  });
+
+  it("waits while a copy tool still writes a hidden temporary file", async () => {
+    await withStore(async (store) => {
+      let now = Date.now() + 60_000;
+      const { w, added } = watcher(store, { now: () => now });
+      const dir = join(store, "acme--rsynced");
+      await mkdir(dir);
+      await writeFile(join(dir, "config.json"), "{}");
+      await writeFile(join(dir, ".model.gguf.Xy12ab"), "part");
+      await old(join(dir, "config.json"));
+      await old(join(dir, ".model.gguf.Xy12ab"));
+      await w.scanOnce();
+      await writeFile(join(dir, ".model.gguf.Xy12ab"), "partly more");
+      await old(join(dir, ".model.gguf.Xy12ab"));
+      now += 5000;
+      await w.scanOnce();
+      expect(added).toEqual([]);
+      now += 5000;
+      await w.scanOnce();
+      expect(added).toEqual(["acme/rsynced"]);
+    });
+  });
+
+  it("tries a directory that failed to register again only once its files change", async () => {
+    await withStore(async (store) => {
+      let now = Date.now() + 60_000;
+      const { w, attempts } = watcher(store, { now: () => now });
+      const dir = join(store, "acme--broken");
+      await mkdir(dir);
+      await writeFile(join(dir, "w.gguf"), "x");
+      await old(join(dir, "w.gguf"));
+      for (let i = 0; i < 4; i++) {
+        await w.scanOnce();
+        now += 5000;
+      }
+      expect(attempts).toEqual(["acme/broken"]);
+      await writeFile(join(dir, "w.gguf"), "xy");
+      await old(join(dir, "w.gguf"));
+      for (let i = 0; i < 2; i++) {
+        await w.scanOnce();
+        now += 5000;
+      }
+      expect(attempts).toEqual(["acme/broken", "acme/broken"]);
+    });
+  });
+
+  it("with fs.watch, registers a copied model and notices a removed one without the periodic scan", async () => {
+    await withStore(async (store) => {
+      const { w, added, removed } = watcher(store, { fsWatch: true, settleMs: 300 });
+      w.start();
+      try {
+        const dir = join(store, "acme--copied");
+        await mkdir(dir);
+        await writeFile(join(dir, "w.gguf"), "weights");
+        const until = async (what: () => boolean) => {
+          const deadline = Date.now() + 10_000;
+          while (!what()) {
+            if (Date.now() > deadline) throw new Error("timed out");
+            await new Promise((r) => setTimeout(r, 50));
+          }
+        };
+        await until(() => added.length > 0);
+        expect(added).toEqual(["acme/copied"]);
+        await rm(dir, { recursive: true });
+        await until(() => removed.length > 0);
+        expect(removed).toEqual(["acme/copied"]);
+      } finally {
+        await w.stop();
+      }
+    });
   });
 });

@@ -1,11 +1,16 @@
-// Models copied into store_path while the node runs: a periodic scan finds model directories
-// (`<org>--<name>`) that have no manifest yet and registers each once its files have stopped changing,
-// so a directory still being copied is never registered half-way. A directory with a hub download's
-// progress record (a pull in progress or cancelled) is the pull's, not the watch's. A registered
-// model whose directory is gone (removed by hand) is reported, so the node can take it out.
+// Models copied into or removed from store_path while the node runs. fs.watch on store_path starts a
+// scan (debounced) when a model directory appears, is renamed or goes; a periodic scan is the safety
+// net for filesystems whose events do not arrive (NFS, some bind mounts). A directory with no
+// manifest yet is registered once its files have stopped changing, so one still being copied is
+// never registered half-way; while one is pending, scans follow up on their own until it settles.
+// A directory with a hub download's progress record (a pull in progress or cancelled) is the pull's,
+// not the watch's. A registered model whose directory is gone (removed by hand) is reported.
 //
 // Invariants: a directory is registered only after two scans at least `settleMs` apart saw the same
-// files with the same sizes and modification times, and its newest file is at least `settleMs` old.
+// files (hidden ones included: copy tools write into dotfiles first) with the same sizes and
+// modification times, its newest file is at least `settleMs` old, and it has a non-hidden file.
+import { watch } from "node:fs";
+import type { FSWatcher } from "node:fs";
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { modelDirName, modelIdFromDirName } from "@ic/protocol";
@@ -17,7 +22,10 @@ import { walkFiles } from "./paths.ts";
 export interface DirSnapshot {
   /** `path:bytes:mtime` of every file, sorted; equal signatures mean nothing changed. */
   readonly signature: string;
+  /** When it was taken. */
+  readonly atMs: number;
   readonly newestMtimeMs: number;
+  /** Non-hidden files (what registering would take). */
   readonly files: number;
   readonly hasDownloadRecord: boolean;
 }
@@ -26,7 +34,6 @@ export interface DirSnapshot {
 export function settled(
   previous: DirSnapshot | undefined,
   current: DirSnapshot,
-  nowMs: number,
   settleMs: number,
 ): boolean {
   return (
@@ -34,9 +41,30 @@ export function settled(
     !current.hasDownloadRecord &&
     current.files > 0 &&
     previous.signature === current.signature &&
-    nowMs - current.newestMtimeMs >= settleMs
+    current.atMs - previous.atMs >= settleMs &&
+    current.atMs - current.newestMtimeMs >= settleMs
   );
 }
+
+/**
+ * When to look again at a directory that did not settle in this scan (ms from now), or undefined
+ * when only the periodic scan should (a pull's directory, or an empty one). Pure.
+ */
+export function followUpMs(
+  previous: DirSnapshot | undefined,
+  current: DirSnapshot,
+  settleMs: number,
+): number | undefined {
+  if (current.hasDownloadRecord || current.files === 0) return undefined;
+  const sameAsBefore = previous !== undefined && previous.signature === current.signature;
+  // Changed since the last look (or first sight): a full settle period from this look.
+  if (!sameAsBefore) return settleMs;
+  const sinceLook = settleMs - (current.atMs - previous.atMs);
+  const sinceWrite = settleMs - (current.atMs - current.newestMtimeMs);
+  return Math.max(MIN_FOLLOW_UP_MS, sinceLook, sinceWrite);
+}
+
+const MIN_FOLLOW_UP_MS = 200;
 
 export interface StoreWatchOptions {
   readonly storePath: string;
@@ -51,8 +79,14 @@ export interface StoreWatchOptions {
   /** A registered model's directory is gone. */
   readonly onRemoved?: (id: ModelId) => void;
   readonly log: Logger;
+  /** The safety-net scan's period (default 15 s). */
   readonly intervalMs?: number;
+  /** How long a directory's files must stay unchanged before it is registered (default 3 s). */
   readonly settleMs?: number;
+  /** Scans wait this long after a filesystem event, so a burst of events makes one scan. */
+  readonly debounceMs?: number;
+  /** Whether to watch store_path for events (default true); the periodic scan runs either way. */
+  readonly useFsWatch?: boolean;
   readonly now?: () => number;
 }
 
@@ -60,33 +94,88 @@ const DOWNLOAD_RECORD = ".ic-download.json";
 
 export class StoreWatch {
   private readonly seen = new Map<string, DirSnapshot>();
+  /** Directories whose registration failed, with what they held then: tried again once that changes. */
+  private readonly failed = new Map<string, string>();
   private timer: NodeJS.Timeout | undefined;
+  private soon: { timer: NodeJS.Timeout; at: number } | undefined;
+  private watcher: FSWatcher | undefined;
   private scanning: Promise<void> | undefined;
+  /** An event or follow-up came while a scan ran: scan again when it ends. */
+  private again = false;
+  private stopped = false;
 
   constructor(private readonly o: StoreWatchOptions) {}
 
+  private get now(): number {
+    return (this.o.now ?? Date.now)();
+  }
+
   start(): void {
-    this.timer = setInterval(() => void this.scanOnce(), this.o.intervalMs ?? 5000);
+    this.timer = setInterval(() => void this.scanOnce(), this.o.intervalMs ?? 15_000);
+    if (this.o.useFsWatch ?? true) {
+      try {
+        this.watcher = watch(this.o.storePath, { persistent: false }, () =>
+          this.schedule(this.o.debounceMs ?? 300),
+        );
+        this.watcher.on("error", (e) => {
+          this.o.log.warn({ err: e }, "watching store_path failed; the periodic scan goes on");
+          this.watcher?.close();
+          this.watcher = undefined;
+        });
+      } catch (e) {
+        this.o.log.warn({ err: e }, "cannot watch store_path; relying on the periodic scan");
+      }
+    }
+    this.schedule(0);
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     clearInterval(this.timer);
+    if (this.soon) clearTimeout(this.soon.timer);
+    this.soon = undefined;
+    this.watcher?.close();
+    this.watcher = undefined;
     await this.scanning;
   }
 
-  /** One scan (skipped while the previous one still runs). */
+  /** One scan (joined, not doubled, while the previous one still runs). */
   scanOnce(): Promise<void> {
-    this.scanning ??= this.scan()
+    if (this.scanning) {
+      this.again = true;
+      return this.scanning;
+    }
+    this.scanning = this.scan()
       .catch((e: unknown) => this.o.log.warn({ err: e }, "store scan failed"))
-      .finally(() => (this.scanning = undefined));
+      .finally(() => {
+        this.scanning = undefined;
+        if (this.again && !this.stopped) {
+          this.again = false;
+          this.schedule(0);
+        }
+      });
     return this.scanning;
   }
 
+  /** A scan in `ms` unless one is due sooner already. */
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    const at = this.now + ms;
+    if (this.soon && this.soon.at <= at) return;
+    if (this.soon) clearTimeout(this.soon.timer);
+    const timer = setTimeout(() => {
+      this.soon = undefined;
+      void this.scanOnce();
+    }, ms);
+    timer.unref();
+    this.soon = { timer, at };
+  }
+
   private async scan(): Promise<void> {
-    const now = (this.o.now ?? Date.now)();
     const settleMs = this.o.settleMs ?? 3000;
     const names = await readdir(this.o.storePath).catch(() => [] as string[]);
     const present = new Set<string>();
+    let followUp: number | undefined;
     for (const name of names) {
       const id = modelIdFromDirName(name);
       if (!id || this.o.registered(id)) continue;
@@ -94,32 +183,46 @@ export class StoreWatch {
       if (!(await stat(dir).catch(() => undefined))?.isDirectory()) continue;
       present.add(name);
       const files = await walkFiles(dir);
-      const visible = files.filter((f) => !f.path.split("/").some((s) => s.startsWith(".")));
       const current: DirSnapshot = {
-        signature: visible
+        signature: files
           .map((f) => `${f.path}:${f.bytes}:${f.mtimeMs}`)
           .sort()
           .join("|"),
-        newestMtimeMs: Math.max(0, ...visible.map((f) => f.mtimeMs)),
-        files: visible.length,
+        atMs: this.now,
+        newestMtimeMs: Math.max(0, ...files.map((f) => f.mtimeMs)),
+        files: files.filter((f) => !f.path.split("/").some((s) => s.startsWith("."))).length,
         hasDownloadRecord: files.some((f) => f.path === DOWNLOAD_RECORD),
       };
+      if (this.failed.get(name) === current.signature) continue;
+      this.failed.delete(name);
       const previous = this.seen.get(name);
-      this.seen.set(name, current);
-      if (!settled(previous, current, now, settleMs)) continue;
+      if (!settled(previous, current, settleMs)) {
+        // Keep the earlier look while nothing changed, so the settle period counts from it.
+        if (previous?.signature !== current.signature) this.seen.set(name, current);
+        const next = followUpMs(previous, current, settleMs);
+        if (next !== undefined) followUp = Math.min(followUp ?? next, next);
+        continue;
+      }
       try {
         await this.o.register(id);
         this.seen.delete(name);
         this.o.log.info({ modelId: id, files: current.files }, "model found in store_path");
         this.o.onAdded(id);
       } catch (e) {
-        this.o.log.warn({ err: e, modelId: id }, "registering a model found in store_path failed");
+        this.seen.delete(name);
+        this.failed.set(name, current.signature);
+        this.o.log.warn(
+          { err: e, modelId: id },
+          "registering a model found in store_path failed; tried again once its files change",
+        );
       }
     }
-    for (const name of this.seen.keys()) if (!present.has(name)) this.seen.delete(name);
+    for (const m of [this.seen, this.failed])
+      for (const name of m.keys()) if (!present.has(name)) m.delete(name);
     for (const id of this.o.registeredIds?.() ?? []) {
       const dir = join(this.o.storePath, modelDirName(id));
       if (!(await stat(dir).catch(() => undefined))) this.o.onRemoved?.(id);
     }
+    if (followUp !== undefined) this.schedule(followUp);
   }
 }
