@@ -698,7 +698,8 @@ export class StagingClient implements AsyncDisposable {
         plan,
         signal,
         open: (file) => (offset, s) =>
-          hub.source.open(modelId, byPath.get(file.path) ?? file, offset, s),
+          // At the commit the listing named, so a moving branch cannot mix two versions.
+          hub.source.open(modelId, byPath.get(file.path) ?? file, offset, s, listing.revision),
         onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
       });
     } catch (e) {
