@@ -77,9 +77,14 @@ export const VERBS: Record<string, Verb> = {
   },
   chat: {
     summary: "chat with a model, streaming the answer",
-    usage: "chat <org/name> [message...] [--max-tokens N]",
+    usage: "chat <org/name> [message...] [--max-tokens N] [--temperature T]",
     options: {
       "max-tokens": { type: "string", value: "N", help: "tokens to generate (default 256)" },
+      temperature: {
+        type: "string",
+        value: "T",
+        help: "sampling temperature 0-2 (default: the engine's)",
+      },
     },
     positionals: [1, 99],
   },

@@ -82,9 +82,14 @@ describe("ic", () => {
     expect(place.code, place.err).toBe(0);
     const placed = JSON.parse(place.out) as { instance: { instance_id: string } };
 
-    const chat = await ic(["chat", modelId, "hi", "--max-tokens", "4"], env);
+    // The answer streams as the text itself (no line per chunk): the same as --json's, at temperature 0.
+    const args = ["chat", modelId, "hi", "--max-tokens", "8", "--temperature", "0"];
+    const chat = await ic(args, env);
     expect(chat.code, chat.err).toBe(0);
-    expect(chat.out.length).toBeGreaterThan(0);
+    const whole = JSON.parse((await ic([...args, "--json"], env)).out) as { content: string };
+    expect(whole.content.length).toBeGreaterThan(0);
+    expect(chat.out).toBe(`${whole.content}\n`);
+    expect((await ic(["chat", modelId, "--temperature", "hot"], env)).code).toBe(2);
 
     const doctor = await ic(["doctor"], env);
     expect(doctor.code, doctor.out + doctor.err).toBe(0);

@@ -332,4 +332,3 @@ export async function gather(
     ...(natsServer ? { natsServer } : {}),
   };
 }
-

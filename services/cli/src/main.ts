@@ -7,6 +7,7 @@ import { run } from "./verbs.ts";
 async function main(): Promise<number> {
   const io = {
     out: (t: string) => void process.stdout.write(t.endsWith("\n") || t === "" ? t : `${t}\n`),
+    write: (t: string) => void process.stdout.write(t),
     err: (t: string) => void process.stderr.write(t),
     tty: process.stderr.isTTY === true,
   };

@@ -10,7 +10,10 @@ import { evaluate, gather } from "./doctor.ts";
 
 /** Where output goes (tests and the terminal). */
 export interface Io {
+  /** A line (or lines) of output. */
   out(text: string): void;
+  /** Text as it is, no newline added (a streamed answer). */
+  write(text: string): void;
   err(text: string): void;
   readonly tty: boolean;
 }
@@ -264,10 +267,20 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
       const [model, ...words] = p.positionals;
       const content = words.join(" ") || "Hello!";
       const maxTokens = intOption("max-tokens", p.values["max-tokens"], 1, 1_000_000, 256);
+      const t = p.values["temperature"] as string | undefined;
+      const temperature = t === undefined ? undefined : Number(t);
+      if (temperature !== undefined && !(temperature >= 0 && temperature <= 2))
+        throw new UsageError(`--temperature must be a number from 0 to 2, not "${t}"`);
       const r = await c.raw(
         "POST",
         "/v1/chat/completions",
-        { model, messages: [{ role: "user", content }], max_tokens: maxTokens, stream: true },
+        {
+          model,
+          messages: [{ role: "user", content }],
+          max_tokens: maxTokens,
+          stream: true,
+          ...(temperature === undefined ? {} : { temperature }),
+        },
         900_000,
       );
       if (!r.ok) {
@@ -297,11 +310,11 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
           if (j.error) throw new ApiError(500, j.error.code, j.error.message);
           const piece = j.choices?.[0]?.delta?.content ?? "";
           text += piece;
-          if (!p.json) io.out(piece);
+          if (!p.json) io.write(piece);
         }
       }
       if (p.json) io.out(JSON.stringify({ model, content: text }, null, 2));
-      else io.out("\n");
+      else io.write("\n");
       return 0;
     }
     case "logs": {
