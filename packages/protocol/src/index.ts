@@ -10,3 +10,4 @@ export * from "./observability.ts";
 export type * from "./chat-events.ts";
 export * from "./http-api.ts";
 export * from "./openapi.ts";
+export * from "./peer-api.ts";

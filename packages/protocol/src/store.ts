@@ -119,6 +119,13 @@ export const StorageReportSchema = z.object({
 });
 export type StorageReport = z.infer<typeof StorageReportSchema>;
 
+/** GET /store/storage/cluster: every live node's storage report, and the nodes that did not answer. */
+export const ClusterStorageSchema = z.object({
+  nodes: z.array(z.object({ name: z.string(), report: StorageReportSchema })),
+  unreachable: z.array(z.object({ node: z.string(), error: z.string() })),
+});
+export type ClusterStorage = z.infer<typeof ClusterStorageSchema>;
+
 /** POST /store/purge-staging body: `{}` (every not-in-use copy) or `{ "modelId": ... }`. */
 export const PurgeStagingBodySchema = z.object({ modelId: ModelIdSchema.optional() }).strict();
 export type PurgeStagingBody = z.infer<typeof PurgeStagingBodySchema>;

@@ -1,5 +1,6 @@
 // Real node processes for integration tests: the launcher of services/node (@ic/node/launcher) with
 // test settings, clusters on loopback or on lab hosts (network namespaces), and fixtures for them.
+import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -48,12 +49,12 @@ export function patchConfig(
   node: NodeProcess,
   patch: Record<string, Record<string, unknown>>,
 ): void {
-  const cfg = JSON.parse(readFileSync(node.configPath, "utf8")) as Record<
+  const cfg = parseYaml(readFileSync(node.configPath, "utf8")) as Record<
     string,
     Record<string, unknown>
   >;
   for (const [k, v] of Object.entries(patch)) cfg[k] = { ...cfg[k], ...v };
-  writeFileSync(node.configPath, `${JSON.stringify(cfg, null, 2)}\n`, { mode: 0o600 });
+  writeFileSync(node.configPath, stringifyYaml(cfg), { mode: 0o600 });
 }
 
 export interface LocalCluster extends AsyncDisposable {

@@ -368,3 +368,82 @@ describe("readiness over HTTP", () => {
     expect(after.data.map((m) => m.id)).toEqual(["org/big"]);
   });
 });
+
+describe("GET /state/stream", () => {
+  /** Reads SSE events from a response body, one `{event, data}` at a time. */
+  function events(body: ReadableStream<Uint8Array>) {
+    const reader = body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    return {
+      async next(): Promise<{ event: string; data: string }> {
+        for (;;) {
+          const end = buffer.indexOf("\n\n");
+          if (end >= 0) {
+            const block = buffer.slice(0, end);
+            buffer = buffer.slice(end + 2);
+            const lines = block.split("\n");
+            const event =
+              lines
+                .find((l) => l.startsWith("event:"))
+                ?.slice(6)
+                .trim() ?? "";
+            const data = lines
+              .filter((l) => l.startsWith("data:"))
+              .map((l) => l.slice(5).trimStart())
+              .join("\n");
+            return { event, data };
+          }
+          const { value, done } = await reader.read();
+          if (done) throw new Error("stream ended");
+          buffer += decoder.decode(value, { stream: true });
+        }
+      },
+      cancel: () => reader.cancel(),
+    };
+  }
+
+  it("sends the state at once, again on each replica change, and unsubscribes when closed", async () => {
+    const c = fakeCluster([{ name: "a", freeGb: 64 }]);
+    const listeners = new Set<() => void>();
+    const view: ClusterView = {
+      ...c.view,
+      on: (l) => {
+        const f = () => l.event?.({} as never, c.view.snapshot());
+        listeners.add(f);
+        return () => listeners.delete(f);
+      },
+    };
+    const a = createGatewayApp({
+      cluster: view,
+      log: silentLogger(),
+      name: "test",
+      stateStreamPeriodMs: 60_000,
+    });
+    const r = await a.request("/state/stream?links=0");
+    expect(r.status).toBe(200);
+    expect(r.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    const s = events(r.body!);
+    const first = await s.next();
+    expect(first.event).toBe("state");
+    const doc = JSON.parse(first.data) as { index: number; topology: { links: unknown[] } };
+    expect(doc.topology.links).toEqual([]);
+    expect(listeners.size).toBe(1);
+    // A change of the replica: the next document follows without waiting for the 60 s period.
+    c.view.snapshot().index = 7;
+    const t0 = Date.now();
+    for (const l of listeners) l();
+    const second = JSON.parse((await s.next()).data) as { index: number };
+    expect(second.index).toBe(7);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    await s.cancel();
+    await expect.poll(() => listeners.size).toBe(0);
+  });
+
+  it("answers a bad query with 400", async () => {
+    const r = await app(fakeCluster([{ name: "a", freeGb: 1 }]).view).request(
+      "/state/stream?links=2",
+    );
+    expect(r.status).toBe(400);
+  });
+});

@@ -29,6 +29,8 @@ export interface GatewayOptions {
   readonly engineHeaders?: ChatOptions["engineHeaders"];
   /** Chat bounds: default max_tokens and the engine timeouts (config `chat`). */
   readonly chatLimits?: ChatOptions["limits"];
+  /** GET /state/stream sends a document at least this often (default 2000 ms). */
+  readonly stateStreamPeriodMs?: number;
   /** Extra route groups (placement, store, events, tracing) registered by the launcher. */
   readonly extensions?: ReadonlyArray<(app: Hono) => void>;
 }
@@ -46,6 +48,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     name: o.name,
     now: o.now ?? Date.now,
     restart: o.restart ?? (() => log.warn("restart requested but not supported by this launcher")),
+    ...(o.stateStreamPeriodMs ? { streamPeriodMs: o.stateStreamPeriodMs } : {}),
   });
   placementRoutes(app, {
     cluster: o.cluster,

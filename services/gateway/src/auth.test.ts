@@ -21,6 +21,7 @@ const MUTATING = [
   { method: "POST", path: "/admin/restart", scope: "admin" },
   { method: "POST", path: "/store/purge-staging", scope: "admin" },
   { method: "PUT", path: "/v1/tracing", scope: "admin" },
+  { method: "PUT", path: "/admin/settings", scope: "admin" },
   { method: "POST", path: "/v1/chat/completions", scope: "inference" },
 ] as const;
 
@@ -87,6 +88,14 @@ describe("scopeFor: which scope each endpoint needs", () => {
     ["GET", "/store/pulls", "read"],
     ["DELETE", "/store/pulls/acme/x", "admin"],
     ["DELETE", "/store/models/acme/x", "admin"],
+    // The dashboard's static page is public; its data and the settings editor are not.
+    ["GET", "/", null],
+    ["GET", "/dashboard/app.js", null],
+    ["POST", "/", "admin"],
+    ["GET", "/state/stream", "read"],
+    ["GET", "/store/storage/cluster", "read"],
+    ["GET", "/admin/settings", "read"],
+    ["PUT", "/admin/settings", "admin"],
   ])("%s %s -> %s", (method, path, scope) => {
     expect(scopeFor(method, path)).toBe(scope);
   });

@@ -18,14 +18,18 @@ export interface AuthOptions {
   readonly tokens: readonly ApiToken[];
 }
 
-/** Answered without a token (GET and HEAD only): the liveness ping, the health check, the API document. */
-const PUBLIC = new Set(["/v1/ping", "/health", "/openapi.json"]);
+/**
+ * Answered without a token (GET and HEAD only): the liveness ping, the health check, the API
+ * document and the dashboard's static page (it holds no data; it asks the API with a token).
+ */
+const PUBLIC = new Set(["/v1/ping", "/health", "/openapi.json", "/"]);
+const PUBLIC_PREFIX = "/dashboard/";
 const READ_V1 = /^\/v1\/(tracing|traces|diagnostics)(\/|$)/;
 
 /** The scope a request needs; null for the public ping and health check (GET only, as documented). */
 export function scopeFor(method: string, path: string): ApiScope | null {
   const reading = method === "GET" || method === "HEAD";
-  if (reading && PUBLIC.has(path)) return null;
+  if (reading && (PUBLIC.has(path) || path.startsWith(PUBLIC_PREFIX))) return null;
   if (path.startsWith("/v1/") && !READ_V1.test(path)) return "inference";
   return reading ? "read" : "admin";
 }

@@ -2180,6 +2180,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
       name: "self",
       log,
       purgeWaitMs: 2_000,
+      peers: { list: () => [] },
     };
     servePurge(storeOpts);
     // Observability as node.ts wires it: runner logs answered on the bus (this node's and the peer's),

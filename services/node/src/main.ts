@@ -5,7 +5,8 @@
 import { fork } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { loadConfig, ConfigError } from "@ic/config";
+import { resolve } from "node:path";
+import { loadConfig, ConfigError, expandHome } from "@ic/config";
 import { createLogger } from "@ic/log";
 import { Node } from "./node.ts";
 import { NODE_USAGE, parseNodeArgs } from "./node-args.ts";
@@ -14,9 +15,10 @@ export const RESTART_EXIT_CODE = 75;
 const GRACE_MS = 15_000;
 
 async function runNode(configFile: string | undefined): Promise<void> {
+  const file = configFile ?? process.env.SERVICE_CONFIG;
   let config;
   try {
-    config = loadConfig({ file: configFile });
+    config = loadConfig({ file });
   } catch (e) {
     process.stderr.write(`${e instanceof ConfigError ? e.message : String(e)}\n`);
     process.exit(2);
@@ -31,6 +33,7 @@ async function runNode(configFile: string | undefined): Promise<void> {
   let stopping = false;
   const node = new Node({
     config,
+    configFile: file ? resolve(expandHome(file)) : undefined,
     log,
     onRestartRequested: () => void shutdown(RESTART_EXIT_CODE, "restart requested"),
   });

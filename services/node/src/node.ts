@@ -19,7 +19,14 @@ import { EventLog, eventRoutes } from "@ic/eventlog";
 import { Tracing, tracingRoutes } from "@ic/tracing";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
 import { clusterCredentials, isLoopback, stagingFor } from "@ic/config";
-import { createHubSource, PullManager, StoreHost, StoreWatch, stagingSettings } from "@ic/store";
+import {
+  createHubSource,
+  LiveStagingSettings,
+  PullManager,
+  StoreHost,
+  StoreWatch,
+  stagingSettings,
+} from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
 import {
   missingModelHealth,
@@ -29,6 +36,7 @@ import {
   storeRoutes,
 } from "./store-routes.ts";
 import { openApiRoutes } from "./openapi.ts";
+import { dashboardRoutes, SettingsFile } from "@ic/dashboard";
 import { SecurityHealth } from "./security-health.ts";
 import { LoopMonitor } from "./loop-monitor.ts";
 import { processLogTail } from "@ic/log";
@@ -44,6 +52,8 @@ import type { NodePhase } from "./health-route.ts";
 export interface NodeOptions {
   readonly config: Config;
   readonly log: Logger;
+  /** The config file `config` was loaded from (expanded): the settings editor writes to it. */
+  readonly configFile?: string | undefined;
   /** Called when POST /admin/restart asks for a fresh process image. */
   readonly onRestartRequested?: () => void;
 }
@@ -167,11 +177,13 @@ export class Node implements AsyncDisposable {
     // The store host (a node with store_path) serves registered artifacts under /store/models on this API.
     // Its model pulls (POST /store/pulls) download from model_store.hub_url; the hub token comes
     // from the environment only and is never logged.
+    // The staging section in force on this node (its override applied); the settings editor replaces it.
+    const settings = new LiveStagingSettings(stagingSettings(stagingFor(cfg, name)));
     const storeHost = cfg.store_path
       ? new StoreHost({
           storePath: cfg.store_path,
           logger: log,
-          headroomBytes: cfg.model_store.staging.headroom_gb * 1024 ** 3,
+          headroomBytes: settings,
           hub: cfg.model_store.hub_url
             ? createHubSource({
                 hubUrl: cfg.model_store.hub_url,
@@ -192,7 +204,6 @@ export class Node implements AsyncDisposable {
       this.stack.push({ name: "store-host", stop: () => storeHost.stop() });
       this.stack.push({ name: "pulls", stop: () => pulls!.stop() });
     }
-    const settings = stagingSettings(stagingFor(cfg, name));
     const agent = new ClusterAgent({
       bus,
       log,
@@ -262,7 +273,18 @@ export class Node implements AsyncDisposable {
     });
     await stager.start();
     this.stack.push({ name: "staging", stop: () => stager.stop() });
+    // Live peers' APIs (this node excluded) for the cluster-wide views (traces, storage), asked
+    // with the cluster's node token (read scope).
+    const peerApis = {
+      token: creds.nodeToken,
+      list: () =>
+        agent
+          .livePeers()
+          .filter((p) => p.heartbeat.peer_key !== this.peerKey && p.heartbeat.api_url)
+          .map((p) => ({ name: p.heartbeat.name, apiUrl: p.heartbeat.api_url })),
+    };
     const storeOpts = {
+      peers: peerApis,
       bus,
       cluster: agent,
       stager,
@@ -324,6 +346,7 @@ export class Node implements AsyncDisposable {
       name,
       restart: () => this.o.onRestartRequested?.(),
       infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
+      stateStreamPeriodMs: cfg.cluster.heartbeat_ms,
       contextSize: cfg.engine.context_size,
       chatLimits: {
         defaultMaxTokens: cfg.chat.default_max_tokens,
@@ -355,25 +378,26 @@ export class Node implements AsyncDisposable {
             logTail: processLogTail(),
             runnerLogs,
           }),
-        // The cluster view asks live peers' APIs with the cluster's node token (read scope).
         (a) =>
           tracingRoutes(a, {
             tracing,
             node: name,
-            fanOut: {
-              token: creds.nodeToken,
-              peers: () =>
-                agent
-                  .livePeers()
-                  .filter((p) => p.heartbeat.peer_key !== this.peerKey && p.heartbeat.api_url)
-                  .map((p) => ({ name: p.heartbeat.name, apiUrl: p.heartbeat.api_url })),
-            },
+            fanOut: { token: peerApis.token, peers: peerApis.list },
           }),
         (a) => storeRoutes(a, storeOpts),
         (a) => pullRoutes(a, { bus, cluster: agent }),
         (a) => watchRoutes(a, { agent, log }),
         (a) => healthRoutes(a, { agent, name, phase: () => this.phase() }),
         (a) => openApiRoutes(a),
+        (a) =>
+          dashboardRoutes(a, {
+            log,
+            settings: new SettingsFile({
+              file: this.o.configFile,
+              nodeName: name,
+              live: settings,
+            }),
+          }),
         ...(storeHost ? [(a: Hono) => a.route("/", storeHost.app)] : []),
       ],
     });

@@ -7,6 +7,7 @@ import { z } from "zod";
 import {
   ChatCompletionSchema,
   ChatRequestSchema,
+  ClusterStorageSchema,
   ClusterTraceListSchema,
   DeleteInstanceResponseSchema,
   HealthResponseSchema,
@@ -43,6 +44,7 @@ import { TracesQuerySchema, TraceStatsSchema } from "@ic/tracing";
 import { NodeLogsQuerySchema } from "./observability/node-logs.ts";
 import { RunnerLogsQuerySchema } from "./observability/runner-logs.ts";
 import { WatchQuerySchema } from "./peer-watch.ts";
+import { DASHBOARD_ASSETS, SettingsEditSchema, SettingsViewSchema } from "@ic/dashboard";
 
 const ok = (description: string, schema?: z.ZodType) => ({
   description,
@@ -67,6 +69,15 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     scope: "read",
     query: StateQuerySchema,
     responses: { "200": ok("the state document", StateDocumentSchema) },
+  },
+  {
+    method: "get",
+    path: "/state/stream",
+    summary:
+      "the state document as Server-Sent Events: at once, on each change, every heartbeat period",
+    scope: "read",
+    query: StateQuerySchema,
+    responses: { "200": sse("`event: state` with the document as data; held open") },
   },
   {
     method: "post",
@@ -153,6 +164,13 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     summary: "this node's storage report",
     scope: "read",
     responses: { "200": ok("the report", StorageReportSchema) },
+  },
+  {
+    method: "get",
+    path: "/store/storage/cluster",
+    summary: "every live node's storage report (peers asked with the node token, 2 s each)",
+    scope: "read",
+    responses: { "200": ok("the reports and the nodes that did not answer", ClusterStorageSchema) },
   },
   {
     method: "post",
@@ -315,6 +333,29 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     scope: "read",
     responses: { "200": ok("the stats", ClusterTraceStatsSchema) },
   },
+  {
+    method: "get",
+    path: "/admin/settings",
+    summary: "this node's staging settings: its config file's sections and what it applies now",
+    scope: "read",
+    responses: { "200": ok("the settings", SettingsViewSchema) },
+  },
+  {
+    method: "put",
+    path: "/admin/settings",
+    summary:
+      "edit the staging settings: validated, written to the YAML file (comments kept), applied",
+    scope: "admin",
+    body: SettingsEditSchema,
+    responses: { "200": ok("the settings after the edit", SettingsViewSchema) },
+  },
+  ...Object.entries(DASHBOARD_ASSETS).map(([path, a]): ApiOperation => ({
+    method: "get",
+    path,
+    summary: path === "/" ? "the dashboard page" : `the dashboard's ${a.file}`,
+    scope: "public",
+    responses: { "200": { description: a.file, contentType: a.type.split(";")[0]! } },
+  })),
   {
     method: "get",
     path: "/openapi.json",

@@ -8,14 +8,27 @@ import { parseJson } from "@ic/gateway";
 import type { ClusterView } from "@ic/gateway";
 import type { Logger } from "@ic/log";
 import {
+  askPeer,
   fromWireError,
   ModelIdSchema,
   PullBodySchema,
   PurgeStagingBodySchema,
   ServiceError,
+  StorageReportSchema,
   toWireError,
 } from "@ic/protocol";
-import type { HealthEntry, ModelId, PullRequest, PurgeReply, ReplyOf } from "@ic/protocol";
+import type {
+  ClusterStorage,
+  HealthEntry,
+  ModelId,
+  PeerAnswer,
+  PeerApi,
+  PeerAskOptions,
+  PullRequest,
+  PurgeReply,
+  ReplyOf,
+  StorageReport,
+} from "@ic/protocol";
 import { buildStorageReport, nodeDisk } from "@ic/store";
 import type { PullManager, StagingSettings, StoreHost } from "@ic/store";
 import { validationError } from "@ic/gateway";
@@ -32,6 +45,8 @@ export interface StoreRouteOptions {
   readonly name: string;
   readonly log: Logger;
   readonly purgeWaitMs?: number;
+  /** Live peers' APIs (this node excluded) and the token to ask them with: the cluster storage view. */
+  readonly peers: PeerAskOptions & { readonly list: () => readonly PeerApi[] };
 }
 
 /** Answers purge broadcasts for this node; returns the unsubscribe function. */
@@ -66,10 +81,10 @@ export function servePurge(o: StoreRouteOptions): () => void {
 }
 
 export function storeRoutes(app: Hono, o: StoreRouteOptions): void {
-  app.get("/store/storage", async (c) => {
+  const localReport = async (): Promise<StorageReport> => {
     const entries = await o.stager.staging.list();
     const usage = o.eventLog.usage();
-    const report = buildStorageReport({
+    return buildStorageReport({
       nodeCachePath: o.nodeCachePath,
       entries,
       eventLogBytes: usage.active_bytes + usage.archive_bytes,
@@ -77,7 +92,23 @@ export function storeRoutes(app: Hono, o: StoreRouteOptions): void {
       settings: o.settings,
       nowMs: Date.now(),
     });
-    return c.json(report);
+  };
+  app.get("/store/storage", async (c) => c.json(await localReport()));
+
+  // Every live node's report: this node's, then each peer's over its API (node token, 2 s each).
+  app.get("/store/storage/cluster", async (c) => {
+    const peers = o.peers.list();
+    const [local, ...answers] = await Promise.all([
+      localReport(),
+      ...peers.map((p) => askPeer(p, "/store/storage", StorageReportSchema, o.peers)),
+    ]);
+    const out: ClusterStorage = { nodes: [{ name: o.name, report: local! }], unreachable: [] };
+    peers.forEach((p, i) => {
+      const a = answers[i] as PeerAnswer<StorageReport>;
+      if (a.kind === "ok") out.nodes.push({ name: p.name, report: a.body });
+      else out.unreachable.push({ node: p.name, error: a.kind === "failed" ? a.error : "HTTP 404" });
+    });
+    return c.json(out);
   });
 
   app.post("/store/purge-staging", async (c) => {

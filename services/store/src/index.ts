@@ -11,6 +11,7 @@ export {
 export {
   StagingClient,
   stagingSettings,
+  LiveStagingSettings,
   GIB,
   DOWNLOAD_FAILED_CAUSES,
   type StagingClientOptions,
@@ -38,5 +39,6 @@ export {
 export { nodeDisk, type Disk, type VolumeSpace } from "./disk.ts";
 export { buildStorageReport, type StorageReportInput } from "./storage-report.ts";
 export type { FillProgress } from "./fill.ts";
+export { Serial } from "./serial.ts";
 export { PullManager, type PullManagerOptions, type PullTarget } from "./pulls.ts";
 export { settled, StoreWatch, type DirSnapshot, type StoreWatchOptions } from "./store-watch.ts";

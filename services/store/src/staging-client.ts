@@ -63,6 +63,35 @@ export function stagingSettings(section: {
   };
 }
 
+/**
+ * The node's staging settings as they are now: the operator can replace them while the node runs
+ * (the dashboard's settings editor, PUT /admin/settings). Readers hold this object and read a field
+ * each time they need it, so a replacement applies from their next read (the next eviction pass,
+ * staging transaction or storage report); nothing caches a field.
+ */
+export class LiveStagingSettings implements StagingSettings {
+  #current: StagingSettings;
+  constructor(initial: StagingSettings) {
+    this.#current = Object.freeze({ ...initial });
+  }
+  get cleanupOnDeactivate(): boolean {
+    return this.#current.cleanupOnDeactivate;
+  }
+  get keepRecentBytes(): number {
+    return this.#current.keepRecentBytes;
+  }
+  get headroomBytes(): number {
+    return this.#current.headroomBytes;
+  }
+  /** A frozen copy of the values in force. */
+  get current(): StagingSettings {
+    return this.#current;
+  }
+  replace(next: StagingSettings): void {
+    this.#current = Object.freeze({ ...next });
+  }
+}
+
 /** Which models are in use on this node right now, from the state replica. */
 export interface ModelUsage {
   /**

@@ -58,8 +58,8 @@ export interface StoreHostOptions {
   readonly storePath: string;
   readonly logger: Logger;
   readonly disk?: Disk | undefined;
-  /** Free bytes store_path must keep after a hub download (spec: 10 GiB). */
-  readonly headroomBytes?: number | undefined;
+  /** Free bytes store_path must keep after a hub download (spec: 10 GiB); read at each pull. */
+  readonly headroomBytes?: number | { readonly headroomBytes: number } | undefined;
   readonly hub?: HubSource | undefined;
   readonly clock?: { now(): number } | undefined;
 }
@@ -374,7 +374,8 @@ export class StoreHost implements AsyncDisposable {
       }));
       const prior = await this.priorForDownload(modelId, dir, files);
       const plan = await planFill(dir, files, prior);
-      const headroom = this.opts.headroomBytes ?? DEFAULT_HEADROOM;
+      const h = this.opts.headroomBytes ?? DEFAULT_HEADROOM;
+      const headroom = typeof h === "number" ? h : h.headroomBytes;
       const space = await this.disk.space(this.opts.storePath);
       if (space.freeBytes < plan.additionalBytes + headroom) {
         const arithmetic: NoFitMessageInput = {

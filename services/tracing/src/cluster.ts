@@ -2,29 +2,20 @@
 // a per-peer timeout), merges the answers deduplicated by task id, and names the peers that did not
 // answer instead of failing. Peer answers are validated at this edge.
 import { z } from "zod";
+import { askPeer } from "@ic/protocol";
+import type { PeerAnswer, PeerApi, PeerAskOptions, UnreachablePeer } from "@ic/protocol";
 import { TraceStatsSchema } from "./trace.ts";
 import type { TraceEntry } from "./files.ts";
 import type { TraceStats } from "./trace.ts";
 
-export interface TracePeer {
-  readonly name: string;
-  /** The peer's API base URL (its heartbeat's api_url). */
-  readonly apiUrl: string;
-}
+export type TracePeer = PeerApi;
 
-export interface FanOutOptions {
+export interface FanOutOptions extends PeerAskOptions {
   /** Live peers, this node excluded. */
   readonly peers: () => readonly TracePeer[];
-  /** Bearer token presented to peers (the cluster's node token, read scope); none when anonymous. */
-  readonly token?: string | undefined;
-  /** Per-peer timeout (default 2000 ms). */
-  readonly timeoutMs?: number;
 }
 
-export interface Unreachable {
-  readonly node: string;
-  readonly error: string;
-}
+export type Unreachable = UnreachablePeer;
 
 export interface ClusterTraceEntry extends TraceEntry {
   /** The node whose answer listed it first (this node first, then peers in their order). */
@@ -45,63 +36,6 @@ export const TraceEntrySchema = z.object({
 });
 const TraceListSchema = z.object({ traces: z.array(TraceEntrySchema) });
 
-type PeerAnswer<T> =
-  { kind: "ok"; body: T } | { kind: "absent" } | { kind: "failed"; error: string };
-
-/** What went wrong with a peer, in a few words (the cause's code when fetch has one). */
-function describe(e: unknown, timeoutMs: number): string {
-  const err = e as Error & { cause?: { code?: string; message?: string } };
-  if (err.name === "TimeoutError" || err.name === "AbortError")
-    return `no answer within ${timeoutMs} ms`;
-  return err.cause?.code ?? err.cause?.message ?? err.message;
-}
-
-/** The error envelope's code and message, when `text` is one. */
-function envelope(text: string): { code?: string; message?: string } {
-  try {
-    return (JSON.parse(text) as { error?: { code?: string; message?: string } }).error ?? {};
-  } catch {
-    return {};
-  }
-}
-
-async function ask<T>(
-  peer: TracePeer,
-  path: string,
-  schema: z.ZodType<T>,
-  o: FanOutOptions,
-): Promise<PeerAnswer<T>> {
-  const timeoutMs = o.timeoutMs ?? 2000;
-  try {
-    const res = await fetch(`${peer.apiUrl}${path}`, {
-      headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
-      signal: AbortSignal.timeout(timeoutMs),
-    });
-    const text = await res.text();
-    if (res.status !== 200) {
-      const err = envelope(text);
-      // "This trace is not here" is an answer; a peer without the tracing routes is not.
-      if (res.status === 404 && err.code === "not_found" && !err.message?.startsWith("no route"))
-        return { kind: "absent" };
-      return {
-        kind: "failed",
-        error: `HTTP ${res.status}${err.message ? `: ${err.message}` : ""}`,
-      };
-    }
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      return { kind: "failed", error: "answer is not JSON" };
-    }
-    const parsed = schema.safeParse(json);
-    if (!parsed.success) return { kind: "failed", error: "malformed answer" };
-    return { kind: "ok", body: parsed.data };
-  } catch (e) {
-    return { kind: "failed", error: describe(e, timeoutMs) };
-  }
-}
-
 /** This node's traces plus every live peer's, newest first, one entry per task id. */
 export async function clusterTraces(
   self: { name: string; list: () => Promise<TraceEntry[]> },
@@ -111,7 +45,7 @@ export async function clusterTraces(
   const peers = o.peers();
   const [local, ...answers] = await Promise.all([
     self.list(),
-    ...peers.map((p) => ask(p, `/v1/traces?limit=${limit}`, TraceListSchema, o)),
+    ...peers.map((p) => askPeer(p, `/v1/traces?limit=${limit}`, TraceListSchema, o)),
   ]);
   const seen = new Map<string, ClusterTraceEntry>();
   const add = (node: string, list: readonly TraceEntry[]) => {
@@ -147,7 +81,7 @@ export async function clusterTraceStats(
   if (local) return { found: true, stats: local, foundOn: self.name, unreachable: [] };
   const peers = o.peers();
   const answers = await Promise.all(
-    peers.map((p) => ask(p, `/v1/traces/${encodeURIComponent(taskId)}/stats`, TraceStatsSchema, o)),
+    peers.map((p) => askPeer(p, `/v1/traces/${encodeURIComponent(taskId)}/stats`, TraceStatsSchema, o)),
   );
   const unreachable: Unreachable[] = [];
   let hit: { stats: TraceStats; foundOn: string } | undefined;

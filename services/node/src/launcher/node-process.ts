@@ -5,11 +5,20 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import type { ChildProcess } from "node:child_process";
-import { createWriteStream, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import {
+  createWriteStream,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import type { WriteStream } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { waitFor } from "./ports.ts";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
@@ -253,6 +262,28 @@ export class NodeProcess implements AsyncDisposable {
   }
 }
 
+const CONFIG_HEADER =
+  "# Written by the local-cluster launcher at each start (services/node/src/launcher).\n" +
+  "# Edits to model_store.staging and node_overrides (by hand or in the dashboard) are kept\n" +
+  "# across launches on this data directory; other keys are generated again.\n";
+
+/** model_store.staging and node_overrides of an existing config file ({} when none or unreadable). */
+function keptSettings(configPath: string): Record<string, unknown> {
+  if (!existsSync(configPath)) return {};
+  let doc: unknown;
+  try {
+    doc = parseYaml(readFileSync(configPath, "utf8"));
+  } catch {
+    return {};
+  }
+  if (typeof doc !== "object" || doc === null) return {};
+  const d = doc as { model_store?: { staging?: unknown }; node_overrides?: unknown };
+  return {
+    ...(d.model_store?.staging ? { model_store: { staging: d.model_store.staging } } : {}),
+    ...(d.node_overrides ? { node_overrides: d.node_overrides } : {}),
+  };
+}
+
 /** Writes the node's config file and returns an unstarted NodeProcess. */
 export function prepareNode(spec: NodeSpec): NodeProcess {
   const owns = spec.dataDir === undefined;
@@ -271,10 +302,11 @@ export function prepareNode(spec: NodeSpec): NodeProcess {
     event_log: { dir: join(dataDir, "events") },
     engine: { runner_log_dir: join(dataDir, "runners") },
   };
-  const cfg = deepMerge(base, spec.config ?? {});
   const configPath = join(dataDir, "config.yaml");
-  // JSON is valid YAML, and the loader parses it as such.
-  writeFileSync(configPath, `${JSON.stringify(cfg, null, 2)}\n`, { mode: 0o600 });
+  // The staging settings an operator edited (the dashboard's settings editor writes this file)
+  // survive a relaunch on the same data directory; keys the caller sets still win.
+  const cfg = deepMerge(deepMerge(base, keptSettings(configPath)), spec.config ?? {});
+  writeFileSync(configPath, CONFIG_HEADER + stringifyYaml(cfg), { mode: 0o600 });
   return new NodeProcess({ ...spec, secret }, configPath, dataDir, owns);
 }
 

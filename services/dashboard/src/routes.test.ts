@@ -1,0 +1,108 @@
+// The dashboard routes behind the gateway's auth: the page and its files are public with a strict
+// CSP, nothing else under /dashboard/ is served, and the settings editor needs read / admin scopes.
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Hono } from "hono";
+import { describe, expect, it } from "vitest";
+import { authMiddleware, toResponse } from "@ic/gateway";
+import { silentLogger } from "@ic/log";
+import { GIB, LiveStagingSettings } from "@ic/store";
+import { DASHBOARD_ASSETS, DASHBOARD_CSP, dashboardRoutes } from "./routes.ts";
+import { SettingsFile } from "./settings.ts";
+
+function setup() {
+  const dir = mkdtempSync(join(tmpdir(), "ic-dash-"));
+  const file = join(dir, "config.yaml");
+  writeFileSync(file, "# mine\nnode:\n  name: n1\n", { mode: 0o600 });
+  const live = new LiveStagingSettings({
+    cleanupOnDeactivate: true,
+    keepRecentBytes: 40 * GIB,
+    headroomBytes: 10 * GIB,
+  });
+  const log = silentLogger();
+  const app = new Hono();
+  app.onError((err, c) => toResponse(c, err, log));
+  app.use(
+    "*",
+    authMiddleware({
+      tokens: [
+        { name: "viewer", token: "r".repeat(20), scopes: ["read"] },
+        { name: "op", token: "a".repeat(20), scopes: ["admin", "read"] },
+      ],
+    }),
+  );
+  dashboardRoutes(app, {
+    log,
+    settings: new SettingsFile({ file, nodeName: "n1", live, env: {} }),
+  });
+  app.notFound((c) => c.json({ error: { code: "not_found" } }, 404));
+  return { app, file, live };
+}
+
+const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
+
+describe("dashboard routes", () => {
+  it.each(Object.entries(DASHBOARD_ASSETS))(
+    "%s is public, with its type and the CSP",
+    async (path, a) => {
+      const r = await setup().app.request(path);
+      expect(r.status).toBe(200);
+      expect(r.headers.get("content-type")).toBe(a.type);
+      expect(r.headers.get("content-security-policy")).toBe(DASHBOARD_CSP);
+      expect(r.headers.get("x-frame-options")).toBe("DENY");
+      expect(r.headers.get("x-content-type-options")).toBe("nosniff");
+      expect((await r.text()).length).toBeGreaterThan(100);
+    },
+  );
+
+  it("the page loads its script and style from this origin only, with no inline code", async () => {
+    const html = await (await setup().app.request("/")).text();
+    expect(html).toContain('src="/dashboard/app.js"');
+    expect(html).toContain('href="/dashboard/style.css"');
+    expect(html).not.toMatch(/<script>(?!\s*<\/script>)|<style>| on[a-z]+="/i);
+    expect(DASHBOARD_CSP).not.toContain("unsafe");
+  });
+
+  it("the script never writes markup from data", () => {
+    const js = readFileSync(new URL("../public/app.js", import.meta.url), "utf8");
+    expect(js).not.toMatch(
+      /innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function/,
+    );
+  });
+
+  it("serves nothing else under /dashboard/", async () => {
+    const { app } = setup();
+    for (const p of ["/dashboard/index.html", "/dashboard/x.js", "/dashboard/"])
+      expect((await app.request(p)).status).toBe(404);
+    // A dot segment is resolved before routing: /package.json is an API path (token needed).
+    expect((await app.request("/dashboard/../package.json")).status).toBe(401);
+  });
+
+  it("settings: read scope to look, admin to change; a change lands in the file", async () => {
+    const { app, file, live } = setup();
+    expect((await app.request("/admin/settings")).status).toBe(401);
+    const view = await app.request("/admin/settings", { headers: bearer("r".repeat(20)) });
+    expect(view.status).toBe(200);
+    expect(await view.json()).toMatchObject({ node: "n1", file, writable: true });
+    const put = (token: string, body: unknown) =>
+      app.request("/admin/settings", {
+        method: "PUT",
+        headers: { ...bearer(token), "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    expect((await put("r".repeat(20), { staging: { headroom_gb: 1 } })).status).toBe(403);
+    const bad = await put("a".repeat(20), { staging: { headroom_gb: -1 } });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({
+      error: { code: "invalid_request", message: expect.stringContaining("headroom_gb") },
+    });
+    const unknown = await put("a".repeat(20), { staging: { nope: 1 } });
+    expect(unknown.status).toBe(400);
+    const good = await put("a".repeat(20), { staging: { headroom_gb: 1 } });
+    expect(good.status).toBe(200);
+    expect(await good.json()).toMatchObject({ applied: { headroom_gb: 1 } });
+    expect(readFileSync(file, "utf8")).toMatch(/^# mine\n[\s\S]*headroom_gb: 1\n/);
+    expect(live.headroomBytes).toBe(GIB);
+  });
+});
