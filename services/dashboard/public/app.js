@@ -264,6 +264,10 @@ async function stream() {
 // ---------------------------------------------------------------- rendering the state document
 
 function render(doc) {
+  const changed =
+    state === null ||
+    state.index !== doc.index ||
+    state.session?.session_id !== doc.session?.session_id;
   state = doc;
   names = new Map(doc.node_identities.map((n) => [n.node_id, n.name]));
   $("node-name").textContent =
@@ -284,7 +288,7 @@ function render(doc) {
   renderModels(doc);
   renderPulls(doc);
   renderSelectors(doc);
-  scheduleEvents();
+  if (changed) scheduleFollowUps();
 }
 
 function renderTopology(doc) {
@@ -315,7 +319,7 @@ function renderTopology(doc) {
           ? bar(
               tel.memory_total_bytes - tel.memory_free_bytes,
               tel.memory_total_bytes,
-              `${bytes(tel.memory_free_bytes)} free`,
+              `used, ${bytes(tel.memory_free_bytes)} free`,
             )
           : "—",
         tel && tel.gpus.length > 0
@@ -396,7 +400,8 @@ const RUNNER_KIND = {
 
 function runnerCell(inst, a) {
   const r = inst.runners.find((x) => x.rank === a.rank);
-  const head = [`rank ${a.rank} on ${nodeName(a.node_id)} (${a.layers} layers) `];
+  const layers = a.layers === undefined ? "" : ` (${a.layers} layers)`;
+  const head = [`rank ${a.rank} on ${nodeName(a.node_id)}${layers} `];
   if (!r) return h("div", null, head, badge("no report yet", "muted"));
   const extra = [];
   if (r.state === "RunnerStaging" && r.progress)
@@ -597,7 +602,7 @@ $("preview-button").addEventListener("click", (ev) =>
               h(
                 "div",
                 null,
-                `${nodeName(a.node_id)}: rank ${a.rank}, ${a.layers} layers, ${bytes(a.required_bytes)}`,
+                `${nodeName(a.node_id)}: rank ${a.rank}${a.layers === undefined ? "" : `, ${a.layers} layers`}, needs ${bytes(a.required_bytes)}`,
               ),
             )
           : h("div", { class: "error" }, `${v.error.code}: ${v.error.message}`),
@@ -648,7 +653,7 @@ async function refreshStorage() {
       const v = r.models_volume;
       rows.push([
         h("strong", null, n.name),
-        bar(v.total_bytes - v.free_bytes, v.total_bytes, `${bytes(v.free_bytes)} free`),
+        bar(v.total_bytes - v.free_bytes, v.total_bytes, `used, ${bytes(v.free_bytes)} free`),
         bytes(r.staged_bytes),
         r.staged_models.length === 0
           ? h("span", { class: "muted" }, "nothing staged")
@@ -762,16 +767,18 @@ $("settings-form").addEventListener("submit", (ev) => {
 
 // ---------------------------------------------------------------- event log
 
-let eventsTimer = null;
-let eventsAt = 0;
+let followTimer = null;
+let followAt = 0;
 
-function scheduleEvents() {
-  if (eventsTimer) return;
-  const wait = Math.max(0, eventsAt + 3000 - Date.now());
-  eventsTimer = setTimeout(() => {
-    eventsTimer = null;
-    eventsAt = Date.now();
+/** After a change of the replica: the event log and storage again, at most once a second. */
+function scheduleFollowUps() {
+  if (followTimer) return;
+  const wait = Math.max(0, followAt + 1000 - Date.now());
+  followTimer = setTimeout(() => {
+    followTimer = null;
+    followAt = Date.now();
     void refreshEvents();
+    void refreshStorage();
   }, wait);
 }
 

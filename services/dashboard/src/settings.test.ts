@@ -68,6 +68,20 @@ describe("editStagingYaml", () => {
       doc: { node_overrides: { "node-2": { model_store: { staging: { headroom_gb: 3 } } } } },
     },
     {
+      name: "removing a key of an override the file does not have changes nothing",
+      text: COMMENTED,
+      edit: {
+        staging: { headroom_gb: 2 },
+        node_override: {
+          cleanup_on_deactivate: null,
+          staging_keep_recent_gb: null,
+          headroom_gb: null,
+        },
+      },
+      lacks: ["node_overrides"],
+      doc: { model_store: { staging: { headroom_gb: 2 } } },
+    },
+    {
       name: "an empty file gets the section",
       text: "",
       edit: { staging: { cleanup_on_deactivate: false } },

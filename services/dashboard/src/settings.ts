@@ -68,8 +68,10 @@ export function editStagingYaml(text: string, nodeName: string, edit: SettingsEd
   for (const [path, values] of sections) {
     for (const [key, value] of Object.entries(values ?? {})) {
       if (value === undefined) continue;
-      if (value === null) doc.deleteIn([...path, key]);
-      else doc.setIn([...path, key], value);
+      // deleteIn throws on a path through a missing collection: remove only what is there.
+      if (value === null) {
+        if (doc.hasIn([...path, key])) doc.deleteIn([...path, key]);
+      } else doc.setIn([...path, key], value);
     }
     // Remove the maps an override removal emptied, innermost first (never the base sections).
     for (let depth = path.length; depth > 2; depth--) {

@@ -1,0 +1,250 @@
+// The dashboard in headless Chromium against a real 2-node cluster on two hosts (network namespaces,
+// bearer tokens, the store on node-1, the page served by node-2): the token prompt, the live state,
+// placement previews with a refusal and a placement from the page, the model ready, a runner log,
+// the event log, a staging setting edited in the page (the YAML file keeps its comments and the node
+// applies it), a purge that empties node-2's staging, and no console or CSP errors throughout.
+// Screenshots go to test-results/dashboard/ (gitignored).
+import { appendFileSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { mkdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse as parseYaml } from "yaml";
+import {
+  DelayRelay,
+  patchConfig,
+  REPO_ROOT,
+  seedStore,
+  startHostCluster,
+  startHubEmulator,
+  waitForConvergence,
+} from "@ic/testkit";
+import type { HostCluster, NodeProcess } from "@ic/testkit";
+
+const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium";
+const SHOTS = join(REPO_ROOT, "test-results", "dashboard");
+
+interface Storage {
+  staged_models: { model_id: string; in_use: boolean }[];
+  staging: { staging_keep_recent_bytes: number };
+}
+
+describe("dashboard in headless Chromium on a 2-host cluster", () => {
+  let cluster: HostCluster;
+  let hub: Awaited<ReturnType<typeof startHubEmulator>>;
+  let hubRelay: DelayRelay;
+  let n2: NodeProcess;
+  let modelId: string;
+  let profile: string;
+  let context: BrowserContext;
+  let page: Page;
+  const pageErrors: string[] = [];
+
+  const shot = (name: string) =>
+    page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+  const text = (selector: string) => page.locator(selector).innerText();
+  const api = async <T>(path: string): Promise<T> =>
+    (await (await fetch(`${n2.apiUrl}${path}`, { headers: n2.authHeaders })).json()) as T;
+
+  beforeAll(async () => {
+    if (!existsSync(CHROMIUM))
+      throw new Error(
+        `no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`,
+      );
+    await mkdir(SHOTS, { recursive: true });
+    const seeded = await seedStore(mkdtempSync(join(tmpdir(), "ic-store-")));
+    modelId = seeded.modelId;
+    cluster = await startHostCluster(2, {
+      config: (i) => (i === 0 ? { store_path: seeded.store } : {}),
+      startOnly: [],
+    });
+    n2 = cluster.nodes[1]!;
+    // The hub emulator (on this host's loopback), reached by the store host through a relay on the
+    // lab's root address: a model to pull from the page.
+    hub = await startHubEmulator();
+    await hub.addRepo("acme/pulled", {
+      "tiny-llama.gguf": { fromPath: join(seeded.store, "test--tiny-llama", "tiny-llama.gguf") },
+    });
+    hubRelay = await DelayRelay.start({
+      listenHost: cluster.lab.rootAddress,
+      targetHost: "127.0.0.1",
+      targetPort: Number(new URL(hub.url).port),
+      delayMs: 0,
+    });
+    patchConfig(cluster.nodes[0]!, { model_store: { hub_url: `http://${hubRelay.address}` } });
+    // An operator's comment in node-2's file: the settings editor must keep it.
+    appendFileSync(n2.configPath, "# operator note: keep this comment\n");
+    await Promise.all(cluster.nodes.map((n) => n.start()));
+    await waitForConvergence(cluster.nodes, 2);
+    profile = mkdtempSync(join(tmpdir(), "dashboard-chromium-"));
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+      ],
+      viewport: { width: 1400, height: 1000 },
+    });
+    page = context.pages()[0] ?? (await context.newPage());
+    page.on("pageerror", (e) => pageErrors.push(e.message));
+    page.on("console", (m) => {
+      // Refusals the page shows in its panels (the first requests without a token, the invalid
+      // setting) are logged by Chromium as failed loads: not page errors. CSP violations are.
+      if (m.type() === "error" && !/Failed to load resource: .* status of 4\d\d/.test(m.text()))
+        pageErrors.push(m.text());
+    });
+    page.on("dialog", (d) => void d.accept());
+    await page.goto(`${n2.apiUrl}/`);
+  });
+
+  afterAll(async () => {
+    await context?.close();
+    await cluster?.[Symbol.asyncDispose]();
+    await hubRelay?.close();
+    await hub?.[Symbol.asyncDispose]();
+    if (profile) await rm(profile, { recursive: true, force: true });
+  });
+
+  it("asks for the token, then shows the live cluster", async () => {
+    await expect.poll(() => page.locator("#token-dialog").getAttribute("open")).not.toBeNull();
+    await shot("01-token");
+    await page.fill("#token-input", cluster.adminToken);
+    await page.click("#token-save");
+    await expect.poll(() => text("#live")).toBe("live");
+    await expect.poll(() => text("#nodes-table")).toContain("node-1");
+    expect(await text("#nodes-table")).toContain("node-2");
+    expect(await text("#nodes-table")).toContain("master");
+    // Links between the two hosts, with a round trip in ms.
+    await expect.poll(() => text("#links-table")).toMatch(/\d+\.\d\d/);
+    expect(await text("#health-list")).toBeTruthy();
+    await expect.poll(() => text("#models-table")).toContain(modelId);
+    await expect.poll(() => text("#storage-table")).toContain("node-1");
+    expect(await page.content()).not.toContain(cluster.adminToken);
+    await shot("02-live");
+  });
+
+  it("previews placements with the typed refusal, and places the model on node-2 from the page", async () => {
+    await page.selectOption("#place-model", modelId);
+    await page.selectOption("#place-exclude", { label: "node-1" });
+    await page.click("#preview-button");
+    // Two nodes with one excluded: the 2-node previews are refused with a typed reason.
+    await expect.poll(() => text("#previews-table")).toContain("all_excluded");
+    await shot("03-previews");
+    await page.click('#previews-table button[data-preview="Pipeline-1"]');
+    await expect.poll(() => text("#previews-table")).toMatch(/placed i-/);
+    await expect
+      .poll(() => text("#instances-table"), { timeout: 60_000 })
+      .toMatch(/rank 0 on node-2[^\n]*Ready/);
+    await expect.poll(() => text("#models-table")).toContain("ready");
+    await expect.poll(() => text("#deployments-table")).toContain("placed");
+    await shot("04-ready");
+  });
+
+  it("pulls a model from the hub with its progress, then removes it from the store", async () => {
+    await page.fill("#pull-model", "acme/pulled");
+    await page.click("#pull-button");
+    await expect.poll(() => text("#pull-error")).toBe("");
+    await expect
+      .poll(() => text("#pulls-table"), { timeout: 30_000 })
+      .toMatch(/acme\/pulled[\s\S]*done[\s\S]*100%[\s\S]*1 \/ 1/);
+    // Registered with no restart: placeable.
+    await expect.poll(() => text("#models-table"), { timeout: 15_000 }).toContain("acme/pulled");
+    await expect
+      .poll(() => page.locator("#place-model option").allInnerTexts())
+      .toContain("acme/pulled");
+    await shot("05-pulled");
+    await page.locator("#models-table tr", { hasText: "acme/pulled" }).locator("button").click();
+    await expect
+      .poll(() => text("#models-table"), { timeout: 15_000 })
+      .not.toContain("acme/pulled");
+  });
+
+  it("turns tracing on, and shows a chat request's trace with its stats", async () => {
+    await page.check("#tracing-enabled");
+    await expect
+      .poll(async () => (await api<{ enabled: boolean }>("/v1/tracing")).enabled)
+      .toBe(true);
+    const chat = await n2.post("/v1/chat/completions", {
+      model: modelId,
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 4,
+    });
+    expect(chat.status).toBe(200);
+    await expect
+      .poll(async () => {
+        await page.click("#traces-refresh");
+        return text("#traces-table");
+      })
+      .toContain(modelId);
+    await page.click("#traces-table button");
+    await expect.poll(() => text("#trace-stats")).toContain("time to first token");
+    expect(await text("#trace-stats")).toMatch(/completion tokens\s+[1-4]/);
+  });
+
+  it("shows the runner's log and the event log", async () => {
+    await page.click("#log-button");
+    await expect.poll(() => text("#log-meta")).toContain("node-2");
+    expect((await text("#log-text")).length).toBeGreaterThan(100);
+    await expect.poll(() => text("#events-table"), { timeout: 10_000 }).toContain("InstancePlaced");
+    await page.click("#storage-refresh");
+    await expect.poll(() => text("#storage-table")).toContain("in use");
+    await shot("06-logs");
+  });
+
+  it("edits a staging setting: the YAML file changes with its comments kept, and node-2 applies it", async () => {
+    await expect.poll(() => page.inputValue("#set-base-staging_keep_recent_gb")).toBe("40");
+    await page.fill("#set-base-staging_keep_recent_gb", "-3");
+    await page.click("#settings-save");
+    await expect.poll(() => text("#settings-error")).toContain("staging_keep_recent_gb");
+    expect(readFileSync(n2.configPath, "utf8")).not.toContain("-3");
+    await page.fill("#set-base-staging_keep_recent_gb", "0.5");
+    await page.click("#settings-save");
+    await expect.poll(() => text("#settings-message")).toContain("applied");
+    const file = readFileSync(n2.configPath, "utf8");
+    expect(file).toContain("# operator note: keep this comment");
+    expect(
+      (parseYaml(file) as { model_store: { staging: Record<string, unknown> } }).model_store
+        .staging,
+    ).toMatchObject({ staging_keep_recent_gb: 0.5 });
+    expect(await text("#applied-staging_keep_recent_gb")).toBe("0.5");
+    const report = await api<Storage>("/store/storage");
+    expect(report.staging.staging_keep_recent_bytes).toBe(0.5 * 1024 ** 3);
+    // node-1 keeps its own file and settings.
+    const other = (await (
+      await fetch(`${cluster.nodes[0]!.apiUrl}/store/storage`, {
+        headers: cluster.nodes[0]!.authHeaders,
+      })
+    ).json()) as Storage;
+    expect(other.staging.staging_keep_recent_bytes).toBe(40 * 1024 ** 3);
+    await shot("07-settings");
+  });
+
+  it("deletes the instance and purges: node-2's staging is emptied and the page shows it", async () => {
+    await page.click("#instances-table button.danger");
+    await expect
+      .poll(() => text("#instances-table"), { timeout: 30_000 })
+      .toContain("no instances");
+    await page.click("#storage-refresh");
+    await expect.poll(() => text("#storage-table")).toContain("idle");
+    await shot("08-before-purge");
+    await page.click("#purge-all");
+    await expect.poll(() => text("#purge-result")).toMatch(/freed [1-9][\d.]* [KM]iB on 2 node/);
+    await expect
+      .poll(async () => (await api<Storage>("/store/storage")).staged_models.length)
+      .toBe(0);
+    await expect
+      .poll(async () => await page.locator("#storage-table tr", { hasText: "node-2" }).innerText())
+      .toContain("nothing staged");
+    await shot("09-purged");
+    expect(pageErrors).toEqual([]);
+  });
+});
