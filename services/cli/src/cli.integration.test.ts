@@ -119,6 +119,9 @@ describe("ic", () => {
     expect(down.out).toMatch(/✗ api\s+cannot reach http:\/\/127.0.0.1:\d+: .*is the node running/);
 
     expect((await ic(["rm", placed.instance.instance_id], env)).code).toBe(0);
+    const storage = await ic(["storage"], env);
+    expect(storage.code, storage.err).toBe(0);
+    expect(storage.out).toMatch(/NODE\s+STAGED[\s\S]*node-1\s+\S+/);
 
     // Mistakes: one line, no stack trace; usage 2, refusals 1.
     const bad = await ic(["status", "--bogus"], env);

@@ -340,22 +340,24 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
       return 0;
     }
     case "storage": {
-      const s = await c.get<StateDoc>("/state");
-      const reports = await Promise.all(
-        s.node_identities.map(async (m) => {
-          try {
-            const r = await c.at(m.api_url).get<{
-              staged_bytes: number;
-              event_log_bytes: number;
-              models_volume: { free_bytes: number; total_bytes: number };
-              staged_models: unknown[];
-            }>("/store/storage", 10_000);
-            return { node: m.name, ...r };
-          } catch (e) {
-            return { node: m.name, error: e instanceof Error ? e.message : String(e) };
-          }
-        }),
-      );
+      // The node asks its live peers itself (GET /store/storage/cluster): their API addresses need
+      // not be reachable from here.
+      const s = await c.get<{
+        nodes: {
+          name: string;
+          report: {
+            staged_bytes: number;
+            event_log_bytes: number;
+            models_volume: { free_bytes: number; total_bytes: number };
+            staged_models: unknown[];
+          };
+        }[];
+        unreachable: { node: string; error: string }[];
+      }>("/store/storage/cluster", 10_000);
+      const reports = [
+        ...s.nodes.map((n) => ({ node: n.name, ...n.report })),
+        ...s.unreachable.map((u) => ({ node: u.node, error: u.error })),
+      ];
       print(io, p, reports, () =>
         table(
           ["NODE", "STAGED", "MODELS", "EVENT LOG", "VOLUME FREE"],

@@ -128,6 +128,17 @@ function configIssues(e: ConfigError): { path: string; message: string }[] {
   });
 }
 
+/** A write or rename the filesystem refused, as the API's conflict. */
+function cannotReplace(file: string, e: unknown): ServiceError {
+  const code = (e as NodeJS.ErrnoException).code ?? "error";
+  return new ServiceError(
+    "conflict",
+    `cannot replace ${file} (${code}): the editor writes a file beside it and renames it over; ` +
+      "mount or place the config in a directory this node's user can write (docs/operations.md, Dashboard)",
+    { cause: e },
+  );
+}
+
 export interface SettingsFileOptions {
   /** The config file this node was started with (expanded), if any. */
   readonly file: string | undefined;
@@ -217,7 +228,9 @@ export class SettingsFile {
       const next = editStagingYaml(text, this.o.nodeName, edit);
       const tmp = join(dirname(file), `.${basename(file)}.${randomBytes(6).toString("hex")}.tmp`);
       try {
-        await writeFile(tmp, next, { mode: st.mode & 0o777, flag: "wx" });
+        await writeFile(tmp, next, { mode: st.mode & 0o777, flag: "wx" }).catch((e: unknown) => {
+          throw cannotReplace(file, e);
+        });
         let cfg: Config;
         try {
           cfg = this.load(tmp);
@@ -231,7 +244,10 @@ export class SettingsFile {
             { details: { issues } },
           );
         }
-        await rename(tmp, file);
+        // A file bind-mounted on its own (a container) cannot be renamed over: EBUSY.
+        await rename(tmp, file).catch((e: unknown) => {
+          throw cannotReplace(file, e);
+        });
         const before = values(this.o.live.current);
         this.o.live.replace(stagingSettings(stagingFor(cfg, this.o.nodeName)));
         this.o.onApplied?.({ before, after: values(this.o.live.current) });

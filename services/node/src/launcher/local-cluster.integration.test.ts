@@ -70,6 +70,10 @@ describe("npm start", () => {
       });
       const base = `http://127.0.0.1:${port}`;
       expect(out).toContain(`Base URL: ${base}`);
+      expect(out).toContain(`Dashboard: ${base}/`);
+      const page = await fetch(`${base}/`);
+      expect(page.status).toBe(200);
+      expect(await page.text()).toContain("/dashboard/app.js");
       const logFile = join(dataDir, "node-1", "node.log");
       expect(out).toContain(logFile);
       // The node's own log lines are in the file the launcher printed.

@@ -130,6 +130,7 @@ export async function runLocalCluster(o: StartOptions): Promise<number> {
     say(`
 Local cluster ready: ${n} node(s), model ${MODEL_ID} placed.
 Base URL: ${base}
+Dashboard: ${base}/
 
   curl -s ${base}/state | head -c 600; echo
   curl -s ${base}/v1/chat/completions -H 'content-type: application/json' \\
