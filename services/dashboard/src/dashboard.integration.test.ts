@@ -57,7 +57,8 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     const seeded = await seedStore(mkdtempSync(join(tmpdir(), "ic-store-")));
     modelId = seeded.modelId;
     cluster = await startHostCluster(2, {
-      config: (i) => (i === 0 ? { store_path: seeded.store } : {}),
+      // node-1 declares a CUDA backend it does not have: a nodeHealth warning for the page to show.
+      config: (i) => (i === 0 ? { store_path: seeded.store, node: { backend: "cuda" } } : {}),
       startOnly: [],
     });
     n2 = cluster.nodes[1]!;
@@ -125,7 +126,8 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     expect(await text("#nodes-table")).toContain("master");
     // Links between the two hosts, with a round trip in ms.
     await expect.poll(() => text("#links-table")).toMatch(/\d+\.\d\d/);
-    expect(await text("#health-list")).toBeTruthy();
+    await expect.poll(() => text("#health-list")).toContain("backend_override_conflict");
+    expect(await text("#health-list")).toMatch(/warn\s+node-1[\s\S]*fix: set node.backend to auto/);
     await expect.poll(() => text("#models-table")).toContain(modelId);
     await expect.poll(() => text("#storage-table")).toContain("node-1");
     expect(await page.content()).not.toContain(cluster.adminToken);
