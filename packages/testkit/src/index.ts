@@ -4,3 +4,4 @@ export * from "./cluster.ts";
 export * from "./hub/index.ts";
 export * from "./netns/index.ts";
 export * from "./census.ts";
+export * from "./browser.ts";

@@ -4,16 +4,16 @@
 // the event log, a staging setting edited in the page (the YAML file keeps its comments and the node
 // applies it), a purge that empties node-2's staging, and no console or CSP errors throughout.
 // Screenshots go to test-results/dashboard/ (gitignored).
-import { appendFileSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
-import { mkdir, rm } from "node:fs/promises";
+import { appendFileSync, mkdtempSync, readFileSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
-import type { BrowserContext, Page } from "playwright-core";
+import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import {
   DelayRelay,
+  launchChromium,
   patchConfig,
   REPO_ROOT,
   seedStore,
@@ -21,9 +21,8 @@ import {
   startHubEmulator,
   waitForConvergence,
 } from "@ic/testkit";
-import type { HostCluster, NodeProcess } from "@ic/testkit";
+import type { HostCluster, NodeProcess, TestBrowser } from "@ic/testkit";
 
-const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium";
 const SHOTS = join(REPO_ROOT, "test-results", "dashboard");
 
 interface Storage {
@@ -37,10 +36,8 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
   let hubRelay: DelayRelay;
   let n2: NodeProcess;
   let modelId: string;
-  let profile: string;
-  let context: BrowserContext;
+  let browser: TestBrowser;
   let page: Page;
-  const pageErrors: string[] = [];
 
   const shot = (name: string) =>
     page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
@@ -49,10 +46,6 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     (await (await fetch(`${n2.apiUrl}${path}`, { headers: n2.authHeaders })).json()) as T;
 
   beforeAll(async () => {
-    if (!existsSync(CHROMIUM))
-      throw new Error(
-        `no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`,
-      );
     await mkdir(SHOTS, { recursive: true });
     const seeded = await seedStore(mkdtempSync(join(tmpdir(), "ic-store-")));
     modelId = seeded.modelId;
@@ -79,40 +72,22 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     appendFileSync(n2.configPath, "# operator note: keep this comment\n");
     await Promise.all(cluster.nodes.map((n) => n.start()));
     await waitForConvergence(cluster.nodes, 2);
-    profile = mkdtempSync(join(tmpdir(), "dashboard-chromium-"));
-    context = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-      ],
+    // Refusals the page shows in its panels (the first requests without a token, the invalid
+    // setting) are logged by Chromium as failed loads: not page errors. CSP violations are.
+    browser = await launchChromium({
       viewport: { width: 1400, height: 1000 },
+      ignoreConsole: /Failed to load resource: .* status of 4\d\d/,
     });
-    page = context.pages()[0] ?? (await context.newPage());
-    page.on("pageerror", (e) => pageErrors.push(e.message));
-    page.on("console", (m) => {
-      // Refusals the page shows in its panels (the first requests without a token, the invalid
-      // setting) are logged by Chromium as failed loads: not page errors. CSP violations are.
-      if (m.type() === "error" && !/Failed to load resource: .* status of 4\d\d/.test(m.text()))
-        pageErrors.push(m.text());
-    });
+    page = browser.page;
     page.on("dialog", (d) => void d.accept());
     await page.goto(`${n2.apiUrl}/`);
   });
 
   afterAll(async () => {
-    await context?.close();
+    await browser?.close();
     await cluster?.[Symbol.asyncDispose]();
     await hubRelay?.close();
     await hub?.[Symbol.asyncDispose]();
-    if (profile) await rm(profile, { recursive: true, force: true });
   });
 
   it("asks for the token, then shows the live cluster", async () => {
@@ -247,6 +222,6 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
       .poll(async () => await page.locator("#storage-table tr", { hasText: "node-2" }).innerText())
       .toContain("nothing staged");
     await shot("09-purged");
-    expect(pageErrors).toEqual([]);
+    expect(browser.errors).toEqual([]);
   });
 });

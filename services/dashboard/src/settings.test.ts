@@ -126,15 +126,13 @@ function fixture(text = COMMENTED) {
     keepRecentBytes: 40 * GIB,
     headroomBytes: 10 * GIB,
   });
-  const applied: unknown[] = [];
   const settings = new SettingsFile({
     file,
     nodeName: "node-1",
     live,
     env: {},
-    onApplied: (c) => applied.push(c),
   });
-  return { dir, file, live, settings, applied };
+  return { dir, file, live, settings };
 }
 
 describe("SettingsFile", () => {
@@ -155,7 +153,7 @@ describe("SettingsFile", () => {
   });
 
   it("writes a valid edit, keeps the comments and applies it live", async () => {
-    const { settings, file, live, applied, dir } = fixture();
+    const { settings, file, live, dir } = fixture();
     const v = await settings.update({
       staging: { staging_keep_recent_gb: 0.5 },
       node_override: { cleanup_on_deactivate: false },
@@ -166,7 +164,6 @@ describe("SettingsFile", () => {
     expect(live.keepRecentBytes).toBe(0.5 * GIB);
     expect(live.cleanupOnDeactivate).toBe(false);
     expect(v.applied).toEqual(v.effective);
-    expect(applied).toHaveLength(1);
     // No temporary file is left behind.
     expect(readdirSync(dir)).toEqual(["config.yaml"]);
   });

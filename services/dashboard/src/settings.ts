@@ -148,8 +148,6 @@ export interface SettingsFileOptions {
   readonly live: LiveStagingSettings;
   /** Environment for loading the candidate (as the node's own load). */
   readonly env?: NodeJS.ProcessEnv;
-  /** Called after an edit was written and applied (the log line). */
-  readonly onApplied?: (change: { before: StagingValues; after: StagingValues }) => void;
 }
 
 export class SettingsFile {
@@ -248,9 +246,7 @@ export class SettingsFile {
         await rename(tmp, file).catch((e: unknown) => {
           throw cannotReplace(file, e);
         });
-        const before = values(this.o.live.current);
         this.o.live.replace(stagingSettings(stagingFor(cfg, this.o.nodeName)));
-        this.o.onApplied?.({ before, after: values(this.o.live.current) });
       } finally {
         await rm(tmp, { force: true });
       }

@@ -174,11 +174,11 @@ export class Node implements AsyncDisposable {
         }),
     });
     let worker: Worker | undefined;
+    // The staging section in force on this node (its override applied); the settings editor replaces it.
+    const settings = new LiveStagingSettings(stagingSettings(stagingFor(cfg, name)));
     // The store host (a node with store_path) serves registered artifacts under /store/models on this API.
     // Its model pulls (POST /store/pulls) download from model_store.hub_url; the hub token comes
     // from the environment only and is never logged.
-    // The staging section in force on this node (its override applied); the settings editor replaces it.
-    const settings = new LiveStagingSettings(stagingSettings(stagingFor(cfg, name)));
     const storeHost = cfg.store_path
       ? new StoreHost({
           storePath: cfg.store_path,

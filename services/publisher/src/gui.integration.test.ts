@@ -1,69 +1,39 @@
 // The GUI in headless Chromium against a real publisher and the hub emulator: token setup, detect,
 // publish with a live log and progress bar (including a reload that resumes the stream), register
 // and catalog lookup. Screenshots go to test-results/publisher/ (gitignored).
-import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
-import type { BrowserContext, Page } from "playwright-core";
+import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { REPO_ROOT } from "@ic/testkit";
+import { launchChromium, REPO_ROOT } from "@ic/testkit";
+import type { TestBrowser } from "@ic/testkit";
 import { REPOS, startHubFixture, startTestServer, TEST_TOKEN } from "./testing.ts";
 import type { HubFixture, TestServer } from "./testing.ts";
 
-const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium";
 const SHOTS = join(REPO_ROOT, "test-results", "publisher");
 
 describe("publisher GUI in headless Chromium", () => {
   let fx: HubFixture;
   let s: TestServer;
-  let profile: string;
-  let context: BrowserContext;
+  let browser: TestBrowser;
   let page: Page;
-  const pageErrors: string[] = [];
 
   const shot = (name: string): Promise<Buffer> =>
     page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 
   beforeAll(async () => {
-    if (!existsSync(CHROMIUM)) {
-      throw new Error(
-        `no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`,
-      );
-    }
     await mkdir(SHOTS, { recursive: true });
     fx = await startHubFixture();
     s = await startTestServer(fx.hub.url);
-    profile = await mkdtemp(join(tmpdir(), "publisher-chromium-"));
-    context = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-      ],
-      viewport: { width: 1100, height: 900 },
-    });
-    page = context.pages()[0] ?? (await context.newPage());
-    page.on("pageerror", (e) => pageErrors.push(e.message));
-    page.on("console", (m) => {
-      if (m.type() === "error") pageErrors.push(m.text());
-    });
+    browser = await launchChromium();
+    page = browser.page;
     await page.goto(s.url);
   });
 
   afterAll(async () => {
-    await context?.close();
+    await browser?.close();
     await s?.stop();
     await fx?.stop();
-    if (profile) await rm(profile, { recursive: true, force: true });
   });
 
   it("saves a token and shows it masked", async () => {
@@ -229,7 +199,7 @@ describe("publisher GUI in headless Chromium", () => {
 
   it("ran without script errors or CSP violations", () => {
     expect(
-      pageErrors.filter((e) => !/the server responded with a status of (400|404|409)/.test(e)),
+      browser.errors.filter((e) => !/the server responded with a status of (400|404|409)/.test(e)),
     ).toEqual([]);
   });
 });

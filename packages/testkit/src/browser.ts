@@ -1,0 +1,57 @@
+// Headless Chromium for the GUI tests (the publisher's page, the dashboard): the Debian `chromium`
+// driven by playwright-core, in a throwaway profile, with the page's errors collected.
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+
+export const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium";
+
+export interface TestBrowser extends AsyncDisposable {
+  readonly context: BrowserContext;
+  readonly page: Page;
+  /** Uncaught exceptions and console errors of the page (CSP violations included). */
+  readonly errors: string[];
+  close(): Promise<void>;
+}
+
+export async function launchChromium(
+  o: {
+    viewport?: { width: number; height: number };
+    /** Console errors to leave out of `errors` (e.g. failed loads the page handles itself). */
+    ignoreConsole?: RegExp;
+  } = {},
+): Promise<TestBrowser> {
+  if (!existsSync(CHROMIUM))
+    throw new Error(
+      `no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`,
+    );
+  const profile = mkdtempSync(join(tmpdir(), "ic-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+    viewport: o.viewport ?? { width: 1100, height: 900 },
+  });
+  const page = context.pages()[0] ?? (await context.newPage());
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  page.on("console", (m) => {
+    if (m.type() === "error" && !(o.ignoreConsole?.test(m.text()) ?? false)) errors.push(m.text());
+  });
+  const close = async () => {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  };
+  return { context, page, errors, close, [Symbol.asyncDispose]: close };
+}
