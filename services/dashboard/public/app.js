@@ -626,6 +626,31 @@ $("preview-button").addEventListener("click", (ev) =>
       ]),
       "no previews",
     );
+    // The memory each node offers placement, and why a node takes no instances.
+    table(
+      $("preview-nodes"),
+      ["node", "free for placement", "reserved by instances", "candidate"],
+      p.nodes.map((n) => [
+        n.name,
+        n.free_bytes === null
+          ? "not heard yet"
+          : `${bytes(n.free_bytes)} of ${bytes(n.total_bytes)}`,
+        bytes(n.reserved_bytes),
+        n.candidate
+          ? badge("yes", "ok")
+          : [
+              badge("no", "bad"),
+              n.unavailable
+                ? h(
+                    "div",
+                    { class: "error" },
+                    `${n.unavailable.health_code}: ${n.unavailable.message}`,
+                  )
+                : null,
+            ],
+      ]),
+      "no nodes",
+    );
   }),
 );
 

@@ -115,6 +115,8 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     await page.click("#preview-button");
     // Two nodes with one excluded: the 2-node previews are refused with a typed reason.
     await expect.poll(() => text("#previews-table")).toContain("all_excluded");
+    // Each node's memory as placement counts it.
+    expect(await text("#preview-nodes")).toMatch(/node-2\s+[\d.]+ GiB of [\d.]+ GiB/);
     await shot("03-previews");
     await page.click('#previews-table button[data-preview="Pipeline-1"]');
     await expect.poll(() => text("#previews-table")).toMatch(/placed i-/);
