@@ -226,4 +226,20 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     await shot("09-purged");
     expect(browser.errors).toEqual([]);
   });
+
+  it("the state stream frees its slot when a client leaves (more than the 64-stream cap, one after another)", async () => {
+    for (let i = 0; i < 70; i++) {
+      const abort = new AbortController();
+      const r = await fetch(`${n2.apiUrl}/state/stream?links=0`, {
+        headers: n2.authHeaders,
+        signal: abort.signal,
+      });
+      expect(r.status).toBe(200);
+      const reader = r.body!.getReader();
+      const first = new TextDecoder().decode((await reader.read()).value);
+      expect(first).toMatch(/^event: state\ndata: \{/);
+      abort.abort();
+      await reader.cancel().catch(() => undefined);
+    }
+  });
 });
