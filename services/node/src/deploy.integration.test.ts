@@ -114,6 +114,18 @@ describe("the shipped configuration across three hosts", () => {
         headers: { authorization: `Bearer ${token("read.token")}` },
       });
       expect(read.status).toBe(200);
+      // The dashboard: the page is public, its settings view needs a token and names the shipped file.
+      const page = await fetch(`${n3.apiUrl}/`);
+      expect(page.status).toBe(200);
+      expect(page.headers.get("content-security-policy")).toContain("script-src 'self'");
+      expect((await fetch(`${n3.apiUrl}/admin/settings`)).status).toBe(401);
+      const settings = (await (
+        await fetch(`${n3.apiUrl}/admin/settings`, {
+          headers: { authorization: `Bearer ${token("read.token")}` },
+        })
+      ).json()) as { node: string; file: string };
+      expect(settings.node).toBe("node-3");
+      expect(settings.file).toMatch(/config\.yaml$/);
       // The store host (node-1) registers the model; a placement through node-2 serves through node-3.
       await waitFor(
         async () => {
