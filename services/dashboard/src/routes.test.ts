@@ -1,43 +1,18 @@
 // The dashboard routes behind the gateway's auth: the page and its files are public with a strict
 // CSP, nothing else under /dashboard/ is served, and the settings editor needs read / admin scopes.
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { Hono } from "hono";
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { authMiddleware, toResponse } from "@ic/gateway";
-import { silentLogger } from "@ic/log";
-import { GIB, LiveStagingSettings } from "@ic/store";
-import { DASHBOARD_ASSETS, DASHBOARD_CSP, dashboardRoutes } from "./routes.ts";
-import { SettingsFile } from "./settings.ts";
+import { GIB } from "@ic/store";
+import { DASHBOARD_ASSETS, DASHBOARD_CSP } from "./routes.ts";
+import { dashboardApp, settingsFixture } from "./testing.ts";
 
 function setup() {
-  const dir = mkdtempSync(join(tmpdir(), "ic-dash-"));
-  const file = join(dir, "config.yaml");
-  writeFileSync(file, "# mine\nnode:\n  name: n1\n", { mode: 0o600 });
-  const live = new LiveStagingSettings({
-    cleanupOnDeactivate: true,
-    keepRecentBytes: 40 * GIB,
-    headroomBytes: 10 * GIB,
-  });
-  const log = silentLogger();
-  const app = new Hono();
-  app.onError((err, c) => toResponse(c, err, log));
-  app.use(
-    "*",
-    authMiddleware({
-      tokens: [
-        { name: "viewer", token: "r".repeat(20), scopes: ["read"] },
-        { name: "op", token: "a".repeat(20), scopes: ["admin", "read"] },
-      ],
-    }),
-  );
-  dashboardRoutes(app, {
-    log,
-    settings: new SettingsFile({ file, nodeName: "n1", live, env: {} }),
-  });
-  app.notFound((c) => c.json({ error: { code: "not_found" } }, 404));
-  return { app, file, live };
+  const fx = settingsFixture("# mine\nnode:\n  name: n1\n");
+  const app = dashboardApp(fx, [
+    { name: "viewer", token: "r".repeat(20), scopes: ["read"] },
+    { name: "op", token: "a".repeat(20), scopes: ["admin", "read"] },
+  ]);
+  return { app, file: fx.file, live: fx.live };
 }
 
 const bearer = (t: string) => ({ authorization: `Bearer ${t}` });

@@ -2,18 +2,12 @@
 // unknown keys, junk) gets 200 or a typed 400, never a 5xx; the file always loads afterwards and
 // keeps its comments; a refused edit leaves it byte for byte; an accepted one sets exactly the keys
 // it named (null removes) and the live settings equal what the file gives this node.
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import fc from "fast-check";
-import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { loadConfig, stagingFor } from "@ic/config";
-import { authMiddleware, toResponse } from "@ic/gateway";
-import { silentLogger } from "@ic/log";
-import { GIB, LiveStagingSettings, stagingSettings } from "@ic/store";
-import { dashboardRoutes } from "./routes.ts";
-import { SettingsFile } from "./settings.ts";
+import { stagingSettings } from "@ic/store";
+import { dashboardApp, settingsFixture } from "./testing.ts";
 
 const KEYS = ["cleanup_on_deactivate", "staging_keep_recent_gb", "headroom_gb"] as const;
 const START = `# operator comment
@@ -57,22 +51,9 @@ const stagingOf = (doc: unknown, path: string[]): Section => {
 
 describe("PUT /admin/settings under generated bodies", () => {
   it("answers 200 or a typed 400, keeps the file loadable and commented, applies exactly what it accepted", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "ic-settings-fuzz-"));
-    const file = join(dir, "config.yaml");
-    writeFileSync(file, START, { mode: 0o600 });
-    const live = new LiveStagingSettings({
-      cleanupOnDeactivate: true,
-      keepRecentBytes: 40 * GIB,
-      headroomBytes: 10 * GIB,
-    });
-    const log = silentLogger();
-    const app = new Hono();
-    app.onError((err, c) => toResponse(c, err, log));
-    app.use("*", authMiddleware({ tokens: [] }));
-    dashboardRoutes(app, {
-      log,
-      settings: new SettingsFile({ file, nodeName: "n1", live, env: {} }),
-    });
+    const fx = settingsFixture(START);
+    const { file, live } = fx;
+    const app = dashboardApp(fx);
     const { parse } = await import("yaml");
     const seen = { accepted: 0, refused: 0 };
 

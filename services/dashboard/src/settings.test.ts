@@ -1,14 +1,13 @@
 // The settings editor: YAML edits keep comments and other keys, removals prune an emptied override,
 // the candidate is validated by the config loader (errors name the key, nothing is written), and a
 // good edit is written atomically and applied to the live settings.
-import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync, readdirSync } from "node:fs";
 import { parse } from "yaml";
 import { describe, expect, it } from "vitest";
 import { ServiceError } from "@ic/protocol";
 import { GIB, LiveStagingSettings } from "@ic/store";
 import { SettingsEditSchema, SettingsFile, editStagingYaml } from "./settings.ts";
+import { settingsFixture } from "./testing.ts";
 
 const COMMENTED = `# cluster node config
 node:
@@ -117,23 +116,7 @@ describe("SettingsEditSchema", () => {
   });
 });
 
-function fixture(text = COMMENTED) {
-  const dir = mkdtempSync(join(tmpdir(), "ic-settings-"));
-  const file = join(dir, "config.yaml");
-  writeFileSync(file, text, { mode: 0o600 });
-  const live = new LiveStagingSettings({
-    cleanupOnDeactivate: true,
-    keepRecentBytes: 40 * GIB,
-    headroomBytes: 10 * GIB,
-  });
-  const settings = new SettingsFile({
-    file,
-    nodeName: "node-1",
-    live,
-    env: {},
-  });
-  return { dir, file, live, settings };
-}
+const fixture = (text = COMMENTED) => settingsFixture(text, "node-1");
 
 describe("SettingsFile", () => {
   it("shows the file's sections, this node's override and what is applied", async () => {
