@@ -2,7 +2,14 @@ import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ConfigError, clusterCredentials, isLoopback, loadConfig, stagingFor } from "./index.ts";
+import {
+  ConfigError,
+  MAX_STAGING_GB,
+  clusterCredentials,
+  isLoopback,
+  loadConfig,
+  stagingFor,
+} from "./index.ts";
 
 function file(text: string): string {
   const dir = mkdtempSync(join(tmpdir(), "cfg-"));
@@ -52,6 +59,28 @@ node_overrides:
     expect(() => loadConfig({ file: p, env: {} })).toThrowError(
       /model_store\.staging\.staging_keep_recent_gb/,
     );
+  });
+
+  it.each([
+    ["model_store:\n  staging:\n    headroom_gb: 1e300\n", /model_store\.staging\.headroom_gb/],
+    [
+      "model_store:\n  staging:\n    staging_keep_recent_gb: 2000000\n",
+      /model_store\.staging\.staging_keep_recent_gb/,
+    ],
+    [
+      "node_overrides:\n  a:\n    model_store:\n      staging:\n        headroom_gb: 9e15\n",
+      /node_overrides\.a\.model_store\.staging\.headroom_gb/,
+    ],
+  ])("refuses staging sizes whose byte count is not an exact integer: %s", (text, key) => {
+    expect(() => loadConfig({ file: file(text), env: {} })).toThrowError(key);
+  });
+
+  it("accepts the largest staging size and keeps it exact in bytes", () => {
+    const c = loadConfig({
+      file: file(`model_store:\n  staging:\n    headroom_gb: ${MAX_STAGING_GB}\n`),
+      env: {},
+    });
+    expect(Number.isSafeInteger(c.model_store.staging.headroom_gb * 1024 ** 3)).toBe(true);
   });
 
   it("rejects unknown keys instead of ignoring typos", () => {

@@ -2,12 +2,19 @@
 // Defaults follow the spec; every time and size limit is configurable so tests can use small values.
 import { z } from "zod";
 
+/**
+ * The largest staging size accepted, in GiB (1 PiB). Sizes become byte counts, which must stay exact
+ * integers (below 2^53) in storage reports; no volume comes near this.
+ */
+export const MAX_STAGING_GB = 1024 ** 2;
+const gib = () => z.number().min(0).max(MAX_STAGING_GB, `at most ${MAX_STAGING_GB} GiB`);
+
 export const StagingSchema = z
   .object({
     cleanup_on_deactivate: z.boolean().default(true),
-    staging_keep_recent_gb: z.number().min(0).default(40),
+    staging_keep_recent_gb: gib().default(40),
     /** Free space that must remain after a transfer (spec: 10 GiB). */
-    headroom_gb: z.number().min(0).default(10),
+    headroom_gb: gib().default(10),
   })
   .strict();
 
@@ -15,8 +22,8 @@ export const StagingSchema = z
 export const StagingOverrideSchema = z
   .object({
     cleanup_on_deactivate: z.boolean().optional(),
-    staging_keep_recent_gb: z.number().min(0).optional(),
-    headroom_gb: z.number().min(0).optional(),
+    staging_keep_recent_gb: gib().optional(),
+    headroom_gb: gib().optional(),
   })
   .strict();
 

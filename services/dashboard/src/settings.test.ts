@@ -63,8 +63,16 @@ describe("editStagingYaml", () => {
       name: "removing the last override key removes the emptied override",
       text: `${COMMENTED}node_overrides:\n  node-1:\n    model_store:\n      staging:\n        headroom_gb: 1\n  node-2:\n    model_store:\n      staging:\n        headroom_gb: 3\n`,
       edit: { node_override: { headroom_gb: null } },
-      lacks: ["node-1:\n"],
+      lacks: ["  node-1:"],
       doc: { node_overrides: { "node-2": { model_store: { staging: { headroom_gb: 3 } } } } },
+    },
+    {
+      name: "removing the only override removes node_overrides",
+      text: `${COMMENTED}node_overrides:\n  node-1:\n    model_store:\n      staging:\n        headroom_gb: 1\n`,
+      edit: { node_override: { headroom_gb: null } },
+      has: ["# cluster node config"],
+      lacks: ["node_overrides", "  node-1:"],
+      doc: { model_store: { staging: { cleanup_on_deactivate: true } } },
     },
     {
       name: "removing a key of an override the file does not have changes nothing",

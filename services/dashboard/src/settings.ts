@@ -61,11 +61,13 @@ export function editStagingYaml(text: string, nodeName: string, edit: SettingsEd
     );
   if (doc.contents !== null && !isMap(doc.contents))
     throw new ServiceError("conflict", "the config file's top level is not a mapping");
-  const sections: [string[], Record<string, unknown> | undefined][] = [
-    [BASE_PATH, edit.staging],
-    [overridePath(nodeName), edit.node_override],
+  // Each section with the depth its emptied maps are pruned to: never the base section itself, and
+  // an override down to `node_overrides` when the node's last override key goes.
+  const sections: [string[], Record<string, unknown> | undefined, number][] = [
+    [BASE_PATH, edit.staging, BASE_PATH.length],
+    [overridePath(nodeName), edit.node_override, 0],
   ];
-  for (const [path, values] of sections) {
+  for (const [path, values, keep] of sections) {
     for (const [key, value] of Object.entries(values ?? {})) {
       if (value === undefined) continue;
       // deleteIn throws on a path through a missing collection: remove only what is there.
@@ -73,8 +75,8 @@ export function editStagingYaml(text: string, nodeName: string, edit: SettingsEd
         if (doc.hasIn([...path, key])) doc.deleteIn([...path, key]);
       } else doc.setIn([...path, key], value);
     }
-    // Remove the maps an override removal emptied, innermost first (never the base sections).
-    for (let depth = path.length; depth > 2; depth--) {
+    // Remove the maps a removal emptied, innermost first.
+    for (let depth = path.length; depth > keep; depth--) {
       const at = path.slice(0, depth);
       const node: unknown = doc.getIn(at, true);
       if (isMap(node) && node.items.length === 0) doc.deleteIn(at);

@@ -2,10 +2,16 @@
 // the store host) over a scripted cluster, a real StoreHost and StagingClient on temp directories.
 // Generated bodies, queries, ids, paths and headers go through app.request() and through the node
 // server; the properties: no 5xx for a client mistake, statuses as docs/api.md documents them, one
-// error envelope, no unhandled rejection, and nothing on disk changes except what a purge deletes.
+// error envelope, no unhandled rejection, and nothing on disk changes except what a purge (or a model
+// removal) deletes.
 // Also wired as node.ts wires them: the observability routes (/metrics, /v1/diagnostics/telemetry,
 // /logs, runner logs over the in-process bus) and the tracing routes (trace dir inside the snapshot,
 // one unreachable peer for the cluster view); no answer ever carries a file from outside a root.
+// Also: the cluster storage view (the same unreachable peer), the dashboard's files and its settings
+// editor (GET/PUT /admin/settings on a config file outside the snapshotted tree, applied to the live
+// staging settings the storage report shows), model pulls and removals through a real PullManager
+// over the store host (no hub: a pull fails at once; a removal's deletion is checked, then undone),
+// and refused GET /state/stream queries (the streams themselves have their own tests at the end).
 // Deterministic: a fixed seed (FUZZ_SEED overrides it; a failure prints seed and path), FUZZ_RUNS sets
 // the size, FUZZ_TRACE=1 writes each request to stderr before it is sent.
 import { createHash } from "node:crypto";
@@ -27,26 +33,44 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
 import fc from "fast-check";
 import type { Hono } from "hono";
+import { getPath, getQueryParam, tryDecodeURIComponent } from "hono/utils/url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse as parseYaml } from "yaml";
 import type { z } from "zod";
 import type { Bus } from "@ic/bus";
+import { StagingSchema } from "@ic/config";
+import {
+  DASHBOARD_ASSETS,
+  DASHBOARD_CSP,
+  dashboardRoutes,
+  SettingsEditSchema,
+  SettingsFile,
+  SettingsViewSchema,
+} from "@ic/dashboard";
+import type { SettingsEdit, SettingsView } from "@ic/dashboard";
 import { EventLog, eventRoutes, FakeDisk } from "@ic/eventlog";
 import { createGatewayApp } from "@ic/gateway";
 import type { ApiToken, ClusterView, PeerView } from "@ic/gateway";
 import { createLogger, LogTail } from "@ic/log";
 import {
   ChatRequestSchema,
+  ClusterStorageSchema,
   TracingBodySchema,
   CATALOG,
   emptyState,
   ErrorBodySchema,
   httpStatusFor,
   IndexedEventSchema,
+  ModelIdSchema,
+  PullBodySchema,
+  PullSchema,
   PurgeStagingBodySchema,
   ServiceError,
   StateDocumentSchema,
+  StateQuerySchema,
   StorageReportSchema,
   StoreManifestSchema,
   TelemetryDiagnosticsSchema,
@@ -63,7 +87,7 @@ import type {
   TaskId,
   Telemetry,
 } from "@ic/protocol";
-import { StagingClient, StoreHost } from "@ic/store";
+import { GIB, LiveStagingSettings, PullManager, StagingClient, StoreHost } from "@ic/store";
 import { ChromeTraceSchema, TraceStatsSchema, Tracing, tracingRoutes } from "@ic/tracing";
 import { TelemetryCollector } from "@ic/worker";
 import { NodeMetrics } from "./observability/metrics.ts";
@@ -72,12 +96,12 @@ import { watchRoutes } from "./peer-watch.ts";
 import { healthRoutes } from "./health-route.ts";
 import { serveRunnerLogs } from "./observability/runner-logs.ts";
 import type { RunnerLogSource } from "./observability/runner-logs.ts";
-import { servePurge, storeRoutes } from "./store-routes.ts";
+import { pullRoutes, servePulls, servePurge, storeRoutes } from "./store-routes.ts";
 import { apiListener } from "./api-listener.ts";
 import type { StoreRouteOptions } from "./store-routes.ts";
 
-const SEED = Number(process.env.FUZZ_SEED ?? 20_251_122);
-const RUNS = Number(process.env.FUZZ_RUNS ?? 150);
+const SEED = Number(process.env.FUZZ_SEED || 20_251_122);
+const RUNS = Number(process.env.FUZZ_RUNS || 150);
 /** Replays one case: FUZZ_SEED and FUZZ_PATH as a failure prints them; FUZZ_SHRINK=1 shrinks it. */
 const fuzz = {
   seed: SEED,
@@ -168,18 +192,27 @@ async function makeDirs(): Promise<Dirs> {
   await writeFile(join(d.peerRunners, "i-remote-rank0.log"), `${PEER_LINES.join("\n")}\n`);
   await writeFile(join(d.outside, "secret.txt"), "outside the store\n");
   await writeFile(join(root, "top-secret.txt"), "at the top\n");
-  const model = join(d.store, "acme--tiny");
-  for (const [path, data] of Object.entries(STORE_FILES)) {
-    await mkdir(join(model, path, ".."), { recursive: true });
-    await writeFile(join(model, path), data);
-  }
-  await writeFile(join(model, ".hidden"), "a dotfile is never an artifact\n");
-  await symlink(join(d.outside, "secret.txt"), join(model, "link.gguf"));
-  // A directory without a manifest is not registered (nothing registers it in this test).
-  await mkdir(join(d.store, "acme--unregistered"), { recursive: true });
-  await writeFile(join(d.store, "acme--unregistered", "w.gguf"), "unregistered");
+  await storeFixture(d);
   await stagingFixture(d);
   return d;
+}
+
+/** The store's model directories (again, after a DELETE /store/models removed one of them). */
+async function storeFixture(d: Dirs, only?: readonly string[]): Promise<void> {
+  if (!only || only.includes("acme--tiny")) {
+    const model = join(d.store, "acme--tiny");
+    for (const [path, data] of Object.entries(STORE_FILES)) {
+      await mkdir(join(model, path, ".."), { recursive: true });
+      await writeFile(join(model, path), data);
+    }
+    await writeFile(join(model, ".hidden"), "a dotfile is never an artifact\n");
+    await symlink(join(d.outside, "secret.txt"), join(model, "link.gguf"));
+  }
+  if (!only || only.includes("acme--unregistered")) {
+    // A directory without a manifest is not registered (nothing registers it in this test).
+    await mkdir(join(d.store, "acme--unregistered"), { recursive: true });
+    await writeFile(join(d.store, "acme--unregistered", "w.gguf"), "unregistered");
+  }
 }
 
 /** Staged copies: one idle and complete, one in use, one incomplete with a symlink leading outside. */
@@ -365,6 +398,15 @@ function scriptedCluster(readyEndpoint: string): ClusterView & { commands: Comma
       commands.push(cmd);
       if (cmd.type === "DeleteInstance" && !Object.hasOwn(state.instances, cmd.instance_id))
         throw new ServiceError("not_found", `no instance ${cmd.instance_id}`);
+      // As decide.ts: a model an instance serves stays registered (conflict); others leave.
+      if (cmd.type === "DeregisterModel") {
+        const user = Object.values(state.instances).find((i) => i.model_id === cmd.model_id);
+        if (user)
+          throw new ServiceError(
+            "conflict",
+            `${cmd.model_id} is in use: instance ${user.instance_id} serves it`,
+          );
+      }
       const task = cmd.type === "CreateTask" ? { task_id: `t-${commands.length}` } : {};
       return { ok: true, index: state.index + commands.length, ...task } as never;
     },
@@ -477,6 +519,15 @@ type Endpoint =
   | "logs"
   | "health"
   | "runner-logs"
+  | "storage-cluster"
+  | "state-stream"
+  | "settings"
+  | "settings-put"
+  | "dashboard"
+  | "pull-start"
+  | "pulls"
+  | "pull-cancel"
+  | "model-delete"
   | "other";
 
 interface Answer {
@@ -1160,8 +1211,400 @@ const TRACE_OK: Partial<Record<Endpoint, string>> = {
 };
 const TRACE_ANY_OK = new Set([...Object.values(TRACE_OK), "/v1/traces/cluster", "/v1/traces"]);
 
+// ---- the node's other extensions: cluster storage, the state stream, settings, dashboard, pulls ----
+
+/** The path Hono routes on (its own decoding: `%2F` and `%25` stay encoded); undefined if none. */
+function routerPath(target: string): string | undefined {
+  try {
+    return getPath(new Request(`http://localhost${target}`));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The model id a `{org}/{name}` target under `prefix` names as the pull routes read it (params decoded
+ * once more), "bad" for a malformed one (`..`, not two segments), undefined when it is not under
+ * `prefix` at all (the path was resolved elsewhere).
+ */
+function pathModelId(target: string, prefix: string): ModelId | "bad" | undefined {
+  const p = routerPath(target);
+  if (p === undefined || !p.startsWith(prefix)) return undefined;
+  const segs = p.slice(prefix.length).split("/");
+  if (segs.length !== 2 || segs.includes("")) return "bad";
+  const id = ModelIdSchema.safeParse(segs.map(tryDecodeURIComponent).join("/"));
+  return id.success ? id.data : "bad";
+}
+
+/** Models the generated pulls name (the store host has no hub: each pull fails at once). */
+const PULL_IDS: readonly string[] = ["acme/pulled", "acme/other", READY];
+/** Directories on the store volume (the second one not registered): a removal deletes them. */
+const STORED: readonly string[] = [TINY, "acme/unregistered"];
+/** Models an instance serves: the master refuses their removal. */
+const SERVED: readonly string[] = [READY, WARM, REMOTE];
+
+/** docs/api.md, DELETE /store/models/{org}/{name}: what each id may answer. */
+function modelDeleteWant(id: ModelId | "bad"): number[] {
+  if (id === "bad") return [400];
+  // The same request goes out twice: the second finds the model gone.
+  const want = STORED.includes(id) ? [200, 404] : SERVED.includes(id) ? [409] : [404];
+  // A pull of it queued or running refuses first (the generated pulls fail within a few ticks).
+  return PULL_IDS.includes(id) && !want.includes(409) ? [...want, 409] : want;
+}
+
+/** docs/api.md, DELETE /store/pulls/{org}/{name}: cancelled (200), finished (409) or never asked (404). */
+const pullCancelWant = (id: ModelId | "bad"): number[] =>
+  id === "bad" ? [400] : PULL_IDS.includes(id) ? [200, 404, 409] : [404];
+
+/** `{org}/{name}` tails: known ids spelled in equivalent ways, nasty segments, malformed ids. */
+function modelPathTail(ids: readonly string[]) {
+  return fc.oneof(
+    {
+      weight: 4,
+      arbitrary: fc
+        .constantFrom(...ids)
+        .chain((id) => fc.tuple(...id.split("/").map(spelled)).map((s) => s.join("/"))),
+    },
+    {
+      weight: 2,
+      arbitrary: fc
+        .tuple(segment(["acme", "ACME", "a--b"]), segment(["tiny", "none", "pulled", ".."]))
+        .map(([org, name]) => `${org}/${name}`),
+    },
+    {
+      weight: 2,
+      arbitrary: fc.constantFrom(
+        "a/b/c",
+        "..%2Fx",
+        "a%2Fb/c",
+        "acme%2Ftiny",
+        "acme/..",
+        "acme/.x",
+        "acme/a--b",
+        "acme/",
+        "",
+        "acme",
+        `acme/${"x".repeat(97)}`,
+        "acme/tiny/",
+        "acme/tiny/files/model.gguf",
+        "acme//tiny",
+        "%2e%2e/tiny",
+        "acme/%2e%2e",
+        "acme/ti%00ny",
+        "acme/tiny%2F..",
+      ),
+    },
+  );
+}
+
+/** A DELETE of a model id under `prefix`, with its documented statuses (mangled off the route). */
+function modelIdShape(
+  endpoint: "pull-cancel" | "model-delete",
+  prefix: string,
+  ids: readonly string[],
+  want: (id: ModelId | "bad") => number[],
+): fc.Arbitrary<Shape> {
+  return modelPathTail(ids).map((tail) => {
+    const target = `${prefix}${tail}`;
+    const id = pathModelId(target, prefix);
+    return id === undefined
+      ? { endpoint, method: "DELETE", target, mangled: true }
+      : { endpoint, method: "DELETE", target, want: want(id) };
+  });
+}
+
+const pullRaw = fc.oneof(
+  mutatedObject(
+    {
+      model_id: fc
+        .constantFrom(...PULL_IDS, ...PULL_IDS, "acme/..", "../x", "a/b/c", "acme", "")
+        .map((m) => JSON.stringify(m)),
+    },
+    ["revision", "extra", "modelId", "__proto__"],
+  ),
+  mutatedObject(
+    {
+      model_id: fc.constantFrom(...PULL_IDS).map((m) => JSON.stringify(m)),
+      revision: fc
+        .constantFrom("main", "main", "v1.0", "refs/pr/1", "../main", "", "-x", "a".repeat(201))
+        .map((m) => JSON.stringify(m)),
+    },
+    ["extra"],
+  ),
+);
+
+/** docs/api.md, POST /store/pulls: a new pull (202), the live one (200), another revision (409). */
+function pullStartWant(body: Buffer): number[] {
+  const valid = validBody(body, PullBodySchema) as { revision?: string } | undefined;
+  if (!valid) return [400];
+  return valid.revision === undefined ? [200, 202] : [200, 202, 409];
+}
+
+const SETTING_KEYS = ["cleanup_on_deactivate", "staging_keep_recent_gb", "headroom_gb"] as const;
+/** The defaults `staging` shows for a key the file no longer names (config schema). */
+const SETTING_DEFAULTS = {
+  cleanup_on_deactivate: true,
+  staging_keep_recent_gb: 40,
+  headroom_gb: 10,
+};
+
+/** A value for a staging key: mostly one the config schema takes, else a wrong type or sign. */
+const settingValue = (key: (typeof SETTING_KEYS)[number]): fc.Arbitrary<Raw> =>
+  fc.oneof(
+    {
+      weight: 4,
+      arbitrary:
+        key === "cleanup_on_deactivate"
+          ? fc.constantFrom("true", "false", "null")
+          : fc.oneof(
+              {
+                weight: 3,
+                // Huge values too: the config schema sets no upper bound, and the answers' byte counts
+                // are safe integers (2^53 bytes is 8388608 GiB) and JSON numbers (no Infinity).
+                arbitrary: fc.constantFrom(
+                  ...["0", "5", "40", "0.5", "1e3", "-0", "null", "8388607", "8388608"],
+                  ...["1e15", "1e300", "1.7976931348623157e308"],
+                ),
+              },
+              {
+                weight: 1,
+                arbitrary: fc
+                  .double({ min: 0, max: 1e6, noNaN: true })
+                  .map((v) => JSON.stringify(v)),
+              },
+            ),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.oneof(
+        nastyRaw,
+        fc.constantFrom("-1", "-0.001", '"5"', '"true"', "1e999", "-1e999", "0", "1", "[]", "{}"),
+      ),
+    },
+  );
+
+/** One section of an edit: some of the keys, now and then an unknown one. */
+const settingSection: fc.Arbitrary<Raw> = fc
+  .tuple(
+    fc
+      .subarray([...SETTING_KEYS])
+      .chain((keys) =>
+        fc.tuple(...keys.map((k) => settingValue(k).map((v): [string, Raw] => [k, v]))),
+      ),
+    fc.oneof(
+      { weight: 6, arbitrary: fc.constant(null) },
+      {
+        weight: 1,
+        arbitrary: fc.tuple(
+          fc.constantFrom("nope", "__proto__", "Headroom_gb", "headroom", "", "model_store"),
+          nastyRaw,
+        ),
+      },
+    ),
+  )
+  .map(
+    ([kvs, extra]) =>
+      `{${[...kvs, ...(extra ? [extra] : [])].map(([k, v]) => `${JSON.stringify(k)}:${v}`).join(",")}}`,
+  );
+
+const settingsRaw: fc.Arbitrary<Raw> = fc.oneof(
+  {
+    weight: 6,
+    arbitrary: fc
+      .record({ staging: settingSection, node_override: settingSection }, { requiredKeys: [] })
+      .map(
+        (r) =>
+          `{${Object.entries(r)
+            .map(([k, v]) => `${JSON.stringify(k)}:${v}`)
+            .join(",")}}`,
+      ),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(
+      "{}",
+      '{"staging":null}',
+      '{"staging":[]}',
+      '{"staging":{},"extra":1}',
+      '{"node_overrides":{"self":{}}}',
+      '{"model_store":{"staging":{"headroom_gb":1}}}',
+      '{"__proto__":{"staging":{}}}',
+      "[]",
+      '"staging"',
+      "null",
+      "5",
+    ),
+  },
+  { weight: 1, arbitrary: nastyRaw },
+);
+
+/** docs/api.md, PUT /admin/settings: the edit the node takes (200), or undefined (400). */
+function settingsEdit(body: Buffer | undefined): SettingsEdit | undefined {
+  const edit = validBody(body, SettingsEditSchema) as SettingsEdit | undefined;
+  if (!edit) return undefined;
+  for (const section of [edit.staging, edit.node_override]) {
+    for (const [k, v] of Object.entries(section ?? {})) {
+      if (v === null || v === undefined) continue;
+      // The config schema decides (a boolean, numbers >= 0), as the candidate file's load does.
+      if (!StagingSchema.shape[k as keyof typeof StagingSchema.shape].safeParse(v).success)
+        return undefined;
+    }
+  }
+  return edit;
+}
+
+/** The dashboard's static files as the package ships them. */
+const DASHBOARD_PUBLIC = fileURLToPath(new URL("../../dashboard/public/", import.meta.url));
+
+const dashboardTarget = fc.oneof(
+  {
+    weight: 3,
+    arbitrary: fc
+      .constantFrom(...Object.keys(DASHBOARD_ASSETS))
+      .chain((p) =>
+        p === "/"
+          ? fc.constant("/")
+          : fc.tuple(...p.slice(1).split("/").map(spelled)).map((s) => `/${s.join("/")}`),
+      ),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.constantFrom(
+      "/dashboard/",
+      "/dashboard/index.html",
+      "/dashboard/app.js/",
+      "/dashboard/APP.JS",
+      "/dashboard/app.js%00",
+      "/dashboard/app.js.map",
+      "/dashboard/../dashboard/style.css",
+      "/dashboard//app.js",
+      "/dashboard/%2e%2e/public/app.js",
+      "/dashboard/public/app.js",
+      "/dashboard/%2Fapp.js",
+      "/dashboard/..%2Fpublic%2Fapp.js",
+      "/dashboard/..%2F..%2F..%2Fpackage.json",
+      "/index.html",
+    ),
+  },
+  {
+    weight: 2,
+    arbitrary: fc
+      .array(segment(["app.js", "style.css", "..", "dashboard", "public"]), {
+        minLength: 1,
+        maxLength: 3,
+      })
+      .map((a) => `/dashboard/${a.join("/")}`),
+  },
+);
+
+/** docs/api.md: the three files are 200; any other path under /dashboard/ is 404. */
+function dashboardShape(target: string, method: string): Shape {
+  const p = routerPath(target);
+  if (p !== undefined && Object.hasOwn(DASHBOARD_ASSETS, p))
+    return { endpoint: "dashboard", method, target, want: [200] };
+  if (p?.startsWith("/dashboard/")) return { endpoint: "dashboard", method, target, want: [404] };
+  return { endpoint: "dashboard", method, target, mangled: true };
+}
+
+/** A `links` the stream refuses (as the route parses its query): never a stream that stays open. */
+const badStateQuery = fc
+  .oneof(
+    fc
+      .tuple(
+        fc.oneof(
+          fc.constantFrom("2", "", "true", "01", "%31%31", "1+", "-1", "%00", "%zz", "%EF%BC%91"),
+          nastyString.map(encodeLoose),
+        ),
+        fc.array(
+          fc.tuple(fc.constantFrom("a", "link", "LINKS", "links_"), nastyString.map(encodeLoose)),
+          { maxLength: 2 },
+        ),
+      )
+      .map(([v, rest]) => `?${[`links=${v}`, ...rest.map(([k, x]) => `${k}=${x}`)].join("&")}`),
+    fc.constantFrom("?links", "?links=&links=1", "?a=1&links=x"),
+    query(["links"], nastyString.map(encodeLoose)),
+  )
+  .filter(
+    (q) =>
+      !StateQuerySchema.safeParse(getQueryParam(new URL(`http://localhost/state/stream${q}`).href))
+        .success,
+  );
+
+/** The extensions' shapes (one weighted group). */
+const extensionShapes: fc.Arbitrary<Shape> = fc.oneof(
+  anyQuery.map((q) => ({
+    endpoint: "storage-cluster" as const,
+    method: "GET",
+    target: `/store/storage/cluster${q}`,
+    want: [200],
+  })),
+  badStateQuery.map((q) => ({
+    endpoint: "state-stream" as const,
+    method: "GET",
+    target: `/state/stream${q}`,
+    want: [400],
+  })),
+  anyQuery.map((q) => ({
+    endpoint: "settings" as const,
+    method: "GET",
+    target: `/admin/settings${q}`,
+    want: [200],
+  })),
+  {
+    weight: 3,
+    arbitrary: bodyBytes(settingsRaw).map((body) => ({
+      endpoint: "settings-put" as const,
+      method: "PUT",
+      target: "/admin/settings",
+      body,
+      want: settingsEdit(body) ? [200] : [400],
+    })),
+  },
+  {
+    weight: 2,
+    arbitrary: fc
+      .tuple(dashboardTarget, anyQuery, fc.constantFrom("GET", "GET", "HEAD"))
+      .map(([t, q, method]) => dashboardShape(`${t}${q}`, method)),
+  },
+  {
+    weight: 3,
+    arbitrary: bodyBytes(pullRaw).map((body) => ({
+      endpoint: "pull-start" as const,
+      method: "POST",
+      target: "/store/pulls",
+      body,
+      want: pullStartWant(body),
+    })),
+  },
+  anyQuery.map((q) => ({
+    endpoint: "pulls" as const,
+    method: "GET",
+    target: `/store/pulls${q}`,
+    want: [200],
+  })),
+  {
+    weight: 2,
+    arbitrary: modelIdShape(
+      "pull-cancel",
+      "/store/pulls/",
+      [...PULL_IDS, ...PULL_IDS, TINY, "acme/none"],
+      pullCancelWant,
+    ),
+  },
+  {
+    weight: 3,
+    arbitrary: modelIdShape(
+      "model-delete",
+      "/store/models/",
+      [...STORED, ...STORED, ...SERVED, "acme/none", "acme/pulled"],
+      modelDeleteWant,
+    ),
+  },
+);
+
 const shapes: fc.Arbitrary<Shape> = fc.oneof(
   { weight: 8, arbitrary: observabilityShapes },
+  { weight: 5, arbitrary: extensionShapes },
   fc.constantFrom<Shape>(
     { endpoint: "state", method: "GET", target: "/state" },
     { endpoint: "state", method: "GET", target: "/state?links=0" },
@@ -1172,6 +1615,21 @@ const shapes: fc.Arbitrary<Shape> = fc.oneof(
     { endpoint: "storage", method: "GET", target: "/store/storage" },
     { endpoint: "store-list", method: "GET", target: "/store/models" },
     { endpoint: "restart", method: "POST", target: "/admin/restart" },
+    { endpoint: "settings", method: "GET", target: "/admin/settings", want: [200] },
+    {
+      endpoint: "settings-put",
+      method: "PUT",
+      target: "/admin/settings",
+      body: Buffer.from('{"staging":{"headroom_gb":1e300},"node_override":{"headroom_gb":null}}'),
+      want: [400],
+    },
+    {
+      endpoint: "settings-put",
+      method: "PUT",
+      target: "/admin/settings",
+      body: Buffer.from('{"staging":{"headroom_gb":0.5},"node_override":{"headroom_gb":null}}'),
+      want: [200],
+    },
   ),
   fc
     .tuple(
@@ -1499,6 +1957,12 @@ const range = fc.oneof(
     .map(([a, b]) => `bytes=${a ?? ""}-${b ?? ""}`),
 );
 
+/** File reads get a satisfiable range more often, so every seed reaches a 206. */
+const fileRange = fc.oneof(
+  { weight: 2, arbitrary: range },
+  fc.constantFrom("bytes=0-10", "bytes=-5", "bytes=3-"),
+);
+
 function requests(port: number): fc.Arbitrary<Req> {
   return shapes
     .chain((shape) =>
@@ -1508,7 +1972,7 @@ function requests(port: number): fc.Arbitrary<Req> {
         auth: authorization(scopeOf(shape.mangled ? "other" : shape.endpoint, shape.method)),
         origin: origin(port),
         contentType,
-        range,
+        range: shape.endpoint === "file" ? fileRange : range,
         ifRange: fc.option(
           fc.constantFrom(
             `"${sha(STORE_FILES["model.gguf"]!)}"`,
@@ -1567,6 +2031,7 @@ function scopeOf(e: Endpoint, method: string): Scope | null | undefined {
   switch (e) {
     case "ping":
     case "health":
+    case "dashboard":
       return null;
     case "chat":
     case "models":
@@ -1679,10 +2144,52 @@ function endpointAllows(r: Req, a: Answer, body: unknown): string | null {
       if (a.status === 200) return one(TRACE_ANY_OK.has(path), `200 for ${path}`);
       return one([400, 404].includes(a.status), `expected 400/404, got ${a.status}`);
     }
+    case "storage-cluster":
+    case "settings":
+    case "pulls":
+      return one(a.status === 200, "expected 200");
+    case "state-stream":
+      // Only refused queries are generated (a valid one opens a stream that never ends).
+      return one(a.status === 400 && code === "invalid_request", "expected 400 invalid_request");
+    case "settings-put":
+    case "dashboard":
+    case "pull-start":
+    case "pull-cancel":
+    case "model-delete": {
+      const want = r.want ?? [];
+      if (!want.includes(a.status)) return `expected ${want.join("/")}, got ${a.status}`;
+      const expected = ERROR_CODES[a.status];
+      if (expected && r.method !== "HEAD" && code !== expected)
+        return `${a.status} ${code}, expected ${expected}`;
+      return r.endpoint === "dashboard" && a.status === 200 ? dashboardHeaders(r, a) : null;
+    }
     case "other":
       // A mangled path may still name a real endpoint; it must answer as one, never with a 5xx.
       return one(a.status < 500 && a.status !== 409, `answered ${a.status}`);
   }
+}
+
+/** The one code docs/api.md gives each error status of the extensions' routes. */
+const ERROR_CODES: Partial<Record<number, string>> = {
+  400: "invalid_request",
+  404: "not_found",
+  409: "conflict",
+  503: "unavailable",
+};
+
+/** docs/api.md, Dashboard: each file with its type and the security headers. */
+function dashboardHeaders(r: Req, a: Answer): string | null {
+  const asset = DASHBOARD_ASSETS[routerPath(r.target)!]!;
+  const want: Record<string, string> = {
+    "content-type": asset.type,
+    "content-security-policy": DASHBOARD_CSP,
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+  };
+  const off = Object.keys(want).find((k) => a.headers[k] !== want[k]);
+  return off ? `${off}: ${a.headers[off]} (expected ${want[off]})` : null;
 }
 
 /** The documented edge (docs/api.md): UTF-8 JSON, nested at most 64 levels, matching the schema. */
@@ -1747,9 +2254,14 @@ function routedPath(target: string): string {
   }
 }
 
-/** Docs: with tokens configured, every request but GET /v1/ping carries a token. */
-const publicRequest = (r: Req) =>
-  (r.method === "GET" || r.method === "HEAD") && PUBLIC_PATHS.has(routedPath(r.target));
+/** Docs: with tokens configured, every request but the public GETs (and HEADs) carries a token. */
+const publicRequest = (r: Req) => {
+  const p = routedPath(r.target);
+  return (
+    (r.method === "GET" || r.method === "HEAD") &&
+    (PUBLIC_PATHS.has(p) || p.startsWith("/dashboard/"))
+  );
+};
 
 /** Whether a status is one the access gates (origin, token, content type) may have answered. */
 function gate(r: Req, a: Answer): "passed" | "gated" | string {
@@ -1798,6 +2310,8 @@ function gate(r: Req, a: Answer): "passed" | "gated" | string {
 interface Check {
   readonly problem: string | null;
   readonly purged?: { deleted: string[]; modelId: string | null };
+  /** A model a DELETE /store/models/{org}/{name} removed from the store. */
+  readonly removed?: string;
 }
 
 type Transport = "node server" | "app.request";
@@ -1848,7 +2362,7 @@ function check(r: Req, a: Answer): Check {
     if (scope && r.holder !== scope && r.holder !== "either")
       return fail(`2xx without scope ${scope}`);
     if (r.holder === null && !publicRequest(r)) return fail("2xx without a token");
-    if (publicRequest(r) && r.method === "GET" && !PUBLIC_PATHS.get(routedPath(r.target))!(body))
+    if (publicRequest(r) && r.method === "GET" && !PUBLIC_PATHS.get(routedPath(r.target))?.(body))
       return fail("a public endpoint answered something else");
   }
   if (g === "gated") return { problem: null };
@@ -1865,6 +2379,16 @@ function check(r: Req, a: Answer): Check {
       purged: { deleted: b.nodes.flatMap((n) => n.deleted), modelId: b.model_id },
     };
   }
+  // A removal, generated as one or reached through a mangled path: the store loses that model.
+  const removal = body as { ok?: unknown; model_id?: unknown } | undefined;
+  if (
+    r.method === "DELETE" &&
+    a.status === 200 &&
+    routerPath(r.target)?.startsWith("/store/models/") &&
+    removal?.ok === true &&
+    typeof removal.model_id === "string"
+  )
+    return { problem: null, removed: removal.model_id };
   return { problem: null };
 }
 
@@ -1877,6 +2401,8 @@ const isHealthy = (b: unknown) =>
 const PUBLIC_PATHS = new Map<string, (b: unknown) => boolean>([
   ["/v1/ping", isPing],
   ["/health", isHealthy],
+  // The dashboard's files (not JSON: their bytes and headers are checked by the endpoint's model).
+  ...Object.keys(DASHBOARD_ASSETS).map((p): [string, (b: unknown) => boolean] => [p, () => true]),
 ]);
 
 /**
@@ -1967,9 +2493,83 @@ function answerShape(r: Req, a: Answer, body: unknown): string | null {
     }
     case "runner-logs":
       return runnerLogShape(r, a, body);
+    case "storage-cluster": {
+      const s = ClusterStorageSchema.safeParse(body);
+      if (!s.success) return "the cluster storage has the wrong shape";
+      if (s.data.nodes.map((n) => n.name).join() !== "self") return "not this node's report alone";
+      return s.data.unreachable.map((u) => u.node).join() === "peer"
+        ? null
+        : "the unreachable peer is not named";
+    }
+    case "settings":
+      return settingsViewShape(body, undefined);
+    case "settings-put":
+      return settingsViewShape(body, settingsEdit(r.body));
+    case "dashboard": {
+      const file = SETTINGS_FIXTURE.dashboard.get(routerPath(r.target)!);
+      return file && a.body.equals(file) ? null : "not the file the dashboard ships";
+    }
+    case "pull-start": {
+      const p = PullSchema.safeParse((body as { pull?: unknown } | undefined)?.pull);
+      if (!p.success) return "the pull has the wrong shape";
+      const asked = validBody(r.body, PullBodySchema) as { model_id: string; revision?: string };
+      if (p.data.model_id !== asked.model_id) return "another model's pull";
+      if (p.data.state !== "queued" && p.data.state !== "running")
+        return `a ${p.data.state} pull answered ${a.status}`;
+      return asked.revision === undefined || p.data.revision === asked.revision
+        ? null
+        : `a pull at ${p.data.revision}, asked ${asked.revision}`;
+    }
+    case "pulls": {
+      const s = PullSchema.array().safeParse((body as { pulls?: unknown } | undefined)?.pulls);
+      if (!s.success) return "the pull list has the wrong shape";
+      return s.data.every((p) => PULL_IDS.includes(p.model_id)) ? null : "a pull nobody asked for";
+    }
+    case "pull-cancel": {
+      const p = PullSchema.safeParse((body as { pull?: unknown } | undefined)?.pull);
+      return p.success &&
+        p.data.model_id === pathModelId(r.target, "/store/pulls/") &&
+        p.data.state === "cancelled"
+        ? null
+        : "not the cancelled pull";
+    }
+    case "model-delete": {
+      const b = body as { ok?: unknown; model_id?: unknown } | undefined;
+      return b?.ok === true && b.model_id === pathModelId(r.target, "/store/models/")
+        ? null
+        : "not the removed model";
+    }
     default:
       return null;
   }
+}
+
+/** Where the settings file and the dashboard's files are (set when the suite starts). */
+const SETTINGS_FIXTURE = { file: "", dashboard: new Map<string, Buffer>() };
+
+/**
+ * docs/api.md, GET/PUT /admin/settings: the view of this node's (writable) file; what the node applies
+ * is what the file gives it (nothing edits the file by hand here); an accepted edit set exactly the
+ * keys it named (null: the key is gone, the default shows in `staging`).
+ */
+function settingsViewShape(body: unknown, edit: SettingsEdit | undefined): string | null {
+  const v = SettingsViewSchema.safeParse(body);
+  if (!v.success)
+    return `the settings view has the wrong shape (${v.error.issues.map((i) => i.path.join(".")).join(", ")})`;
+  const view: SettingsView = v.data;
+  if (view.node !== "self" || view.file !== SETTINGS_FIXTURE.file || !view.writable)
+    return "not this node's writable settings file";
+  if (JSON.stringify(view.applied) !== JSON.stringify(view.effective))
+    return "the node does not apply what its file gives it";
+  for (const k of SETTING_KEYS) {
+    const base = edit?.staging?.[k];
+    if (base !== undefined && view.staging[k] !== (base ?? SETTING_DEFAULTS[k]))
+      return `staging.${k} is ${view.staging[k]}, the edit set ${JSON.stringify(base)}`;
+    const over = edit?.node_override?.[k];
+    if (over !== undefined && view.node_override[k] !== (over ?? undefined))
+      return `node_override.${k} is ${view.node_override[k]}, the edit set ${JSON.stringify(over)}`;
+  }
+  return null;
 }
 
 /** A runner log answer: the last lines of the rank's file, never more than asked. */
@@ -2045,6 +2645,45 @@ async function traceFixture(dir: string, log: ReturnType<typeof createLogger>): 
   if ((await readdir(dir)).length !== 1) throw new Error("the trace fixture was not written");
 }
 
+/** The node's config file the settings editor edits (comments and other keys stay). */
+const SETTINGS_YAML = `# the fuzz's node
+node:
+  name: self # this node
+model_store:
+  staging:
+    headroom_gb: 10 # reserve
+`;
+
+/** After an accepted edit the file keeps its comments and other keys; only staging sections change. */
+function settingsFileKept(text: string): void {
+  expect(text, "the editor dropped a comment").toContain("# the fuzz's node");
+  expect(text, "the editor dropped a comment").toContain("name: self # this node");
+  const doc = parseYaml(text) as {
+    node?: unknown;
+    model_store?: Record<string, unknown>;
+    node_overrides?: Record<string, { model_store?: Record<string, unknown> }>;
+  };
+  const keys = (o: object | undefined) => Object.keys(o ?? {});
+  const edited = (section: unknown) =>
+    keys(section as object).every((k) => (SETTING_KEYS as readonly string[]).includes(k));
+  expect(keys(doc).every((k) => ["node", "model_store", "node_overrides"].includes(k))).toBe(true);
+  expect(doc.node).toEqual({ name: "self" });
+  expect(keys(doc.model_store)).toEqual(["staging"]);
+  expect(edited(doc.model_store?.staging), "unknown keys in model_store.staging").toBe(true);
+  // Removals prune what they empty: an override present holds at least one of this node's keys.
+  if (doc.node_overrides !== undefined) {
+    expect(keys(doc.node_overrides), "an emptied override was left behind").toEqual(["self"]);
+    const override = doc.node_overrides.self;
+    expect(keys(override)).toEqual(["model_store"]);
+    expect(keys(override?.model_store)).toEqual(["staging"]);
+    const staging = override?.model_store?.staging;
+    expect(keys(staging as object).length, "an emptied override was left behind").toBeGreaterThan(
+      0,
+    );
+    expect(edited(staging), "unknown keys in the override").toBe(true);
+  }
+}
+
 /** Answers every default-sized run must include, so the generators keep reaching past the gates. */
 const MUST_REACH = [
   "state 200",
@@ -2088,6 +2727,22 @@ const MUST_REACH = [
   "runner-logs 400",
   "runner-logs 404",
   "runner-logs 503",
+  "storage-cluster 200",
+  "state-stream 400",
+  "settings 200",
+  "settings-put 200",
+  "settings-put 400",
+  "dashboard 200",
+  "dashboard 404",
+  "pull-start 202",
+  "pull-start 400",
+  "pulls 200",
+  "pull-cancel 400",
+  "pull-cancel 404",
+  "model-delete 200",
+  "model-delete 400",
+  "model-delete 404",
+  "model-delete 409",
 ];
 
 describe("fuzz: every endpoint of the node HTTP API", () => {
@@ -2097,6 +2752,10 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
   let eventLog: EventLog;
   let cluster: ReturnType<typeof scriptedCluster>;
   let tracing: Tracing;
+  let log: ReturnType<typeof createLogger>;
+  let pulls: PullManager;
+  /** The settings file: outside the snapshotted tree (an accepted PUT rewrites it). */
+  let settingsDir: string | undefined;
   const apps = {} as Record<Req["app"], Hono>;
   const ports = {} as Record<Req["app"], number>;
   const servers: Server[] = [];
@@ -2123,7 +2782,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
     process.on("uncaughtException", onUnhandled);
     dirs = await makeDirs();
     // Error-level logs are bugs here (toResponse logs every unhandled error with its stack).
-    const log = createLogger({
+    log = createLogger({
       enabled: true,
       level: "error",
       destination: new Writable({
@@ -2170,19 +2829,47 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
     // be handed to the gateway's own outgoing socket, which then connects to itself).
     cluster = scriptedCluster("http://127.0.0.1:1");
     const bus = loopbackBus();
+    // The staging settings in force, which the settings editor replaces (node.ts: the storage report
+    // shows them; the staging client here keeps its own, so an edit starts no eviction).
+    const liveSettings = new LiveStagingSettings({
+      cleanupOnDeactivate: true,
+      keepRecentBytes: 40 * GIB,
+      headroomBytes: 10 * GIB,
+    });
     const storeOpts: StoreRouteOptions = {
       bus,
       cluster,
       stager: { staging },
       eventLog,
       nodeCachePath: dirs.staging,
-      settings: { cleanupOnDeactivate: false, keepRecentBytes: 0, headroomBytes: 0 },
+      settings: liveSettings,
       name: "self",
       log,
       purgeWaitMs: 2_000,
-      peers: { list: () => [] },
+      // The cluster storage view's one peer refuses connections (port 1): it is named unreachable.
+      peers: {
+        token: TOKENS.read,
+        timeoutMs: 1000,
+        list: () => [{ name: "peer", apiUrl: "http://127.0.0.1:1" }],
+      },
     };
     servePurge(storeOpts);
+    // Pulls as the store host serves them (node.ts): a real PullManager over the store host, which has
+    // no hub, so each pull fails at once (hub_error) and nothing is written.
+    pulls = new PullManager({ target: storeHost });
+    servePulls(bus, pulls, storeHost);
+    // The settings editor over its own config file, as node.ts wires it.
+    settingsDir = await mkdtemp(join(tmpdir(), "ic-fuzz-settings-"));
+    SETTINGS_FIXTURE.file = join(settingsDir, "config.yaml");
+    await writeFile(SETTINGS_FIXTURE.file, SETTINGS_YAML, { mode: 0o600 });
+    const settingsFile = new SettingsFile({
+      file: SETTINGS_FIXTURE.file,
+      nodeName: "self",
+      live: liveSettings,
+      env: {},
+    });
+    for (const [path, a] of Object.entries(DASHBOARD_ASSETS))
+      SETTINGS_FIXTURE.dashboard.set(path, await readFile(join(DASHBOARD_PUBLIC, a.file)));
     // Observability as node.ts wires it: runner logs answered on the bus (this node's and the peer's),
     // metrics over the scripted cluster (the ready engine's scrape is refused), a log tail.
     const runnerLogs: RunnerLogSource = {
@@ -2276,9 +2963,11 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
               },
             }),
           (a) => storeRoutes(a, storeOpts),
-          (a) => a.route("/", storeHost.app),
+          (a) => pullRoutes(a, { bus, cluster }),
           (a) => watchRoutes(a, { agent: watchAgent, log }),
           (a) => healthRoutes(a, { agent: cluster, name: "self", phase: () => "started" }),
+          (a) => dashboardRoutes(a, { log, settings: settingsFile }),
+          (a) => a.route("/", storeHost.app),
         ],
       });
       apps[kind] = app;
@@ -2301,11 +2990,13 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
       (s as { closeAllConnections?: () => void }).closeAllConnections?.();
       await new Promise<void>((r) => s.close(() => r()));
     }
+    pulls?.stop();
     await tracing?.stop();
     await eventLog?.stop();
     await staging?.stop();
     await storeHost?.stop();
     if (dirs) await rm(dirs.root, { recursive: true, force: true });
+    if (settingsDir) await rm(settingsDir, { recursive: true, force: true });
   });
 
   /** Sends one request both ways and checks every property; restores staging after a purge. */
@@ -2323,6 +3014,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
       ],
     ];
     let purged: Check["purged"][] = [];
+    const removed: string[] = [];
     for (const [how, a] of answers) {
       if (!a) continue;
       reached.add(`${r.endpoint} ${a.status}`);
@@ -2334,13 +3026,20 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
         );
       }
       purged.push(c.purged);
+      if (c.removed) removed.push(c.removed);
     }
     await new Promise((res) => setImmediate(res));
     expect(unhandled, "unhandled rejections or exceptions").toEqual([]);
     expect(errors, "error-level logs").toEqual([]);
+    if (r.endpoint === "settings-put" && answers.some(([, a]) => a?.status === 200))
+      settingsFileKept(await readFile(SETTINGS_FIXTURE.file, "utf8"));
     purged = purged.filter((p) => p !== undefined);
     const after = await snapshot(dirs.root);
     const changed = changes(before, after);
+    if (removed.length > 0) {
+      await removalChanged(removed, after, changed);
+      return;
+    }
     if (purged.length === 0) {
       expect(changed, `${r.method} ${r.target.slice(0, 200)} changed the disk`).toEqual([]);
       return;
@@ -2378,6 +3077,37 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
     before = await snapshot(dirs.root);
   }
 
+  /**
+   * A removal deleted the model's directory from the store and nothing else (a symbolic link in it
+   * is not followed); then the store is put back as it was.
+   */
+  async function removalChanged(
+    removed: string[],
+    after: Map<string, string>,
+    changed: string[],
+  ): Promise<void> {
+    const storeRel = "d1/d2/d3/d4/d5/d6/store/";
+    const gone = [...new Set(removed)].map((id) => `${storeRel}${id.replace("/", "--")}/`);
+    for (const c of changed) {
+      const path = c.replace(/^\w+ /, "");
+      const allowed =
+        c === `changed ${storeRel}` ||
+        (c.startsWith("deleted ") && gone.some((dir) => path.startsWith(dir)));
+      expect(allowed, `removal changed ${c}`).toBe(true);
+    }
+    for (const dir of gone)
+      expect(
+        [...after.keys()].some((k) => k.startsWith(dir)),
+        `${dir} was reported removed but is still there`,
+      ).toBe(false);
+    await storeFixture(
+      dirs,
+      gone.map((dir) => dir.slice(storeRel.length, -1)),
+    );
+    if (removed.includes(TINY)) await storeHost.register(TINY);
+    before = await snapshot(dirs.root);
+  }
+
   /** The own origin depends on the transport (the Host header each sends). */
   function fixOrigin(r: Req, host: number | string): Record<string, string> {
     const h = { ...r.headers };
@@ -2391,7 +3121,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
   it("answers every generated request as documented, with one envelope and no side effects", async () => {
     await fc.assert(
       fc.asyncProperty(requests(0), async (r) => exercise(r)),
-      { ...fuzz, numRuns: RUNS * 8 },
+      { ...fuzz, numRuns: RUNS * 10 },
     );
   }, 90_000);
 
@@ -2523,6 +3253,183 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
       expect(ErrorBodySchema.safeParse(JSON.parse(a.body.toString())).success).toBe(true);
     }
     expect(probed.length).toBe(12);
+  });
+
+  /** An SSE stream over the wire: status, content type and its first event (to its blank line). */
+  function firstEventWire(port: number, target: string, headers: Record<string, string>) {
+    return new Promise<{ status: number; type: string; first: string }>((resolve, reject) => {
+      const req = httpRequest(
+        { host: "127.0.0.1", port, method: "GET", path: target, headers },
+        (res) => {
+          let text = "";
+          const done = () =>
+            resolve({
+              status: res.statusCode!,
+              type: res.headers["content-type"] ?? "",
+              first: text,
+            });
+          res.on("data", (b: Buffer) => {
+            text += b.toString();
+            if (text.includes("\n\n")) {
+              done();
+              req.destroy();
+            }
+          });
+          res.once("end", done);
+        },
+      );
+      req.setTimeout(5_000, () => req.destroy(new Error(`no first event for ${target}`)));
+      req.on("error", (e) => (req.destroyed ? undefined : reject(e)));
+      req.end();
+    });
+  }
+
+  /** The same in process; `leave: false` keeps the stream open (its reader is returned). */
+  async function firstEventInProcess(
+    app: Hono,
+    target: string,
+    headers: Record<string, string>,
+    leave = true,
+  ) {
+    const res = await app.request(`http://localhost${target}`, { headers });
+    const type = res.headers.get("content-type") ?? "";
+    if (res.status !== 200) return { status: res.status, type, first: await res.text() };
+    const reader = res.body!.getReader();
+    let text = "";
+    while (!text.includes("\n\n")) {
+      const chunk = await reader.read();
+      if (chunk.done) break;
+      text += Buffer.from(chunk.value).toString();
+    }
+    if (leave) await reader.cancel();
+    return { status: res.status, type, first: text, reader };
+  }
+
+  it("GET /state/stream sends the state document at once, frees its slot when the client leaves, and refuses a bad links", async () => {
+    const read = { authorization: `Bearer ${TOKENS.read}` };
+    const firstState = (a: { status: number; type: string; first: string }, target: string) => {
+      expect(a.status, target).toBe(200);
+      expect(a.type).toMatch(/^text\/event-stream/);
+      const m = /^event: state\ndata: (.*)\n\n$/.exec(a.first);
+      expect(m, a.first.slice(0, 300)).not.toBeNull();
+      const doc = StateDocumentSchema.parse(JSON.parse(m![1]!));
+      expect(doc.this_node.name).toBe("self");
+      expect(doc.session?.session_id).toBe(S);
+      // links=0 leaves the topology's links out (the scripted peers measured two).
+      expect(doc.topology.links.length > 0, target).toBe(!target.endsWith("links=0"));
+    };
+    // More streams than a node serves at once (64), one after the other: each leaving frees its slot.
+    for (let i = 0; i < 36; i++) {
+      for (const [kind, headers] of [
+        ["anonymous", {}],
+        ["tokens", read],
+      ] as const) {
+        const target = ["/state/stream", "/state/stream?links=0", "/state/stream?links=1"][i % 3]!;
+        firstState(await firstEventWire(ports[kind], target, headers), target);
+        firstState(await firstEventInProcess(apps[kind], target, headers), target);
+      }
+    }
+    // At the cap, one more is 503 unavailable; once the others leave, a stream opens again.
+    await new Promise((r) => setTimeout(r, 50));
+    const open = [];
+    for (let i = 0; i < 64; i++) {
+      const a = await firstEventInProcess(apps.anonymous, "/state/stream?links=0", {}, false);
+      firstState(a, "/state/stream?links=0");
+      open.push(a.reader!);
+    }
+    const full = await firstEventInProcess(apps.anonymous, "/state/stream", {});
+    expect(full.status).toBe(503);
+    expect(ErrorBodySchema.parse(JSON.parse(full.first)).error.code).toBe("unavailable");
+    for (const reader of open) await reader.cancel();
+    await new Promise((r) => setTimeout(r, 50));
+    firstState(await firstEventInProcess(apps.anonymous, "/state/stream", {}), "/state/stream");
+    for (const [kind, target, headers, status] of [
+      ["anonymous", "/state/stream?links=2", {}, 400],
+      ["anonymous", "/state/stream?links=", {}, 400],
+      ["anonymous", "/state/stream?links=true", {}, 400],
+      ["tokens", "/state/stream?links=yes", read, 400],
+      ["tokens", "/state/stream", {}, 401],
+      ["tokens", "/state/stream", { authorization: `Bearer ${TOKENS.inference}` }, 403],
+    ] as const) {
+      for (const a of [
+        await sendWire(ports[kind], {
+          app: kind,
+          method: "GET",
+          target,
+          headers,
+          endpoint: "state-stream",
+          holder: null,
+          origin: "none",
+          contentType: "absent",
+        }),
+        await sendInProcess(apps[kind], {
+          app: kind,
+          method: "GET",
+          target,
+          headers,
+          endpoint: "state-stream",
+          holder: null,
+          origin: "none",
+          contentType: "absent",
+        }),
+      ]) {
+        expect(a!.status, `${kind} ${target}`).toBe(status);
+        const env = ErrorBodySchema.parse(JSON.parse(a!.body.toString()));
+        if (status === 400) expect(env.error.code).toBe("invalid_request");
+      }
+    }
+    await new Promise((res) => setImmediate(res));
+    expect(unhandled).toEqual([]);
+    expect(errors).toEqual([]);
+  });
+
+  it("the pull routes check their input before the bus: 400, then 503 unavailable when no store host answers", async () => {
+    // A node whose bus has no store host (no node has store_path): nothing answers ic.store.pulls.
+    const app = createGatewayApp({
+      cluster,
+      log,
+      name: "self",
+      auth: { tokens: [] },
+      extensions: [(a) => pullRoutes(a, { bus: loopbackBus(), cluster })],
+    });
+    const commands = cluster.commands.length;
+    const json = { "content-type": "application/json" };
+    for (const [method, target, body, status] of [
+      ["POST", "/store/pulls", '{"model_id":"acme/pulled"}', 503],
+      ["POST", "/store/pulls", '{"model_id":"acme/pulled","revision":"v1.0"}', 503],
+      ["POST", "/store/pulls", '{"model_id":"../x"}', 400],
+      ["POST", "/store/pulls", '{"model_id":"a/b/c"}', 400],
+      ["POST", "/store/pulls", '{"model_id":"acme/x","revision":"../main"}', 400],
+      ["POST", "/store/pulls", '{"model_id":"acme/x","extra":1}', 400],
+      ["POST", "/store/pulls", "{}", 400],
+      ["POST", "/store/pulls", "[]", 400],
+      ["POST", "/store/pulls", '{"model_id":', 400],
+      ["POST", "/store/pulls", undefined, 400],
+      ["GET", "/store/pulls", undefined, 503],
+      ["DELETE", "/store/pulls/acme/pulled", undefined, 503],
+      ["DELETE", "/store/pulls/a/b/c", undefined, 400],
+      ["DELETE", "/store/pulls/..%2Fx", undefined, 400],
+      ["DELETE", "/store/pulls/acme/a--b", undefined, 400],
+      ["DELETE", "/store/models/acme/tiny", undefined, 503],
+      ["DELETE", "/store/models/a/b/c", undefined, 400],
+      ["DELETE", "/store/models/a%2Fb/c", undefined, 400],
+      ["DELETE", "/store/models/acme/.x", undefined, 400],
+    ] as const) {
+      const res = await app.request(`http://localhost${target}`, {
+        method,
+        headers: method === "POST" ? json : {},
+        ...(body === undefined ? {} : { body }),
+      });
+      const env = ErrorBodySchema.parse(await res.json());
+      expect([method, target, body, res.status]).toEqual([method, target, body, status]);
+      expect(env.error.code).toBe(status === 400 ? "invalid_request" : "unavailable");
+      expect(env.error.retryable).toBe(status === 503);
+    }
+    // A removal no store host can check never reaches the master.
+    expect(cluster.commands.slice(commands).map((c) => c.type)).toEqual([]);
+    await new Promise((res) => setImmediate(res));
+    expect(unhandled).toEqual([]);
+    expect(errors).toEqual([]);
   });
 
   it("still answers after the fuzz: no crash, the store and event log intact", async () => {
