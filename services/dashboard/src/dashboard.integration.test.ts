@@ -39,8 +39,11 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
   let browser: TestBrowser;
   let page: Page;
 
-  const shot = (name: string) =>
-    page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+  // From the top: a full-page capture paints the sticky header where the page was scrolled to.
+  const shot = async (name: string) => {
+    await page.evaluate("window.scrollTo(0, 0)");
+    await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+  };
   const text = (selector: string) => page.locator(selector).innerText();
   const api = async <T>(path: string): Promise<T> =>
     (await (await fetch(`${n2.apiUrl}${path}`, { headers: n2.authHeaders })).json()) as T;
