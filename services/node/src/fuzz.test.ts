@@ -1530,26 +1530,20 @@ const badStateQuery = fc
         .success,
   );
 
+/** A GET that answers 200 whatever its query. */
+const readable = (endpoint: Endpoint, path: string): fc.Arbitrary<Shape> =>
+  anyQuery.map((q) => ({ endpoint, method: "GET", target: `${path}${q}`, want: [200] }));
+
 /** The extensions' shapes (one weighted group). */
 const extensionShapes: fc.Arbitrary<Shape> = fc.oneof(
-  anyQuery.map((q) => ({
-    endpoint: "storage-cluster" as const,
-    method: "GET",
-    target: `/store/storage/cluster${q}`,
-    want: [200],
-  })),
+  readable("storage-cluster", "/store/storage/cluster"),
   badStateQuery.map((q) => ({
     endpoint: "state-stream" as const,
     method: "GET",
     target: `/state/stream${q}`,
     want: [400],
   })),
-  anyQuery.map((q) => ({
-    endpoint: "settings" as const,
-    method: "GET",
-    target: `/admin/settings${q}`,
-    want: [200],
-  })),
+  readable("settings", "/admin/settings"),
   {
     weight: 3,
     arbitrary: bodyBytes(settingsRaw).map((body) => ({
@@ -1576,12 +1570,7 @@ const extensionShapes: fc.Arbitrary<Shape> = fc.oneof(
       want: pullStartWant(body),
     })),
   },
-  anyQuery.map((q) => ({
-    endpoint: "pulls" as const,
-    method: "GET",
-    target: `/store/pulls${q}`,
-    want: [200],
-  })),
+  readable("pulls", "/store/pulls"),
   {
     weight: 2,
     arbitrary: modelIdShape(
@@ -3351,28 +3340,17 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
       ["tokens", "/state/stream", {}, 401],
       ["tokens", "/state/stream", { authorization: `Bearer ${TOKENS.inference}` }, 403],
     ] as const) {
-      for (const a of [
-        await sendWire(ports[kind], {
-          app: kind,
-          method: "GET",
-          target,
-          headers,
-          endpoint: "state-stream",
-          holder: null,
-          origin: "none",
-          contentType: "absent",
-        }),
-        await sendInProcess(apps[kind], {
-          app: kind,
-          method: "GET",
-          target,
-          headers,
-          endpoint: "state-stream",
-          holder: null,
-          origin: "none",
-          contentType: "absent",
-        }),
-      ]) {
+      const req: Req = {
+        app: kind,
+        method: "GET",
+        target,
+        headers,
+        endpoint: "state-stream",
+        holder: null,
+        origin: "none",
+        contentType: "absent",
+      };
+      for (const a of [await sendWire(ports[kind], req), await sendInProcess(apps[kind], req)]) {
         expect(a!.status, `${kind} ${target}`).toBe(status);
         const env = ErrorBodySchema.parse(JSON.parse(a!.body.toString()));
         if (status === 400) expect(env.error.code).toBe("invalid_request");
