@@ -1,5 +1,6 @@
 // The store host's file bodies: exact bytes of a range across several reads, a count of what was
-// read, an error (not a short body that looks complete) when the file shrank, and cancel closing it.
+// read, an error (not a short body that looks complete) when the file shrank, cancel closing it, and
+// one end signal whichever way the body ends (the store host's count of open bodies).
 import { describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
 import { writeFile } from "node:fs/promises";
@@ -47,5 +48,65 @@ describe("file bodies", () => {
     await reader.cancel();
     // At most the one read ahead happened.
     expect(counted).toBeLessThanOrEqual(2 * FILE_READ_BYTES);
+  });
+
+  it("ends once whichever way it ends: read to the end, failed or cancelled", async () => {
+    await using dir = await tempDir("body");
+    const path = join(dir.path, "f.bin");
+    await writeFile(path, randomBytes(FILE_READ_BYTES + 10));
+    const ends = { done: 0, failed: 0, cancelled: 0 };
+    await drain(
+      fileBody(
+        path,
+        0,
+        FILE_READ_BYTES + 9,
+        () => undefined,
+        () => ends.done++,
+      ),
+    );
+    await expect(
+      drain(
+        fileBody(
+          path,
+          0,
+          2 * FILE_READ_BYTES,
+          () => undefined,
+          () => ends.failed++,
+        ),
+      ),
+    ).rejects.toThrow(/ended at byte/);
+    const reader = fileBody(
+      path,
+      0,
+      99,
+      () => undefined,
+      () => ends.cancelled++,
+    ).getReader();
+    await reader.read();
+    await reader.cancel();
+    await reader.cancel();
+    expect(ends).toEqual({ done: 1, failed: 1, cancelled: 1 });
+  });
+
+  it("counts nothing read after the consumer left, and closes a file opened meanwhile", async () => {
+    await using dir = await tempDir("body");
+    const path = join(dir.path, "f.bin");
+    await writeFile(path, randomBytes(FILE_READ_BYTES));
+    let counted = 0;
+    let ended = 0;
+    const reader = fileBody(
+      path,
+      0,
+      FILE_READ_BYTES - 1,
+      (n) => (counted += n),
+      () => ended++,
+    ).getReader();
+    // The first read starts the pull (the file is still opening) and the consumer leaves at once.
+    const read = reader.read();
+    await reader.cancel();
+    expect(await read).toEqual({ done: true, value: undefined });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(counted).toBe(0);
+    expect(ended).toBe(1);
   });
 });

@@ -7,34 +7,55 @@ export const FILE_READ_BYTES = 4 * 1024 * 1024;
 
 /**
  * A stream of bytes `start..end` (inclusive) of `path`; the file is opened on the first pull and closed
- * at the end, on an error and when the consumer cancels (client gone). `onBytes` counts what is read.
+ * at the end, on an error and when the consumer cancels (client gone). `onBytes` counts what is read
+ * for the consumer (nothing read after a cancel counts); `onEnd` is called once when the body is done
+ * with its file (ended, failed or cancelled).
  */
 export function fileBody(
   path: string,
   start: number,
   end: number,
   onBytes: (n: number) => void,
+  onEnd?: () => void,
 ): ReadableStream<Uint8Array> {
   let fh: Awaited<ReturnType<typeof open>> | undefined;
   let pos = start;
+  let cancelled = false;
+  let ended = false;
   const close = async () => {
     const f = fh;
     fh = undefined;
-    await f?.close();
+    try {
+      await f?.close();
+    } finally {
+      if (!ended) {
+        ended = true;
+        onEnd?.();
+      }
+    }
   };
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
         try {
-          fh ??= await open(path, "r");
+          if (!fh) {
+            const opened = await open(path, "r");
+            // A cancel while the file was opening already ran close(): this handle is ours to close.
+            if (cancelled) return void (await opened.close());
+            fh = opened;
+          }
           const want = Math.min(FILE_READ_BYTES, end + 1 - pos);
           const buf = Buffer.allocUnsafeSlow(want);
           let got = 0;
           while (got < want) {
-            const { bytesRead } = await fh.read(buf, got, want - got, pos + got);
+            const f = fh;
+            // The consumer left while this piece was read: nothing more is read or counted.
+            if (cancelled || !f) return;
+            const { bytesRead } = await f.read(buf, got, want - got, pos + got);
             if (bytesRead === 0) throw new Error(`${path} ended at byte ${pos + got}`);
             got += bytesRead;
           }
+          if (cancelled) return;
           pos += got;
           onBytes(got);
           controller.enqueue(buf);
@@ -44,10 +65,11 @@ export function fileBody(
           }
         } catch (e) {
           await close().catch(() => undefined);
-          controller.error(e);
+          if (!cancelled) controller.error(e);
         }
       },
       async cancel() {
+        cancelled = true;
         await close();
       },
     },

@@ -74,6 +74,8 @@ export interface StoreStats {
   readonly bytes_served: number;
   readonly file_requests: number;
   readonly range_requests: number;
+  /** File responses still reading their file (a client gone is one until its read is cancelled). */
+  readonly open_bodies: number;
 }
 
 export type HubDownloadResult =
@@ -111,7 +113,7 @@ export class StoreHost implements AsyncDisposable {
   private readonly controllers = new Set<AbortController>();
   private server: ServerType | null = null;
   private listenUrl: string | undefined;
-  private counters = { bytes_served: 0, file_requests: 0, range_requests: 0 };
+  private counters = { bytes_served: 0, file_requests: 0, range_requests: 0, open_bodies: 0 };
   private state: "idle" | "running" | "stopped" = "idle";
 
   constructor(private readonly opts: StoreHostOptions) {
@@ -587,9 +589,18 @@ export class StoreHost implements AsyncDisposable {
     this.counters.file_requests++;
     if (range.kind === "partial") this.counters.range_requests++;
     if (req.method === "HEAD" || length === 0) return new Response(null, { status, headers });
-    const body = fileBody(path, start, end, (n) => {
-      this.counters.bytes_served += n;
-    });
+    this.counters.open_bodies++;
+    const body = fileBody(
+      path,
+      start,
+      end,
+      (n) => {
+        this.counters.bytes_served += n;
+      },
+      () => {
+        this.counters.open_bodies--;
+      },
+    );
     return new Response(body, { status, headers });
   }
 }
