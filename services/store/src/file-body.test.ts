@@ -75,16 +75,21 @@ describe("file bodies", () => {
         ),
       ),
     ).rejects.toThrow(/ended at byte/);
+    // Cancelled half-way through a longer file (the read ahead cannot reach its end).
+    const long = join(dir.path, "long.bin");
+    await writeFile(long, randomBytes(3 * FILE_READ_BYTES));
+    let counted = 0;
     const reader = fileBody(
-      path,
+      long,
       0,
-      99,
-      () => undefined,
+      3 * FILE_READ_BYTES - 1,
+      (n) => (counted += n),
       () => ends.cancelled++,
     ).getReader();
     await reader.read();
     await reader.cancel();
     await reader.cancel();
+    expect(counted).toBeLessThan(3 * FILE_READ_BYTES);
     expect(ends).toEqual({ done: 1, failed: 1, cancelled: 1 });
   });
 
