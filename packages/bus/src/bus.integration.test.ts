@@ -323,4 +323,69 @@ describe("embedded nats-server", () => {
     });
     expect(seen).toEqual([asker.origin, asker.origin]);
   });
+
+  it("a reply over max_payload or on a closed connection is logged and counted, and the responder keeps serving", async () => {
+    await using s = loneServer();
+    await s.start();
+    await using responder = await connectBus(s);
+    await using asker = await connectBus(s);
+    const huge = "x".repeat(responder.maxPayload + 1);
+    responder.respond(
+      "nodeRead",
+      (m) => ({ peer_key: "p", status: 200, body: m.path === "/big" ? huge : "small" }),
+      { suffix: "p" },
+    );
+    await responder.flush();
+    // The oversized reply cannot be sent: the asker meets its timeout, nothing is thrown anywhere
+    // (an unhandled rejection fails this test run).
+    await expect(
+      asker.request("nodeRead", { path: "/big" }, { timeoutMs: 300, suffix: "p" }),
+    ).rejects.toThrow(/timed out/);
+    await expect(
+      asker.request("nodeRead", { path: "/small" }, { timeoutMs: 2000, suffix: "p" }),
+    ).resolves.toMatchObject({ body: "small" });
+    const failures = [...responder.sendStats.failures.values()];
+    expect(failures).toEqual([
+      { op: "respond", name: "nodeRead", code: "MAX_PAYLOAD_EXCEEDED", count: 1 },
+    ]);
+    expect(responder.sendStats.largest.get("nodeRead")).toBeGreaterThan(responder.maxPayload);
+
+    // A publish over the limit is refused as a value; a request over it is a typed error.
+    expect(asker.publish("heartbeat", { big: huge } as never)).toBe(false);
+    await expect(
+      asker.request("nodeRead", { path: huge }, { timeoutMs: 300, suffix: "p" }),
+    ).rejects.toMatchObject({ code: "unavailable" });
+    expect([...asker.sendStats.failures.keys()].sort()).toEqual([
+      "publish|heartbeat|MAX_PAYLOAD_EXCEEDED",
+      "request|nodeRead|MAX_PAYLOAD_EXCEEDED",
+    ]);
+
+    // The responder's connection closes while its handler is still working: the reply is counted
+    // as failed, not thrown.
+    await using closing = await connectBus(s);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let answered!: () => void;
+    const handled = new Promise<void>((r) => (answered = r));
+    closing.respond(
+      "nodeRead",
+      async () => {
+        await gate;
+        setImmediate(answered);
+        return { peer_key: "c", status: 200, body: "late" };
+      },
+      { suffix: "c" },
+    );
+    await closing.flush();
+    const late = asker.request("nodeRead", { path: "/" }, { timeoutMs: 500, suffix: "c" });
+    await new Promise((r) => setTimeout(r, 100));
+    await closing.close();
+    release();
+    await handled;
+    await expect(late).rejects.toThrow(/timed out|no responder/);
+    expect([...closing.sendStats.failures.values()]).toEqual([
+      { op: "respond", name: "nodeRead", code: "CONNECTION_CLOSED", count: 1 },
+    ]);
+    expect(closing.publish("heartbeat", {} as never)).toBe(false);
+  });
 });

@@ -1,8 +1,12 @@
 // Typed publish / subscribe / request over nats.js, generic over the protocol catalog.
 // Every inbound message and reply is validated with safeParse (the bus edge); invalid ones are dropped and logged.
+// No send can throw out of this class into a callback: a publish or a reply that fails (payload over
+// the server's max_payload, a closed connection) is logged with its subject and size, counted
+// (`sendStats`, on /metrics), and reported to the caller as a value (publish) or a typed
+// ServiceError (request); a reply that fails leaves the requester to its timeout.
 import { randomUUID } from "node:crypto";
 import { connect, createInbox, headers, JSONCodec } from "nats";
-import type { NatsConnection, Subscription } from "nats";
+import type { Msg, NatsConnection, Subscription } from "nats";
 import { CATALOG, ServiceError } from "@ic/protocol";
 import type {
   MessageIn,
@@ -49,6 +53,27 @@ export interface MessageMeta {
   readonly origin: string | undefined;
 }
 
+/** The three ways a message leaves this connection. */
+export type SendOp = "publish" | "request" | "respond";
+
+/** Sends that failed and the largest message sent, per catalog name (a bounded label set). */
+export interface BusSendStats {
+  /** Keyed by op, catalog name and failure code (`MAX_PAYLOAD_EXCEEDED`, `CONNECTION_CLOSED`, ...). */
+  readonly failures: ReadonlyMap<string, { op: SendOp; name: string; code: string; count: number }>;
+  /** Largest encoded body sent (or tried) per catalog name, in bytes. */
+  readonly largest: ReadonlyMap<string, number>;
+}
+
+/** The code of a failed nats.js send: its NatsError code, else the error's name. */
+function sendCode(e: unknown): string {
+  const code = (e as { code?: unknown }).code;
+  return typeof code === "string" ? code : e instanceof Error ? e.name : "unknown";
+}
+
+function closedError(): Error {
+  return Object.assign(new Error("the bus connection is closed"), { code: "CONNECTION_CLOSED" });
+}
+
 export class Bus implements AsyncDisposable {
   /** Names this connection in every message it publishes or answers (the `ic-origin` header). */
   readonly origin = randomUUID();
@@ -59,10 +84,49 @@ export class Bus implements AsyncDisposable {
     { readonly sub: Subscription; readonly handlers: Set<SharedHandler> }
   >();
 
+  private readonly failures = new Map<
+    string,
+    { op: SendOp; name: string; code: string; count: number }
+  >();
+  private readonly largest = new Map<string, number>();
+
   private constructor(
     private readonly nc: NatsConnection,
     private readonly log: Logger,
   ) {}
+
+  /** The server's largest accepted message, in bytes (nats-server's `max_payload`, 1 MiB by default). */
+  get maxPayload(): number {
+    return this.nc.info?.max_payload ?? 1024 * 1024;
+  }
+
+  /** Failed sends and the largest message per catalog name, for /metrics. */
+  get sendStats(): BusSendStats {
+    return { failures: this.failures, largest: this.largest };
+  }
+
+  /** Encodes a body and records its size under its catalog name. */
+  private encode(name: string, msg: unknown): Uint8Array {
+    const data = codec.encode(msg);
+    if (data.length > (this.largest.get(name) ?? 0)) this.largest.set(name, data.length);
+    return data;
+  }
+
+  /** Logs and counts a send that failed; never throws. */
+  private sendFailed(op: SendOp, name: string, subject: string, bytes: number, e: unknown): string {
+    const code = sendCode(e);
+    const key = `${op}|${name}|${code}`;
+    const f = this.failures.get(key);
+    if (f) f.count += 1;
+    else this.failures.set(key, { op, name, code, count: 1 });
+    // A closed or draining connection is the normal end of a stopping node: worth a warning only.
+    const level = /CLOSED|DRAINING/.test(code) ? "warn" : "error";
+    this.log[level](
+      { err: e, op, subject, bytes, max_payload: this.maxPayload, code },
+      "bus send failed",
+    );
+    return code;
+  }
 
   /** Connects with the node's bus credentials; a refused login fails at once (no reconnect loop). */
   static async connect(
@@ -109,9 +173,19 @@ export class Bus implements AsyncDisposable {
     return this.nc.isClosed();
   }
 
-  publish<K extends PublishName>(name: K, msg: MessageIn<K>, suffix?: string): void {
-    if (this.nc.isClosed()) return;
-    this.nc.publish(subjectOf(name, suffix), codec.encode(msg), { headers: this.publishHeaders });
+  /** Publishes a message; false when it could not be sent (logged and counted, never thrown). */
+  publish<K extends PublishName>(name: K, msg: MessageIn<K>, suffix?: string): boolean {
+    const subject = subjectOf(name, suffix);
+    let data: Uint8Array | undefined;
+    try {
+      data = this.encode(name, msg);
+      if (this.nc.isClosed()) throw closedError();
+      this.nc.publish(subject, data, { headers: this.publishHeaders });
+      return true;
+    } catch (e) {
+      this.sendFailed("publish", name, subject, data?.length ?? 0, e);
+      return false;
+    }
   }
 
   /**
@@ -191,8 +265,8 @@ export class Bus implements AsyncDisposable {
           .then(() => handler(parsed, { origin }))
           .then(
             (reply) => {
-              if (reply === undefined || this.nc.isClosed()) return;
-              m.respond(codec.encode(reply), { headers: this.originHeaders() });
+              if (reply === undefined) return;
+              this.reply(name, m, reply);
             },
             (e: unknown) =>
               this.log.error({ err: e, subject: m.subject }, "request handler failed"),
@@ -200,6 +274,19 @@ export class Bus implements AsyncDisposable {
       },
     });
     return () => sub.unsubscribe();
+  }
+
+  /** Sends one reply; a failure is logged and counted, and the requester meets its timeout. */
+  private reply(name: string, m: Msg, reply: unknown): void {
+    let data: Uint8Array | undefined;
+    try {
+      data = this.encode(name, reply);
+      if (this.nc.isClosed()) throw closedError();
+      if (!m.respond(data, { headers: this.originHeaders() }))
+        throw Object.assign(new Error("the request has no reply subject"), { code: "NO_REPLY" });
+    } catch (e) {
+      this.sendFailed("respond", name, m.subject, data?.length ?? 0, e);
+    }
   }
 
   /**
@@ -227,18 +314,24 @@ export class Bus implements AsyncDisposable {
         );
       return got;
     }
+    const subject = subjectOf(name, opts.suffix);
     let m;
     try {
-      m = await this.nc.request(subjectOf(name, opts.suffix), codec.encode(msg), {
+      m = await this.nc.request(subject, this.encode(name, msg), {
         timeout: opts.timeoutMs,
         headers: this.originHeaders(),
       });
     } catch (e) {
       const code = (e as { code?: string }).code;
-      const what = code === "503" ? "no responder" : code === "TIMEOUT" ? "timed out" : String(e);
-      throw new ServiceError("unavailable", `${subjectOf(name, opts.suffix)}: ${what}`, {
-        cause: e,
-      });
+      if (code === "503" || code === "TIMEOUT")
+        throw new ServiceError(
+          "unavailable",
+          `${subject}: ${code === "503" ? "no responder" : "timed out"}`,
+          { cause: e },
+        );
+      // The request itself could not be sent.
+      this.sendFailed("request", name, subject, codec.encode(msg).length, e);
+      throw new ServiceError("unavailable", `${subject}: ${String(e)}`, { cause: e });
     }
     const parsed = this.decode(reply, m.data, name);
     if (parsed === undefined) throw new ServiceError("internal", `invalid reply on ${name}`);
@@ -267,6 +360,11 @@ export class Bus implements AsyncDisposable {
     const reply = replySchema(name);
     const inbox = createInbox();
     const out: ReplyOf<K>[] = [];
+    const subject = subjectOf(name, opts.suffix);
+    if (this.nc.isClosed()) {
+      this.sendFailed("request", name, subject, 0, closedError());
+      return out;
+    }
     await new Promise<void>((resolve) => {
       const timer = setTimeout(done, opts.maxWaitMs);
       const sub = this.nc.subscribe(inbox, {
@@ -283,10 +381,14 @@ export class Bus implements AsyncDisposable {
         sub.unsubscribe();
         resolve();
       }
-      this.nc.publish(subjectOf(name, opts.suffix), codec.encode(msg), {
-        reply: inbox,
-        headers: this.originHeaders(),
-      });
+      let data: Uint8Array | undefined;
+      try {
+        data = this.encode(name, msg);
+        this.nc.publish(subject, data, { reply: inbox, headers: this.originHeaders() });
+      } catch (e) {
+        this.sendFailed("request", name, subject, data?.length ?? 0, e);
+        done();
+      }
     });
     return out;
   }

@@ -7,4 +7,4 @@ export type {
   NatsServerState,
 } from "./nats-server.ts";
 export { Bus } from "./bus.ts";
-export type { MessageMeta, Unsubscribe } from "./bus.ts";
+export type { BusSendStats, MessageMeta, SendOp, Unsubscribe } from "./bus.ts";

@@ -284,3 +284,6 @@ export function createLogger(options: LogOptions): Logger {
 export function silentLogger(): Logger {
   return pino({ level: "silent" });
 }
+
+export { guardProcess } from "./process-guard.ts";
+export type { GuardOptions, ProcessGuard } from "./process-guard.ts";

@@ -7,7 +7,7 @@ import type { ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { resolve } from "node:path";
 import { loadConfig, ConfigError, expandHome } from "@ic/config";
-import { createLogger } from "@ic/log";
+import { createLogger, guardProcess } from "@ic/log";
 import { Node } from "./node.ts";
 import { NODE_USAGE, parseNodeArgs } from "./node-args.ts";
 
@@ -29,12 +29,16 @@ async function runNode(configFile: string | undefined): Promise<void> {
     ingestUrl: config.logging.ingest_url,
     base: { pid: process.pid },
   });
+  // A rejection nobody handled is logged and counted, and the node keeps serving; an uncaught
+  // exception ends the process (docs/decisions.md, "What still ends a node").
+  const guard = guardProcess(log);
   let exitCode = 0;
   let stopping = false;
   const node = new Node({
     config,
     configFile: file ? resolve(expandHome(file)) : undefined,
     log,
+    unhandledRejections: guard.rejections,
     onRestartRequested: () => void shutdown(RESTART_EXIT_CODE, "restart requested"),
   });
   async function shutdown(code: number, why: string): Promise<void> {

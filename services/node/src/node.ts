@@ -56,6 +56,8 @@ export interface NodeOptions {
   readonly configFile?: string | undefined;
   /** Called when POST /admin/restart asks for a fresh process image. */
   readonly onRestartRequested?: () => void;
+  /** Unhandled rejections the process guard logged (for /metrics). */
+  readonly unhandledRejections?: () => number;
 }
 
 type Stoppable = { stop(): Promise<void> | void; name: string };
@@ -338,6 +340,8 @@ export class Node implements AsyncDisposable {
         return { mode: u.mode, bytes: u.active_bytes + u.archive_bytes };
       },
       engineHeaders,
+      bus: () => bus.sendStats,
+      unhandledRejections: this.o.unhandledRejections ?? (() => 0),
     });
     chatObservers.push((r) => metrics.observe(r));
     app = createGatewayApp({

@@ -10,6 +10,7 @@ import type { ClusterView } from "@ic/gateway";
 import type { Logger } from "@ic/log";
 import { RUNNER_STATES } from "@ic/protocol";
 import type { RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/protocol";
+import type { BusSendStats } from "@ic/bus";
 import { mergeFamilies, parseExposition, renderFamilies } from "./prom-text.ts";
 import type { PromFamily } from "./prom-text.ts";
 
@@ -36,6 +37,10 @@ export interface MetricsSources {
   readonly engineHeaders: (instanceId: string) => Record<string, string>;
   /** How long one engine scrape may take (default 2 s). */
   readonly scrapeTimeoutMs?: number;
+  /** The bus connection's failed sends and largest messages. */
+  readonly bus?: () => BusSendStats;
+  /** Unhandled rejections the process guard logged. */
+  readonly unhandledRejections?: () => number;
 }
 
 const SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -118,6 +123,7 @@ export class NodeMetrics {
       registers: [node],
     });
     this.nodeGauges();
+    this.processGauges();
     this.clusterGauges();
   }
 
@@ -205,6 +211,43 @@ export class NodeMetrics {
       this.scrapeRunners(),
     ]);
     return own + cluster + engines;
+  }
+
+  // ---- process: bus sends and the process guard ----
+
+  private processGauges(): void {
+    const o = this.o;
+    const registers = [this.node];
+    new Counter({
+      name: "ic_bus_send_failures_total",
+      help: "Bus sends that failed (logged with subject and size), by operation, catalog name and code.",
+      labelNames: ["op", "name", "code"],
+      registers,
+      collect() {
+        this.reset();
+        for (const f of o.bus?.().failures.values() ?? [])
+          this.inc({ op: f.op, name: f.name, code: f.code }, f.count);
+      },
+    });
+    new Gauge({
+      name: "ic_bus_message_max_bytes",
+      help: "Largest message this node sent on the bus, by catalog name.",
+      labelNames: ["name"],
+      registers,
+      collect() {
+        this.reset();
+        for (const [name, bytes] of o.bus?.().largest ?? []) this.set({ name }, bytes);
+      },
+    });
+    new Counter({
+      name: "ic_unhandled_rejections_total",
+      help: "Promise rejections nobody handled (logged; the node kept serving).",
+      registers,
+      collect() {
+        this.reset();
+        this.inc(o.unhandledRejections?.() ?? 0);
+      },
+    });
   }
 
   // ---- node ----
