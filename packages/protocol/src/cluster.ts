@@ -288,19 +288,44 @@ export const CommandReplySchema = z.discriminatedUnion("ok", [
 ]);
 export type CommandReply = z.infer<typeof CommandReplySchema>;
 
+/**
+ * Catch-up from the master, one bounded page per request (docs/architecture.md, "Replica sync"):
+ * the follower asks from the index after its own; a snapshot too large for one message comes in
+ * parts, each asked for by the snapshot's index and the part's number.
+ */
 export const SyncRequestSchema = z.object({
   session_id: SessionIdSchema,
   from_index: z.number().int().positive(),
+  /** Continues a snapshot transfer: the snapshot (by its index) and the part wanted next. */
+  snapshot: z
+    .object({ index: z.number().int().nonnegative(), part: z.number().int().nonnegative() })
+    .optional(),
 });
+export type SyncRequest = z.infer<typeof SyncRequestSchema>;
+
+/** One part of the master's state serialized as JSON text; the parts joined parse as ControlState. */
+export const SnapshotPartSchema = z.object({
+  /** The state's index: the follower continues with the events after it. */
+  index: z.number().int().nonnegative(),
+  part: z.number().int().nonnegative(),
+  parts: z.number().int().positive(),
+  data: z.string(),
+});
+export type SnapshotPart = z.infer<typeof SnapshotPartSchema>;
+
 export const SyncReplySchema = z.discriminatedUnion("ok", [
   z.object({
     ok: z.literal(true),
-    /** Present when the requested events were compacted away: start from this state. */
-    snapshot: z.lazy(() => ControlStateSchema).optional(),
+    /** Consecutive events from `from_index`, as many as fit the master's page budget. */
     events: z.array(IndexedEventSchema),
+    /** The master's index when it answered: the follower asks again while it is behind. */
+    last_index: z.number().int().nonnegative(),
+    /** Instead of events: a part of a snapshot (the gap was compacted away, or is too long to page). */
+    snapshot_part: SnapshotPartSchema.optional(),
   }),
   z.object({ ok: z.literal(false), error: WireErrorSchema }),
 ]);
+export type SyncReply = z.infer<typeof SyncReplySchema>;
 
 export function emptyState(): ControlState {
   return {

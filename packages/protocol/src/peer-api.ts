@@ -24,9 +24,7 @@ export interface UnreachablePeer {
 
 /** `absent`: the peer answered 404 not_found from a route it has ("this is not here"). */
 export type PeerAnswer<T> =
-  | { kind: "ok"; body: T }
-  | { kind: "absent" }
-  | { kind: "failed"; error: string };
+  { kind: "ok"; body: T } | { kind: "absent" } | { kind: "failed"; error: string };
 
 /** What went wrong with a peer, in a few words (the cause's code when fetch has one). */
 function describe(e: unknown, timeoutMs: number): string {

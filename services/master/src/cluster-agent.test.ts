@@ -15,6 +15,7 @@ import type {
 } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { ClusterAgent } from "./cluster-agent.ts";
+import type { AgentOptions } from "./cluster-agent.ts";
 
 type Handler = (msg: unknown, meta: { origin: string | undefined }) => unknown;
 interface Entry {
@@ -38,6 +39,13 @@ class Hub {
   drop: (subject: string, msg: unknown, to: FakeBus) => boolean = () => false;
   /** Replies to requests wait for this (they are computed when the request arrives). */
   replyGate: Promise<void> = Promise.resolve();
+  /** The largest message (JSON bytes) published or replied since the last reset, by subject. */
+  readonly largest = new Map<string, number>();
+  record(subject: string, msg: unknown): void {
+    const bytes = Buffer.byteLength(JSON.stringify(msg));
+    const base = subject.split(".").slice(0, 3).join(".");
+    if (bytes > (this.largest.get(base) ?? 0)) this.largest.set(base, bytes);
+  }
 
   reaches(a: FakeBus, b: FakeBus): boolean {
     return a === b || !this.cut.has(`${a.name}|${b.name}`);
@@ -54,6 +62,7 @@ class Hub {
 
 class FakeBus {
   readonly origin = randomUUID();
+  readonly maxPayload = 1024 * 1024;
   constructor(
     private readonly hub: Hub,
     readonly name: string,
@@ -62,6 +71,7 @@ class FakeBus {
   publish(name: keyof typeof CATALOG, msg: unknown, suffix?: string): void {
     const subject = subjectOf(name, suffix);
     const body = clone(msg);
+    this.hub.record(subject, body);
     for (const s of [...this.hub.subs]) {
       if (s.subject !== subject || (s.ignoreOwn && s.bus === this)) continue;
       if (!this.hub.reaches(this, s.bus) || this.hub.drop(subject, body, s.bus)) continue;
@@ -109,6 +119,7 @@ class FakeBus {
     const answer = new Promise<unknown>((resolve) => {
       setTimeout(() => {
         const reply = clone(r.handler(clone(msg), { origin: this.origin }));
+        this.hub.record(`${subject}.reply`, reply);
         void this.hub.replyGate.then(() => resolve(reply));
       }, 1);
     });
@@ -126,8 +137,10 @@ function agent(
   name: string,
   startedAt: number,
   telemetry: Telemetry | null = null,
+  extra: Partial<AgentOptions> = {},
 ): ClusterAgent {
   return new ClusterAgent({
+    ...extra,
     bus: new FakeBus(hub, name) as unknown as Bus,
     log: silentLogger(),
     clock: { now: () => Date.now() },
@@ -170,8 +183,9 @@ function start(
   name: string,
   startedAt: number,
   telemetry: Telemetry | null = null,
+  extra: Partial<AgentOptions> = {},
 ): ClusterAgent {
-  const a = agent(hub, name, startedAt, telemetry);
+  const a = agent(hub, name, startedAt, telemetry, extra);
   agents.push(a);
   a.start();
   return a;
@@ -216,6 +230,112 @@ describe("replica catch-up", () => {
     await advance(2 * timings.heartbeatMs);
     expect(b.snapshot().index).toBe(a.snapshot().index);
     expect(memberNames(b)).toEqual(["a", "b", "c"]);
+  });
+});
+
+/** A registered model record with a ~500-byte encoding. */
+function model(id: string): ModelRecord {
+  return {
+    model_id: id as ModelId,
+    file: "model-weights-file-name-that-is-long-enough.gguf",
+    bytes: 5e9,
+    architecture: "llama",
+    layers: 32,
+    context_length: 4096,
+    embedding_length: 4096,
+    head_count: 32,
+    head_count_kv: 8,
+    supports_tensor: true,
+    store_url: "http://store-host.example.internal:8080",
+  };
+}
+
+describe("catch-up of any size, in bounded messages", () => {
+  const BUDGET = 64 * 1024;
+  const sync = CATALOG.masterSync.subject;
+
+  it("a follower 100,000 events behind catches up, and no message exceeds the page budget", async () => {
+    const hub = new Hub();
+    const opts = { syncBudgetBytes: BUDGET, logBounds: { retainEvents: 150_000 } };
+    const a = start(hub, "a", 1, null, opts);
+    await advance(500);
+    const b = start(hub, "b", 2, null, opts);
+    await waitUntil(() => b.synced && b.snapshot().index === a.snapshot().index);
+    // b hears none of the next 100,000 events (as if cut off while traffic ran).
+    hub.drop = (subject, _m, to) => subject === CATALOG.events.subject && to.name === "b";
+    for (let i = 0; i < 100_000; i++)
+      await a.command({
+        type: "ReportDownloadFailed",
+        model_id: "org/m" as ModelId,
+        reason: `r${i}`,
+      });
+    expect(b.snapshot().index).toBe(a.snapshot().index - 100_000);
+    hub.drop = () => false;
+    hub.largest.clear();
+    await advance(2 * timings.heartbeatMs);
+    await waitUntil(() => b.snapshot().index === a.snapshot().index);
+    expect(b.snapshot()).toEqual(a.snapshot());
+    // The gap was longer than the snapshot threshold: a snapshot, then the rest in pages.
+    for (const [subject, bytes] of hub.largest) {
+      if (subject.startsWith(sync)) expect(bytes, subject).toBeLessThanOrEqual(BUDGET);
+    }
+    expect(hub.largest.get(`${sync.split(".").slice(0, 3).join(".")}`)).toBeDefined();
+  });
+
+  it("a gap shorter than the snapshot threshold comes as pages of events, each under the budget", async () => {
+    const hub = new Hub();
+    const opts = { syncBudgetBytes: 16 * 1024, snapshotGap: 5000 };
+    const a = start(hub, "a", 1, null, opts);
+    await advance(500);
+    const b = start(hub, "b", 2, null, opts);
+    await waitUntil(() => b.synced && b.snapshot().index === a.snapshot().index);
+    hub.drop = (subject, _m, to) => subject === CATALOG.events.subject && to.name === "b";
+    const pages: number[] = [];
+    const reply = hub.record.bind(hub);
+    hub.record = (subject, msg) => {
+      const m = msg as { events?: unknown[]; snapshot_part?: unknown };
+      if (subject.startsWith(sync) && subject.endsWith(".reply")) {
+        expect(m.snapshot_part).toBeUndefined();
+        pages.push(m.events?.length ?? 0);
+      }
+      reply(subject, msg);
+    };
+    for (let i = 0; i < 3000; i++)
+      await a.command({ type: "ReportDownloadFailed", model_id: "org/m" as ModelId, reason: "x" });
+    hub.drop = () => false;
+    hub.largest.clear();
+    await advance(2 * timings.heartbeatMs);
+    await waitUntil(() => b.snapshot().index === a.snapshot().index);
+    expect(b.snapshot()).toEqual(a.snapshot());
+    expect(pages.length).toBeGreaterThan(5);
+    for (const [subject, bytes] of hub.largest)
+      if (subject.startsWith(sync)) expect(bytes).toBeLessThanOrEqual(16 * 1024);
+  });
+
+  it("a state larger than one message reaches a new node as a snapshot in parts", async () => {
+    const hub = new Hub();
+    // A newcomer 2,000 events behind is past this threshold: it gets the snapshot.
+    const opts = { syncBudgetBytes: BUDGET, snapshotGap: 100 };
+    const a = start(hub, "a", 1, null, opts);
+    await advance(500);
+    // ~2,000 registered models: a state of about 1 MB, 16 times the budget.
+    for (let i = 0; i < 2000; i++)
+      await a.command({ type: "RegisterModel", model: model(`org/m${i}`) });
+    hub.largest.clear();
+    const parts = new Set<number>();
+    const record = hub.record.bind(hub);
+    hub.record = (subject, msg) => {
+      const p = (msg as { snapshot_part?: { part: number } }).snapshot_part;
+      if (p) parts.add(p.part);
+      record(subject, msg);
+    };
+    const b = start(hub, "b", 2, null, opts);
+    await waitUntil(() => b.synced && Object.keys(b.snapshot().models).length === 2000);
+    await waitUntil(() => b.snapshot().index === a.snapshot().index);
+    expect(b.snapshot().models).toEqual(a.snapshot().models);
+    expect(parts.size).toBeGreaterThan(10);
+    for (const [subject, bytes] of hub.largest)
+      if (subject.startsWith(sync)) expect(bytes).toBeLessThanOrEqual(BUDGET);
   });
 });
 

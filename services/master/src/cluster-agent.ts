@@ -34,7 +34,9 @@ import type { HeardPeer, IdKind, Peer } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
 import type { Clock } from "./clock.ts";
-import { MasterLog } from "./master-log.ts";
+import { DEFAULT_LOG_BOUNDS, MasterLog } from "./master-log.ts";
+import type { LogBounds } from "./master-log.ts";
+import { defaultSyncBudget, SnapshotAssembler, SyncServer } from "./replica-sync.ts";
 import { AnnouncedSession } from "./announced-session.ts";
 import { LinkReport, resolveLinks } from "./link-report.ts";
 
@@ -95,8 +97,12 @@ export interface AgentOptions {
   readonly self: SelfInfo;
   readonly timings: AgentTimings;
   readonly extras: () => HeartbeatExtras;
-  /** Events retained by the master before compacting to a snapshot. */
-  readonly retainEvents?: number;
+  /** What the master keeps of its log for followers' catch-up (older gaps get a snapshot). */
+  readonly logBounds?: Partial<LogBounds>;
+  /** Largest sync reply in bytes (default: a quarter of the bus's max_payload, at most 256 KiB). */
+  readonly syncBudgetBytes?: number;
+  /** A follower further behind than this many events is sent a snapshot (default 5000). */
+  readonly snapshotGap?: number;
   readonly commandTimeoutMs?: number;
   /** Memory model overrides (context size), as the gateway uses: words the re-check's refusals. */
   readonly memory?: Partial<MemoryModel>;
@@ -117,6 +123,11 @@ export type AgentListener = {
 
 type Role = "follower" | "master";
 
+/** Requests one catch-up may take before it yields to the next trigger (a bound, never reached in practice). */
+const MAX_SYNC_ROUNDS = 10_000;
+/** Events buffered ahead of a gap while a sync is out; beyond it they are fetched by the sync. */
+const MAX_PENDING = 10_000;
+
 export class ClusterAgent implements AsyncDisposable {
   private state: ControlState = emptyState();
   private role: Role = "follower";
@@ -127,6 +138,8 @@ export class ClusterAgent implements AsyncDisposable {
   /** Another master's session announced while this node was not in it (see adopt). */
   private readonly announced = new AnnouncedSession();
   private readonly masterLog: MasterLog;
+  private readonly syncServer: SyncServer;
+  private readonly syncBudget: number;
   /** Which heartbeats carry this node's links (link-report.ts). */
   private readonly linkReport: LinkReport;
   private readonly listeners = new Set<AgentListener>();
@@ -140,7 +153,12 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly log: Logger;
 
   constructor(private readonly o: AgentOptions) {
-    this.masterLog = new MasterLog(o.retainEvents ?? 50_000);
+    this.masterLog = new MasterLog({ ...DEFAULT_LOG_BOUNDS, ...o.logBounds });
+    this.syncBudget = o.syncBudgetBytes ?? defaultSyncBudget(o.bus.maxPayload);
+    this.syncServer = new SyncServer(this.masterLog, () => this.state, {
+      budgetBytes: this.syncBudget,
+      snapshotGap: o.snapshotGap ?? 5000,
+    });
     this.linkReport = new LinkReport(o.linksRefresh);
     this.log = o.log.child({ component: "cluster" });
   }
@@ -620,7 +638,7 @@ export class ClusterAgent implements AsyncDisposable {
       this.drainPending();
       return;
     }
-    this.pending.set(ev.index, ev);
+    if (this.pending.size < MAX_PENDING) this.pending.set(ev.index, ev);
     void this.sync(this.synced ? this.state.index + 1 : 1);
   }
 
@@ -660,37 +678,52 @@ export class ClusterAgent implements AsyncDisposable {
     for (const l of this.listeners) l.event?.(ev, this.state);
   }
 
-  /** Gap repair and catch-up: asks the master for every event from `fromIndex`. */
+  /**
+   * Gap repair and catch-up: asks the master for the events from `fromIndex`, one bounded page (or
+   * snapshot part) per request, until the replica reaches the index the master reported.
+   */
   private async sync(fromIndex: number): Promise<void> {
     if (this.syncing || !this.current || this.role === "master") return;
     this.syncing = true;
     const session = this.current.session_id;
     const masterOrigin = this.originOf(this.current.master.peer_key);
+    const snapshot = new SnapshotAssembler();
     try {
       if (masterOrigin === undefined) throw new Error("the master has not been heard yet");
-      const reply = await this.o.bus.request(
-        "masterSync",
-        { session_id: session, from_index: fromIndex },
-        { timeoutMs: 2000, suffix: session, from: masterOrigin },
-      );
-      if (this.current?.session_id !== session) return;
-      if (!reply.ok) {
-        this.log.warn({ error: reply.error }, "sync refused");
-        return;
-      }
-      if (reply.snapshot) {
-        this.state = reply.snapshot;
-        for (const l of this.listeners) l.snapshot?.(this.state);
-      }
-      for (const ev of reply.events) {
-        if (
-          ev.event.type === "SessionStarted" ||
-          (this.synced && ev.index === this.state.index + 1)
-        )
-          this.applyOne(ev);
+      let from = fromIndex;
+      for (let round = 0; round < MAX_SYNC_ROUNDS; round++) {
+        const reply = await this.o.bus.request(
+          "masterSync",
+          { session_id: session, from_index: from, ...this.snapshotWanted(snapshot) },
+          { timeoutMs: 2000, suffix: session, from: masterOrigin },
+        );
+        if (this.current?.session_id !== session) return;
+        if (!reply.ok) {
+          this.log.warn({ error: reply.error }, "sync refused");
+          return;
+        }
+        const before = this.state.index;
+        if (reply.snapshot_part) {
+          const state = snapshot.add(reply.snapshot_part);
+          if (state) this.installSnapshot(state);
+          else if (snapshot.next() === undefined) break; // a part out of order: next trigger retries
+        } else {
+          for (const ev of reply.events) {
+            if (
+              ev.event.type === "SessionStarted" ||
+              (this.synced && ev.index === this.state.index + 1)
+            )
+              this.applyOne(ev);
+          }
+          // Nothing applicable (a gap inside the page): the next trigger starts over.
+          if (reply.events.length === 0 || this.state.index === before) break;
+        }
+        if (snapshot.next() === undefined && this.synced && this.state.index >= reply.last_index)
+          break;
+        from = this.synced ? this.state.index + 1 : 1;
       }
       for (const k of [...this.pending.keys()]) if (k <= this.state.index) this.pending.delete(k);
-      // Events that arrived while the request was out (e.g. this node's own NodeJoined, sequenced
+      // Events that arrived while the requests were out (e.g. this node's own NodeJoined, sequenced
       // just after it adopted the session) follow on directly: without this drain they would wait
       // for yet another event before being applied.
       this.drainPending();
@@ -702,12 +735,24 @@ export class ClusterAgent implements AsyncDisposable {
     if (this.current && !this.synced) setTimeout(() => void this.sync(1), 200).unref();
   }
 
+  private snapshotWanted(a: SnapshotAssembler): { snapshot?: { index: number; part: number } } {
+    const next = a.next();
+    return next ? { snapshot: next } : {};
+  }
+
+  /** Replaces the replica with the master's snapshot (a compacted or long gap). */
+  private installSnapshot(state: ControlState): void {
+    this.state = state;
+    for (const l of this.listeners) l.snapshot?.(this.state);
+  }
+
   // ---- master role ----
 
   private becomeMaster(sessionId: SessionId): void {
     this.stepDown();
     this.role = "master";
     this.masterLog.reset();
+    this.syncServer.reset();
     const bus = this.o.bus;
     this.masterSubs.push(
       bus.respond(
@@ -740,8 +785,7 @@ export class ClusterAgent implements AsyncDisposable {
               error: { code: "session_changed" as const, message: "session changed" },
             };
           }
-          const r = this.masterLog.since(req.from_index);
-          return { ok: true as const, ...r };
+          return this.syncServer.answer(req);
         },
         { suffix: sessionId },
       ),
@@ -764,7 +808,9 @@ export class ClusterAgent implements AsyncDisposable {
       event,
     };
     this.applyOne(ev);
-    this.masterLog.append(ev, this.state);
+    this.masterLog.append(ev, Buffer.byteLength(JSON.stringify(ev)));
+    // A publish that fails (logged and counted by the bus) leaves followers a gap: they catch up
+    // through sync, in pages, at the next event or master heartbeat.
     this.o.bus.publish("events", ev);
     return ev;
   }
