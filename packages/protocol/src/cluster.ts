@@ -1,5 +1,6 @@
-// The replicated control state: members, models, instances, runners and in-flight tasks,
-// the indexed events that change it, and the commands the master turns into those events.
+// The replicated control state: members, models, instances, runners and deployments, the indexed
+// events that change it, and the commands the master turns into those events. Chat tasks are not in
+// it: the master keeps them (packages/state TaskTable); only a lost instance's TaskFailed is replicated.
 import { z } from "zod";
 import {
   CommandIdSchema,
@@ -109,6 +110,7 @@ export const RunnerSchema = z.object({
 });
 export type Runner = z.infer<typeof RunnerSchema>;
 
+/** A chat request the master created a task id for; kept by the master only, never replicated. */
 export const TaskSchema = z.object({
   task_id: TaskIdSchema,
   command_id: CommandIdSchema,
@@ -165,7 +167,6 @@ export const ControlStateSchema = z.object({
   instances: z.record(z.string(), InstanceSchema),
   /** Keyed `<instance_id>/<rank>`. */
   runners: z.record(z.string(), RunnerSchema),
-  tasks: z.record(z.string(), TaskSchema),
   deployments: z.record(z.string(), DeploymentSchema).default({}),
 });
 export type ControlState = z.infer<typeof ControlStateSchema>;
@@ -215,8 +216,7 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
   }),
   z.object({ type: z.literal("RunnerStatus"), runner: RunnerSchema }),
   z.object({ type: z.literal("RunnerFailed"), runner: RunnerSchema }),
-  z.object({ type: z.literal("TaskCreated"), task: TaskSchema }),
-  z.object({ type: z.literal("TaskFinished"), task_id: TaskIdSchema }),
+  /** The master failed an open task whose instance is gone: its gateway ends the request. */
   z.object({ type: z.literal("TaskFailed"), task_id: TaskIdSchema, reason: z.string() }),
   z.object({
     type: z.literal("DownloadFailed"),
@@ -335,7 +335,6 @@ export function emptyState(): ControlState {
     models: {},
     instances: {},
     runners: {},
-    tasks: {},
     deployments: {},
   };
 }

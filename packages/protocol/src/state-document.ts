@@ -7,7 +7,6 @@ import {
   ModelRecordSchema,
   RunnerSchema,
   SessionSchema,
-  TaskSchema,
 } from "./cluster.ts";
 import { HealthEntrySchema, TelemetrySchema } from "./telemetry.ts";
 import { NodeIdSchema } from "./ids.ts";
@@ -32,6 +31,8 @@ export const StateDocumentSchema = z.object({
     name: z.string(),
     is_master: z.boolean(),
     synced: z.boolean(),
+    /** Chat requests through this node's gateway whose task the master has created, still open. */
+    tasks_open: z.number().int().nonnegative(),
   }),
   node_identities: z.array(NodeIdentitySchema),
   nodeHealth: z.array(HealthEntrySchema.extend({ node_id: NodeIdSchema, node_name: z.string() })),
@@ -47,8 +48,13 @@ export const StateDocumentSchema = z.object({
     links: z.array(z.object({ from: NodeIdSchema, to: NodeIdSchema, rtt_ms: z.number() })),
   }),
   models: z.array(ModelRecordSchema),
-  instances: z.array(InstanceSchema.extend({ runners: z.array(RunnerSchema) })),
-  tasks: z.array(TaskSchema),
+  instances: z.array(
+    InstanceSchema.extend({
+      runners: z.array(RunnerSchema),
+      /** Chat requests in flight on it, over every gateway (their heartbeats; this node's live). */
+      outstanding: z.number().int().nonnegative(),
+    }),
+  ),
   /** Placement intents: Placed, or Pending with the typed refusal of the last attempt. */
   deployments: z.array(DeploymentSchema),
   /** Model pulls of the store host (POST /store/pulls), from its last heartbeat. */

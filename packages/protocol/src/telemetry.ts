@@ -100,6 +100,11 @@ export const HeartbeatSchema = z.object({
     .optional(),
   /** The store host's model pulls while it has any (live or finished within the hour). */
   pulls: z.array(PullSchema).optional(),
+  /**
+   * Chat requests this node's gateway has in flight, per instance (absent when none): gateways add
+   * them up to balance load, since tasks are not replicated.
+   */
+  outstanding: z.record(InstanceIdSchema, z.number().int().nonnegative()).optional(),
   sent_at: z.number(),
 });
 /** A heartbeat as it travels: `links` may be left out. */

@@ -10,7 +10,6 @@ import type {
   SessionId,
   InstanceId,
   TaskId,
-  CommandId,
 } from "@ic/protocol";
 import { model as registered } from "./test-support.ts";
 import { apply, OutOfOrderEvent } from "./apply.ts";
@@ -87,7 +86,7 @@ describe("apply", () => {
         index: 3,
         session_id: S,
         at: 0,
-        event: { type: "TaskFinished", task_id: "t" as TaskId },
+        event: { type: "TaskFailed", task_id: "t" as TaskId, reason: "x" },
       }),
     ).toThrow(OutOfOrderEvent);
     expect(() =>
@@ -95,12 +94,12 @@ describe("apply", () => {
         index: 2,
         session_id: "s0" as SessionId,
         at: 0,
-        event: { type: "TaskFinished", task_id: "t" as TaskId },
+        event: { type: "TaskFailed", task_id: "t" as TaskId, reason: "x" },
       }),
     ).toThrow(OutOfOrderEvent);
   });
 
-  it("a leaving node takes its instances, their runners and tasks with it, and nothing else", () => {
+  it("a leaving node takes its instances and their runners with it, and nothing else", () => {
     const s = run([
       start,
       { type: "NodeJoined", member: member(n2, "p2") },
@@ -117,22 +116,10 @@ describe("apply", () => {
           since: 1,
         },
       },
-      {
-        type: "TaskCreated",
-        task: {
-          task_id: "t1" as TaskId,
-          command_id: "c" as CommandId,
-          model_id: model,
-          instance_id: "i-both" as InstanceId,
-          gateway_node_id: n1,
-          created_at: 1,
-        },
-      },
       { type: "NodeLeft", node_id: n2, reason: "heartbeat lost" },
     ]);
     expect(Object.keys(s.instances)).toEqual(["i-one"]);
     expect(s.runners).toEqual({});
-    expect(s.tasks).toEqual({});
     expect(Object.keys(s.members)).toEqual([n1]);
   });
 
@@ -166,23 +153,14 @@ describe("apply", () => {
     expect(Object.keys(s.models)).toEqual(["org/kept"]);
   });
 
-  it("tasks are removed on finish and on failure", () => {
-    const task = {
-      task_id: "t1" as TaskId,
-      command_id: "c" as CommandId,
-      model_id: model,
-      instance_id: "i" as InstanceId,
-      gateway_node_id: n1,
-      created_at: 1,
-    };
-    expect(run([start, { type: "TaskCreated", task }]).tasks.t1).toBeDefined();
-    expect(
-      run([
-        start,
-        { type: "TaskCreated", task },
-        { type: "TaskFailed", task_id: task.task_id, reason: "x" },
-      ]).tasks,
-    ).toEqual({});
+  it("TaskFailed and DownloadFailed are notifications: they move the index and change nothing else", () => {
+    const before = run([start]);
+    const after = run([
+      start,
+      { type: "TaskFailed", task_id: "t1" as TaskId, reason: "x" },
+      { type: "DownloadFailed", node_id: n1, model_id: model, reason: "disk" },
+    ]);
+    expect(after).toEqual({ ...before, index: before.index + 2 });
   });
 
   it("deployments: created with the instance, pending when refused, placed again, deleted, carried", () => {

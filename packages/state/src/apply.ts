@@ -25,7 +25,6 @@ function dropInstances(state: ControlState, gone: Set<string>): ControlState {
     ...state,
     instances: without(state.instances, (i) => gone.has(i.instance_id)),
     runners: without(state.runners, (r) => gone.has(r.instance_id)),
-    tasks: without(state.tasks, (t) => gone.has(t.instance_id)),
   };
 }
 
@@ -100,11 +99,8 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
       const key = runnerKey(e.runner.instance_id, e.runner.rank);
       return { ...next, runners: { ...next.runners, [key]: e.runner } };
     }
-    case "TaskCreated":
-      return { ...next, tasks: { ...next.tasks, [e.task.task_id]: e.task } };
-    case "TaskFinished":
+    // Notifications: the gateway holding the task, and the operator's log, read them.
     case "TaskFailed":
-      return { ...next, tasks: without(next.tasks, (_t, k) => k === e.task_id) };
     case "DownloadFailed":
       return next;
   }

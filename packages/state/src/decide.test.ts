@@ -11,6 +11,7 @@ import type {
   ModelId,
   NodeId,
   Runner,
+  Task,
   TaskId,
 } from "@ic/protocol";
 import { decide } from "./decide.ts";
@@ -50,7 +51,7 @@ const runner = (over: Partial<Runner> = {}): Runner => ({
 
 /**
  * Members a and b (10 GB each), model `org/m` registered, instance i-1 on b with runner rank 0
- * staging, task t-1 on it, deployment d-1 realized by i-1, and deployment d-2 Pending (its
+ * staging, deployment d-1 realized by i-1, and deployment d-2 Pending (its
  * instance i-gone lost).
  */
 function world(): ControlState {
@@ -58,14 +59,6 @@ function world(): ControlState {
   s.index = 7;
   s.instances["i-1"] = instance("i-1");
   s.runners[runnerKey("i-1", 0)] = runner();
-  s.tasks["t-1"] = {
-    task_id: "t-1" as TaskId,
-    command_id: "c-1" as CommandId,
-    model_id: model.model_id,
-    instance_id: "i-1" as InstanceId,
-    gateway_node_id: "n-a" as NodeId,
-    created_at: 0,
-  };
   const dep = { model_id: model.model_id, min_nodes: 1, sharding: "Pipeline" as const };
   s.deployments["d-1"] = {
     ...dep,
@@ -87,12 +80,23 @@ function world(): ControlState {
   return s;
 }
 
+/** The master's open task t-1 on i-1 (its TaskTable; tasks are not in the replicated state). */
+const openTask: Task = {
+  task_id: "t-1" as TaskId,
+  command_id: "c-1" as CommandId,
+  model_id: model.model_id,
+  instance_id: "i-1" as InstanceId,
+  gateway_node_id: "n-a" as NodeId,
+  created_at: 0,
+};
+
 const ctx = (over: Partial<DecideContext> = {}): DecideContext => ({
   from: "n-a" as NodeId,
   reports: [report("a"), report("b")],
   now: 42,
   newId: (kind: IdKind) => `${kind}-new`,
   memory: BARE,
+  tasksOf: (id) => (id === openTask.instance_id ? [openTask] : []),
   ...over,
 });
 
@@ -272,7 +276,7 @@ const rows: Row[] = [
       model_id: model.model_id,
       instance_id: "i-1" as InstanceId,
     },
-    events: ["TaskCreated"],
+    events: [], // opened in the master's task table, not replicated
   },
   {
     name: "refuses a task on an instance that is gone",
@@ -285,23 +289,13 @@ const rows: Row[] = [
     error: "instance_lost",
   },
   {
-    name: "finishes a known task",
+    name: "finishes a task: only the master's table changes",
     cmd: { type: "FinishTask", task_id: "t-1" as TaskId },
-    events: ["TaskFinished"],
-  },
-  {
-    name: "ignores finishing an unknown task",
-    cmd: { type: "FinishTask", task_id: "t-x" as TaskId },
     events: [],
   },
   {
-    name: "fails a known task",
+    name: "a task its gateway failed: only the master's table changes",
     cmd: { type: "FailTask", task_id: "t-1" as TaskId, reason: "upstream" },
-    events: ["TaskFailed"],
-  },
-  {
-    name: "ignores failing an unknown task",
-    cmd: { type: "FailTask", task_id: "t-x" as TaskId, reason: "upstream" },
     events: [],
   },
   // Downloads
@@ -390,21 +384,24 @@ describe("decide", () => {
     );
     expect(d).toEqual({
       ok: true,
-      task_id: "task-new",
-      events: [
-        {
-          type: "TaskCreated",
-          task: {
-            task_id: "task-new",
-            command_id: "c-2",
-            model_id: "org/m",
-            instance_id: "i-1",
-            gateway_node_id: "n-b",
-            created_at: 42,
-          },
-        },
-      ],
+      events: [],
+      opened: {
+        task_id: "task-new",
+        command_id: "c-2",
+        model_id: "org/m",
+        instance_id: "i-1",
+        gateway_node_id: "n-b",
+        created_at: 42,
+      },
     });
+  });
+
+  it("an ended task is named for the master's table, whether it finished or failed", () => {
+    for (const cmd of [
+      { type: "FinishTask" as const, task_id: "t-1" as TaskId },
+      { type: "FailTask" as const, task_id: "t-1" as TaskId, reason: "x" },
+    ])
+      expect(decide(world(), cmd, ctx())).toEqual({ ok: true, events: [], ended: "t-1" });
   });
 
   it("a failed download names the sender", () => {

@@ -2,7 +2,7 @@
 // Pure (sender, heartbeats, time and ids come from the caller), so the master is only its I/O shell.
 import { runnerKey, ServiceError } from "@ic/protocol";
 import { own } from "./own.ts";
-import type { Command, ControlEvent, ControlState, NodeId, TaskId } from "@ic/protocol";
+import type { Command, ControlEvent, ControlState, NodeId, Task, TaskId } from "@ic/protocol";
 import { checkInstance, refusalError } from "@ic/placement";
 import type { MemoryModel, NodeReport } from "@ic/placement";
 
@@ -19,18 +19,25 @@ export interface DecideContext {
   readonly newId: (kind: IdKind) => string;
   /** Memory model overrides, as the gateway uses them: word the re-check's refusals alike. */
   readonly memory?: Partial<MemoryModel>;
+  /** The master's open tasks on an instance (its TaskTable): a deleted instance fails them. */
+  readonly tasksOf?: (instanceId: string) => readonly Task[];
 }
 
 /**
- * Accepted: the events to sequence, in order (possibly none: a duplicate report, an unknown task),
- * and the id of the task created, for CreateTask. Refused: the error the command's sender receives.
+ * Accepted: the events to sequence, in order (possibly none: a duplicate report), and for the
+ * master's task table the task a CreateTask opened or the task a FinishTask/FailTask ended.
+ * Refused: the error the command's sender receives.
  */
 export type CommandDecision =
-  | { readonly ok: true; readonly events: ControlEvent[]; readonly task_id?: TaskId }
+  | {
+      readonly ok: true;
+      readonly events: ControlEvent[];
+      readonly opened?: Task;
+      readonly ended?: TaskId;
+    }
   | { readonly ok: false; readonly error: ServiceError };
 
-const accept = (events: ControlEvent[] = [], task_id?: TaskId): CommandDecision =>
-  task_id === undefined ? { ok: true, events } : { ok: true, events, task_id };
+const accept = (events: ControlEvent[] = []): CommandDecision => ({ ok: true, events });
 const refuse = (error: ServiceError): CommandDecision => ({ ok: false, error });
 
 /**
@@ -95,10 +102,8 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
         if (events.length > 0) return accept(events);
         return refuse(new ServiceError("not_found", `no instance ${cmd.instance_id}`));
       }
-      for (const t of Object.values(s.tasks)) {
-        if (t.instance_id === cmd.instance_id) {
-          events.push({ type: "TaskFailed", task_id: t.task_id, reason: "instance deleted" });
-        }
+      for (const t of ctx.tasksOf?.(cmd.instance_id) ?? []) {
+        events.push({ type: "TaskFailed", task_id: t.task_id, reason: "instance deleted" });
       }
       events.push({
         type: "InstanceDeleted",
@@ -142,34 +147,20 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       if (!own(s.instances, cmd.instance_id)) {
         return refuse(new ServiceError("instance_lost", `instance ${cmd.instance_id} is gone`));
       }
-      const task_id = ctx.newId("task") as TaskId;
-      return accept(
-        [
-          {
-            type: "TaskCreated",
-            task: {
-              task_id,
-              command_id: cmd.command_id,
-              model_id: cmd.model_id,
-              instance_id: cmd.instance_id,
-              gateway_node_id: ctx.from,
-              created_at: ctx.now,
-            },
-          },
-        ],
-        task_id,
-      );
+      const opened: Task = {
+        task_id: ctx.newId("task") as TaskId,
+        command_id: cmd.command_id,
+        model_id: cmd.model_id,
+        instance_id: cmd.instance_id,
+        gateway_node_id: ctx.from,
+        created_at: ctx.now,
+      };
+      return { ok: true, events: [], opened };
     }
+    // The gateway that holds a task knows how it ended; only the master's table changes.
     case "FinishTask":
-      return accept(
-        own(s.tasks, cmd.task_id) ? [{ type: "TaskFinished", task_id: cmd.task_id }] : [],
-      );
     case "FailTask":
-      return accept(
-        own(s.tasks, cmd.task_id)
-          ? [{ type: "TaskFailed", task_id: cmd.task_id, reason: cmd.reason }]
-          : [],
-      );
+      return { ok: true, events: [], ended: cmd.task_id };
     case "ReportDownloadFailed":
       return accept([
         { type: "DownloadFailed", node_id: ctx.from, model_id: cmd.model_id, reason: cmd.reason },

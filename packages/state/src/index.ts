@@ -7,3 +7,5 @@ export { lostDeployments, reconcile } from "./reconcile.ts";
 export type { ReconcileAction, ReconcileOptions } from "./reconcile.ts";
 export { compareSeniority, elect, mostSenior, nodeIdFor } from "./election.ts";
 export type { ElectionDecision, ElectionInput, HeardPeer, Peer } from "./election.ts";
+export { DEFAULT_TASK_BOUNDS, TaskTable } from "./tasks.ts";
+export type { TaskBounds } from "./tasks.ts";

@@ -10,6 +10,7 @@ import { chatRoutes } from "./routes/chat.ts";
 import type { ChatOptions } from "./routes/chat.ts";
 import { clusterRoutes } from "./routes/cluster.ts";
 import { placementRoutes } from "./routes/placement.ts";
+import { RequestLoad } from "./request-load.ts";
 
 export interface GatewayOptions {
   readonly cluster: ClusterView;
@@ -31,12 +32,15 @@ export interface GatewayOptions {
   readonly chatLimits?: ChatOptions["limits"];
   /** GET /state/stream sends a document at least this often (default 2000 ms). */
   readonly stateStreamPeriodMs?: number;
+  /** This gateway's requests in flight, shared with the node's heartbeat (`outstanding`). */
+  readonly load?: RequestLoad;
   /** Extra route groups (placement, store, events, tracing) registered by the launcher. */
   readonly extensions?: ReadonlyArray<(app: Hono) => void>;
 }
 
 export function createGatewayApp(o: GatewayOptions): Hono {
   const log = o.log.child({ component: "gateway" });
+  const load = o.load ?? new RequestLoad();
   const app = new Hono();
   app.onError((err, c) => toResponse(c, err, log));
   app.notFound((c) =>
@@ -48,6 +52,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     name: o.name,
     now: o.now ?? Date.now,
     restart: o.restart ?? (() => log.warn("restart requested but not supported by this launcher")),
+    load,
     ...(o.stateStreamPeriodMs ? { streamPeriodMs: o.stateStreamPeriodMs } : {}),
   });
   placementRoutes(app, {
@@ -63,6 +68,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     ...(o.observeChat ? { observe: o.observeChat } : {}),
     ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
     limits: o.chatLimits,
+    load,
   });
   for (const ext of o.extensions ?? []) ext(app);
   return app;

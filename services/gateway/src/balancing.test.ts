@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import type { CommandId, Instance, InstanceId, ModelId, NodeId, Task, TaskId } from "@ic/protocol";
-import { chooseInstance, outstandingByInstance } from "./balancing.ts";
+import type { Instance, InstanceId, ModelId, NodeId } from "@ic/protocol";
+import { chooseInstance } from "./balancing.ts";
+import { outstandingByInstance, RequestLoad } from "./request-load.ts";
 import type { ReadyInstance } from "./readiness.ts";
 
 function ready(id: string, peer: string, created: number): ReadyInstance {
@@ -20,17 +21,6 @@ function ready(id: string, peer: string, created: number): ReadyInstance {
     ],
   };
   return { instance, endpoint: `http://${id}` };
-}
-
-function task(n: number, instance: string): Task {
-  return {
-    task_id: `t-${n}` as TaskId,
-    command_id: `c-${n}` as CommandId,
-    model_id: "m/x" as ModelId,
-    instance_id: instance as InstanceId,
-    gateway_node_id: "n-g" as NodeId,
-    created_at: 0,
-  };
 }
 
 const A = ready("i-a", "p-self", 1); // local, oldest
@@ -94,31 +84,47 @@ describe("chooseInstance", () => {
 });
 
 describe("outstandingByInstance", () => {
-  it("counts replicated tasks and this gateway's requests not yet replicated, once each", () => {
-    const tasks = [task(1, "i-a"), task(2, "i-a"), task(3, "i-b")];
-    const pending = [
-      { command_id: "c-1", instance_id: "i-a" }, // its task is replicated: not counted twice
-      { command_id: "c-9", instance_id: "i-b" },
-      { command_id: "c-10", instance_id: "i-c" },
+  it("adds this gateway's live requests to what the other nodes' heartbeats said", () => {
+    const load = new RequestLoad();
+    load.begin("i-a");
+    const end = load.begin("i-b");
+    load.begin("i-b");
+    end();
+    end(); // ending twice counts once
+    const peers = [
+      { peer_key: "p-self", outstanding: { "i-a": 40 } }, // its own stale heartbeat: ignored
+      { peer_key: "p-2", outstanding: { "i-a": 2, "i-c": 1 } },
+      { peer_key: "p-3" },
     ];
-    expect(Object.fromEntries(outstandingByInstance(tasks, pending))).toEqual({
-      "i-a": 2,
-      "i-b": 2,
+    expect(Object.fromEntries(outstandingByInstance(load.local(), peers, "p-self"))).toEqual({
+      "i-a": 3,
+      "i-b": 1,
       "i-c": 1,
     });
+    expect(load.heartbeatPart()).toEqual({ "i-a": 1, "i-b": 1 });
   });
-  it("a burst from one gateway spreads before any task is replicated", () => {
-    const pending: { command_id: string; instance_id: string }[] = [];
+
+  it("a burst from one gateway spreads across instances before any heartbeat", () => {
+    const load = new RequestLoad();
     const picks: string[] = [];
     for (let n = 0; n < 4; n++) {
       const r = chooseInstance([A, B], {
-        outstanding: outstandingByInstance([], pending),
+        outstanding: outstandingByInstance(load.local(), [], "p-self"),
         selfPeerKey: "p-self",
         rttMs: (p) => rtt[p],
       })!;
       picks.push(r.instance.instance_id);
-      pending.push({ command_id: `c-${n}`, instance_id: r.instance.instance_id });
+      load.begin(r.instance.instance_id);
     }
     expect(picks).toEqual(["i-a", "i-b", "i-a", "i-b"]);
+  });
+
+  it("counts tasks open until each closes, once", () => {
+    const load = new RequestLoad();
+    const close = load.taskOpened();
+    load.taskOpened();
+    close();
+    close();
+    expect(load.tasksOpen).toBe(1);
   });
 });

@@ -1,34 +1,6 @@
-// Picks which ready instance of a model serves a request: fewest outstanding tasks, then the lowest
+// Picks which ready instance of a model serves a request: fewest outstanding requests, then the lowest
 // link latency from this node (a local rank 0 counts as 0), then the oldest. Pure, so tables test it.
-import type { Task } from "@ic/protocol";
 import type { ReadyInstance } from "./readiness.ts";
-
-/** A request this gateway sent whose task may not be in the replica yet. */
-export interface PendingRequest {
-  readonly command_id: string;
-  readonly instance_id: string;
-}
-
-/**
- * Outstanding requests per instance: the replicated tasks plus this gateway's requests whose
- * TaskCreated has not arrived yet (counted once: a pending request whose task exists is skipped),
- * less the tasks that ended here and whose FinishTask is not sent yet (`ended`).
- */
-export function outstandingByInstance(
-  tasks: readonly Task[],
-  pending: readonly PendingRequest[],
-  ended?: { has(taskId: string): boolean },
-): Map<string, number> {
-  const out = new Map<string, number>();
-  const add = (id: string) => out.set(id, (out.get(id) ?? 0) + 1);
-  const known = new Set<string>();
-  for (const t of tasks) {
-    known.add(t.command_id);
-    if (!ended?.has(t.task_id)) add(t.instance_id);
-  }
-  for (const p of pending) if (!known.has(p.command_id)) add(p.instance_id);
-  return out;
-}
 
 export interface BalanceInput {
   readonly outstanding: ReadonlyMap<string, number>;

@@ -4,6 +4,7 @@ export type { GatewayOptions } from "./app.ts";
 export type { ClusterView, PeerView } from "./ports.ts";
 export { parseJson, toResponse, validationError } from "./errors.ts";
 export { stateDocument } from "./view.ts";
+export { RequestLoad } from "./request-load.ts";
 export { DEFAULT_CHAT_LIMITS, preciseNow } from "./routes/chat.ts";
 export type { ChatLimits } from "./routes/chat.ts";
 export { postUpstream } from "./upstream.ts";

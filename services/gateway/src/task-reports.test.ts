@@ -1,8 +1,7 @@
 // TaskReports: a turn's CreateTasks go out together at its end, after the held FinishTasks; held
-// reports go out with the next batch or after the delay, each once; the balancing skips held tasks.
+// reports go out with the next batch or after the delay, each once.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { Command, CommandId, InstanceId, ModelId, NodeId, Task, TaskId } from "@ic/protocol";
-import { outstandingByInstance } from "./balancing.ts";
+import type { Command, CommandId, InstanceId, ModelId, TaskId } from "@ic/protocol";
 import { FINISH_DELAY_MS, TaskReports } from "./task-reports.ts";
 
 function recorder(fail = false) {
@@ -46,10 +45,8 @@ describe("TaskReports", () => {
     const a = r.create(create(1));
     const b = r.create(create(2));
     expect(sent).toEqual([]);
-    expect(r.has("t-1")).toBe(true);
     await vi.advanceTimersToNextTimerAsync();
     expect(kinds(sent)).toEqual(["FinishTask:t-1", "CreateTask:c-1", "CreateTask:c-2"]);
-    expect(r.has("t-1")).toBe(false);
     expect((await a).task_id).toBe("t-for-c-1");
     expect((await b).task_id).toBe("t-for-c-2");
     await vi.advanceTimersByTimeAsync(FINISH_DELAY_MS * 2);
@@ -70,31 +67,13 @@ describe("TaskReports", () => {
   });
 
   it("a refused CreateTask rejects its caller; a refused FinishTask is dropped quietly", async () => {
-    const { cluster } = recorder(true);
+    const { sent, cluster } = recorder(true);
     const r = new TaskReports(cluster);
     r.finish(t(1));
     const caught = r.create(create(1)).catch((e: unknown) => e);
     await vi.advanceTimersToNextTimerAsync();
     expect(await caught).toBeInstanceOf(Error);
-    expect(r.has("t-1")).toBe(false);
-  });
-
-  it("the balancing does not count a held task as outstanding", async () => {
-    const { cluster } = recorder();
-    const r = new TaskReports(cluster);
-    const task = (n: number, instance: string): Task => ({
-      task_id: t(n),
-      command_id: `c-${n}` as CommandId,
-      model_id: "m" as ModelId,
-      instance_id: instance as InstanceId,
-      gateway_node_id: "n" as NodeId,
-      created_at: 0,
-    });
-    const tasks = [task(1, "i-a"), task(2, "i-a"), task(3, "i-b")];
-    r.finish(t(2));
-    expect(Object.fromEntries(outstandingByInstance(tasks, [], r))).toEqual({ "i-a": 1, "i-b": 1 });
-    void r.create(create(4));
-    await vi.advanceTimersToNextTimerAsync();
-    expect(Object.fromEntries(outstandingByInstance(tasks, [], r))).toEqual({ "i-a": 2, "i-b": 1 });
+    await vi.advanceTimersByTimeAsync(FINISH_DELAY_MS * 2);
+    expect(kinds(sent)).toEqual(["FinishTask:t-1", "CreateTask:c-1"]);
   });
 });

@@ -8,8 +8,8 @@ import type { ClusterView } from "./ports.ts";
  * Longest a finished task waits for the next CreateTask before it is reported on its own. Under
  * steady traffic the next request carries the reports much sooner; the bound matters only when
  * traffic pauses, and then costs at most one wake-up per period (a short one would cost one per
- * request whenever requests are further apart than it). Meanwhile other gateways count the task as
- * outstanding; this one does not.
+ * request whenever requests are further apart than it). Meanwhile only the master's task table
+ * holds it open: balancing counts requests in flight (RequestLoad), which ended already.
  */
 export const FINISH_DELAY_MS = 250;
 
@@ -26,8 +26,8 @@ type Reply = Extract<CommandReply, { ok: true }>;
  *   are sent together (on the master, their events go out in one write);
  * - a FinishTask waits for the next CreateTask batch, or FINISH_DELAY_MS.
  * Invariants: every held report is sent by the next batch or the delay, whichever comes first, and
- * each once, FinishTasks before the batch's CreateTasks; the balancing does not count a held task as
- * outstanding (`has`); only tasks that ended well wait (the caller reports a failed task at once).
+ * each once, FinishTasks before the batch's CreateTasks; only tasks that ended well wait (the caller
+ * reports a failed task at once). Neither changes the replicated log: the master keeps tasks.
  */
 export class TaskReports {
   private readonly finished = new Set<string>();
@@ -63,11 +63,6 @@ export class TaskReports {
       // A report waiting never keeps the process alive.
       this.timer.unref();
     }
-  }
-
-  /** Whether `id` ended here and is not reported yet. */
-  has(id: string): boolean {
-    return this.finished.has(id);
   }
 
   private send(): void {

@@ -2,12 +2,14 @@
 import { runnerKey } from "@ic/protocol";
 import type { StateDocument } from "@ic/protocol";
 import type { ClusterView } from "./ports.ts";
+import { outstandingByInstance } from "./request-load.ts";
+import type { RequestLoad } from "./request-load.ts";
 
 export function stateDocument(
   cluster: ClusterView,
   name: string,
   now: number,
-  opts: { readonly links?: boolean } = {},
+  opts: { readonly links?: boolean; readonly load?: RequestLoad } = {},
 ): StateDocument {
   const s = cluster.snapshot();
   const session = s.session;
@@ -16,6 +18,11 @@ export function stateDocument(
     (a, b) => a.started_at - b.started_at || a.node_id.localeCompare(b.node_id),
   );
   const idOf = new Map(members.map((m) => [m.peer_key, m.node_id]));
+  const outstanding = outstandingByInstance(
+    opts.load?.local() ?? new Map(),
+    [...live.values()].map((p) => p.heartbeat),
+    cluster.peerKey,
+  );
   const links: StateDocument["topology"]["links"] = [];
   for (const m of opts.links === false ? [] : members) {
     for (const l of live.get(m.peer_key)?.heartbeat.links ?? []) {
@@ -31,6 +38,7 @@ export function stateDocument(
       name,
       is_master: cluster.isMaster,
       synced: cluster.synced,
+      tasks_open: opts.load?.tasksOpen ?? 0,
     },
     node_identities: members.map((m) => ({
       node_id: m.node_id,
@@ -68,8 +76,8 @@ export function stateDocument(
         const r = s.runners[runnerKey(i.instance_id, a.rank)];
         return r ? [r] : [];
       }),
+      outstanding: outstanding.get(i.instance_id) ?? 0,
     })),
-    tasks: Object.values(s.tasks),
     deployments: Object.values(s.deployments),
     pulls: [...live.values()].flatMap((p) => p.heartbeat.pulls ?? []),
   };

@@ -27,10 +27,12 @@ import {
   nodeIdFor,
   OutOfOrderEvent,
   reconcile,
+  DEFAULT_TASK_BOUNDS,
+  TaskTable,
 } from "@ic/state";
 import { nodeCapacities } from "@ic/placement";
 import type { MemoryModel } from "@ic/placement";
-import type { HeardPeer, IdKind, Peer } from "@ic/state";
+import type { HeardPeer, IdKind, Peer, TaskBounds } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
 import type { Clock } from "./clock.ts";
@@ -56,7 +58,7 @@ export interface AgentTimings {
 
 /** What the worker contributes to each heartbeat. */
 export type HeartbeatExtras = Pick<Heartbeat, "telemetry" | "links" | "runners" | "health"> &
-  Partial<Pick<Heartbeat, "loop_delay" | "pulls">>;
+  Partial<Pick<Heartbeat, "loop_delay" | "pulls" | "outstanding">>;
 
 export interface PeerView {
   readonly heartbeat: Heartbeat;
@@ -103,6 +105,8 @@ export interface AgentOptions {
   readonly syncBudgetBytes?: number;
   /** A follower further behind than this many events is sent a snapshot (default 5000). */
   readonly snapshotGap?: number;
+  /** Bounds of the master's open-task table (an end report lost with its gateway expires). */
+  readonly taskBounds?: Partial<TaskBounds>;
   readonly commandTimeoutMs?: number;
   /** Memory model overrides (context size), as the gateway uses: words the re-check's refusals. */
   readonly memory?: Partial<MemoryModel>;
@@ -140,6 +144,8 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly masterLog: MasterLog;
   private readonly syncServer: SyncServer;
   private readonly syncBudget: number;
+  /** Master only: the open chat tasks (never replicated; a new master starts with none). */
+  private readonly tasks: TaskTable;
   /** Which heartbeats carry this node's links (link-report.ts). */
   private readonly linkReport: LinkReport;
   private readonly listeners = new Set<AgentListener>();
@@ -155,6 +161,7 @@ export class ClusterAgent implements AsyncDisposable {
   constructor(private readonly o: AgentOptions) {
     this.masterLog = new MasterLog({ ...DEFAULT_LOG_BOUNDS, ...o.logBounds });
     this.syncBudget = o.syncBudgetBytes ?? defaultSyncBudget(o.bus.maxPayload);
+    this.tasks = new TaskTable({ ...DEFAULT_TASK_BOUNDS, ...o.taskBounds });
     this.syncServer = new SyncServer(this.masterLog, () => this.state, {
       budgetBytes: this.syncBudget,
       snapshotGap: o.snapshotGap ?? 5000,
@@ -183,6 +190,10 @@ export class ClusterAgent implements AsyncDisposable {
   }
   snapshot(): ControlState {
     return this.state;
+  }
+  /** Master only: chat tasks open now (0 on a follower). */
+  openTasks(): number {
+    return this.role === "master" ? this.tasks.size : 0;
   }
   /** The master this node follows (undefined while it is master itself or has none). */
   masterPeer(): PeerView | undefined {
@@ -467,6 +478,7 @@ export class ClusterAgent implements AsyncDisposable {
     if (this.role === "master") {
       this.superviseMembers(now, opts.departures ?? true);
       this.reconcileDeployments(now);
+      this.tasks.expire(now);
     }
     // Forget peers silent for long (keeps the table bounded; they rejoin by heartbeat).
     for (const [k, p] of this.peers) {
@@ -753,6 +765,7 @@ export class ClusterAgent implements AsyncDisposable {
     this.role = "master";
     this.masterLog.reset();
     this.syncServer.reset();
+    this.tasks.clear();
     const bus = this.o.bus;
     this.masterSubs.push(
       bus.respond(
@@ -796,6 +809,7 @@ export class ClusterAgent implements AsyncDisposable {
     for (const u of this.masterSubs) u();
     this.masterSubs = [];
     this.role = "follower";
+    this.tasks.clear();
   }
 
   /** Master only: sequence an event, apply it locally, publish it. */
@@ -808,6 +822,7 @@ export class ClusterAgent implements AsyncDisposable {
       event,
     };
     this.applyOne(ev);
+    if (event.type === "TaskFailed") this.tasks.end(event.task_id);
     this.masterLog.append(ev, Buffer.byteLength(JSON.stringify(ev)));
     // A publish that fails (logged and counted by the bus) leaves followers a gap: they catch up
     // through sync, in pages, at the next event or master heartbeat.
@@ -837,15 +852,15 @@ export class ClusterAgent implements AsyncDisposable {
           .filter((i) => i.assignments.some((a) => a.node_id === m.node_id))
           .map((i) => i.instance_id),
       );
-      for (const t of Object.values(this.state.tasks)) {
-        if (lost.has(t.instance_id)) {
-          this.emit({
-            type: "TaskFailed",
-            task_id: t.task_id,
-            reason: `node ${m.name} (${m.node_id}) was lost`,
-          });
-        }
+      for (const t of this.tasks.onInstances(lost)) {
+        this.emit({
+          type: "TaskFailed",
+          task_id: t.task_id,
+          reason: `node ${m.name} (${m.node_id}) was lost`,
+        });
       }
+      // What the departed node's gateway held ended with it (its clients were connected there).
+      this.tasks.dropGateway(m.node_id);
       this.log.warn({ node: m.name, node_id: m.node_id }, `node lost (${reason})`);
       this.emit({ type: "NodeLeft", node_id: m.node_id, reason });
     }
@@ -939,14 +954,17 @@ export class ClusterAgent implements AsyncDisposable {
         },
         now: this.o.clock.now(),
         newId,
+        tasksOf: (id) => this.tasks.onInstances(new Set([id])),
         ...(this.o.memory ? { memory: this.o.memory } : {}),
       });
       if (!d.ok) return { ok: false, error: toWireError(d.error) };
+      if (d.opened) this.tasks.add(d.opened);
+      if (d.ended) this.tasks.end(d.ended);
       for (const e of d.events) this.emit(e);
       return {
         ok: true,
         index: this.state.index,
-        ...(d.task_id !== undefined ? { task_id: d.task_id } : {}),
+        ...(d.opened ? { task_id: d.opened.task_id } : {}),
       };
     } catch (e) {
       return { ok: false, error: toWireError(e) };

@@ -184,9 +184,13 @@ describe("chat completions on a 1-node cluster", () => {
     }
     const predicted = (await metric("tokens_predicted_total")) - predictedBefore;
     expect(predicted).toBeLessThan(150);
-    // The task ends in the replicated state too.
+    // The task ends on the gateway too (and with it the master's table entry).
     await expect
-      .poll(async () => (await cluster.nodes[0]!.get<{ tasks: unknown[] }>("/state")).tasks.length)
+      .poll(
+        async () =>
+          (await cluster.nodes[0]!.get<{ this_node: { tasks_open: number } }>("/state")).this_node
+            .tasks_open,
+      )
       .toBe(0);
 
     // The same for a non-streaming request abandoned while the engine generates. llama-server checks

@@ -1683,7 +1683,7 @@ const shapes: fc.Arbitrary<Shape> = fc.oneof(
       .tuple(
         fc.option(fc.constantFrom("1", "2", "5000")),
         fc.option(fc.constantFrom("0", "1", "2", "99")),
-        fc.option(fc.constantFrom("TaskFinished", "TaskFailed")),
+        fc.option(fc.constantFrom("DownloadFailed", "TaskFailed")),
       )
       .map(([limit, after, type]) => {
         const q = [
@@ -2798,7 +2798,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
           index: i,
           session_id: S,
           at: 1_700_000_000_000 + i,
-          event: { type: "TaskFinished", task_id: `t${i}` },
+          event: { type: "TaskFailed", task_id: `t${i}`, reason: "instance deleted" },
         }),
       );
     await eventLog.flush();

@@ -13,7 +13,7 @@ import { childrenDir, sweepOrphans } from "@ic/process";
 import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
 import type { EngineInfo, ModelId } from "@ic/protocol";
-import { createGatewayApp } from "@ic/gateway";
+import { createGatewayApp, RequestLoad } from "@ic/gateway";
 import type { ChatObserver } from "@ic/protocol";
 import { EventLog, eventRoutes } from "@ic/eventlog";
 import { Tracing, tracingRoutes } from "@ic/tracing";
@@ -206,6 +206,8 @@ export class Node implements AsyncDisposable {
       this.stack.push({ name: "store-host", stop: () => storeHost.stop() });
       this.stack.push({ name: "pulls", stop: () => pulls!.stop() });
     }
+    // This node's chat requests in flight: the gateway balances on it, heartbeats tell the others.
+    const chatLoad = new RequestLoad();
     const agent = new ClusterAgent({
       bus,
       log,
@@ -223,10 +225,14 @@ export class Node implements AsyncDisposable {
         electionTimeoutMs: cfg.cluster.election_timeout_ms,
       },
       memory: { contextSize: cfg.engine.context_size },
+      // A task its gateway never reported ended expires once its request's bound has passed.
+      taskBounds: { maxAgeMs: cfg.chat.total_timeout_ms + 60_000 },
       extras: () => {
         // The telemetry path's samples (readings, health, links) through its bounded queue.
         const part = telemetry.heartbeatPart();
+        const outstanding = chatLoad.heartbeatPart();
         return {
+          ...(outstanding ? { outstanding } : {}),
           loop_delay: loopMonitor.sample(),
           telemetry: part.telemetry,
           links: part.links,
@@ -341,6 +347,7 @@ export class Node implements AsyncDisposable {
       },
       engineHeaders,
       bus: () => bus.sendStats,
+      openTasks: () => agent.openTasks(),
       unhandledRejections: this.o.unhandledRejections ?? (() => 0),
     });
     chatObservers.push((r) => metrics.observe(r));
@@ -368,6 +375,7 @@ export class Node implements AsyncDisposable {
             ],
       },
       engineHeaders,
+      load: chatLoad,
       observeChat: (r) => combineObservers(chatObservers.map((f) => f(r))),
       extensions: [
         (a) => eventRoutes(a, eventLog),

@@ -106,7 +106,8 @@ export function storeRoutes(app: Hono, o: StoreRouteOptions): void {
     peers.forEach((p, i) => {
       const a = answers[i] as PeerAnswer<StorageReport>;
       if (a.kind === "ok") out.nodes.push({ name: p.name, report: a.body });
-      else out.unreachable.push({ node: p.name, error: a.kind === "failed" ? a.error : "HTTP 404" });
+      else
+        out.unreachable.push({ node: p.name, error: a.kind === "failed" ? a.error : "HTTP 404" });
     });
     return c.json(out);
   });

@@ -34,8 +34,8 @@ import {
   UpstreamConnectTimeout,
 } from "../upstream.ts";
 import type { ClusterView } from "../ports.ts";
-import { chooseInstance, outstandingByInstance } from "../balancing.ts";
-import type { PendingRequest } from "../balancing.ts";
+import { chooseInstance } from "../balancing.ts";
+import { outstandingByInstance, RequestLoad } from "../request-load.ts";
 import { notServableError, readiness, readyModels } from "../readiness.ts";
 import { engineFailure } from "../engine-errors.ts";
 import { TaskReports } from "../task-reports.ts";
@@ -69,6 +69,8 @@ export interface ChatOptions {
   readonly observe?: (r: { commandId: CommandId; receivedAt: number }) => ChatObserver | undefined;
   /** Extra headers for an instance's engine: its API key (only gateways may talk to engines). */
   readonly engineHeaders?: (instanceId: string) => Record<string, string>;
+  /** This gateway's requests in flight (shared with the node's heartbeat and GET /state). */
+  readonly load?: RequestLoad;
 }
 
 /** Wall-clock ms with sub-ms precision (Chrome traces want microseconds). */
@@ -205,8 +207,8 @@ function connectionError(e: unknown, model: string): ServiceError {
 }
 
 export function chatRoutes(app: Hono, o: ChatOptions): void {
-  /** Requests this gateway sent, until they end (their tasks may not be replicated yet). */
-  const pending = new Map<CommandId, PendingRequest>();
+  /** Requests this gateway sent, until they end: what balancing counts. */
+  const load = o.load ?? new RequestLoad();
   /** CreateTask per event-loop turn, FinishTask with the next of them (task-reports.ts). */
   const reports = new TaskReports(o.cluster);
 
@@ -263,9 +265,14 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     if (problem) throw new ServiceError("invalid_request", problem);
     if (body.max_tokens === undefined && body.max_completion_tokens === undefined)
       body.max_tokens = limits.defaultMaxTokens;
-    const self = cluster.livePeers().find((p) => p.heartbeat.peer_key === cluster.peerKey);
+    const live = cluster.livePeers();
+    const self = live.find((p) => p.heartbeat.peer_key === cluster.peerKey);
     const target = chooseInstance(ready.instances, {
-      outstanding: outstandingByInstance(Object.values(snap.tasks), [...pending.values()], reports),
+      outstanding: outstandingByInstance(
+        load.local(),
+        live.map((p) => p.heartbeat),
+        cluster.peerKey,
+      ),
       selfPeerKey: cluster.peerKey,
       rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
     })!;
@@ -276,7 +283,8 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       nodeId: target.instance.assignments.find((a) => a.rank === 0)?.node_id,
       endpoint: target.endpoint,
     });
-    pending.set(commandId, { command_id: commandId, instance_id: target.instance.instance_id });
+    const endLoad = load.begin(target.instance.instance_id);
+    let closeTask: (() => void) | undefined;
     const session = cluster.sessionId;
     let taskId: TaskId | undefined;
     const watch = watchFailure(cluster, target.instance, session);
@@ -318,7 +326,8 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       idleTimer ??= setTimeout(onIdle, idleMs);
     };
     const cleanup = (ok: boolean) => {
-      pending.delete(commandId);
+      endLoad();
+      closeTask?.();
       watch.off();
       unwatchClient();
       clearTimeout(totalTimer);
@@ -359,6 +368,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       const reply = await Promise.race([taskP, failed]);
       taskId = reply.task_id;
       if (taskId) {
+        closeTask = load.taskOpened();
         watch.taskCreated(taskId);
         obs?.event({ type: "task", at: preciseNow(), taskId });
       }

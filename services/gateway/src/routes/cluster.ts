@@ -3,6 +3,7 @@ import type { Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { ServiceError, StateQuerySchema } from "@ic/protocol";
 import type { ClusterView } from "../ports.ts";
+import type { RequestLoad } from "../request-load.ts";
 import { stateDocument } from "../view.ts";
 import { validationError } from "../errors.ts";
 
@@ -14,6 +15,8 @@ export interface ClusterRouteOptions {
   readonly restart: () => void;
   /** GET /state/stream: a document at least this often (default 2000 ms, the heartbeat period). */
   readonly streamPeriodMs?: number;
+  /** This gateway's requests in flight (`tasks_open`, per-instance `outstanding`). */
+  readonly load?: RequestLoad;
 }
 
 /** Streams open at once per node; one more is 503 unavailable. */
@@ -25,7 +28,12 @@ export function clusterRoutes(app: Hono, o: ClusterRouteOptions): void {
   app.get("/state", (c) => {
     const q = StateQuerySchema.safeParse(c.req.query());
     if (!q.success) throw validationError(q.error, "query");
-    return c.json(stateDocument(o.cluster, o.name, o.now(), { links: q.data.links === "1" }));
+    return c.json(
+      stateDocument(o.cluster, o.name, o.now(), {
+        links: q.data.links === "1",
+        ...(o.load ? { load: o.load } : {}),
+      }),
+    );
   });
   // The same document as an SSE stream: one `state` event at once, then one after each change of
   // the replica (at most every 250 ms) and at least every period (telemetry, last-heard ages).
@@ -34,7 +42,10 @@ export function clusterRoutes(app: Hono, o: ClusterRouteOptions): void {
     const q = StateQuerySchema.safeParse(c.req.query());
     if (!q.success) throw validationError(q.error, "query");
     if (open >= MAX_STATE_STREAMS)
-      throw new ServiceError("unavailable", `this node already serves ${MAX_STATE_STREAMS} streams`);
+      throw new ServiceError(
+        "unavailable",
+        `this node already serves ${MAX_STATE_STREAMS} streams`,
+      );
     open++;
     const links = q.data.links === "1";
     const period = o.streamPeriodMs ?? 2000;
@@ -57,7 +68,10 @@ export function clusterRoutes(app: Hono, o: ClusterRouteOptions): void {
       try {
         while (!closed) {
           dirty = false;
-          const doc = stateDocument(o.cluster, o.name, o.now(), { links });
+          const doc = stateDocument(o.cluster, o.name, o.now(), {
+            links,
+            ...(o.load ? { load: o.load } : {}),
+          });
           await stream.writeSSE({ event: "state", data: JSON.stringify(doc) });
           let timer: NodeJS.Timeout | undefined;
           if (!dirty && !closed)

@@ -111,7 +111,10 @@ async function inflight(node: NodeProcess, model: string, n: number, maxTokens =
   // is created fails it differently: no_master, the bus gone before it was ever sequenced).
   await waitFor(
     async () =>
-      (await node.get<{ tasks: unknown[] }>("/state")).tasks.length >= 2 * n ? true : undefined,
+      (await node.get<{ this_node: { tasks_open: number } }>("/state")).this_node.tasks_open >=
+      2 * n
+        ? true
+        : undefined,
     { timeoutMs: 10_000, intervalMs: 20, what: `${2 * n} tasks in flight` },
   );
   return { ended: Promise.all(ended) };

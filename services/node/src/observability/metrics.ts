@@ -41,6 +41,8 @@ export interface MetricsSources {
   readonly bus?: () => BusSendStats;
   /** Unhandled rejections the process guard logged. */
   readonly unhandledRejections?: () => number;
+  /** Master only: chat tasks open in its task table. */
+  readonly openTasks?: () => number;
 }
 
 const SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -432,7 +434,7 @@ export class NodeMetrics {
     count(
       "ic_cluster_tasks_in_flight",
       "Chat tasks the master has open.",
-      () => Object.keys(o.cluster.snapshot().tasks).length,
+      () => o.openTasks?.() ?? 0,
     );
     count(
       "ic_cluster_state_index",

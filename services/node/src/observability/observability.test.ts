@@ -16,16 +16,7 @@ import type { ClusterView, PeerView } from "@ic/gateway";
 import type { ChatObserver } from "@ic/protocol";
 import { createLogger, LogTail, silentLogger } from "@ic/log";
 import { emptyState, ServiceError, TelemetryDiagnosticsSchema } from "@ic/protocol";
-import type {
-  CommandId,
-  ControlState,
-  InstanceId,
-  ModelId,
-  NodeId,
-  SessionId,
-  Telemetry,
-  TaskId,
-} from "@ic/protocol";
+import type { ControlState, InstanceId, ModelId, NodeId, SessionId, Telemetry } from "@ic/protocol";
 import { TelemetryCollector } from "@ic/worker";
 import { NodeMetrics } from "./metrics.ts";
 import { parseExposition } from "./prom-text.ts";
@@ -124,14 +115,6 @@ function state(): ControlState {
     instance_id: INST,
     status: "Placed",
   };
-  s.tasks["t-1"] = {
-    task_id: "t-1" as TaskId,
-    command_id: "c-1" as CommandId,
-    model_id: MODEL,
-    instance_id: INST,
-    gateway_node_id: A,
-    created_at: 0,
-  };
   return s;
 }
 
@@ -192,6 +175,8 @@ function sources(
     eventLog: () => ({ mode: "counting-only", bytes: 99 }),
     engineHeaders: (id) => ({ authorization: `Bearer key-${id}` }),
     scrapeTimeoutMs: 1000,
+    // The master's task table holds one open task.
+    openTasks: () => 1,
   };
 }
 
