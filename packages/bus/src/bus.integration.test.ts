@@ -285,7 +285,7 @@ describe("embedded nats-server", () => {
     }));
     rightful.respond("masterSync", async () => {
       await new Promise((r) => setTimeout(r, 100));
-      return { ok: true as const, events: [] };
+      return { ok: true as const, events: [], last_index: 0 };
     });
     await Promise.all([rogue.flush(), rightful.flush()]);
     const msg = { session_id: "s-1" as never, from_index: 1 };

@@ -17,6 +17,8 @@ import type {
   RequestName,
 } from "@ic/protocol";
 import type { Logger } from "@ic/log";
+import { JetStreamIntentStore } from "./intent-store.ts";
+import type { IntentStoreOptions } from "./intent-store.ts";
 import type { z } from "zod";
 
 const codec = JSONCodec();
@@ -94,6 +96,11 @@ export class Bus implements AsyncDisposable {
     private readonly nc: NatsConnection,
     private readonly log: Logger,
   ) {}
+
+  /** The cluster's intent store (JetStream key-value) over this connection. */
+  intentStore(log: Logger, opts: IntentStoreOptions = {}): JetStreamIntentStore {
+    return new JetStreamIntentStore(this.nc, log.child({ component: "intent-store" }), opts);
+  }
 
   /** The server's largest accepted message, in bytes (nats-server's `max_payload`, 1 MiB by default). */
   get maxPayload(): number {

@@ -8,3 +8,5 @@ export type {
 } from "./nats-server.ts";
 export { Bus } from "./bus.ts";
 export type { BusSendStats, MessageMeta, SendOp, Unsubscribe } from "./bus.ts";
+export { INTENT_BUCKET, JetStreamIntentStore } from "./intent-store.ts";
+export type { IntentStoreOptions } from "./intent-store.ts";

@@ -60,6 +60,18 @@ export interface NatsServerOptions {
   /** Called for every authentication failure nats-server reports. */
   readonly onAuthFailure?: (f: AuthFailure) => void;
   /**
+   * JetStream (the intent store's key-value bucket): file storage under `storeDir`, this server
+   * named `serverName` (stable across restarts: JetStream's replication knows its peers by it).
+   * Clustered when the server has routes; a server with none runs it alone, without a route port
+   * (JetStream cannot cluster without routes).
+   */
+  readonly jetstream?: {
+    readonly storeDir: string;
+    readonly serverName: string;
+    readonly maxMemoryBytes?: number;
+    readonly maxFileBytes?: number;
+  };
+  /**
    * Also serve nats-server's HTTP monitoring (/varz, /routez, ...) on `clientBind`, a free port
    * (`monitorUrl`); off by default. Benchmarks read message counts there.
    */
@@ -195,6 +207,12 @@ export class NatsServer implements AsyncDisposable {
     await ready;
   }
 
+  /** Whether this server opens a route port: JetStream cannot cluster without routes. */
+  private get clustered(): boolean {
+    const o = this.opts;
+    return o.clusterPort > 0 && (o.jetstream === undefined || o.routes.length > 0);
+  }
+
   /** Ready once the ports file names the client port and it accepts a connection. */
   private async accepting(child: Child): Promise<boolean> {
     const ports = this.readPorts(child.pid);
@@ -215,7 +233,18 @@ export class NatsServer implements AsyncDisposable {
       `authorization { user: ${q(o.clientAuth.user)}, password: ${q(o.clientAuth.password)} }`,
     ];
     if (o.monitor) lines.push(`http: ${q(`${hostForListen(o.clientBind)}:-1`)}`);
-    if (o.clusterPort > 0) {
+    if (o.jetstream) {
+      const js = o.jetstream;
+      lines.push(
+        `server_name: ${q(js.serverName)}`,
+        "jetstream {",
+        `  store_dir: ${q(js.storeDir)}`,
+        `  max_memory_store: ${js.maxMemoryBytes ?? 64 * 1024 * 1024}`,
+        `  max_file_store: ${js.maxFileBytes ?? 1024 * 1024 * 1024}`,
+        "}",
+      );
+    }
+    if (this.clustered) {
       const routeUser = encodeURIComponent(o.routeAuth.user);
       const routePass = encodeURIComponent(o.routeAuth.password);
       lines.push(

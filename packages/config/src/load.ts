@@ -141,6 +141,7 @@ export function loadConfig(options: LoadOptions = {}): Config {
   if (cfg.store_path) cfg.store_path = expandHome(cfg.store_path);
   cfg.tracing.dir = expandHome(cfg.tracing.dir);
   cfg.event_log.dir = expandHome(cfg.event_log.dir);
+  cfg.bus.store_dir = expandHome(cfg.bus.store_dir);
   cfg.engine.runner_log_dir = expandHome(cfg.engine.runner_log_dir);
   cfg.model_store.hub_cache_path = expandHome(cfg.model_store.hub_cache_path);
   return deepFreeze(cfg);

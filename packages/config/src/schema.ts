@@ -75,6 +75,12 @@ export const ConfigSchema = z
         cluster_name: z.string().min(1).default("inference-cluster"),
         /** Overrides the nats-server binary (else `NATS_SERVER_BIN` or PATH). */
         server_bin: z.string().optional(),
+        /**
+         * JetStream's files: the intent store (deployments, registered models), replicated on up to
+         * three nodes. Keep it on a persistent volume: it is what brings the models back after every
+         * node was stopped.
+         */
+        store_dir: z.string().min(1).default("~/.service/jetstream"),
       })
       .strict()
       .prefault({}),

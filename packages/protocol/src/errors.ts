@@ -19,6 +19,8 @@ export const ERROR_CODES = [
   "info_pending",
   "session_changed",
   "no_master",
+  /** A change to the operator's intent found no quorum of the intent store (a partition's minority side). */
+  "no_quorum",
   "instance_lost",
   "task_failed",
   "upstream_failed",
@@ -47,6 +49,7 @@ export const RETRYABLE: Readonly<Record<ErrorCode, boolean>> = {
   info_pending: true,
   session_changed: true,
   no_master: true,
+  no_quorum: true,
   instance_lost: true,
   task_failed: true,
   upstream_failed: true,
@@ -114,6 +117,7 @@ export function httpStatusFor(
     case "info_pending":
     case "session_changed":
     case "no_master":
+    case "no_quorum":
     case "download_failed":
     case "unavailable":
       return 503;

@@ -2,6 +2,7 @@
 export * from "./ids.ts";
 export * from "./errors.ts";
 export * from "./cluster.ts";
+export * from "./intent.ts";
 export * from "./telemetry.ts";
 export * from "./subjects.ts";
 export * from "./store.ts";

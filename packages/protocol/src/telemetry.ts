@@ -18,6 +18,8 @@ export const HEALTH_CODES = [
   "anonymous_api",
   /** A model directory was removed from store_path by hand while an instance or deployment uses it. */
   "store_model_missing",
+  /** The master cannot reach a quorum of the intent store: intent cannot change, nor be restored. */
+  "intent_store_unavailable",
 ] as const;
 export const HealthCodeSchema = z.enum(HEALTH_CODES);
 export type HealthCode = z.infer<typeof HealthCodeSchema>;

@@ -9,3 +9,5 @@ export { compareSeniority, elect, mostSenior, nodeIdFor } from "./election.ts";
 export type { ElectionDecision, ElectionInput, HeardPeer, Peer } from "./election.ts";
 export { DEFAULT_TASK_BOUNDS, TaskTable } from "./tasks.ts";
 export type { TaskBounds } from "./tasks.ts";
+export { amendWrites, intentWrites, RESTORED, restoreIntent } from "./intent.ts";
+export type { Restore } from "./intent.ts";

@@ -5,8 +5,12 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { Bus } from "@ic/bus";
 import { CATALOG, ServiceError } from "@ic/protocol";
 import type {
+  DeploymentIntent,
   Instance,
   InstanceId,
+  Intent,
+  IntentStore,
+  IntentWrite,
   Link,
   ModelId,
   ModelRecord,
@@ -118,9 +122,11 @@ class FakeBus {
     if (!r) throw new ServiceError("unavailable", "no responder");
     const answer = new Promise<unknown>((resolve) => {
       setTimeout(() => {
-        const reply = clone(r.handler(clone(msg), { origin: this.origin }));
-        this.hub.record(`${subject}.reply`, reply);
-        void this.hub.replyGate.then(() => resolve(reply));
+        void Promise.resolve(r.handler(clone(msg), { origin: this.origin })).then((answer) => {
+          const reply = clone(answer);
+          this.hub.record(`${subject}.reply`, reply);
+          void this.hub.replyGate.then(() => resolve(reply));
+        });
       }, 1);
     });
     const timeout = new Promise<never>((_, reject) =>
@@ -649,6 +655,157 @@ describe("placement re-check in the sequencer", () => {
     await advance(timings.livenessTimeoutMs + 200);
     expect(memberNames(a)).toEqual(["a"]);
     expect(left).toHaveLength(1);
+  });
+
+  /** An intent store in memory that outlives the agents (as JetStream outlives the processes). */
+  class MemoryIntentStore implements IntentStore {
+    readonly deployments = new Map<string, DeploymentIntent>();
+    readonly models = new Map<string, ModelRecord>();
+    initialized = false;
+    available = true;
+    /** Writes wait for this (a slow quorum). */
+    gate: Promise<void> = Promise.resolve();
+    writes: IntentWrite[] = [];
+    /** Writes are committed, but the caller is told they failed (an acknowledgement lost). */
+    lostAck = false;
+    private check() {
+      if (!this.available) throw new ServiceError("no_quorum", "no quorum of the intent store");
+    }
+    async load(): Promise<Intent> {
+      this.check();
+      return {
+        deployments: [...this.deployments.values()],
+        models: [...this.models.values()],
+        initialized: this.initialized,
+      };
+    }
+    async apply(writes: readonly IntentWrite[]): Promise<void> {
+      this.check();
+      await this.gate;
+      this.check();
+      for (const w of writes) {
+        this.writes.push(w);
+        if (w.op === "put_deployment")
+          this.deployments.set(w.deployment.deployment_id, w.deployment);
+        if (w.op === "delete_deployment") this.deployments.delete(w.deployment_id);
+        if (w.op === "put_model") this.models.set(w.model.model_id, w.model);
+        if (w.op === "delete_model") this.models.delete(w.model_id);
+      }
+      if (writes.length > 0) this.initialized = true;
+      if (this.lostAck) throw new ServiceError("no_quorum", "the acknowledgement was lost");
+    }
+  }
+
+  const deployment = { min_nodes: 1, sharding: "Pipeline" as const, excluded_nodes: [] };
+
+  it("after every node stopped, a new master restores each deployment from the intent store and places it again", async () => {
+    const store = new MemoryIntentStore();
+    const hub = new Hub();
+    const a = start(hub, "a", 1, tele(10), { intents: store });
+    await advance(500);
+    const b = start(hub, "b", 2, tele(10), { intents: store });
+    await waitUntil(() => b.synced && memberNames(a).length === 2);
+    await a.command({ type: "RegisterModel", model });
+    const placed = b.command({ type: "PlaceInstance", instance: decided(b), deployment });
+    await advance(50);
+    await placed;
+    const [d] = Object.values(a.snapshot().deployments);
+    expect([...store.deployments.keys()]).toEqual([d!.deployment_id]);
+    // Every node stops; new processes (empty replicas) start on the same store.
+    await a.stop();
+    await b.stop();
+    const hub2 = new Hub();
+    const a2 = start(hub2, "a", 10, tele(10), { intents: store });
+    await advance(500);
+    const b2 = start(hub2, "b", 11, tele(10), { intents: store });
+    await waitUntil(() => b2.synced && memberNames(a2).length === 2);
+    await waitUntil(() => {
+      const dep = b2.snapshot().deployments[d!.deployment_id];
+      return dep?.status === "Placed" && b2.snapshot().instances[dep.instance_id] !== undefined;
+    });
+    expect(a2.snapshot().models[model.model_id]).toEqual(model);
+  });
+
+  it("a master without a quorum of the intent store refuses intent changes with no_quorum and changes nothing; chat tasks go on", async () => {
+    const store = new MemoryIntentStore();
+    const hub = new Hub();
+    const a = start(hub, "a", 1, tele(20), { intents: store });
+    await advance(500);
+    await a.command({ type: "RegisterModel", model });
+    const inst = decided(a);
+    await a.command({ type: "PlaceInstance", instance: inst });
+    store.available = false;
+    const index = a.snapshot().index;
+    const err = await a.command({ type: "PlaceInstance", instance: decided(a), deployment }).then(
+      () => undefined,
+      (e: unknown) => e as ServiceError,
+    );
+    expect(err?.code).toBe("no_quorum");
+    expect(err?.retryable).toBe(true);
+    expect(a.snapshot().index).toBe(index);
+    expect(a.snapshot().deployments).toEqual({});
+    // Chat does not wait for the store.
+    const t = await a.command({
+      type: "CreateTask",
+      command_id: "c-1" as never,
+      model_id: model.model_id,
+      instance_id: inst.instance_id,
+    });
+    expect(t.task_id).toMatch(/^t-/);
+    // The master says so in its health once the store has failed for a while.
+    await advance(6000);
+    expect(a.heartbeat().health.map((h) => h.code)).toContain("intent_store_unavailable");
+    store.available = true;
+    await a.command({ type: "PlaceInstance", instance: decided(a), deployment }).catch(() => {});
+    expect(a.heartbeat().health.map((h) => h.code)).not.toContain("intent_store_unavailable");
+  });
+
+  it("a refused write that the store commits after all (its ack was lost) is undone once the store answers", async () => {
+    const store = new MemoryIntentStore();
+    const hub = new Hub();
+    const a = start(hub, "a", 1, tele(20), { intents: store });
+    await advance(500);
+    await a.command({ type: "RegisterModel", model });
+    store.lostAck = true;
+    const err = await a.command({ type: "PlaceInstance", instance: decided(a), deployment }).then(
+      () => undefined,
+      (e: unknown) => e as ServiceError,
+    );
+    expect(err?.code).toBe("no_quorum");
+    expect(store.deployments.size).toBe(1); // committed although refused
+    expect(a.snapshot().deployments).toEqual({});
+    store.lostAck = false;
+    await waitUntil(() => store.deployments.size === 0);
+    expect(a.snapshot().deployments).toEqual({});
+  });
+
+  it("a placement that loses its race while its write waits on the store is refused, and its write undone", async () => {
+    const store = new MemoryIntentStore();
+    const hub = new Hub();
+    const a = start(hub, "a", 1, tele(10), { intents: store });
+    await advance(500);
+    const b = start(hub, "b", 2, tele(10), { intents: store });
+    await waitUntil(() => b.synced && memberNames(a).length === 2);
+    await a.command({ type: "RegisterModel", model });
+    let release!: () => void;
+    store.gate = new Promise((r) => (release = r));
+    // The deployment's write waits; meanwhile a plain placement (no intent) takes b's memory.
+    const pending = a.command({ type: "PlaceInstance", instance: decided(b), deployment }).then(
+      () => undefined,
+      (e: unknown) => e as ServiceError,
+    );
+    await advance(5);
+    await a.command({ type: "PlaceInstance", instance: decided(b) });
+    release();
+    const err = await pending;
+    expect(err?.code).toBe("insufficient_memory");
+    expect(store.deployments.size).toBe(0);
+    expect(store.writes.map((w) => w.op)).toEqual([
+      "put_model",
+      "put_deployment",
+      "delete_deployment",
+    ]);
+    expect(a.snapshot().deployments).toEqual({});
   });
 });
 

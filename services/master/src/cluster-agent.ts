@@ -9,6 +9,9 @@ import type {
   Command,
   CommandReply,
   ControlEvent,
+  HealthEntry,
+  IntentStore,
+  IntentWrite,
   ControlState,
   Deployment,
   Heartbeat,
@@ -27,7 +30,10 @@ import {
   nodeIdFor,
   OutOfOrderEvent,
   reconcile,
+  amendWrites,
   DEFAULT_TASK_BOUNDS,
+  intentWrites,
+  restoreIntent,
   TaskTable,
 } from "@ic/state";
 import { nodeCapacities } from "@ic/placement";
@@ -107,6 +113,12 @@ export interface AgentOptions {
   readonly snapshotGap?: number;
   /** Bounds of the master's open-task table (an end report lost with its gateway expires). */
   readonly taskBounds?: Partial<TaskBounds>;
+  /**
+   * Where the operator's intent is kept durably (deployments, registered models). The master
+   * writes each change there before sequencing it, and restores the replica from it when it starts
+   * a session. Absent: intent lives only in the replicas (it survives failover, not a full restart).
+   */
+  readonly intents?: IntentStore;
   readonly commandTimeoutMs?: number;
   /** Memory model overrides (context size), as the gateway uses: words the re-check's refusals. */
   readonly memory?: Partial<MemoryModel>;
@@ -146,6 +158,10 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly syncBudget: number;
   /** Master only: the open chat tasks (never replicated; a new master starts with none). */
   private readonly tasks: TaskTable;
+  /** Master only: the intent store's state for this session (see superviseIntentStore). */
+  private intent = freshIntentState();
+  /** Intent changes and the restore run one at a time (each waits on the store). */
+  private intentChain: Promise<unknown> = Promise.resolve();
   /** Which heartbeats carry this node's links (link-report.ts). */
   private readonly linkReport: LinkReport;
   private readonly listeners = new Set<AgentListener>();
@@ -254,6 +270,8 @@ export class ClusterAgent implements AsyncDisposable {
 
   heartbeat(): Heartbeat {
     const s = this.o.self;
+    const extras = this.o.extras();
+    const intentHealth = this.intentHealth();
     return {
       peer_key: s.peerKey,
       name: s.name,
@@ -265,7 +283,22 @@ export class ClusterAgent implements AsyncDisposable {
       is_master: this.role === "master",
       last_index: this.state.index,
       sent_at: this.o.clock.now(),
-      ...this.o.extras(),
+      ...extras,
+      health: intentHealth ? [...extras.health, intentHealth] : extras.health,
+    };
+  }
+
+  /** On the master: a nodeHealth entry while the intent store has failed for a while. */
+  private intentHealth(): HealthEntry | undefined {
+    const since = this.intent.failingSince;
+    if (this.role !== "master" || since === undefined) return undefined;
+    if (this.o.clock.now() - since < INTENT_HEALTH_AFTER_MS) return undefined;
+    return {
+      code: "intent_store_unavailable",
+      severity: this.intent.loaded ? "warn" : "error",
+      message: `the intent store has not answered for ${Math.round((this.o.clock.now() - since) / 1000)} s (${this.intent.lastError ?? "no answer"})${this.intent.loaded ? "" : "; deployments are not restored yet"}`,
+      remediation:
+        "start the other nodes (the store needs a majority of up to three replicas) or heal the partition; placements and deletions are refused meanwhile, chat keeps serving",
     };
   }
 
@@ -479,6 +512,7 @@ export class ClusterAgent implements AsyncDisposable {
       this.superviseMembers(now, opts.departures ?? true);
       this.reconcileDeployments(now);
       this.tasks.expire(now);
+      this.superviseIntentStore(now);
     }
     // Forget peers silent for long (keeps the table bounded; they rejoin by heartbeat).
     for (const [k, p] of this.peers) {
@@ -766,6 +800,8 @@ export class ClusterAgent implements AsyncDisposable {
     this.masterLog.reset();
     this.syncServer.reset();
     this.tasks.clear();
+    // Undoing writes that failed under the previous master stint still waits its turn.
+    this.intent = { ...freshIntentState(), undo: this.intent.undo };
     const bus = this.o.bus;
     this.masterSubs.push(
       bus.respond(
@@ -938,37 +974,175 @@ export class ClusterAgent implements AsyncDisposable {
   /**
    * Master only: the I/O shell around the pure `decide` (packages/state). Checks the session and
    * role, decides against the replica and the live heartbeats, emits the events in order, and
-   * answers with the index reached (and the task id of a CreateTask) or the typed refusal.
+   * answers with the index reached (and the task id of a CreateTask) or the typed refusal. A command
+   * that changes intent (a deployment, a model) is written to the intent store first (async);
+   * every other command, the chat path's included, is answered synchronously.
    */
-  private handleCommand(sessionId: SessionId, from: NodeId, cmd: Command): CommandReply {
-    if (this.role !== "master" || sessionId !== this.current?.session_id) {
-      return { ok: false, error: { code: "session_changed", message: "session changed; retry" } };
-    }
+  private handleCommand(
+    sessionId: SessionId,
+    from: NodeId,
+    cmd: Command,
+  ): CommandReply | Promise<CommandReply> {
+    if (this.role !== "master" || sessionId !== this.current?.session_id) return SESSION_CHANGED;
     try {
-      const live = () => this.livePeers().map((p) => p.heartbeat);
-      const d = decide(this.state, cmd, {
-        from,
-        // Read only by the placement re-check: not gathered for the chat path's task commands.
-        get reports() {
-          return live();
-        },
-        now: this.o.clock.now(),
-        newId,
-        tasksOf: (id) => this.tasks.onInstances(new Set([id])),
-        ...(this.o.memory ? { memory: this.o.memory } : {}),
-      });
+      const d = this.decideNow(from, cmd, newId);
       if (!d.ok) return { ok: false, error: toWireError(d.error) };
-      if (d.opened) this.tasks.add(d.opened);
-      if (d.ended) this.tasks.end(d.ended);
-      for (const e of d.events) this.emit(e);
-      return {
-        ok: true,
-        index: this.state.index,
-        ...(d.opened ? { task_id: d.opened.task_id } : {}),
-      };
+      if (this.o.intents && intentWrites(d.events).length > 0)
+        return this.persistThenEmit(this.o.intents, sessionId, from, cmd);
+      return this.accepted(d);
     } catch (e) {
       return { ok: false, error: toWireError(e) };
     }
+  }
+
+  /** The pure decision against this replica, at `now`. */
+  private decideNow(
+    from: NodeId,
+    cmd: Command,
+    ids: (kind: IdKind) => string,
+    now = this.o.clock.now(),
+  ) {
+    const live = () => this.livePeers().map((p) => p.heartbeat);
+    return decide(this.state, cmd, {
+      from,
+      // Read only by the placement re-check: not gathered for the chat path's task commands.
+      get reports() {
+        return live();
+      },
+      now,
+      newId: ids,
+      tasksOf: (id) => this.tasks.onInstances(new Set([id])),
+      ...(this.o.memory ? { memory: this.o.memory } : {}),
+    });
+  }
+
+  /** Applies an accepted decision: the task table, then the events. */
+  private accepted(d: Extract<ReturnType<typeof decide>, { ok: true }>): CommandReply {
+    if (d.opened) this.tasks.add(d.opened);
+    if (d.ended) this.tasks.end(d.ended);
+    for (const e of d.events) this.emit(e);
+    return {
+      ok: true,
+      index: this.state.index,
+      ...(d.opened ? { task_id: d.opened.task_id } : {}),
+    };
+  }
+
+  /**
+   * An intent change, one at a time: decided, written to the store (a quorum acknowledges it, or
+   * the command is refused with no_quorum and nothing changes), decided again against the replica
+   * as it is after the wait (with the same ids), then sequenced. Should the second decision differ
+   * (the state moved during the write: a race for memory lost to a re-placement, a node gone), the
+   * writes it no longer makes are undone and the command gets the second decision's answer.
+   */
+  private persistThenEmit(
+    store: IntentStore,
+    sessionId: SessionId,
+    from: NodeId,
+    cmd: Command,
+  ): Promise<CommandReply> {
+    const run = async (): Promise<CommandReply> => {
+      if (this.role !== "master" || sessionId !== this.current?.session_id) return SESSION_CHANGED;
+      const ids: string[] = [];
+      const now = this.o.clock.now();
+      const first = this.decideNow(
+        from,
+        cmd,
+        (kind) => {
+          const id = newId(kind);
+          ids.push(id);
+          return id;
+        },
+        now,
+      );
+      if (!first.ok) return { ok: false, error: toWireError(first.error) };
+      const writes = intentWrites(first.events);
+      try {
+        await store.apply(writes);
+        this.intent.failingSince = undefined;
+      } catch (e) {
+        // A write that timed out may still be committed later (by a store leader that held it
+        // and regains a quorum): the client was refused, so it is undone once the store answers.
+        this.intent.undo.push(...amendWrites(writes, []));
+        this.intentFailed(e);
+        return { ok: false, error: toWireError(e) };
+      }
+      // The store holds it now: a master that took over meanwhile restores it from there.
+      if (this.role !== "master" || sessionId !== this.current?.session_id) return SESSION_CHANGED;
+      let next = 0;
+      const second = this.decideNow(from, cmd, (kind) => ids[next++] ?? newId(kind), now);
+      const fix = amendWrites(writes, second.ok ? intentWrites(second.events) : []);
+      if (fix.length > 0)
+        await store.apply(fix).catch((e: unknown) => {
+          this.intent.undo.push(...fix);
+          this.log.warn(
+            { err: e, fix },
+            "could not amend an intent write; retrying with the store",
+          );
+        });
+      if (!second.ok) return { ok: false, error: toWireError(second.error) };
+      return this.accepted(second);
+    };
+    const reply = this.intentChain.then(run, run);
+    this.intentChain = reply.catch(() => {});
+    return reply;
+  }
+
+  private intentFailed(e: unknown): void {
+    this.intent.failingSince ??= this.o.clock.now();
+    this.intent.lastError = e instanceof Error ? e.message : String(e);
+  }
+
+  /**
+   * Master only, every tick: until the replica holds the stored intent, load it (a new session
+   * starts from what this node's replica carried, which after a full restart is nothing) and
+   * sequence what brings the replica to it; first, undo the writes that were refused but may have
+   * committed. Retried with backoff while the store has no quorum.
+   */
+  private superviseIntentStore(now: number): void {
+    const store = this.o.intents;
+    const st = this.intent;
+    if (!store || st.busy || now < st.nextAttemptAt) return;
+    if (st.loaded && st.undo.length === 0) return;
+    st.busy = true;
+    const session = this.current!.session_id;
+    const attempt = async () => {
+      try {
+        if (st.undo.length > 0) {
+          const undo = [...st.undo];
+          await store.apply(undo);
+          st.undo.splice(0, undo.length);
+        }
+        if (st.loaded) return;
+        const stored = await store.load();
+        if (this.role !== "master" || this.current?.session_id !== session) return;
+        const r = restoreIntent(this.state, stored, () => newId("instance") as InstanceId);
+        await store.apply(r.writes);
+        if (this.role !== "master" || this.current?.session_id !== session) return;
+        for (const e of r.events) this.emit(e);
+        st.loaded = true;
+        st.failingSince = undefined;
+        st.delayMs = INTENT_RETRY_MS;
+        this.log.info(
+          {
+            deployments: stored.deployments.length,
+            models: stored.models.length,
+            restored: r.events.length,
+            copied: r.writes.length,
+          },
+          "intent restored from the intent store",
+        );
+      } catch (e) {
+        this.intentFailed(e);
+        st.nextAttemptAt = this.o.clock.now() + st.delayMs;
+        st.delayMs = Math.min(INTENT_RETRY_MAX_MS, st.delayMs * 2);
+        this.log.debug({ err: e }, "intent store not reachable yet; retrying");
+      } finally {
+        st.busy = false;
+      }
+    };
+    const p = this.intentChain.then(attempt, attempt);
+    this.intentChain = p;
   }
 
   /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */
@@ -979,7 +1153,7 @@ export class ClusterAgent implements AsyncDisposable {
     const from = nodeIdFor(cur.session_id, this.o.self.peerKey);
     let reply: CommandReply;
     if (this.role === "master") {
-      reply = this.handleCommand(cur.session_id, from, cmd);
+      reply = await this.handleCommand(cur.session_id, from, cmd);
     } else {
       try {
         const masterOrigin = this.originOf(cur.master.peer_key);
@@ -988,7 +1162,10 @@ export class ClusterAgent implements AsyncDisposable {
           "masterCommand",
           { session_id: cur.session_id, from_node_id: from, command: cmd },
           {
-            timeoutMs: this.o.commandTimeoutMs ?? 5000,
+            // An intent change waits for the intent store's quorum (and for the changes ahead).
+            timeoutMs: INTENT_COMMANDS.has(cmd.type)
+              ? Math.max(15_000, this.o.commandTimeoutMs ?? 5000)
+              : (this.o.commandTimeoutMs ?? 5000),
             suffix: cur.session_id,
             from: masterOrigin,
           },
@@ -1011,6 +1188,38 @@ export class ClusterAgent implements AsyncDisposable {
     if (!reply.ok) throw fromWireError(reply.error);
     return reply;
   }
+}
+
+/** Commands that may change intent: the master answers them once the intent store has them. */
+const INTENT_COMMANDS: ReadonlySet<Command["type"]> = new Set([
+  "PlaceInstance",
+  "DeleteInstance",
+  "RegisterModel",
+  "DeregisterModel",
+]);
+
+const SESSION_CHANGED: CommandReply = {
+  ok: false,
+  error: { code: "session_changed", message: "session changed; retry" },
+};
+
+/** A nodeHealth entry once the intent store has failed for this long. */
+const INTENT_HEALTH_AFTER_MS = 5000;
+const INTENT_RETRY_MS = 500;
+const INTENT_RETRY_MAX_MS = 5000;
+
+function freshIntentState() {
+  return {
+    /** The replica holds the stored intent (restored, or copied into a new store). */
+    loaded: false,
+    busy: false,
+    nextAttemptAt: 0,
+    delayMs: INTENT_RETRY_MS,
+    /** Undoing writes that failed (they may still commit): applied before anything else. */
+    undo: [] as IntentWrite[],
+    failingSince: undefined as number | undefined,
+    lastError: undefined as string | undefined,
+  };
 }
 
 const ID_PREFIX: Readonly<Record<IdKind, string>> = { deployment: "d", task: "t", instance: "i" };

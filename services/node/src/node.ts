@@ -118,6 +118,8 @@ export class Node implements AsyncDisposable {
       log: log.child({ component: "nats-server" }),
       onAuthFailure: (f) => security.record(f),
       childrenDir: children,
+      // The intent store: JetStream, named by the node's name (stable across its restarts).
+      jetstream: { storeDir: cfg.bus.store_dir, serverName: name },
     });
     await nats.start();
     this.stack.push({ name: "nats-server", stop: () => nats.stop() });
@@ -227,6 +229,9 @@ export class Node implements AsyncDisposable {
       memory: { contextSize: cfg.engine.context_size },
       // A task its gateway never reported ended expires once its request's bound has passed.
       taskBounds: { maxAgeMs: cfg.chat.total_timeout_ms + 60_000 },
+      // Deployments and registered models, durable across a full restart (JetStream key-value).
+      // Replicated on up to three nodes (fixed when the store is created: see intent-store.ts).
+      intents: bus.intentStore(log, { replicas: Math.min(3, cfg.cluster.peers.length + 1) }),
       extras: () => {
         // The telemetry path's samples (readings, health, links) through its bounded queue.
         const part = telemetry.heartbeatPart();

@@ -294,7 +294,7 @@ export function prepareNode(spec: NodeSpec): NodeProcess {
   // documented default of packages/config unless the caller's `config` sets it.
   const base: Record<string, unknown> = {
     node: { name: spec.name, host: "127.0.0.1", bind: "127.0.0.1", api_port: 0 },
-    bus: { client_port: 0, cluster_port: spec.clusterPort },
+    bus: { client_port: 0, cluster_port: spec.clusterPort, store_dir: join(dataDir, "jetstream") },
     cluster: { peers: [...spec.peers], secret },
     node_cache_path: join(dataDir, "staging"),
     logging: { enabled: true, level: "info" },
