@@ -1,7 +1,7 @@
 // The operator's intent as the cluster keeps it durably (NATS JetStream key-value, replicated on up to
 // three nodes): deployments and registered models. What runs, and its status, is not intent: the
 // master derives it again after any restart.
-import { z } from "zod";
+import type { z } from "zod";
 import { DeploymentSchema } from "./cluster.ts";
 import type { Deployment, ModelRecord } from "./cluster.ts";
 import type { ModelId } from "./ids.ts";
