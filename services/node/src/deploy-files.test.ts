@@ -24,6 +24,7 @@ const WRITES = [
   "tracing.dir",
   "event_log.dir",
   "engine.runner_log_dir",
+  "bus.store_dir",
 ] as const;
 type WriteKey = (typeof WRITES)[number];
 

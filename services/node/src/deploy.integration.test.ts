@@ -56,6 +56,7 @@ function shippedNode(host: string, file: string): NodeProcess {
   const section = (k: string) => (doc[k] ??= {}) as Record<string, unknown>;
   doc.node_cache_path = join(dir, "staging");
   section("event_log").dir = join(dir, "events");
+  section("bus").store_dir = join(dir, "jetstream");
   section("tracing").dir = join(dir, "traces");
   section("engine").runner_log_dir = join(dir, "runners");
   const config = stringifyYaml(doc);
@@ -77,7 +78,7 @@ function shippedNode(host: string, file: string): NodeProcess {
 }
 
 describe("the shipped configuration across three hosts", () => {
-  it("deploy/compose/node-{1,2,3}.yaml form a 3-node cluster that places and serves", async () => {
+  it("deploy/compose/node-{1,2,3}.yaml form a 3-node cluster that places and serves, and keeps its deployment across down/up", async () => {
     const nodes = ["node-1", "node-2", "node-3"].map((h) => shippedNode(h, `compose/${h}.yaml`));
     try {
       for (const n of nodes) await n.start(60_000);
@@ -157,6 +158,37 @@ describe("the shipped configuration across three hosts", () => {
           return r.status === 200 ? ((await r.json()) as { choices: unknown[] }) : undefined;
         },
         { timeoutMs: 90_000, intervalMs: 500, what: "a 2-token completion through node-3" },
+      );
+      // `docker compose down && docker compose up`: every node stops, the volumes stay, all start
+      // again. The deployment comes back from the intent store and serves, with no operator.
+      const before = await nodes[1]!.get<{ deployments: { deployment_id: string }[] }>("/state");
+      await Promise.all(nodes.map((n) => n.stop()));
+      for (const n of nodes) await n.start(60_000);
+      await waitForConvergence(nodes, 3, 60_000);
+      await waitFor(
+        async () => {
+          const s = await n3.get<{ deployments: { deployment_id: string }[] }>("/state");
+          if (
+            JSON.stringify(s.deployments.map((d) => d.deployment_id)) !==
+            JSON.stringify(before.deployments.map((d) => d.deployment_id))
+          )
+            return undefined;
+          const r = await fetch(`${n3.apiUrl}/v1/chat/completions`, {
+            method: "POST",
+            headers: {
+              "content-type": "application/json",
+              authorization: `Bearer ${token("inference.token")}`,
+            },
+            body: JSON.stringify({
+              model: modelId,
+              messages: [{ role: "user", content: "Hello" }],
+              max_tokens: 2,
+            }),
+          });
+          await r.arrayBuffer();
+          return r.status === 200 ? true : undefined;
+        },
+        { timeoutMs: 90_000, intervalMs: 500, what: "the deployment serving again after down/up" },
       );
     } finally {
       await Promise.all(nodes.map((n) => n.stop(5000)));
