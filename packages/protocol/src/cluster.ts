@@ -168,6 +168,12 @@ export const ControlStateSchema = z.object({
   /** Keyed `<instance_id>/<rank>`. */
   runners: z.record(z.string(), RunnerSchema),
   deployments: z.record(z.string(), DeploymentSchema).default({}),
+  /**
+   * False from a session's start until its master has brought the replica to the intent store
+   * (after a full restart the deployments come from there): meanwhile an unknown model may be one
+   * not restored yet, so chat answers model_not_ready, not model_not_found.
+   */
+  intent_restored: z.boolean().default(true),
 });
 export type ControlState = z.infer<typeof ControlStateSchema>;
 
@@ -184,7 +190,11 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
     runners: z.array(RunnerSchema),
     /** Deployments carry over whole: the new master re-places those whose instance did not. */
     deployments: z.array(DeploymentSchema).default([]),
+    /** False when the master will restore intent from its store (IntentRestored follows). */
+    intent_restored: z.boolean().default(true),
   }),
+  /** The master brought the replica to the intent store (see ControlState.intent_restored). */
+  z.object({ type: z.literal("IntentRestored") }),
   z.object({ type: z.literal("NodeJoined"), member: MemberSchema }),
   z.object({ type: z.literal("NodeLeft"), node_id: NodeIdSchema, reason: z.string() }),
   z.object({ type: z.literal("ModelRegistered"), model: ModelRecordSchema }),
@@ -336,6 +346,7 @@ export function emptyState(): ControlState {
     instances: {},
     runners: {},
     deployments: {},
+    intent_restored: true,
   };
 }
 

@@ -70,6 +70,7 @@ const start: ControlEvent = {
   instances: [],
   runners: [],
   deployments: [],
+  intent_restored: true,
 };
 
 describe("apply", () => {

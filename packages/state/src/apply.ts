@@ -45,6 +45,7 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
       if (own(s.instances, r.instance_id)) s.runners[runnerKey(r.instance_id, r.rank)] = r;
     }
     for (const d of e.deployments) s.deployments[d.deployment_id] = d;
+    s.intent_restored = e.intent_restored;
     return s;
   }
   if (state.session?.session_id !== ev.session_id || ev.index !== state.index + 1) {
@@ -99,6 +100,8 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
       const key = runnerKey(e.runner.instance_id, e.runner.rank);
       return { ...next, runners: { ...next.runners, [key]: e.runner } };
     }
+    case "IntentRestored":
+      return { ...next, intent_restored: true };
     // Notifications: the gateway holding the task, and the operator's log, read them.
     case "TaskFailed":
     case "DownloadFailed":

@@ -5,3 +5,4 @@ export * from "./hub/index.ts";
 export * from "./netns/index.ts";
 export * from "./census.ts";
 export * from "./browser.ts";
+export * from "./soak.ts";

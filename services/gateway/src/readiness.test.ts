@@ -250,6 +250,16 @@ describe("readiness", () => {
     expect(e.message).toMatch(/place it first/);
   });
 
+  it("an unknown model while the session's intent is not restored yet: model_not_ready, retryable", () => {
+    const s = { ...state([], []), intent_restored: false };
+    const r = readiness(s, M, NOW);
+    expect(r).toMatchObject({ kind: "not_ready", retryable: true, retryAfterS: 2 });
+    if (r.kind === "ready") return;
+    const e = notServableError(M, r);
+    expect(e.code).toBe("model_not_ready");
+    expect(e.message).toMatch(/restoring its deployments after a restart/);
+  });
+
   it("ready: every instance with a ready rank 0 and an endpoint, oldest first", () => {
     const s = state(
       [inst("i-b", [n2], 2), inst("i-a", [n1], 1), inst("i-c", [n1], 3)],

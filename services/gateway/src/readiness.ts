@@ -177,6 +177,14 @@ export function readiness(state: ControlState, modelId: string, now: number): Re
     .sort(byAge);
   const deployed = isDeployed(state, modelId);
   if (instances.length === 0) {
+    if (!deployed && !state.intent_restored)
+      return {
+        kind: "not_ready",
+        message: `the cluster is restoring its deployments after a restart; ${modelId} may be one of them; retry`,
+        retryable: true,
+        retryAfterS: 2,
+        details: { model: modelId, phase: "restoring", instances: 0 },
+      };
     if (!deployed) return { kind: "absent" };
     return {
       kind: "not_ready",

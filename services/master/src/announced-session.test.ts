@@ -21,6 +21,7 @@ const started = (session: string, master = "p-b"): IndexedEvent => ({
     instances: [],
     runners: [],
     deployments: [],
+    intent_restored: true,
   },
 });
 const left = (session: string, index: number): IndexedEvent => ({

@@ -716,6 +716,15 @@ describe("placement re-check in the sequencer", () => {
     await b.stop();
     const hub2 = new Hub();
     const a2 = start(hub2, "a", 10, tele(10), { intents: store });
+    const seen: string[] = [];
+    a2.on({
+      event: (ev) =>
+        void seen.push(
+          ev.event.type === "SessionStarted"
+            ? `SessionStarted:${ev.event.intent_restored}`
+            : ev.event.type,
+        ),
+    });
     await advance(500);
     const b2 = start(hub2, "b", 11, tele(10), { intents: store });
     await waitUntil(() => b2.synced && memberNames(a2).length === 2);
@@ -723,6 +732,10 @@ describe("placement re-check in the sequencer", () => {
       const dep = b2.snapshot().deployments[d!.deployment_id];
       return dep?.status === "Placed" && b2.snapshot().instances[dep.instance_id] !== undefined;
     });
+    // The session said its intent was not whole until the master restored it.
+    expect(b2.snapshot().intent_restored).toBe(true);
+    expect(seen[0]).toBe("SessionStarted:false");
+    expect(seen).toContain("IntentRestored");
     expect(a2.snapshot().models[model.model_id]).toEqual(model);
   });
 

@@ -588,6 +588,8 @@ export class ClusterAgent implements AsyncDisposable {
       runners,
       // Intent carries over whole; the tick re-places those whose instance did not survive.
       deployments: Object.values(old.deployments),
+      // With an intent store, the replica is not whole until the master restored it from there.
+      intent_restored: this.o.intents === undefined,
     };
     this.log.info(
       { session: sessionId, members: members.length, carried_instances: instances.length },
@@ -1120,6 +1122,7 @@ export class ClusterAgent implements AsyncDisposable {
         await store.apply(r.writes);
         if (this.role !== "master" || this.current?.session_id !== session) return;
         for (const e of r.events) this.emit(e);
+        this.emit({ type: "IntentRestored" });
         st.loaded = true;
         st.failingSince = undefined;
         st.delayMs = INTENT_RETRY_MS;

@@ -27,6 +27,7 @@ function ev(index: number, reason = "r"): IndexedEvent {
             instances: [],
             runners: [],
             deployments: [],
+            intent_restored: true,
           }
         : {
             type: "DownloadFailed",

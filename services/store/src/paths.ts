@@ -61,7 +61,14 @@ export async function walkFiles(dir: string): Promise<TreeFile[]> {
       const p = join(d, ent.name);
       if (ent.isDirectory()) await walk(p);
       else if (ent.isFile()) {
-        const s = await lstat(p);
+        let s;
+        try {
+          s = await lstat(p);
+        } catch (e) {
+          // Renamed or deleted since the listing (a record's temp file, a pass): not there.
+          if ((e as NodeJS.ErrnoException).code === "ENOENT") continue;
+          throw e;
+        }
         out.push({
           path: relative(dir, p).split(sep).join("/"),
           bytes: s.size,

@@ -255,6 +255,8 @@ export class StagingClient implements AsyncDisposable {
   private readonly fetchFn: typeof fetch;
   private readonly serial = new Serial();
   private readonly downloading = new Set<ModelId>();
+  /** Deletions of staged copies under way (a transfer of the same model waits for them). */
+  private readonly removing = new Map<ModelId, Promise<void>>();
   private readonly controllers = new Set<AbortController>();
   private state: "idle" | "running" | "stopped" = "idle";
 
@@ -433,10 +435,17 @@ export class StagingClient implements AsyncDisposable {
     const failed: { modelId: ModelId; error: string }[] = [];
     let freed = 0;
     for (const item of plan.items) {
-      // A transfer may have started since the plan was made; never delete under it.
+      // A transfer may have started since the plan was made; never delete under it. The check
+      // and the mark below happen in one turn: a transfer starting later waits for the deletion.
       if (this.downloading.has(item.modelId)) continue;
+      const removal = removeDirAtomic(this.opts.root, this.modelPath(item.modelId));
+      const settled = removal.catch(() => {});
+      this.removing.set(item.modelId, settled);
+      void settled.then(() => {
+        if (this.removing.get(item.modelId) === settled) this.removing.delete(item.modelId);
+      });
       try {
-        await removeDirAtomic(this.opts.root, this.modelPath(item.modelId));
+        await removal;
         deleted.push(item.modelId);
         freed += item.freeableBytes;
         this.log.info(
@@ -526,7 +535,38 @@ export class StagingClient implements AsyncDisposable {
     }
   }
 
+  /**
+   * The model is marked downloading before its directory is read, so no eviction pass starts
+   * deleting it from here on; a deletion already under way is waited for (a pass runs outside the
+   * transfer queue, and deleting a directory while a transfer fills it lost the transfer's files).
+   */
   private async fromStore(
+    storeUrl: string,
+    modelId: ModelId,
+    manifest: StoreManifest,
+    request: readonly ModelId[],
+    options: StageOptions,
+    signal: AbortSignal,
+    allowLinks: boolean,
+  ): Promise<{ ok: true; model: StagedModel } | Omit<DownloadFailed, "staged">> {
+    this.downloading.add(modelId);
+    try {
+      await this.removing.get(modelId);
+      return await this.fillFromStore(
+        storeUrl,
+        modelId,
+        manifest,
+        request,
+        options,
+        signal,
+        allowLinks,
+      );
+    } finally {
+      this.downloading.delete(modelId);
+    }
+  }
+
+  private async fillFromStore(
     storeUrl: string,
     modelId: ModelId,
     manifest: StoreManifest,
@@ -598,7 +638,6 @@ export class StagingClient implements AsyncDisposable {
       complete: false,
       last_used_ms: priorRecord?.last_used_ms ?? this.clock.now(),
     };
-    this.downloading.add(modelId);
     let stats: FillStats;
     try {
       await mkdir(dir, { recursive: true });
@@ -636,12 +675,17 @@ export class StagingClient implements AsyncDisposable {
     } catch (e) {
       if (e instanceof LinkFailedError) {
         this.log.warn({ modelId, err: e }, "hardlink failed; admitting again as a copy");
-        this.downloading.delete(modelId);
-        return await this.fromStore(storeUrl, modelId, manifest, request, options, signal, false);
+        return await this.fillFromStore(
+          storeUrl,
+          modelId,
+          manifest,
+          request,
+          options,
+          signal,
+          false,
+        );
       }
       return this.transferFailure(modelId, e);
-    } finally {
-      this.downloading.delete(modelId);
     }
     this.log.info({ modelId, ...statsLog(stats) }, "staged");
     return {

@@ -450,6 +450,20 @@ describe("lifecycle passes", () => {
     expect(out.deleted.sort()).toEqual(["acme/a", "acme/b"]);
   });
 
+  it("a deactivation pass racing a new transfer of the same model: both complete, the copy ends staged", async () => {
+    await using s = await stagedPair({ keepRecentBytes: 0 });
+    // The instance stops (the pass deletes the idle copy) just as another instance of the model
+    // starts on this node (its transfer begins): the transfer waits, then fills a fresh directory.
+    for (let i = 0; i < 20; i++) {
+      const [, staged] = await Promise.all([
+        s.node.deactivated([id("acme/a")]),
+        s.node.stage(id("acme/a")),
+      ]);
+      expect(staged.ok, JSON.stringify(staged)).toBe(true);
+    }
+    expect(await s.node.isStaged(id("acme/a"))).toBe(true);
+  });
+
   it("cleanup_on_deactivate false keeps every copy", async () => {
     await using s = await stagedPair({ keepRecentBytes: 0, cleanupOnDeactivate: false });
     expect((await s.node.deactivated([id("acme/a")])).deleted).toEqual([]);

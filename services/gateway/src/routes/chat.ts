@@ -258,6 +258,14 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       stream: body.stream === true,
     });
     const cluster = o.cluster;
+    // A node that has not joined a session yet (just started, or between sessions) knows nothing
+    // of the cluster's models: neither "not found" nor "not ready" would be true.
+    if (!cluster.synced)
+      throw new ServiceError(
+        "no_master",
+        "this node has not joined a cluster session yet (starting, or an election is under way); retry",
+        { retryAfterS: 1 },
+      );
     const snap = cluster.snapshot();
     const ready = readiness(snap, body.model, Date.now());
     if (ready.kind !== "ready") throw notServableError(body.model, ready);
