@@ -16,6 +16,11 @@ export interface LogOptions {
   /** Where JSON lines go; stdout by default. Tests pass a collecting stream. */
   readonly destination?: NodeJS.WritableStream;
   /**
+   * Applied to every serialized line before any destination sees it (stdout, ingest, the tail):
+   * the last word on secrets a program holds in memory (the publisher's hub token).
+   */
+  readonly scrub?: (line: string) => string;
+  /**
    * The in-memory tail that also gets every line: by default the process's (`processLogTail()`)
    * when logging to stdout, none with another destination; null for none.
    */
@@ -269,6 +274,10 @@ export function createLogger(options: LogOptions): Logger {
   const tail =
     options.tail !== undefined ? options.tail : options.destination ? null : processLogTail();
   if (tail) streams.push({ level: "trace", stream: tail });
+  const scrub = options.scrub;
+  const entries = scrub
+    ? streams.map((e) => ({ ...e, stream: scrubbing(e.stream as NodeJS.WritableStream, scrub) }))
+    : streams;
   return pino(
     {
       level: options.level ?? "info",
@@ -276,8 +285,18 @@ export function createLogger(options: LogOptions): Logger {
       redact: { paths: REDACT, censor: "[redacted]" },
       timestamp: pino.stdTimeFunctions.isoTime,
     },
-    pino.multistream(streams),
+    pino.multistream(entries),
   );
+}
+
+/** A stream that passes each line through `scrub` to `inner`. */
+function scrubbing(inner: NodeJS.WritableStream, scrub: (line: string) => string): Writable {
+  return new Writable({
+    write(chunk: Buffer | string, _enc, cb) {
+      inner.write(scrub(chunk.toString()));
+      cb();
+    },
+  });
 }
 
 /** A logger that discards everything; for tests and library defaults. */

@@ -26,6 +26,8 @@ export const StateDocumentSchema = z.object({
   session: SessionSchema.nullable(),
   /** Index of the last control event applied to this replica. */
   index: z.number().int().nonnegative(),
+  /** False until the session's master has restored the replica from the intent store. */
+  intent_restored: z.boolean(),
   this_node: z.object({
     node_id: NodeIdSchema.nullable(),
     name: z.string(),

@@ -33,6 +33,7 @@ export function stateDocument(
   return {
     session,
     index: s.index,
+    intent_restored: s.intent_restored,
     this_node: {
       node_id: cluster.nodeId,
       name,

@@ -8,7 +8,7 @@ import { z } from "zod";
 import type { Logger } from "@ic/log";
 import type { Catalog } from "./catalog.ts";
 import type { Detector } from "./detector.ts";
-import { PublisherError, toErrorResponse } from "./errors.ts";
+import { PublisherError, scrubSecret, toErrorResponse } from "./errors.ts";
 import { inPhase } from "./hub-client.ts";
 import { DONE_LINE } from "./jobs.ts";
 import type { JobManager, JobSubscription } from "./jobs.ts";
@@ -112,10 +112,21 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
   const app = new Hono();
   const secret = (): string | undefined => d.tokens.get();
 
-  app.onError((err, c) => toErrorResponse(c, err, log, secret()));
-  app.notFound((c) =>
-    toErrorResponse(c, new PublisherError("not_found", "not found"), log, secret()),
-  );
+  app.onError((err, c) => toErrorResponse(c, err, log));
+  app.notFound((c) => toErrorResponse(c, new PublisherError("not_found", "not found"), log));
+  // The response edge: no JSON body (an answer or the error envelope) carries the hub token,
+  // whatever the request echoed. The job stream's lines are scrubbed where they are written.
+  app.use("*", async (c, next) => {
+    await next();
+    const token = secret();
+    if (!token || !c.res.headers.get("content-type")?.startsWith("application/json")) return;
+    const text = await c.res.clone().text();
+    const clean = scrubSecret(text, token);
+    if (clean === text) return;
+    const headers = new Headers(c.res.headers);
+    headers.delete("content-length");
+    c.res = new Response(clean, { status: c.res.status, headers });
+  });
   app.use("*", async (c, next) => {
     const t0 = performance.now();
     await next();

@@ -1,7 +1,6 @@
 // Detection: from a repo id to the spec's detection result, using only metadata and Range reads.
 // Resolves the base model through model-card `base_model` links, then counts MTP tensors there.
 import type { Logger } from "@ic/log";
-import { PublisherError } from "./errors.ts";
 import type { HubClient, HubModel } from "./hub-client.ts";
 import type { RepoId } from "./model-ref.ts";
 import { repoName } from "./model-ref.ts";
@@ -48,13 +47,15 @@ export interface DetectorOptions {
   readonly maxBaseHops?: number;
 }
 
-/** The model asked about is not on the hub: the caller's mistake, answered 404. */
-export class ModelNotFoundError extends PublisherError {
+/**
+ * The model asked about is not on the hub (or not visible with the token). The spec's error table
+ * answers it as "any other failure": inPhase turns it into `hub_failed` (500) naming the phase and
+ * the hub.
+ */
+export class ModelNotFoundError extends Error {
   constructor(readonly id: RepoId) {
-    super(
-      "not_found",
-      `model ${id} was not found on the hub (or is not visible with the configured token)`,
-    );
+    super(`the model hub has no model ${id} (or it is not visible with the configured token)`);
+    this.name = "ModelNotFoundError";
   }
 }
 

@@ -11,6 +11,8 @@ export const PUBLISHER_ERROR_CODES = [
   "too_large",
   "busy",
   "hub_failed",
+  /** Detection gave nothing a catalog entry can be built from (no resolvable base model). */
+  "not_registrable",
   "catalog_unavailable",
   "internal",
 ] as const;
@@ -48,6 +50,7 @@ export function statusFor(code: PublisherErrorCode): 400 | 403 | 404 | 409 | 413
     case "busy":
       return 429;
     case "hub_failed":
+    case "not_registrable":
     case "catalog_unavailable":
     case "internal":
       return 500;
@@ -70,27 +73,36 @@ export function withNote(err: unknown, note: string): Error {
   return new Error(`${errorMessage(err)}; ${note}`, { cause: err });
 }
 
-/** Single-line text with every occurrence of the secret replaced; safe for logs, bodies and streams. */
-export function redact(text: string, secret: string | undefined): string {
-  let out = text.replace(/[\r\n]+/g, " ");
-  if (secret && secret.length >= 4) out = out.split(secret).join("[redacted]");
+/**
+ * The one scrub of the configured hub token: every occurrence of it replaced, as typed and as it
+ * appears inside JSON strings and URLs. The response edge (every JSON body, the error envelope
+ * included), the logger (every line) and the job stream all use it.
+ */
+export function scrubSecret(text: string, secret: string | undefined): string {
+  if (!secret || secret.length < 4) return text;
+  let out = text;
+  for (const form of new Set([
+    secret,
+    JSON.stringify(secret).slice(1, -1),
+    encodeURIComponent(secret),
+  ]))
+    out = out.split(form).join("[redacted]");
   return out;
 }
 
-/** The one place error responses are produced. */
-export function toErrorResponse(
-  c: Context,
-  err: unknown,
-  log: Logger,
-  secret: string | undefined,
-): Response {
+/** Single-line text with the secret scrubbed; safe for logs, bodies and job streams. */
+export function redact(text: string, secret: string | undefined): string {
+  return scrubSecret(text.replace(/[\r\n]+/g, " "), secret);
+}
+
+/** The one place error responses are produced (the response edge scrubs the hub token). */
+export function toErrorResponse(c: Context, err: unknown, log: Logger): Response {
   if (err instanceof PublisherError) {
     const status = statusFor(err.code);
-    if (status === 500)
-      log.error({ code: err.code, err: redact(errorMessage(err), secret) }, "request failed");
-    return c.json({ error: redact(err.message, secret), ...err.extra }, status);
+    if (status === 500) log.error({ code: err.code, err: errorMessage(err) }, "request failed");
+    return c.json({ error: err.message, ...err.extra }, status);
   }
-  const message = redact(errorMessage(err), secret);
+  const message = errorMessage(err).replace(/[\r\n]+/g, " ");
   log.error({ err: message }, "unhandled error");
   return c.json({ error: message || "internal error" }, 500);
 }

@@ -198,8 +198,12 @@ describe("publisher GUI in headless Chromium", () => {
   });
 
   it("ran without script errors or CSP violations", () => {
+    // The answers the steps above provoke: bad input, a catalog miss, a collision, and the spec's
+    // 500 for a model the hub does not have (the console notes every non-2xx fetch).
     expect(
-      browser.errors.filter((e) => !/the server responded with a status of (400|404|409)/.test(e)),
+      browser.errors.filter(
+        (e) => !/the server responded with a status of (400|404|409|500)/.test(e),
+      ),
     ).toEqual([]);
   });
 });

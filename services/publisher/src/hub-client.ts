@@ -118,6 +118,11 @@ export function describeHubFailure(
   if (err instanceof PublisherError) return null;
   if (err instanceof Error && (err.name === "AbortError" || err.name === "TimeoutError"))
     return null;
+  if (err instanceof Error && err.name === "ModelNotFoundError")
+    return {
+      detail: `the model hub at ${hubUrl} has no model ${(err as Error & { id: string }).id} (or it is not visible with the configured token)`,
+      retryable: false,
+    };
   if (err instanceof HubApiError) {
     return {
       detail: `the model hub at ${hubUrl} answered ${err.statusCode}: ${err.message}`,

@@ -19,12 +19,13 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  const log = createLogger({
-    enabled: true,
-    level: config.logLevel,
-    base: { pid: process.pid, service: "publisher" },
+  const base = { pid: process.pid, service: "publisher" };
+  const server = new PublisherServer({
+    config,
+    log: (scrub) => createLogger({ enabled: true, level: config.logLevel, base, scrub }),
+    envToken: process.env["HF_TOKEN"],
   });
-  const server = new PublisherServer({ config, log, envToken: process.env["HF_TOKEN"] });
+  const log = server.logger;
   await server.start();
   const shutdown = (signal: string): void => {
     log.info({ signal }, "shutting down");

@@ -439,82 +439,257 @@ describe("weights publisher against the hub emulator", () => {
   });
 
   describe("error rows of the spec", () => {
-    it("POST /api/config 400: hf_token empty", async () => {
-      expect(await post(s.url, "/api/config", { hf_token: "" })).toEqual({
+    /** One row of the spec's error table: what to send, and the answer it must get. */
+    interface Row {
+      readonly endpoint: string;
+      readonly status: number;
+      readonly condition: string;
+      readonly run: () => Promise<{ status: number; json: Record<string, unknown> }>;
+      /** A thunk where the pattern needs the fixture (only there once the tests run). */
+      readonly error: RegExp | (() => RegExp);
+      readonly extra?: Record<string, unknown>;
+    }
+    const hubPattern = (phase: string) =>
+      new RegExp(`^${phase}: the model hub at ${fx.hub.url.replace(/[.]/g, "\\.")} `);
+    const rows = (): Row[] => [
+      {
+        endpoint: "POST /api/config",
         status: 400,
-        json: { error: "hf_token must not be empty" },
-      });
-    });
+        condition: "hf_token empty",
+        run: () => post(s.url, "/api/config", { hf_token: "" }),
+        error: /^hf_token must not be empty$/,
+      },
+      {
+        endpoint: "POST /api/detect",
+        status: 400,
+        condition: "url empty",
+        run: () => post(s.url, "/api/detect", { url: "" }),
+        error: /^url must not be empty$/,
+      },
+      {
+        endpoint: "POST /api/detect",
+        status: 400,
+        condition: "url unparseable",
+        run: () => post(s.url, "/api/detect", { url: "https://example.com/a/b" }),
+        error: /^cannot parse a model id/,
+      },
+      {
+        endpoint: "POST /api/detect",
+        status: 500,
+        condition: "any other failure: a model the hub does not have",
+        run: () => post(s.url, "/api/detect", { url: "owner/Missing" }),
+        error: () => hubPattern("detecting owner/Missing"),
+      },
+      {
+        endpoint: "POST /api/detect",
+        status: 500,
+        condition: "any other failure: the hub unreachable",
+        run: async () => {
+          await using down = await startTestServer(await unreachableHubUrl());
+          return await post(down.url, "/api/detect", { url: REPOS.base });
+        },
+        error: /^detecting [^:]+: cannot reach the model hub at .*ECONNREFUSED/,
+      },
+      {
+        endpoint: "POST /api/publish",
+        status: 400,
+        condition: "no token configured",
+        run: async () => {
+          await using bare = await startTestServer(fx.hub.url);
+          return await post(bare.url, "/api/publish", {
+            base_model: REPOS.base,
+            sidecar_repo: "x/y",
+          });
+        },
+        error: /no model-hub token configured/,
+      },
+      {
+        endpoint: "POST /api/publish",
+        status: 429,
+        condition: "2 publish jobs already running",
+        run: async () => {
+          const hold = fx.hub.hold(
+            (r) => r.method === "GET" && /model-\d+-of-\d+\.safetensors$/.test(r.path),
+          );
+          try {
+            const a = await publish(s, REPOS.base, "quant-org/Tiny-MTP-R1");
+            const b = await publish(s, REPOS.base, "quant-org/Tiny-MTP-R2");
+            const third = await post(s.url, "/api/publish", {
+              base_model: REPOS.base,
+              sidecar_repo: "quant-org/Tiny-MTP-R3",
+            });
+            hold.release();
+            for (const id of [a, b]) await readSse(await stream(s, id));
+            return third;
+          } finally {
+            hold.release();
+          }
+        },
+        error: /^2 publish jobs already running; retry when one finishes$/,
+      },
+      {
+        endpoint: "POST /api/register",
+        status: 400,
+        condition: "url empty",
+        run: () => post(s.url, "/api/register", { url: "" }),
+        error: /^url must not be empty$/,
+      },
+      {
+        endpoint: "POST /api/register",
+        status: 400,
+        condition: "url invalid",
+        run: () => post(s.url, "/api/register", { url: "not a model" }),
+        error: /^cannot parse a model id/,
+      },
+      {
+        endpoint: "POST /api/register",
+        status: 400,
+        condition: "detected quant outside ALLOWED_QUANTS",
+        run: () => post(s.url, "/api/register", { url: REPOS.q8k }),
+        error: /"q8k".*allowed: q4k/,
+      },
+      {
+        endpoint: "POST /api/register",
+        status: 409,
+        condition: "derived key already in the catalog",
+        run: async () => {
+          await post(s.url, "/api/register", { url: REPOS.q4k });
+          return post(s.url, "/api/register", { url: REPOS.q4k });
+        },
+        error: /key "tiny-mtp-q4k"/,
+      },
+      {
+        endpoint: "POST /api/register",
+        status: 500,
+        condition: "any other failure: a model the hub does not have",
+        run: () => post(s.url, "/api/register", { url: "owner/Missing-Q4K" }),
+        error: () => hubPattern("registering owner/Missing-Q4K"),
+      },
+      {
+        endpoint: "POST /api/register",
+        status: 500,
+        condition: "any other failure: no base model can be resolved",
+        run: () => post(s.url, "/api/register", { url: REPOS.gemmaAssistant }),
+        error:
+          /^could not resolve a full-precision base model for .* \(no usable base_model in its model card\)$/,
+      },
+      {
+        endpoint: "POST /api/catalog/find",
+        status: 400,
+        condition: "url empty",
+        run: () => post(s.url, "/api/catalog/find", { url: "" }),
+        error: /^url must not be empty$/,
+      },
+      {
+        endpoint: "POST /api/catalog/find",
+        status: 400,
+        condition: "model id unparseable",
+        run: () => post(s.url, "/api/catalog/find", { url: "a/b/c" }),
+        error: /^cannot parse a model id/,
+      },
+      {
+        endpoint: "POST /api/catalog/find",
+        status: 404,
+        condition: "no entry matches; body also carries source_model",
+        run: () => post(s.url, "/api/catalog/find", { url: "nobody/nothing" }),
+        error: /^no catalog entry has source model nobody\/nothing$/,
+        extra: { source_model: "nobody/nothing" },
+      },
+      {
+        endpoint: "POST /api/catalog/find",
+        status: 500,
+        condition: "catalog failed to load",
+        run: async () => {
+          await using broken = await startTestServer(fx.hub.url, {
+            env: { PUBLISHER_CATALOG: join(s.dir, "missing.yaml") },
+          });
+          return await post(broken.url, "/api/catalog/find", { url: REPOS.base });
+        },
+        error: /catalog .* failed to load/,
+      },
+      {
+        endpoint: "GET /api/stream/{job_id}",
+        status: 404,
+        condition: "job id unknown or already evicted",
+        run: async () => {
+          const res = await fetch(`${s.url}/api/stream/does-not-exist`);
+          return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+        },
+        error: /^job not found$/,
+      },
+    ];
 
-    it("POST /api/detect 400: url empty or unparseable; 404: no such model; 500: any other failure", async () => {
-      expect((await post(s.url, "/api/detect", { url: "" })).status).toBe(400);
-      expect((await post(s.url, "/api/detect", { url: "https://example.com/a/b" })).status).toBe(
-        400,
+    it("every row of the spec's error table has a case here", () => {
+      const seen = new Set(rows().map((r) => `${r.endpoint} ${r.status}`));
+      expect([...seen].sort()).toEqual(
+        [
+          "POST /api/config 400",
+          "POST /api/detect 400",
+          "POST /api/detect 500",
+          "POST /api/publish 400",
+          "POST /api/publish 429",
+          "POST /api/register 400",
+          "POST /api/register 409",
+          "POST /api/register 500",
+          "POST /api/catalog/find 400",
+          "POST /api/catalog/find 404",
+          "POST /api/catalog/find 500",
+          "GET /api/stream/{job_id} 404",
+        ].sort(),
       );
-      const missing = await post(s.url, "/api/detect", { url: "nobody/nothing" });
-      expect(missing).toEqual({
-        status: 404,
-        json: {
-          error:
-            "model nobody/nothing was not found on the hub (or is not visible with the configured token)",
-        },
-      });
-      await using down = await startTestServer(await unreachableHubUrl());
-      expect((await post(down.url, "/api/detect", { url: REPOS.base })).status).toBe(500);
     });
 
-    it("POST /api/publish 400: no token configured", async () => {
-      await using bare = await startTestServer(fx.hub.url);
-      const r = await post(bare.url, "/api/publish", {
-        base_model: REPOS.base,
-        sidecar_repo: "x/y",
+    for (const [i, row] of rows().entries()) {
+      it(`${row.endpoint} ${row.status}: ${row.condition}`, async () => {
+        const r = await rows()[i]!.run();
+        expect(r.status, JSON.stringify(r.json)).toBe(row.status);
+        expect(Object.keys(r.json).sort()).toEqual(
+          ["error", ...Object.keys(row.extra ?? {})].sort(),
+        );
+        expect(r.json["error"]).toMatch(typeof row.error === "function" ? row.error() : row.error);
+        for (const [k, v] of Object.entries(row.extra ?? {})) expect(r.json[k]).toEqual(v);
       });
-      expect(r.status).toBe(400);
-      expect(r.json["error"]).toMatch(/no model-hub token configured/);
-    });
+    }
+  });
 
-    it("POST /api/register 400: invalid url or quant outside ALLOWED_QUANTS; 409: collision; 404: no such model", async () => {
-      expect((await post(s.url, "/api/register", { url: "" })).status).toBe(400);
-      expect((await post(s.url, "/api/register", { url: "not a model" })).status).toBe(400);
-      const q8 = await post(s.url, "/api/register", { url: REPOS.q8k });
-      expect(q8.status).toBe(400);
-      expect(q8.json["error"]).toMatch(/"q8k".*allowed: q4k/);
-      await post(s.url, "/api/register", { url: REPOS.q4k });
-      const dup = await post(s.url, "/api/register", { url: REPOS.q4k });
-      expect(dup.status).toBe(409);
-      expect(dup.json["error"]).toMatch(/key "tiny-mtp-q4k"/);
-      expect((await post(s.url, "/api/register", { url: "nobody/nothing-q4k" })).status).toBe(404);
-      // A q4k model whose card names no base model cannot be registered (found by fuzzing: was 500).
-      expect(await post(s.url, "/api/register", { url: REPOS.gemmaAssistant })).toEqual({
-        status: 400,
-        json: {
-          error: `could not resolve a full-precision base model for ${REPOS.gemmaAssistant} (no usable base_model in its model card)`,
-        },
+  describe("the hub token never leaves in a body or a log line", () => {
+    it("whatever field the token is typed into, on every endpoint, answers and the log are scrubbed", async () => {
+      const t = TEST_TOKEN;
+      const attempts: { path: string; body?: unknown; method?: string }[] = [
+        { path: "/api/detect", body: { url: t } },
+        { path: "/api/detect", body: { url: `${t}/model` } },
+        { path: "/api/detect", body: { url: `owner/${t}` } },
+        { path: "/api/detect", body: { url: `https://huggingface.co/owner/${t}` } },
+        { path: "/api/register", body: { url: `owner/${t}` } },
+        { path: "/api/register", body: { url: t } },
+        { path: "/api/catalog/find", body: { url: `owner/${t}` } },
+        { path: "/api/catalog/find", body: { url: t } },
+        { path: "/api/publish", body: { base_model: `owner/${t}`, sidecar_repo: "x/y" } },
+        { path: "/api/publish", body: { base_model: REPOS.base, sidecar_repo: `owner/${t}` } },
+        { path: "/api/publish", body: { base_model: t, sidecar_repo: t } },
+        { path: `/api/stream/${t}`, method: "GET" },
+        { path: `/api/${t}`, method: "GET" },
+        { path: `/${t}`, method: "GET" },
+        { path: "/api/config", body: { hf_token: `${t} ` } },
+      ];
+      for (const a of attempts) {
+        const res = await fetch(`${s.url}${a.path}`, {
+          method: a.method ?? "POST",
+          ...(a.body !== undefined
+            ? { headers: { "Content-Type": "application/json" }, body: JSON.stringify(a.body) }
+            : {}),
+        });
+        const text = await res.text();
+        expect(text, `${a.path} ${JSON.stringify(a.body)}`).not.toContain(t);
+        expect(text, `${a.path} ${JSON.stringify(a.body)}`).not.toContain(encodeURIComponent(t));
+      }
+      // The publish jobs those requests started end, and their lines are scrubbed too.
+      await waitFor(() => (s.server.jobs.runningCount() === 0 ? true : undefined), {
+        timeoutMs: 30_000,
+        what: "jobs finished",
       });
-    });
-
-    it("POST /api/catalog/find 400 / 404 with source_model / 500 when the catalog fails to load", async () => {
-      expect((await post(s.url, "/api/catalog/find", { url: "" })).status).toBe(400);
-      expect((await post(s.url, "/api/catalog/find", { url: "a/b/c" })).status).toBe(400);
-      expect(await post(s.url, "/api/catalog/find", { url: "nobody/nothing" })).toEqual({
-        status: 404,
-        json: {
-          error: "no catalog entry has source model nobody/nothing",
-          source_model: "nobody/nothing",
-        },
-      });
-      await using broken = await startTestServer(fx.hub.url, {
-        env: { PUBLISHER_CATALOG: join(s.dir, "missing.yaml") },
-      });
-      const r = await post(broken.url, "/api/catalog/find", { url: REPOS.base });
-      expect(r.status).toBe(500);
-      expect(r.json["error"]).toMatch(/catalog .* failed to load/);
-    });
-
-    it("GET /api/stream/{job_id} 404: unknown job", async () => {
-      const res = await fetch(`${s.url}/api/stream/does-not-exist`);
-      expect(res.status).toBe(404);
-      expect(await res.json()).toEqual({ error: "job not found" });
+      expect(s.logText()).not.toContain(t);
+      expect(s.logText()).toContain("[redacted]");
     });
   });
 

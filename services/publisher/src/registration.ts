@@ -19,9 +19,9 @@ export interface RegistrationResult {
 /** The entry registration writes for a detection. Pure. */
 export function buildEntry(d: Detection): NewCatalogEntry {
   if (!d.baseModel) {
-    // The request names a model that cannot be registered, like a refused quant: a 400.
+    // Not bad input (the spec's 400 rows are a bad url and a refused quant): "any other failure".
     throw new PublisherError(
-      "bad_request",
+      "not_registrable",
       `could not resolve a full-precision base model for ${d.modelId} (no usable base_model in its model card)`,
     );
   }

@@ -18,12 +18,17 @@ import type { HubClient } from "./hub-client.ts";
 import { JobManager } from "./jobs.ts";
 import { runPublish } from "./publish.ts";
 import { TokenStore } from "./token-store.ts";
+import { scrubSecret } from "./errors.ts";
 
 export const BIND_HOST = "127.0.0.1";
 
 export interface PublisherServerOptions {
   readonly config: PublisherConfig;
-  readonly log: Logger;
+  /**
+   * Makes the server's root logger; it must pass every line through `scrub`, which removes the hub
+   * token the server holds (createLogger's `scrub` option).
+   */
+  readonly log: (scrub: (line: string) => string) => Logger;
   /** HF_TOKEN from the environment. */
   readonly envToken?: string | undefined;
   readonly clock?: Clock;
@@ -43,28 +48,35 @@ export class PublisherServer {
   private address = "";
 
   constructor(private readonly o: PublisherServerOptions) {
-    this.log = o.log.child({ component: "publisher" });
+    // The token store logs while it loads: until it exists there is no token to scrub.
+    const root = o.log((line) => scrubSecret(line, (this.tokens as TokenStore | undefined)?.get()));
+    this.log = root.child({ component: "publisher" });
     const c = o.config;
-    this.tokens = new TokenStore({ configDir: c.configDir, envToken: o.envToken, log: o.log });
+    this.tokens = new TokenStore({ configDir: c.configDir, envToken: o.envToken, log: root });
     const hub = o.hub ?? createHubClient({ hubUrl: c.hubUrl, token: () => this.tokens.get() });
     this.jobs = new JobManager({
       clock: o.clock ?? systemClock,
-      log: o.log,
+      log: root,
       retentionMs: c.retentionMs,
       maxRunning: c.maxJobs,
       secret: () => this.tokens.get(),
     });
-    this.catalog = new Catalog({ path: c.catalogPath, log: o.log });
+    this.catalog = new Catalog({ path: c.catalogPath, log: root });
     this.app = createPublisherApp({
       tokens: this.tokens,
-      detector: new Detector({ hub, log: o.log }),
+      detector: new Detector({ hub, log: root }),
       jobs: this.jobs,
       catalog: this.catalog,
       runPublish: (req, ctx) => runPublish(req, ctx, { hub, workDir: c.workDir }),
       publicDir: o.publicDir ?? PUBLIC_DIR,
-      log: o.log,
+      log: root,
       hubUrl: c.hubUrl,
     });
+  }
+
+  /** The server's logger (its lines are scrubbed of the hub token). */
+  get logger(): Logger {
+    return this.log;
   }
 
   get url(): string {
@@ -86,7 +98,7 @@ export class PublisherServer {
     const server = await listenHttp(this.app, {
       host: BIND_HOST,
       port: this.o.config.port,
-      log: this.o.log,
+      log: this.log,
     });
     this.server = server;
     this.address = `http://${BIND_HOST}:${(server.address() as AddressInfo).port}`;

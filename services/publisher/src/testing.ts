@@ -90,12 +90,21 @@ export async function startHubFixture(
 }
 
 /** A logger whose JSON lines are collected, to check what is (not) logged. */
-export function capturingLogger(): { log: Logger; text: () => string } {
+export function capturingLogger(): {
+  log: (scrub?: (line: string) => string) => Logger;
+  text: () => string;
+} {
   const stream = new PassThrough();
   const chunks: string[] = [];
   stream.on("data", (c: Buffer) => chunks.push(c.toString()));
   return {
-    log: createLogger({ enabled: true, level: "debug", destination: stream }),
+    log: (scrub) =>
+      createLogger({
+        enabled: true,
+        level: "debug",
+        destination: stream,
+        ...(scrub ? { scrub } : {}),
+      }),
     text: () => chunks.join(""),
   };
 }
