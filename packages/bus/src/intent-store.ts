@@ -14,7 +14,10 @@ const INITIALIZED = "meta.initialized";
 const MAX_REPLICAS = 3;
 
 export interface IntentStoreOptions {
-  /** Bound of every JetStream call (default 3 s): a side without quorum fails within it. */
+  /**
+   * Bound of every JetStream call (default 1.5 s): a side without quorum fails within it, and a
+   * master restoring after a full restart asks again soon after JetStream has elected its leaders.
+   */
   readonly timeoutMs?: number;
   /**
    * Replicas of the bucket, fixed when it is created: min(3, the configured number of nodes). It is
@@ -40,7 +43,7 @@ export class JetStreamIntentStore implements IntentStore {
     private readonly log: Logger,
     private readonly o: IntentStoreOptions = {},
   ) {
-    this.timeoutMs = o.timeoutMs ?? 3000;
+    this.timeoutMs = o.timeoutMs ?? 1500;
     this.js = nc.jetstream({ timeout: this.timeoutMs });
   }
 

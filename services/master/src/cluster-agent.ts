@@ -1208,8 +1208,9 @@ const SESSION_CHANGED: CommandReply = {
 
 /** A nodeHealth entry once the intent store has failed for this long. */
 const INTENT_HEALTH_AFTER_MS = 5000;
-const INTENT_RETRY_MS = 500;
-const INTENT_RETRY_MAX_MS = 5000;
+/** Retries of the restore: cheap (one read), and every second counts after a full restart. */
+const INTENT_RETRY_MS = 250;
+const INTENT_RETRY_MAX_MS = 1000;
 
 function freshIntentState() {
   return {
