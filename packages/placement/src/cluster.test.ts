@@ -46,6 +46,9 @@ interface NodeSpec {
   readonly freeGb: number | null;
   readonly usable?: boolean;
   readonly health?: HealthEntry[];
+  /** The engine probe's finding; absent: not probed. */
+  readonly split?: { row_over_rpc: boolean; tensor_over_rpc: boolean; evidence: string };
+  readonly backend?: "cpu" | "cuda";
 }
 
 function cluster(nodes: NodeSpec[], placed: Record<string, number>[] = []) {
@@ -85,10 +88,11 @@ function cluster(nodes: NodeSpec[], placed: Record<string, number>[] = []) {
             engine: {
               server_bin: "/bin/llama-server",
               rpc_bin: null,
-              backend: "cpu",
+              backend: n.backend ?? "cpu",
               usable: n.usable ?? true,
               ...(n.usable === false ? { problem: "not found" } : {}),
               overridden: false,
+              ...(n.split ? { split: n.split } : {}),
             },
             declared_backend: "auto",
           },
@@ -356,6 +360,82 @@ describe("previewCluster", () => {
     if (!two.result.ok) expect(two.result.code).toBe("node_unhealthy");
     const one = previews.find((p) => p.sharding === "Pipeline" && p.nodes === 1)!;
     expect(placedOn(one.result)).toEqual(["n-a"]);
+  });
+});
+
+describe("Tensor across nodes: only with an engine that splits tensors over rpc", () => {
+  const yes = { row_over_rpc: false, tensor_over_rpc: true, evidence: "tensor: served" };
+  const no = {
+    row_over_rpc: false,
+    tensor_over_rpc: false,
+    evidence: "row: device RPC0 does not support split buffers",
+  };
+  const two = (a: NodeSpec["split"], b: NodeSpec["split"], backend: "cpu" | "cuda" = "cuda") =>
+    cluster([
+      { id: "a", totalGb: 64, freeGb: 64, backend, ...(a ? { split: a } : {}) },
+      { id: "b", totalGb: 64, freeGb: 64, backend, ...(b ? { split: b } : {}) },
+    ]);
+  const req = (excluded: string[] = []) => ({
+    model,
+    minNodes: 2,
+    sharding: "Tensor" as const,
+    excluded,
+    memory: BARE,
+  });
+  it.each([
+    { name: "both engines split over rpc: placed", a: yes, b: yes, code: null },
+    {
+      name: "row split over rpc is enough too",
+      a: { ...no, row_over_rpc: true },
+      b: yes,
+      code: null,
+    },
+    {
+      name: "one engine cannot: refused naming it and its words",
+      a: yes,
+      b: no,
+      code: "tensor_unsupported",
+    },
+    {
+      name: "an engine not probed counts as cannot",
+      a: yes,
+      b: undefined,
+      code: "tensor_unsupported",
+    },
+  ])("$name", ({ a, b, code }) => {
+    const { state, reports } = two(a, b);
+    const r = placeInCluster(state, reports, req());
+    if (code === null) expect(r.ok).toBe(true);
+    else {
+      expect(r.ok ? null : r.code).toBe(code);
+      expect(r.ok ? "" : r.message).toMatch(/engine of node node-b \(n-b\) does not \(/);
+      expect(r.ok ? "" : r.message).toMatch(/use Pipeline sharding for min_nodes > 1/);
+    }
+  });
+
+  it("a CPU engine that splits over rpc still cannot: llama-server holds no share on the CPU", () => {
+    const { state, reports } = two(yes, yes, "cpu");
+    const r = placeInCluster(state, reports, req());
+    expect(r.ok ? null : r.code).toBe("tensor_unsupported");
+    expect(r.ok ? "" : r.message).toMatch(/serves on the CPU \(cpu engine\)/);
+  });
+
+  it("Tensor on one node, and Pipeline across nodes, need no such engine", () => {
+    const { state, reports } = two(no, no);
+    expect(placeInCluster(state, reports, { ...req(), minNodes: 1 }).ok).toBe(true);
+    expect(placeInCluster(state, reports, { ...req(), sharding: "Pipeline" }).ok).toBe(true);
+    const p = previewCluster(state, reports, { model, memory: BARE });
+    expect(
+      p.previews.map((e) => `${e.sharding}/${e.nodes}:${e.result.ok ? "ok" : e.result.code}`),
+    ).toEqual(["Pipeline/1:ok", "Pipeline/2:ok", "Tensor/1:ok", "Tensor/2:tensor_unsupported"]);
+  });
+
+  it("the sequencer refuses a Tensor instance across nodes whose engines cannot split", () => {
+    const { state, reports } = two(yes, no);
+    const inst: Instance = { ...instance("i-t", { a: 3, b: 3 }), sharding: "Tensor" };
+    expect(checkInstance(state, reports, inst, model, BARE)?.code).toBe("tensor_unsupported");
+    const ok = two(yes, yes);
+    expect(checkInstance(ok.state, ok.reports, inst, model, BARE)).toBeNull();
   });
 });
 

@@ -41,6 +41,12 @@ export interface NodeCapacity {
   readonly free_bytes: number | null;
   /** Set when the node is not a candidate (unusable engine, error-level nodeHealth). */
   readonly unavailable: Unavailable | null;
+  /**
+   * Whether it can take part in a Tensor split across nodes: its engine serves on a GPU and its
+   * capability probe found a split mode that runs over rpc devices (`-sm tensor` or `-sm row`),
+   * with the engine's own words; unknown: no.
+   */
+  readonly tensor_across_nodes: { readonly ok: boolean; readonly evidence: string };
 }
 
 /** Placement refusal codes plus the one that only a cluster view can give. */
@@ -128,8 +134,48 @@ export function nodeCapacities(
       reserved_bytes: res,
       free_bytes: t ? availableBytes(t.memory_total_bytes, t.memory_free_bytes, res) : null,
       unavailable: r ? unavailableReason(r) : null,
+      tensor_across_nodes: tensorAcrossNodes(t),
     };
   });
+}
+
+function tensorAcrossNodes(t: NodeReport["telemetry"]): NodeCapacity["tensor_across_nodes"] {
+  if (!t) return { ok: false, evidence: "its telemetry is not known yet" };
+  const split = t.engine.split;
+  if (!split) return { ok: false, evidence: "its engine was not probed" };
+  if (!split.row_over_rpc && !split.tensor_over_rpc) return { ok: false, evidence: split.evidence };
+  // llama.cpp offloads a tensor share only to GPUs and rpc devices: a node whose llama-server runs
+  // on the CPU would hold none of its own share.
+  if (t.engine.backend !== "cuda" && t.engine.backend !== "metal")
+    return {
+      ok: false,
+      evidence: `it serves on the CPU (${t.engine.backend} engine), and llama.cpp splits tensors only across GPUs and rpc devices`,
+    };
+  return { ok: true, evidence: split.evidence };
+}
+
+/**
+ * Tensor sharding across nodes needs an engine that splits tensors over its rpc devices, on every
+ * node the instance could use (the capability probe says; llama.cpp of this build cannot with
+ * `-sm row`). Null when every candidate can; else the typed refusal naming the first that cannot.
+ */
+function tensorAcrossNodesRefusal(
+  caps: readonly NodeCapacity[],
+  excluded: ReadonlySet<string>,
+  minNodes: number,
+): ClusterRefusal | null {
+  const lacking = caps.find((c) => !excluded.has(c.node_id) && !c.tensor_across_nodes.ok);
+  if (!lacking) return null;
+  return {
+    ok: false,
+    code: "tensor_unsupported",
+    message:
+      `Tensor sharding across ${minNodes} nodes needs an engine that splits tensors over its rpc ` +
+      `devices, and the engine of node ${lacking.name} (${lacking.node_id}) does not ` +
+      `(${lacking.tensor_across_nodes.evidence}); use Pipeline sharding for min_nodes > 1, or ` +
+      `Tensor with min_nodes 1 on a node with several GPUs`,
+    node_id: lacking.node_id,
+  };
 }
 
 /** Undirected links between members, from their reports; pending while a member has measured none. */
@@ -257,6 +303,10 @@ export function placeInCluster(
   req: ClusterRequest,
 ): ClusterPlacementResult {
   const b = baseInput(state, reports, req);
+  if (req.sharding === "Tensor" && req.minNodes > 1) {
+    const refused = tensorAcrossNodesRefusal(b.caps, new Set(b.excludedAll), req.minNodes);
+    if (refused) return refused;
+  }
   const k = { minNodes: req.minNodes, sharding: req.sharding };
   const r1 = strip(place({ ...b.input, ...k, excluded: b.excludedAll }), b.caps);
   if (r1.ok) return r1;
@@ -278,7 +328,13 @@ export function previewCluster(
   const b = baseInput(state, reports, { ...req, minNodes: 1, sharding: "Pipeline" });
   const healthyOnly = previews({ ...b.input, excluded: b.excludedAll });
   let asIfHealthy: PreviewEntry[] | undefined;
+  const excluded = new Set(b.excludedAll);
   const out = healthyOnly.map((e, i) => {
+    const tensor =
+      e.sharding === "Tensor" && e.nodes > 1
+        ? tensorAcrossNodesRefusal(b.caps, excluded, e.nodes)
+        : null;
+    if (tensor) return { sharding: e.sharding, nodes: e.nodes, result: tensor };
     const r1 = strip(e.result, b.caps);
     if (r1.ok) return { sharding: e.sharding, nodes: e.nodes, result: r1 };
     const result = withUnhealthy(r1, b.unhealthy, () => {
@@ -307,6 +363,15 @@ export function checkInstance(
   const facts = modelFacts(model);
   const kv = kvCacheBytes(facts, mem);
   const n = instance.assignments.length;
+  if (instance.sharding === "Tensor" && n > 1) {
+    const used = new Set(instance.assignments.map((a) => a.node_id as string));
+    const refused = tensorAcrossNodesRefusal(
+      [...caps.values()].filter((c) => used.has(c.node_id)),
+      new Set(),
+      n,
+    );
+    if (refused) return refused;
+  }
   for (const a of instance.assignments) {
     const c = caps.get(a.node_id);
     if (!c) {

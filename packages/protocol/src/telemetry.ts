@@ -40,6 +40,17 @@ export const GpuSchema = z.object({
 });
 export type Gpu = z.infer<typeof GpuSchema>;
 
+/**
+ * Which split modes the engine runs across nodes (llama-server over ggml-rpc devices), as its
+ * capability probe found (packages/engine capabilities.ts), with the engine's own words.
+ */
+export const SplitSupportSchema = z.object({
+  row_over_rpc: z.boolean(),
+  tensor_over_rpc: z.boolean(),
+  evidence: z.string(),
+});
+export type SplitSupport = z.infer<typeof SplitSupportSchema>;
+
 export const EngineInfoSchema = z.object({
   server_bin: z.string().nullable(),
   rpc_bin: z.string().nullable(),
@@ -48,6 +59,8 @@ export const EngineInfoSchema = z.object({
   usable: z.boolean(),
   problem: z.string().optional(),
   overridden: z.boolean(),
+  /** What the capability probe found; absent until it ran (or from an older node). */
+  split: SplitSupportSchema.optional(),
 });
 export type EngineInfo = z.infer<typeof EngineInfoSchema>;
 

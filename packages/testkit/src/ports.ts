@@ -1,5 +1,5 @@
-// Free loopback ports and polling (from the launcher of services/node), and the testkit's fixtures.
-export { freePort, freePorts, waitFor } from "@ic/node/launcher";
+// Free loopback ports and polling (from @ic/process), and the testkit's fixtures.
+export { freePort, freePorts, waitFor } from "@ic/process";
 
 /** Absolute path of a fixture shipped with the testkit (e.g. "slow-engine.sh"). */
 export function fixturePath(name: string): string {

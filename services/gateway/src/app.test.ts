@@ -32,13 +32,42 @@ const model: ModelRecord = {
   supports_tensor: true,
 };
 
-function telemetry(freeGb: number): Telemetry {
+/** What the engine probe of this llama.cpp build finds: `-sm row` cannot split over rpc, `-sm tensor` can. */
+const PROBED = {
+  row_over_rpc: false,
+  tensor_over_rpc: true,
+  evidence: "row: device RPC0 does not support split buffers; tensor: served over two rpc devices",
+};
+/** An engine whose probe found no split mode over rpc. */
+const NO_SPLIT = {
+  row_over_rpc: false,
+  tensor_over_rpc: false,
+  evidence:
+    "row: device RPC0 does not support split buffers; tensor: device RPC0 does not support split buffers",
+};
+
+/** A GPU node (memory: its VRAM) with the probed engine, unless told otherwise. */
+function telemetry(freeGb: number, split = PROBED): Telemetry {
   return {
     memory_total_bytes: 128 * G,
     memory_free_bytes: freeGb * G,
-    gpus: [],
+    gpus: [
+      {
+        vendor: "nvidia",
+        model: "H200",
+        vram_total_bytes: 128 * G,
+        vram_free_bytes: freeGb * G,
+      },
+    ],
     disk_free_bytes: 100 * G,
-    engine: { server_bin: "/e", rpc_bin: "/r", backend: "cpu", usable: true, overridden: false },
+    engine: {
+      server_bin: "/e",
+      rpc_bin: "/r",
+      backend: "cuda",
+      usable: true,
+      overridden: false,
+      split,
+    },
     declared_backend: "auto",
   };
 }
@@ -46,7 +75,7 @@ function telemetry(freeGb: number): Telemetry {
 /** A scripted cluster view: nodes with given free memory, fully linked; records the commands it gets. */
 function fakeCluster(
   nodes: { name: string; freeGb: number | null }[],
-  opts: { synced?: boolean } = {},
+  opts: { synced?: boolean; split?: typeof PROBED } = {},
 ) {
   const state: ControlState = emptyState();
   state.session = {
@@ -79,7 +108,7 @@ function fakeCluster(
       master_peer_key: "p-0",
       is_master: i === 0,
       last_index: 0,
-      telemetry: n.freeGb === null ? null : telemetry(n.freeGb),
+      telemetry: n.freeGb === null ? null : telemetry(n.freeGb, opts.split),
       links: nodes
         .map((_, j) => ({ peer_key: `p-${j}`, rtt_ms: 0.5 }))
         .filter((l) => l.peer_key !== peer),
@@ -248,6 +277,52 @@ describe("GET /instance/previews and DELETE /instance", () => {
       "Tensor/2:all_excluded",
     ]);
   });
+  it("Tensor across nodes with an engine that cannot split over rpc: 400 tensor_unsupported at the API and in previews, naming the engine's words; nothing reaches the master", async () => {
+    const c = fakeCluster(
+      [
+        { name: "a", freeGb: 64 },
+        { name: "b", freeGb: 64 },
+      ],
+      { split: NO_SPLIT },
+    );
+    const r = await post(app(c.view), "/place_instance", {
+      model_id: "org/big",
+      min_nodes: 2,
+      sharding: "Tensor",
+    });
+    expect(r.status).toBe(400);
+    expect(r.body.error).toMatchObject({ code: "tensor_unsupported", retryable: false });
+    expect(r.body.error!.message).toMatch(
+      /engine of node a \(n-[0-9a-f]+\) does not \(row: device RPC0 does not support split buffers.*use Pipeline sharding for min_nodes > 1/,
+    );
+    expect(c.commands).toEqual([]);
+    const p = await app(c.view).request("/instance/previews?model_id=org/big");
+    const body = (await p.json()) as {
+      previews: { sharding: string; nodes: number; ok: boolean; error?: { code: string } }[];
+    };
+    expect(
+      body.previews.map((x) => `${x.sharding}/${x.nodes}:${x.ok ? "ok" : x.error!.code}`),
+    ).toEqual(["Pipeline/1:ok", "Pipeline/2:ok", "Tensor/1:ok", "Tensor/2:tensor_unsupported"]);
+    // One node alone may use Tensor (its local GPUs), and an engine that can split places it.
+    expect(
+      (await post(app(c.view), "/place_instance", { model_id: "org/big", sharding: "Tensor" }))
+        .status,
+    ).toBe(200);
+    const capable = fakeCluster([
+      { name: "a", freeGb: 64 },
+      { name: "b", freeGb: 64 },
+    ]);
+    expect(
+      (
+        await post(app(capable.view), "/place_instance", {
+          model_id: "org/big",
+          min_nodes: 2,
+          sharding: "Tensor",
+        })
+      ).status,
+    ).toBe(200);
+  });
+
   it("DELETE sends DeleteInstance", async () => {
     const c = fakeCluster([{ name: "a", freeGb: 64 }]);
     const r = await app(c.view).request("/instance/i-123", { method: "DELETE" });

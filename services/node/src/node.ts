@@ -8,7 +8,7 @@ import { createServer } from "node:http";
 import type { Hono } from "hono";
 import { Bus, NatsServer } from "@ic/bus";
 import type { Config } from "@ic/config";
-import { locateEngine } from "@ic/engine";
+import { engineCacheRoot, locateEngine, probeSplitSupport } from "@ic/engine";
 import { childrenDir, sweepOrphans } from "@ic/process";
 import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
@@ -137,10 +137,14 @@ export class Node implements AsyncDisposable {
     this.eventLog = eventLog;
 
     // 3. Engine and telemetry.
-    this.engineInfo = await locateEngine({
+    const located = await locateEngine({
       serverBinOverride: cfg.engine.server_bin,
       rpcBinOverride: cfg.engine.rpc_bin,
     });
+    // What the engine can split across nodes, asked of the engine (cached per build).
+    const split = await probeSplitSupport(located, { cacheDir: engineCacheRoot() });
+    this.engineInfo = { ...located, split };
+    log.info({ split }, "engine split modes across nodes (capability probe)");
     if (!this.engineInfo.usable)
       log.warn({ engine: this.engineInfo }, "engine unusable; this node cannot run instances");
     const telemetry = new TelemetryCollector({
@@ -456,6 +460,7 @@ export class Node implements AsyncDisposable {
       stager,
       log,
       engine: () => this.engineInfo!,
+      gpus: () => telemetry.telemetry?.gpus ?? [],
       host: engineHost,
       advertiseHost: cfg.node.host,
       engineKey: creds.engineKey,

@@ -15,10 +15,26 @@ export interface ServerArgsInput {
   readonly totalLayers: number;
   /** host:port of ranks 1..n-1, in rank order. */
   readonly rpcEndpoints: readonly string[];
-  /** Whether rank 0 serves on a local GPU (then it is a device in the split too). */
-  readonly localGpu: boolean;
+  /**
+   * Free bytes of each local GPU rank 0 serves on (empty on a CPU engine): each is a device of the
+   * split, after the rpc devices, and rank 0's share is divided among them by free memory.
+   */
+  readonly localGpus: readonly number[];
+  /**
+   * How Tensor splits across nodes: the split mode the engine's capability probe found running over
+   * rpc devices (`tensor`, else `row`).
+   */
+  readonly tensorMode: "tensor" | "row";
   readonly extraArgs: readonly string[];
 }
+
+/** `share` divided among devices in proportion to `weights` (equal when they are all 0). */
+function divide(share: number, weights: readonly number[]): number[] {
+  const total = weights.reduce((s, w) => s + w, 0);
+  return weights.map((w) => (total > 0 ? (share * w) / total : share / weights.length));
+}
+
+const fmt = (x: number) => String(Math.round(x * 1e6) / 1e6);
 
 export function serverArgs(i: ServerArgsInput): string[] {
   const a = [
@@ -37,28 +53,28 @@ export function serverArgs(i: ServerArgsInput): string[] {
   // timings and speculative-decoding statistics -- what the health checklist reads.
   a.push("-fit", "off", "--metrics", "--no-webui", "-lv", "4");
   const ranks = i.instance.assignments;
+  const gpus = i.localGpus;
   if (ranks.length > 1) {
     a.push("--rpc", i.rpcEndpoints.join(","));
+    // llama.cpp lists rpc devices first, then local GPUs: split shares follow that order.
     if (i.instance.sharding === "Tensor") {
-      a.push("-sm", "row", "-ngl", String(i.totalLayers + 1));
-      // llama.cpp puts RPC devices first, then local GPUs: split shares follow that order.
-      const shares = (i.localGpu ? [...ranks.slice(1), ranks[0]!] : ranks.slice(1)).map((r) =>
-        String(r.fraction ?? 1 / ranks.length),
-      );
-      a.push("-ts", shares.join(","));
+      a.push("-sm", i.tensorMode, "-ngl", String(i.totalLayers + 1));
+      const share = (r: (typeof ranks)[number]) => r.fraction ?? 1 / ranks.length;
+      const shares = [...ranks.slice(1).map(share), ...divide(share(ranks[0]!), gpus)];
+      a.push("-ts", shares.map(fmt).join(","));
     } else {
       // Pipeline: every rank holds its layer share. Remote ranks are RPC devices; rank 0's own layers
-      // stay on its local device (its GPU if it has one, else the CPU, by offloading only the rest).
+      // stay on its local devices (its GPUs if it has any, else the CPU, by offloading only the rest).
       const layers = ranks.map((r) => r.layers ?? 0);
       const remote = layers.slice(1);
-      if (i.localGpu) {
+      if (gpus.length > 0) {
         a.push(
           "-sm",
           "layer",
           "-ngl",
           String(i.totalLayers + 1),
           "-ts",
-          [...remote, layers[0]].join(","),
+          [...remote, ...divide(layers[0]!, gpus)].map(fmt).join(","),
         );
       } else {
         const offloaded = remote.reduce((s, n) => s + n, 0);
@@ -68,6 +84,9 @@ export function serverArgs(i: ServerArgsInput): string[] {
     }
   } else {
     a.push("-ngl", String(i.gpuLayers));
+    // Tensor on one node means a row split across its local GPUs, by their free memory.
+    if (i.instance.sharding === "Tensor" && gpus.length > 1)
+      a.push("-sm", "row", "-ts", divide(1, gpus).map(fmt).join(","));
   }
   // This llama.cpp only drafts when a speculative type is named; -md alone loads the drafter idle.
   if (i.drafterPath)

@@ -81,7 +81,8 @@ const base = {
   contextSize: 512,
   gpuLayers: 999,
   rpcEndpoints: [] as string[],
-  localGpu: false,
+  localGpus: [] as number[],
+  tensorMode: "tensor" as const,
   extraArgs: [] as string[],
 };
 
@@ -101,15 +102,60 @@ describe("serverArgs", () => {
     });
     expect(a.join(" ")).toContain("--rpc h1:1,h2:2 -sm layer -ngl 3 -ts 1,1");
   });
-  it("Tensor over rpc uses row split", () => {
+  it.each([
+    {
+      name: "Tensor across nodes on a GPU rank 0: the probed mode, rpc shares first, then the local GPU",
+      nodes: 2,
+      gpus: [8e9],
+      mode: "tensor" as const,
+      want: "--rpc h1:1 -sm tensor -ngl 5 -ts 0.5,0.5",
+    },
+    {
+      name: "an engine that splits only by rows over rpc gets -sm row",
+      nodes: 2,
+      gpus: [8e9],
+      mode: "row" as const,
+      want: "--rpc h1:1 -sm row -ngl 5 -ts 0.5,0.5",
+    },
+    {
+      name: "rank 0's share divided among its two local GPUs by free memory",
+      nodes: 2,
+      gpus: [6e9, 2e9],
+      mode: "tensor" as const,
+      want: "--rpc h1:1 -sm tensor -ngl 5 -ts 0.5,0.375,0.125",
+    },
+  ])("$name", ({ nodes, gpus, mode, want }) => {
     const a = serverArgs({
       ...base,
-      instance: instance(2, "Tensor", []),
+      instance: instance(nodes, "Tensor", []),
       totalLayers: 4,
       rpcEndpoints: ["h1:1"],
-      localGpu: true,
+      localGpus: gpus,
+      tensorMode: mode,
     });
-    expect(a.join(" ")).toContain("--rpc h1:1 -sm row -ngl 5 -ts 0.5,0.5");
+    expect(a.join(" ")).toContain(want);
+  });
+  it("Tensor on one node: a row split across its local GPUs by free memory; nothing with one GPU or none", () => {
+    const one = (gpus: number[]) =>
+      serverArgs({
+        ...base,
+        instance: instance(1, "Tensor", []),
+        totalLayers: 4,
+        localGpus: gpus,
+      }).join(" ");
+    expect(one([24e9, 8e9])).toContain("-ngl 999 -sm row -ts 0.75,0.25");
+    expect(one([24e9])).not.toContain("-sm");
+    expect(one([])).not.toContain("-sm");
+  });
+  it("Pipeline over rpc with two local GPUs: rank 0's layers divided among them", () => {
+    const a = serverArgs({
+      ...base,
+      instance: instance(2, "Pipeline", [2, 2]),
+      totalLayers: 4,
+      rpcEndpoints: ["h1:1"],
+      localGpus: [1e9, 1e9],
+    });
+    expect(a.join(" ")).toContain("--rpc h1:1 -sm layer -ngl 5 -ts 2,1,1");
   });
   it("a drafter adds -md with draft-simple speculation; vision weights add --mmproj", () => {
     const a = serverArgs({

@@ -5,6 +5,7 @@
 import { runnerKey } from "@ic/protocol";
 import type {
   ControlState,
+  Gpu,
   EngineInfo,
   Instance,
   ModelRecord,
@@ -26,6 +27,8 @@ export interface WorkerOptions {
   readonly stager: Stager;
   readonly log: Logger;
   readonly engine: () => EngineInfo;
+  /** This node's GPUs as telemetry last read them (free VRAM divides a rank among its GPUs). */
+  readonly gpus?: () => readonly Gpu[];
   /** Address engines listen on: the node's own address (an IP), never 0.0.0.0. */
   readonly host: string;
   /** Address in runner endpoints (the node's advertised `node.host`); defaults to `host`. */
@@ -226,6 +229,13 @@ export class Worker implements AsyncDisposable {
     return out;
   }
 
+  /** Free bytes of each local GPU the engine serves on; one unmeasured device when none is listed. */
+  private localGpus(engine: EngineInfo): number[] {
+    if (engine.backend !== "cuda" && engine.backend !== "metal") return [];
+    const gpus = this.o.gpus?.() ?? [];
+    return gpus.length > 0 ? gpus.map((g) => g.vram_free_bytes ?? g.vram_total_bytes ?? 0) : [1];
+  }
+
   private launching = new Set<string>();
 
   private async launch(slot: Slot): Promise<void> {
@@ -314,7 +324,8 @@ export class Worker implements AsyncDisposable {
         gpuLayers: this.o.gpuLayers,
         totalLayers: model.layers,
         rpcEndpoints: rpc,
-        localGpu: engine.backend === "cuda" || engine.backend === "metal",
+        localGpus: this.localGpus(engine),
+        tensorMode: engine.split?.tensor_over_rpc ? "tensor" : "row",
         extraArgs: this.o.extraArgs,
       });
       // The key goes in the environment (LLAMA_API_KEY), not argv, which `ps` shows to everyone.

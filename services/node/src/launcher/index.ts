@@ -1,5 +1,5 @@
 // Front door of the launcher: real node processes from generated configs, and the local cluster.
-export * from "./ports.ts";
+export { freePort, freePorts, waitFor } from "@ic/process";
 export * from "./node-process.ts";
 export { parseStartArgs, START_USAGE } from "./start-args.ts";
 export type { StartOptions } from "./start-args.ts";

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { writeTinyModel } from "@ic/gguf";
 import { newClusterSecret, prepareNode, waitForConvergence } from "./node-process.ts";
 import type { NodeProcess } from "./node-process.ts";
-import { freePort, waitFor } from "./ports.ts";
+import { freePort, waitFor } from "@ic/process";
 import type { StartOptions } from "./start-args.ts";
 
 const MODEL_ID = "demo/tiny-llama";

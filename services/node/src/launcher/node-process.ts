@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
-import { waitFor } from "./ports.ts";
+import { waitFor } from "@ic/process";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 const NODE_MAIN = fileURLToPath(new URL("../main.ts", import.meta.url));

@@ -1,4 +1,4 @@
-// Free loopback ports and polling, for the local-cluster launcher and (through @ic/testkit) tests.
+// Free loopback ports and polling: the local-cluster launcher, the engine probe and (through @ic/testkit) tests.
 // The kernel picks a port for a throwaway listener; reserved ones are never handed out twice in a process.
 import { createServer } from "node:net";
 

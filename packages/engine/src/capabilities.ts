@@ -1,0 +1,247 @@
+// What the engine build can do, asked of the engine itself rather than believed: whether llama-server
+// splits tensors across ggml-rpc devices (other nodes), in its `row` and its `tensor` split modes.
+// The probe starts two ggml-rpc-servers on loopback and llama-server over them with a tiny generated
+// model, once per split mode; a mode counts only when the server comes up and answers exactly what
+// the same engine answers with a plain layer split (greedy decoding). Results are cached per engine
+// binary (path, size, mtime) under the engine cache, so a build is probed once per machine.
+import { mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { writeTinyModel } from "@ic/gguf";
+import { freePort, spawnChild } from "@ic/process";
+import type { Child } from "@ic/process";
+import type { EngineInfo, SplitSupport } from "@ic/protocol";
+
+/** What a probe found for one split mode: supported, and the engine's own words either way. */
+export interface ModeResult {
+  readonly supported: boolean;
+  readonly evidence: string;
+}
+
+export interface ProbeOptions {
+  /** Whole probe bound (default 60 s: a CUDA engine initializes its device for every process). */
+  readonly timeoutMs?: number;
+  /** Where the cache file lives (default: none, always probe). */
+  readonly cacheDir?: string | undefined;
+}
+
+const CACHE_FILE = "capabilities.json";
+const CACHE_VERSION = 1;
+const PROMPT = { messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 12 };
+
+/**
+ * The split modes the engine supports across nodes. Never throws: an engine that cannot be probed
+ * (unusable, no rpc server, a probe that fails) supports nothing, with the reason as evidence.
+ */
+export async function probeSplitSupport(
+  engine: Pick<EngineInfo, "server_bin" | "rpc_bin" | "usable">,
+  opts: ProbeOptions = {},
+): Promise<SplitSupport> {
+  if (!engine.usable || !engine.server_bin || !engine.rpc_bin)
+    return none("the engine is not usable, or has no ggml-rpc-server");
+  const key = await binaryKey(engine.server_bin, engine.rpc_bin);
+  const cached = opts.cacheDir ? await readCache(opts.cacheDir, key) : undefined;
+  if (cached) return cached;
+  const work = await mkdtemp(join(tmpdir(), "ic-engine-probe-"));
+  try {
+    const model = join(work, "probe.gguf");
+    await writeTinyModel(model);
+    const deadline = Date.now() + (opts.timeoutMs ?? 60_000);
+    const run = (mode: string) =>
+      runOverRpc(engine.server_bin!, engine.rpc_bin!, model, mode, deadline);
+    const reference = await run("layer");
+    let result: SplitSupport;
+    if (!reference.ok) {
+      result = none(`the engine's plain layer split over rpc failed: ${reference.evidence}`);
+    } else {
+      const verdict = async (mode: string): Promise<ModeResult> => {
+        const r = await run(mode);
+        if (!r.ok) return { supported: false, evidence: r.evidence };
+        if (r.text !== reference.text)
+          return {
+            supported: false,
+            evidence: `answered ${JSON.stringify(r.text)} where a layer split answers ${JSON.stringify(reference.text)}`,
+          };
+        return {
+          supported: true,
+          evidence: "served over two rpc devices, same answer as a layer split",
+        };
+      };
+      const row = await verdict("row");
+      const tensor = await verdict("tensor");
+      result = {
+        row_over_rpc: row.supported,
+        tensor_over_rpc: tensor.supported,
+        evidence: `row: ${row.evidence}; tensor: ${tensor.evidence}`,
+      };
+    }
+    if (opts.cacheDir) await writeCache(opts.cacheDir, key, result);
+    return result;
+  } catch (e) {
+    return none(`probe failed: ${e instanceof Error ? e.message : String(e)}`);
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+function none(evidence: string): SplitSupport {
+  return { row_over_rpc: false, tensor_over_rpc: false, evidence };
+}
+
+/** One llama-server over two local rpc servers in `mode`: its greedy answer, or why there is none. */
+async function runOverRpc(
+  serverBin: string,
+  rpcBin: string,
+  model: string,
+  mode: string,
+  deadline: number,
+): Promise<{ ok: true; text: string } | { ok: false; evidence: string }> {
+  const children: Child[] = [];
+  try {
+    const rpcPorts = [await freePort(), await freePort()];
+    for (const p of rpcPorts)
+      children.push(
+        spawnChild({ bin: rpcBin, args: ["-H", "127.0.0.1", "-p", String(p)], stderr: "ignore" }),
+      );
+    await waitListening(rpcPorts, deadline);
+    const port = await freePort();
+    const server = spawnChild({
+      bin: serverBin,
+      args: [
+        "-m",
+        model,
+        "--rpc",
+        rpcPorts.map((p) => `127.0.0.1:${p}`).join(","),
+        "-sm",
+        mode,
+        "-ngl",
+        "99",
+        "-fit",
+        "off",
+        "-c",
+        "256",
+        "-np",
+        "1",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        String(port),
+      ],
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    children.push(server);
+    let output = "";
+    const collect = (c: Buffer) => {
+      if (output.length < 64_000) output += c.toString();
+    };
+    server.stdout?.on("data", collect);
+    server.stderr?.on("data", collect);
+    const base = `http://127.0.0.1:${port}`;
+    let exited = false;
+    void server.exited.then(() => (exited = true));
+    while (Date.now() < deadline) {
+      if (exited) return { ok: false, evidence: lastError(output) };
+      const health = await fetch(`${base}/health`, { signal: AbortSignal.timeout(1000) }).catch(
+        () => undefined,
+      );
+      if (health?.status === 200) {
+        const r = await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ ...PROMPT, temperature: 0 }),
+          signal: AbortSignal.timeout(Math.max(1000, deadline - Date.now())),
+        });
+        const body = (await r.json()) as { choices?: { message?: { content?: string } }[] };
+        const text = body.choices?.[0]?.message?.content;
+        if (r.status !== 200 || typeof text !== "string")
+          return {
+            ok: false,
+            evidence: `answered ${r.status}: ${JSON.stringify(body).slice(0, 200)}`,
+          };
+        return { ok: true, text };
+      }
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    return { ok: false, evidence: `no answer within the probe's bound; ${lastError(output)}` };
+  } finally {
+    await Promise.all(children.map((c) => c.stop(2000)));
+  }
+}
+
+/** llama.cpp error lines that only restate the cause given on an earlier line. */
+const WRAPPERS = [/exiting due to model loading error/, /failed to load model\b/, /^main: exiting/];
+
+/**
+ * The line of an engine's output that says what went wrong: the last error line (llama.cpp marks
+ * them ` E `, or they say "error") that is not a mere wrapper of an earlier one, without its
+ * timestamp; else the last line.
+ */
+export function lastError(output: string): string {
+  const strip = (l: string) => l.replace(/^[\d.]+ [A-Z] /, "").trim();
+  const lines = output
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean);
+  const errors = lines.filter((l) => /^[\d.]+ E |\berror\b/i.test(l)).map(strip);
+  const cause = errors.filter((l) => !WRAPPERS.some((w) => w.test(l))).at(-1);
+  const line = cause ?? errors.at(-1) ?? (lines.length > 0 ? strip(lines.at(-1)!) : "no output");
+  return line.slice(0, 300);
+}
+
+async function waitListening(ports: readonly number[], deadline: number): Promise<void> {
+  const { connect } = await import("node:net");
+  for (const port of ports) {
+    for (;;) {
+      const ok = await new Promise<boolean>((resolve) => {
+        const s = connect({ host: "127.0.0.1", port });
+        s.once("connect", () => {
+          s.destroy();
+          resolve(true);
+        });
+        s.once("error", () => resolve(false));
+      });
+      if (ok) break;
+      if (Date.now() > deadline) throw new Error(`ggml-rpc-server on ${port} did not listen`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
+async function binaryKey(serverBin: string, rpcBin: string): Promise<string> {
+  const [a, b] = await Promise.all([stat(serverBin), stat(rpcBin)]);
+  return `${CACHE_VERSION}:${serverBin}:${a.size}:${Math.round(a.mtimeMs)}:${rpcBin}:${b.size}:${Math.round(b.mtimeMs)}`;
+}
+
+async function readCache(dir: string, key: string): Promise<SplitSupport | undefined> {
+  try {
+    const doc = JSON.parse(await readFile(join(dir, CACHE_FILE), "utf8")) as Record<
+      string,
+      unknown
+    >;
+    const v = doc[key] as SplitSupport | undefined;
+    return v && typeof v.row_over_rpc === "boolean" && typeof v.tensor_over_rpc === "boolean"
+      ? v
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function writeCache(dir: string, key: string, value: SplitSupport): Promise<void> {
+  try {
+    await mkdir(dir, { recursive: true });
+    let doc: Record<string, unknown> = {};
+    try {
+      doc = JSON.parse(await readFile(join(dir, CACHE_FILE), "utf8")) as Record<string, unknown>;
+    } catch {
+      doc = {};
+    }
+    doc[key] = value;
+    const tmp = join(dir, `${CACHE_FILE}.${process.pid}.tmp`);
+    await writeFile(tmp, `${JSON.stringify(doc, null, 2)}\n`);
+    await rename(tmp, join(dir, CACHE_FILE));
+  } catch {
+    // A cache that cannot be written only costs a probe at the next start.
+  }
+}
