@@ -11,7 +11,12 @@ export default defineConfig({
           // Projects run one after another: the CPU-bound fuzz suites, the real-process suites and
           // the chaos suite would otherwise share two cores and skew each other's timing bounds.
           sequence: { groupOrder: 0 },
-          include: ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts"],
+          include: [
+            "packages/*/src/**/*.test.ts",
+            "services/*/src/**/*.test.ts",
+            // The GPU check's plan, as a dry run (bench/gpu/plan.ts).
+            "bench/gpu/*.test.ts",
+          ],
           exclude: ["**/*.integration.test.ts", "**/*.chaos.test.ts", "**/node_modules/**"],
           testTimeout: 20_000,
         },
