@@ -6,9 +6,9 @@
 // tensor_unsupported and nothing started) and Tensor within a node (two GPUs or more), then runs
 // bench/gateway. On a CPU machine it runs the CPU points and says why the others were skipped
 // (plan.ts). Writes "## GPU check (bench/gpu)" with the engine's own log lines as evidence.
-// Usage: npm run bench gpu   (GPU_CHECK_BUDGET_S: whole run, default 470; OUT: also copy there)
+// Usage: npm run bench gpu   (GPU_CHECK_BUDGET_S: whole run, default 480; OUT: also copy there)
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { engineCacheRoot, locateEngine, managedBuild, probeSplitSupport } from "@ic/engine";
@@ -19,7 +19,7 @@ import { gpuCheckPlan } from "./plan.ts";
 import type { CheckId, Inventory } from "./plan.ts";
 
 const T0 = Date.now();
-const BUDGET_MS = Number(process.env.GPU_CHECK_BUDGET_S ?? 470) * 1000;
+const BUDGET_MS = Number(process.env.GPU_CHECK_BUDGET_S ?? 480) * 1000;
 const left = () => BUDGET_MS - (Date.now() - T0);
 const MODEL = "test/tiny-llama";
 
@@ -77,6 +77,16 @@ const runnerLog = (n: NodeProcess, instance: string, rank: number) => {
   const f = join(n.dataDir, "runners", `${instance}-rank${rank}.log`);
   return existsSync(f) ? readFileSync(f, "utf8") : "";
 };
+
+/** The last lines of every runner log of a node (what to read when a step failed). */
+function runnerTails(n: NodeProcess): string {
+  const dir = join(n.dataDir, "runners");
+  if (!existsSync(dir)) return "(no runner logs)";
+  return readdirSync(dir)
+    .filter((f) => f.endsWith(".log"))
+    .map((f) => `${f}:\n${readFileSync(join(dir, f), "utf8").split("\n").slice(-12).join("\n")}`)
+    .join("\n");
+}
 
 async function chat(n: NodeProcess): Promise<{ status: number; text: string }> {
   const r = await n.post("/v1/chat/completions", {
@@ -206,6 +216,7 @@ async function main(): Promise<void> {
     }
   } catch (e) {
     say(`one-node part failed: ${e instanceof Error ? e.message : String(e)}`);
+    for (const n of one?.nodes ?? []) say(`${n.spec.name} runner logs:\n${runnerTails(n)}`);
   } finally {
     await one?.stop();
   }
@@ -272,6 +283,7 @@ async function main(): Promise<void> {
     }
   } catch (e) {
     say(`two-node part failed: ${e instanceof Error ? e.message : String(e)}`);
+    for (const n of two?.nodes ?? []) say(`${n.spec.name} runner logs:\n${runnerTails(n)}`);
   } finally {
     await two?.stop();
   }
@@ -340,7 +352,7 @@ async function main(): Promise<void> {
   await writeSection(title, body);
   if (process.env.OUT)
     writeFileSync(join(process.env.OUT, "gpu-summary.md"), `## ${title}\n\n${body}\n`);
-  const failed = [...outcomes.values()].filter((o) => o.result === "fail").length;
+  const failed = plan.filter((c) => (outcomes.get(c.id)?.result ?? "fail") === "fail").length;
   say(`${failed} check(s) failed`);
   process.exitCode = failed > 0 ? 1 : 0;
 }
