@@ -197,6 +197,12 @@ export const ConfigSchema = z
         niceness: z.number().int().min(0).max(19).default(10),
         healthy_uptime_ms: z.number().int().min(0).default(60000),
         extra_args: z.array(z.string()).default([]),
+        /**
+         * Allows Tensor sharding across nodes through llama.cpp's experimental `-sm tensor` mode where
+         * the engine's probe found it working (this build cannot split rows over rpc). Off by default:
+         * on an H200 it did not serve a 30 MB F16 model across two ranks.
+         */
+        experimental_tensor_split: z.boolean().default(false),
         /** Where each runner's stdout/stderr is written (`<instance>-rank<n>.log`). */
         runner_log_dir: z.string().min(1).default("~/.service/runners"),
       })

@@ -26,7 +26,7 @@ export interface ProbeOptions {
 }
 
 const CACHE_FILE = "capabilities.json";
-const CACHE_VERSION = 1;
+const CACHE_VERSION = 3;
 const PROMPT = { messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 12 };
 
 /**
@@ -45,7 +45,16 @@ export async function probeSplitSupport(
   const work = await mkdtemp(join(tmpdir(), "ic-engine-probe-"));
   try {
     const model = join(work, "probe.gguf");
-    await writeTinyModel(model);
+    // Shaped like real models where it matters to the split: F16 weights, grouped-query attention,
+    // heads of 64 dimensions (CUDA's flash attention, which -sm tensor requires, has no kernel for the
+    // 16-dimension heads of the smallest tiny model: its rpc server aborts).
+    await writeTinyModel(model, {
+      nEmbd: 256,
+      nHead: 4,
+      nHeadKv: 2,
+      nFf: 512,
+      weightType: "F16",
+    });
     const deadline = Date.now() + (opts.timeoutMs ?? 60_000);
     const run = (mode: string) =>
       runOverRpc(engine.server_bin!, engine.rpc_bin!, model, mode, deadline);
@@ -72,6 +81,7 @@ export async function probeSplitSupport(
       result = {
         row_over_rpc: row.supported,
         tensor_over_rpc: tensor.supported,
+        tensor_opt_in: false,
         evidence: `row: ${row.evidence}; tensor: ${tensor.evidence}`,
       };
     }
@@ -85,7 +95,7 @@ export async function probeSplitSupport(
 }
 
 function none(evidence: string): SplitSupport {
-  return { row_over_rpc: false, tensor_over_rpc: false, evidence };
+  return { row_over_rpc: false, tensor_over_rpc: false, tensor_opt_in: false, evidence };
 }
 
 /** One llama-server over two local rpc servers in `mode`: its greedy answer, or why there is none. */

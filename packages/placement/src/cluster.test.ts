@@ -47,7 +47,12 @@ interface NodeSpec {
   readonly usable?: boolean;
   readonly health?: HealthEntry[];
   /** The engine probe's finding; absent: not probed. */
-  readonly split?: { row_over_rpc: boolean; tensor_over_rpc: boolean; evidence: string };
+  readonly split?: {
+    row_over_rpc: boolean;
+    tensor_over_rpc: boolean;
+    tensor_opt_in: boolean;
+    evidence: string;
+  };
   readonly backend?: "cpu" | "cuda";
 }
 
@@ -364,10 +369,17 @@ describe("previewCluster", () => {
 });
 
 describe("Tensor across nodes: only with an engine that splits tensors over rpc", () => {
-  const yes = { row_over_rpc: false, tensor_over_rpc: true, evidence: "tensor: served" };
+  /** This build with the operator's opt-in: the experimental tensor mode served the probe. */
+  const yes = {
+    row_over_rpc: false,
+    tensor_over_rpc: true,
+    tensor_opt_in: true,
+    evidence: "tensor: served",
+  };
   const no = {
     row_over_rpc: false,
     tensor_over_rpc: false,
+    tensor_opt_in: false,
     evidence: "row: device RPC0 does not support split buffers",
   };
   const two = (a: NodeSpec["split"], b: NodeSpec["split"], backend: "cpu" | "cuda" = "cuda") =>
@@ -410,6 +422,10 @@ describe("Tensor across nodes: only with an engine that splits tensors over rpc"
       expect(r.ok ? null : r.code).toBe(code);
       expect(r.ok ? "" : r.message).toMatch(/engine of node node-b \(n-b\) does not \(/);
       expect(r.ok ? "" : r.message).toMatch(/use Pipeline sharding for min_nodes > 1/);
+      if (b?.tensor_over_rpc)
+        expect(r.ok ? "" : r.message).toMatch(
+          /unless every node sets engine.experimental_tensor_split/,
+        );
     }
   });
 

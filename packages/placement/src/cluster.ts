@@ -143,7 +143,13 @@ function tensorAcrossNodes(t: NodeReport["telemetry"]): NodeCapacity["tensor_acr
   if (!t) return { ok: false, evidence: "its telemetry is not known yet" };
   const split = t.engine.split;
   if (!split) return { ok: false, evidence: "its engine was not probed" };
-  if (!split.row_over_rpc && !split.tensor_over_rpc) return { ok: false, evidence: split.evidence };
+  if (!split.row_over_rpc && !(split.tensor_over_rpc && split.tensor_opt_in)) {
+    const optIn =
+      split.tensor_over_rpc && !split.tensor_opt_in
+        ? "; its experimental -sm tensor mode served the probe, but it is off unless every node sets engine.experimental_tensor_split (it did not serve a 30 MB F16 model across two ranks on an H200)"
+        : "";
+    return { ok: false, evidence: `${split.evidence}${optIn}` };
+  }
   // llama.cpp offloads a tensor share only to GPUs and rpc devices: a node whose llama-server runs
   // on the CPU would hold none of its own share.
   if (t.engine.backend !== "cuda" && t.engine.backend !== "metal")

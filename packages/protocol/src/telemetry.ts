@@ -46,7 +46,13 @@ export type Gpu = z.infer<typeof GpuSchema>;
  */
 export const SplitSupportSchema = z.object({
   row_over_rpc: z.boolean(),
+  /** llama.cpp's experimental `-sm tensor` mode served the probe over rpc devices. */
   tensor_over_rpc: z.boolean(),
+  /**
+   * The node's operator allows that experimental mode for Tensor across nodes
+   * (`engine.experimental_tensor_split`); off by default.
+   */
+  tensor_opt_in: z.boolean().default(false),
   evidence: z.string(),
 });
 export type SplitSupport = z.infer<typeof SplitSupportSchema>;

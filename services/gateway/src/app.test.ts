@@ -32,19 +32,18 @@ const model: ModelRecord = {
   supports_tensor: true,
 };
 
-/** What the engine probe of this llama.cpp build finds: `-sm row` cannot split over rpc, `-sm tensor` can. */
+/**
+ * What the engine probe of this llama.cpp build finds (`-sm row` cannot split over rpc, the
+ * experimental `-sm tensor` can), on nodes whose operator allowed that mode.
+ */
 const PROBED = {
   row_over_rpc: false,
   tensor_over_rpc: true,
+  tensor_opt_in: true,
   evidence: "row: device RPC0 does not support split buffers; tensor: served over two rpc devices",
 };
-/** An engine whose probe found no split mode over rpc. */
-const NO_SPLIT = {
-  row_over_rpc: false,
-  tensor_over_rpc: false,
-  evidence:
-    "row: device RPC0 does not support split buffers; tensor: device RPC0 does not support split buffers",
-};
+/** The same build as shipped: the experimental mode not allowed. */
+const NO_SPLIT = { ...PROBED, tensor_opt_in: false };
 
 /** A GPU node (memory: its VRAM) with the probed engine, unless told otherwise. */
 function telemetry(freeGb: number, split = PROBED): Telemetry {

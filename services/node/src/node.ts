@@ -142,7 +142,8 @@ export class Node implements AsyncDisposable {
       rpcBinOverride: cfg.engine.rpc_bin,
     });
     // What the engine can split across nodes, asked of the engine (cached per build).
-    const split = await probeSplitSupport(located, { cacheDir: engineCacheRoot() });
+    const probed = await probeSplitSupport(located, { cacheDir: engineCacheRoot() });
+    const split = { ...probed, tensor_opt_in: cfg.engine.experimental_tensor_split };
     this.engineInfo = { ...located, split };
     log.info({ split }, "engine split modes across nodes (capability probe)");
     if (!this.engineInfo.usable)

@@ -21,8 +21,8 @@ export interface ServerArgsInput {
    */
   readonly localGpus: readonly number[];
   /**
-   * How Tensor splits across nodes: the split mode the engine's capability probe found running over
-   * rpc devices (`tensor`, else `row`).
+   * How Tensor splits across nodes: `row` where the engine's capability probe found it running over
+   * rpc devices, else the experimental `tensor` mode (placed only when the operator allowed it).
    */
   readonly tensorMode: "tensor" | "row";
   readonly extraArgs: readonly string[];

@@ -325,7 +325,9 @@ export class Worker implements AsyncDisposable {
         totalLayers: model.layers,
         rpcEndpoints: rpc,
         localGpus: this.localGpus(engine),
-        tensorMode: engine.split?.tensor_over_rpc ? "tensor" : "row",
+        // The established row split where the engine runs it over rpc; the experimental tensor
+        // mode only where the probe found it working and the operator allowed it.
+        tensorMode: engine.split?.row_over_rpc ? "row" : "tensor",
         extraArgs: this.o.extraArgs,
       });
       // The key goes in the environment (LLAMA_API_KEY), not argv, which `ps` shows to everyone.
