@@ -96,6 +96,11 @@ export const RunnerSchema = z.object({
   endpoint: z.string().optional(),
   restarts: z.number().int().nonnegative().default(0),
   since: z.number(),
+  /**
+   * The engine's last error line from the runner's log (what llama.cpp said when it exited), kept
+   * while it crash-loops or after it failed.
+   */
+  last_error: z.string().max(400).optional(),
   /** Rank 0 while staging: bytes of the model on local disk so far, reported at most once a second. */
   progress: z
     .object({
@@ -121,6 +126,17 @@ export const TaskSchema = z.object({
 });
 export type Task = z.infer<typeof TaskSchema>;
 
+/** An instance of a deployment that failed to run on a node: the runner gave up there. */
+export const DeploymentFailureSchema = z.object({
+  peer_key: z.string(),
+  node_name: z.string(),
+  instance_id: InstanceIdSchema,
+  /** The engine's last error line (the runner's `last_error`), or the runner's reason. */
+  error: z.string().max(400),
+  at: z.number(),
+});
+export type DeploymentFailure = z.infer<typeof DeploymentFailureSchema>;
+
 /** Why a deployment has no instance: the placement refusal, as the API would answer it. */
 export const DeploymentRefusalSchema = z.object({
   code: z.string(),
@@ -144,9 +160,17 @@ export const DeploymentSchema = z.object({
   created_at: z.number(),
   /** The instance that realizes it (its last one while Pending). */
   instance_id: InstanceIdSchema,
-  status: z.enum(["Placed", "Pending"]),
-  /** Pending: why the last placement attempt was refused. */
+  /**
+   * Placed: its instance exists. Pending: waiting for a placement that fits. Failing: its instance
+   * failed to run (the runner gave up) and the master places it on another node. Failed: it failed
+   * on every node tried; the master stops (a new placement of the model, or the model registered
+   * anew, tries again).
+   */
+  status: z.enum(["Placed", "Pending", "Failing", "Failed"]),
+  /** Pending: why the last placement attempt was refused; Failed: why it was given up. */
   refusal: DeploymentRefusalSchema.optional(),
+  /** Where its instance failed to run, and what the engine said (the last few, newest last). */
+  failures: z.array(DeploymentFailureSchema).max(8).optional(),
 });
 export type Deployment = z.infer<typeof DeploymentSchema>;
 
@@ -212,6 +236,18 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
     type: z.literal("DeploymentPending"),
     deployment_id: z.string(),
     refusal: DeploymentRefusalSchema,
+    reason: z.string(),
+  }),
+  /** Its instance failed to run (a rank ended RunnerFailed): the master places it elsewhere. */
+  z.object({
+    type: z.literal("DeploymentFailing"),
+    deployment_id: z.string(),
+    failure: DeploymentFailureSchema,
+  }),
+  /** It failed on every node tried: the master stops placing it. */
+  z.object({
+    type: z.literal("DeploymentFailed"),
+    deployment_id: z.string(),
     reason: z.string(),
   }),
   z.object({

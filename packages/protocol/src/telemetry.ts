@@ -1,7 +1,7 @@
 // The 2-second heartbeat each node publishes: identity, session view, memory, GPUs, disk,
 // engine capability, measured links and local runners. Liveness and placement read it.
 import { z } from "zod";
-import { InstanceIdSchema, SessionIdSchema } from "./ids.ts";
+import { InstanceIdSchema, ModelIdSchema, SessionIdSchema } from "./ids.ts";
 import { RunnerStateSchema } from "./cluster.ts";
 import { PullSchema } from "./store.ts";
 
@@ -20,6 +20,10 @@ export const HEALTH_CODES = [
   "store_model_missing",
   /** The master cannot reach a quorum of the intent store: intent cannot change, nor be restored. */
   "intent_store_unavailable",
+  /** A runner on this node crashes again and again (its model, instance and the engine's words). */
+  "runner_crash_loop",
+  /** A runner on this node gave up: its model failed to load or run here. */
+  "runner_failed",
 ] as const;
 export const HealthCodeSchema = z.enum(HEALTH_CODES);
 export type HealthCode = z.infer<typeof HealthCodeSchema>;
@@ -29,6 +33,9 @@ export const HealthEntrySchema = z.object({
   severity: z.enum(["error", "warn"]),
   message: z.string(),
   remediation: z.string(),
+  /** What the entry is about, when it is one model's runner. */
+  model_id: ModelIdSchema.optional(),
+  instance_id: InstanceIdSchema.optional(),
 });
 export type HealthEntry = z.infer<typeof HealthEntrySchema>;
 

@@ -212,4 +212,48 @@ describe("apply", () => {
     });
     expect(Object.keys(carried.deployments)).toEqual(["d-1"]);
   });
+
+  it("a deployment failing, failed, and retried when its model is registered anew", () => {
+    const d = {
+      deployment_id: "d-1",
+      model_id: model,
+      min_nodes: 1,
+      sharding: "Pipeline" as const,
+      excluded_peer_keys: [],
+      created_at: 1,
+      instance_id: "i-a" as InstanceId,
+      status: "Placed" as const,
+    };
+    const failure = {
+      peer_key: "p1",
+      node_name: "node-1",
+      instance_id: "i-a" as InstanceId,
+      error: "missing tensor",
+      at: 2,
+    };
+    const failing = run([
+      start,
+      { type: "DeploymentCreated", deployment: d },
+      { type: "DeploymentFailing", deployment_id: "d-1", failure },
+    ]);
+    expect(failing.deployments["d-1"]).toMatchObject({ status: "Failing", failures: [failure] });
+    const failed = run([
+      start,
+      { type: "DeploymentCreated", deployment: d },
+      { type: "DeploymentFailing", deployment_id: "d-1", failure },
+      { type: "DeploymentFailed", deployment_id: "d-1", reason: "failed everywhere" },
+    ]);
+    expect(failed.deployments["d-1"]).toMatchObject({
+      status: "Failed",
+      refusal: { code: "load_failed", message: "failed everywhere" },
+    });
+    const retried = run([
+      start,
+      { type: "DeploymentCreated", deployment: d },
+      { type: "DeploymentFailed", deployment_id: "d-1", reason: "failed everywhere" },
+      { type: "ModelRegistered", model: { ...registered, model_id: model } },
+    ]);
+    expect(retried.deployments["d-1"]).toMatchObject({ status: "Pending" });
+    expect(retried.deployments["d-1"]!.failures).toBeUndefined();
+  });
 });

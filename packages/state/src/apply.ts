@@ -4,6 +4,9 @@ import { own } from "./own.ts";
 import { emptyState, runnerKey } from "@ic/protocol";
 import type { ControlState, IndexedEvent } from "@ic/protocol";
 
+/** Failures a deployment remembers (the newest). */
+const MAX_FAILURES = 8;
+
 export class OutOfOrderEvent extends Error {
   constructor(
     readonly expected: number,
@@ -64,8 +67,24 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
       const s = dropInstances(next, lost);
       return { ...s, members: without(s.members, (_m, k) => k === e.node_id) };
     }
-    case "ModelRegistered":
-      return { ...next, models: { ...next.models, [e.model.model_id]: e.model } };
+    case "ModelRegistered": {
+      // A model registered anew (pulled again, fixed on disk) gives its failed deployments
+      // another try: they go Pending with their failures forgotten.
+      const deployments = { ...next.deployments };
+      for (const d of Object.values(next.deployments))
+        if (d.model_id === e.model.model_id && d.status === "Failed") {
+          const { failures: _f, ...rest } = d;
+          deployments[d.deployment_id] = {
+            ...rest,
+            status: "Pending",
+            refusal: {
+              code: "model_updated",
+              message: "the model was registered anew; placing it again",
+            },
+          };
+        }
+      return { ...next, models: { ...next.models, [e.model.model_id]: e.model }, deployments };
+    }
     case "ModelDeregistered":
       return { ...next, models: without(next.models, (_m, k) => k === e.model_id) };
     case "InstancePlaced": {
@@ -88,6 +107,24 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
       const d = next.deployments[e.deployment_id];
       if (!d) return next;
       const updated = { ...d, status: "Pending" as const, refusal: e.refusal };
+      return { ...next, deployments: { ...next.deployments, [d.deployment_id]: updated } };
+    }
+    case "DeploymentFailing": {
+      const d = next.deployments[e.deployment_id];
+      if (!d) return next;
+      const failures = [...(d.failures ?? []), e.failure].slice(-MAX_FAILURES);
+      const { refusal: _r, ...rest } = d;
+      const updated = { ...rest, status: "Failing" as const, failures };
+      return { ...next, deployments: { ...next.deployments, [d.deployment_id]: updated } };
+    }
+    case "DeploymentFailed": {
+      const d = next.deployments[e.deployment_id];
+      if (!d) return next;
+      const updated = {
+        ...d,
+        status: "Failed" as const,
+        refusal: { code: "load_failed", message: e.reason },
+      };
       return { ...next, deployments: { ...next.deployments, [d.deployment_id]: updated } };
     }
     case "DeploymentDeleted":

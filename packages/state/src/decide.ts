@@ -69,6 +69,14 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       }
       const events: ControlEvent[] = [{ type: "InstancePlaced", instance: cmd.instance }];
       if (cmd.deployment) {
+        // A new placement of a model replaces its deployments that failed everywhere they were tried.
+        for (const d of Object.values(s.deployments))
+          if (d.model_id === cmd.instance.model_id && d.status === "Failed")
+            events.push({
+              type: "DeploymentDeleted",
+              deployment_id: d.deployment_id,
+              reason: "superseded by a new placement of the model",
+            });
         // Exclusions are kept by peer key: node ids change with every session.
         const excluded = new Set(cmd.deployment.excluded_nodes);
         events.push({
@@ -135,6 +143,7 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
         prev.reason === r.reason &&
         prev.restarts === r.restarts &&
         prev.warmup_started_at === r.warmup_started_at &&
+        prev.last_error === r.last_error &&
         prev.progress?.staged_bytes === r.progress?.staged_bytes
       ) {
         return accept();

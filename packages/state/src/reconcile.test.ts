@@ -1,9 +1,10 @@
 // Table tests of reconcile: a deployment whose instance is lost is placed again on what is there,
 // honouring its exclusions by peer key and earlier re-placements, or kept Pending with its refusal.
 import { describe, expect, it } from "vitest";
-import type { ControlState, Deployment, InstanceId, NodeId } from "@ic/protocol";
+import { runnerKey } from "@ic/protocol";
+import type { ControlState, Deployment, DeploymentFailure, InstanceId, NodeId } from "@ic/protocol";
 import type { NodeReport } from "@ic/placement";
-import { lostDeployments, reconcile } from "./reconcile.ts";
+import { failingInstances, lostDeployments, reconcile } from "./reconcile.ts";
 import { BARE, G, model, replicaWith, report } from "./test-support.ts";
 
 function world(nodes: { id: string; gb: number; usable?: boolean }[], deployments: Deployment[]) {
@@ -103,7 +104,9 @@ describe("reconcile", () => {
     const got = reconcile(state, reports, opts()).map((a) =>
       a.kind === "place"
         ? `place ${a.deployment_id} ${a.instance.assignments.map((x) => x.node_id).join(",")}`
-        : `pending ${a.deployment_id} ${a.refusal.code}`,
+        : a.kind === "pending"
+          ? `pending ${a.deployment_id} ${a.refusal.code}`
+          : `fail ${a.deployment_id}`,
     );
     expect(got).toEqual(want);
   });
@@ -126,5 +129,113 @@ describe("reconcile", () => {
       instance: { instance_id: "i-x", model_id: "org/m", sharding: "Pipeline", created_at: 5 },
       reason: "instance i-old-d1 of deployment d1 was lost",
     });
+  });
+});
+
+describe("a deployment whose instance fails to run", () => {
+  const failure = (node: string): DeploymentFailure => ({
+    peer_key: `p-${node}`,
+    node_name: `node-${node}`,
+    instance_id: `i-on-${node}` as InstanceId,
+    error: "llama_model_load: error loading model: missing tensor 'token_embd.weight'",
+    at: 1,
+  });
+  const failing = (nodes: string[]) =>
+    dep("d1", { status: "Failing", failures: nodes.map(failure) });
+
+  it.each([
+    {
+      name: "failed on one node: placed on another, never on the one it failed on",
+      nodes: ["a", "b"],
+      failed: ["a"],
+      want: ["place d1 n-b"],
+    },
+    {
+      name: "failed on every node there is: given up",
+      nodes: ["a", "b"],
+      failed: ["a", "b"],
+      want: ["fail d1"],
+    },
+    {
+      name: "failed on three nodes: given up, even with more nodes left",
+      nodes: ["a", "b", "c", "d"],
+      failed: ["a", "b", "c"],
+      want: ["fail d1"],
+    },
+  ])("$name", ({ nodes, failed, want }) => {
+    const { state, reports } = world(
+      nodes.map((id) => ({ id, gb: 10 })),
+      [failing(failed)],
+    );
+    const got = reconcile(state, reports, opts()).map((a) =>
+      a.kind === "place"
+        ? `place ${a.deployment_id} ${a.instance.assignments.map((x) => x.node_id).join(",")}`
+        : `${a.kind} ${a.deployment_id}`,
+    );
+    expect(got).toEqual(want);
+  });
+
+  it("the reason names every node and what its engine said", () => {
+    const { state, reports } = world([{ id: "a", gb: 10 }], [failing(["a"])]);
+    const [a] = reconcile(state, reports, opts());
+    expect(a).toMatchObject({
+      kind: "fail",
+      reason: expect.stringMatching(
+        /org\/m failed to run on every node it was tried on: node-a \(llama_model_load: error loading model: missing tensor 'token_embd.weight'\)/,
+      ),
+    });
+  });
+
+  it("a Failed deployment is left alone", () => {
+    const { state, reports } = world([{ id: "a", gb: 10 }], [dep("d1", { status: "Failed" })]);
+    expect(lostDeployments(state)).toEqual([]);
+    expect(reconcile(state, reports, opts())).toEqual([]);
+  });
+
+  it("failingInstances: a placed instance with a rank that gave up, with the engine's last line", () => {
+    const { state } = world(
+      [{ id: "a", gb: 10 }],
+      [dep("d1", { instance_id: "i-1" as InstanceId })],
+    );
+    state.instances["i-1"] = {
+      instance_id: "i-1" as InstanceId,
+      model_id: model.model_id,
+      sharding: "Pipeline",
+      created_at: 0,
+      assignments: [
+        {
+          node_id: "n-a" as NodeId,
+          peer_key: "p-a",
+          rank: 0,
+          layers: 10,
+          weight_bytes: 1,
+          required_bytes: 1,
+        },
+      ],
+    };
+    expect(failingInstances(state, 9)).toEqual([]);
+    state.runners[runnerKey("i-1", 0)] = {
+      instance_id: "i-1" as InstanceId,
+      node_id: "n-a" as NodeId,
+      rank: 0,
+      state: "RunnerFailed",
+      reason: "crashed 5 times in a row",
+      last_error: "llama_model_load: error loading model: missing tensor 'token_embd.weight'",
+      restarts: 5,
+      since: 1,
+    };
+    expect(failingInstances(state, 9)).toEqual([
+      {
+        deployment_id: "d1",
+        instance_id: "i-1",
+        failure: {
+          peer_key: "p-a",
+          node_name: "node-a",
+          instance_id: "i-1",
+          error: "llama_model_load: error loading model: missing tensor 'token_embd.weight'",
+          at: 9,
+        },
+      },
+    ]);
   });
 });

@@ -1,9 +1,11 @@
 // Intent kept as state: for every deployment whose instance is gone, place it again on what is there,
 // or say why not. Pure (ids and timing come from the caller), so the master's tick is a thin shell.
 // It calls @ic/placement (placeInCluster, as the API places); placement never imports this package.
+import { runnerKey } from "@ic/protocol";
 import type {
   ControlState,
   Deployment,
+  DeploymentFailure,
   DeploymentRefusal,
   Instance,
   InstanceId,
@@ -24,7 +26,12 @@ export type ReconcileAction =
       readonly deployment_id: string;
       readonly refusal: DeploymentRefusal;
       readonly reason: string;
-    };
+    }
+  /** It failed to run on every node it could go to: give it up (DeploymentFailed). */
+  | { readonly kind: "fail"; readonly deployment_id: string; readonly reason: string };
+
+/** Nodes a failing deployment is tried on at most before it is given up. */
+export const MAX_FAILURE_ATTEMPTS = 3;
 
 export interface ReconcileOptions {
   readonly now: number;
@@ -34,11 +41,52 @@ export interface ReconcileOptions {
   readonly due?: (d: Deployment) => boolean;
 }
 
-/** Deployments whose instance is no longer in the state (its node left, or it was never re-placed). */
+/**
+ * Deployments whose instance is no longer in the state (its node left, it failed to run, or it was
+ * never re-placed); a Failed one is left alone until it is retried.
+ */
 export function lostDeployments(state: ControlState): Deployment[] {
   return Object.values(state.deployments)
-    .filter((d) => !state.instances[d.instance_id])
+    .filter((d) => d.status !== "Failed" && !state.instances[d.instance_id])
     .sort((a, b) => a.created_at - b.created_at || a.deployment_id.localeCompare(b.deployment_id));
+}
+
+/** "it failed to run on node-1 (<engine line>) and node-2 (<engine line>)". */
+function failedEverywhere(d: Deployment): string {
+  const where = (d.failures ?? []).map((f) => `${f.node_name} (${f.error})`);
+  return `${d.model_id} failed to run on every node it was tried on: ${where.join("; ")}; fix the model (pull or copy it again: a model registered anew is retried) or place it anew`;
+}
+
+/**
+ * Placed deployments whose instance has a rank that gave up (RunnerFailed): the failure to record
+ * (node, instance, the engine's last error line) before the instance is removed and placed elsewhere.
+ */
+export function failingInstances(
+  state: ControlState,
+  now: number,
+): { deployment_id: string; instance_id: InstanceId; failure: DeploymentFailure }[] {
+  const out: { deployment_id: string; instance_id: InstanceId; failure: DeploymentFailure }[] = [];
+  for (const d of Object.values(state.deployments)) {
+    const inst = state.instances[d.instance_id];
+    if (!inst || d.status === "Failed") continue;
+    for (const a of inst.assignments) {
+      const r = state.runners[runnerKey(inst.instance_id, a.rank)];
+      if (r?.state !== "RunnerFailed") continue;
+      out.push({
+        deployment_id: d.deployment_id,
+        instance_id: inst.instance_id,
+        failure: {
+          peer_key: a.peer_key,
+          node_name: state.members[a.node_id]?.name ?? a.node_id,
+          instance_id: inst.instance_id,
+          error: (r.last_error ?? r.reason ?? "the runner failed").slice(0, 400),
+          at: now,
+        },
+      });
+      break;
+    }
+  }
+  return out;
 }
 
 function sameRefusal(a: DeploymentRefusal | undefined, b: DeploymentRefusal): boolean {
@@ -62,14 +110,23 @@ export function reconcile(
     const reason =
       d.status === "Pending"
         ? `deployment ${d.deployment_id} is pending; retrying`
-        : `instance ${d.instance_id} of deployment ${d.deployment_id} was lost`;
+        : d.status === "Failing"
+          ? `instance ${d.instance_id} of deployment ${d.deployment_id} failed to run; trying another node`
+          : `instance ${d.instance_id} of deployment ${d.deployment_id} was lost`;
+    const failures = d.failures ?? [];
+    if (d.status === "Failing" && failures.length >= MAX_FAILURE_ATTEMPTS) {
+      out.push({ kind: "fail", deployment_id: d.deployment_id, reason: failedEverywhere(d) });
+      continue;
+    }
     const model = state.models[d.model_id];
     let refusal: DeploymentRefusal;
     if (!model) {
       refusal = { code: "model_not_found", message: `model ${d.model_id} is not registered` };
     } else {
       const byPeer = new Map(Object.values(view.members).map((m) => [m.peer_key, m.node_id]));
-      const excluded = d.excluded_peer_keys.flatMap((k) => byPeer.get(k) ?? []);
+      // The nodes it already failed on are left out while it is Failing.
+      const tried = d.status === "Failing" ? failures.map((f) => f.peer_key) : [];
+      const excluded = [...d.excluded_peer_keys, ...tried].flatMap((k) => byPeer.get(k) ?? []);
       const r = placeInCluster(view, reports, {
         model,
         minNodes: d.min_nodes,
@@ -95,6 +152,14 @@ export function reconcile(
         ...(r.node_id !== undefined ? { node_id: r.node_id } : {}),
         ...(r.health_code !== undefined ? { health_code: r.health_code } : {}),
       };
+    }
+    // Failing, and no node it has not failed on can take it: it failed everywhere it could run.
+    if (
+      d.status === "Failing" &&
+      (refusal.code === "all_excluded" || refusal.code === "no_cycle")
+    ) {
+      out.push({ kind: "fail", deployment_id: d.deployment_id, reason: failedEverywhere(d) });
+      continue;
     }
     if (d.status === "Pending" && sameRefusal(d.refusal, refusal)) continue;
     out.push({ kind: "pending", deployment_id: d.deployment_id, refusal, reason });

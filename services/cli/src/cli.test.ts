@@ -150,6 +150,46 @@ describe("doctor's checks", () => {
       "n2",
     ],
     [
+      "a deployment that failed everywhere",
+      {
+        state: {
+          ...state,
+          deployments: [
+            {
+              deployment_id: "d-1",
+              model_id: "acme/broken",
+              status: "Failed",
+              refusal: {
+                message:
+                  "acme/broken failed to run on every node it was tried on: n1 (llama_model_load: error loading model: missing tensor 'token_embd.weight')",
+              },
+            },
+          ],
+        },
+      },
+      "models",
+      "missing tensor 'token_embd.weight'",
+    ],
+    [
+      "a runner crash-looping",
+      {
+        state: {
+          ...state,
+          nodeHealth: [
+            {
+              node_name: "n2",
+              code: "runner_crash_loop",
+              severity: "warn",
+              message:
+                "the runner of acme/m (instance i-1, rank 0) crashed 3 times in a row: out of memory",
+            },
+          ],
+        },
+      },
+      "models",
+      "n2: the runner of acme/m",
+    ],
+    [
       "an error in nodeHealth",
       {
         state: {

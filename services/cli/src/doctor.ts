@@ -38,7 +38,14 @@ interface StateDoc {
   instances: {
     instance_id: string;
     model_id: string;
-    runners: { rank: number; state: string }[];
+    runners: { rank: number; state: string; reason?: string; last_error?: string }[];
+  }[];
+  deployments?: {
+    deployment_id: string;
+    model_id: string;
+    status: string;
+    refusal?: { message: string };
+    failures?: { node_name: string; error: string }[];
   }[];
 }
 
@@ -62,6 +69,38 @@ export interface Findings {
 }
 
 const why = (e: Error) => (e instanceof ApiError ? `${e.code}: ${e.message}` : e.message);
+
+/**
+ * Models that fail to run: a deployment Failed (given up) or Failing (moved after a failure), a
+ * runner that gave up or keeps crashing, each with the engine's last error line.
+ */
+function failingModels(s: StateDoc): Check {
+  const lines: string[] = [];
+  for (const d of s.deployments ?? []) {
+    if (d.status === "Failed")
+      lines.push(`${d.model_id} failed: ${d.refusal?.message ?? "given up"}`);
+    else if (d.status === "Failing") {
+      const f = d.failures?.at(-1);
+      lines.push(`${d.model_id} is failing${f ? ` (on ${f.node_name}: ${f.error})` : ""}`);
+    }
+  }
+  for (const h of s.nodeHealth)
+    if (h.code === "runner_failed" || h.code === "runner_crash_loop")
+      lines.push(`${h.node_name}: ${h.message}`);
+  for (const i of s.instances)
+    for (const r of i.runners)
+      if (r.state === "RunnerFailed" && !lines.some((l) => l.includes(i.instance_id)))
+        lines.push(
+          `${i.model_id} (instance ${i.instance_id}, rank ${r.rank}) failed${r.last_error ? `: ${r.last_error}` : r.reason ? `: ${r.reason}` : ""}`,
+        );
+  return lines.length === 0
+    ? { name: "models", ok: true, detail: "no deployment or runner is failing" }
+    : {
+        name: "models",
+        ok: false,
+        detail: `${lines.join("; ")} — read the engine's words, fix or replace the model, and place it again (ic place)`,
+      };
+}
 
 export function evaluate(f: Findings): Check[] {
   const out: Check[] = [];
@@ -131,6 +170,7 @@ export function evaluate(f: Findings): Check[] {
             .join("; "),
         },
   );
+  out.push(failingModels(s));
   const badEngine = s.topology.nodes.filter((t) => t.telemetry && !t.telemetry.engine.usable);
   out.push(
     badEngine.length === 0

@@ -250,6 +250,47 @@ describe("readiness", () => {
     expect(e.message).toMatch(/place it first/);
   });
 
+  it("a deployment that failed everywhere: model_not_ready, not retryable, with the engine's words", () => {
+    const failed: Deployment = {
+      ...deployment("d"),
+      status: "Failed",
+      refusal: {
+        code: "load_failed",
+        message:
+          "org/m failed to run on every node it was tried on: node-1 (llama_model_load: error loading model: missing tensor 'token_embd.weight')",
+      },
+    };
+    const r = readiness(state([], [], { deployments: { d: failed } }), M, NOW);
+    if (r.kind === "ready") throw new Error("ready");
+    const e = notServableError(M, r);
+    expect(e.code).toBe("model_not_ready");
+    expect(e.retryable).toBe(false);
+    expect(e.retryAfterS).toBeUndefined();
+    expect(e.message).toMatch(/missing tensor 'token_embd.weight'/);
+  });
+
+  it("a deployment being moved after a failure: retryable, saying where it failed and why", () => {
+    const failing: Deployment = {
+      ...deployment("d"),
+      status: "Failing",
+      failures: [
+        {
+          peer_key: "p-1",
+          node_name: "node-1",
+          instance_id: "i-x" as InstanceId,
+          error: "out of memory",
+          at: 1,
+        },
+      ],
+    };
+    const r = readiness(state([], [], { deployments: { d: failing } }), M, NOW);
+    if (r.kind === "ready") throw new Error("ready");
+    expect(r).toMatchObject({ retryable: true, retryAfterS: 10 });
+    expect(notServableError(M, r).message).toMatch(
+      /failed to run on node-1 \(out of memory\); it is being placed on another node/,
+    );
+  });
+
   it("an unknown model while the session's intent is not restored yet: model_not_ready, retryable", () => {
     const s = { ...state([], []), intent_restored: false };
     const r = readiness(s, M, NOW);

@@ -99,7 +99,7 @@ export function instancePhase(state: ControlState, i: Instance, now: number): Ph
       return {
         phase: "failed",
         order: 0,
-        text: `has failed on ${node}${r.reason ? ` (${r.reason})` : ""}`,
+        text: `has failed on ${node}${r.reason ? ` (${r.reason})` : ""}${r.last_error ? `: ${r.last_error}` : ""}`,
         node,
         retryAfterS: undefined,
       };
@@ -150,7 +150,7 @@ export function instancePhase(state: ControlState, i: Instance, now: number): Ph
         return {
           phase: "restarting",
           order: 3,
-          text: `is restarting after a crash on ${node} (restart ${r.restarts})`,
+          text: `is restarting after a crash on ${node} (restart ${r.restarts}${r.last_error ? `; the engine said: ${r.last_error}` : ""})`,
           node,
           retryAfterS: 5,
         };
@@ -168,6 +168,37 @@ export function instancePhase(state: ControlState, i: Instance, now: number): Ph
   }
 }
 
+/**
+ * A model whose deployments all failed to run, or are being moved after a failure: no instance can
+ * serve now, and the answer says what the engine said. Failed everywhere: not retryable.
+ */
+function deploymentFailure(state: ControlState, modelId: string): Readiness | undefined {
+  const deps = Object.values(state.deployments).filter((d) => d.model_id === modelId);
+  if (deps.length === 0) return undefined;
+  const failed = deps.filter((d) => d.status === "Failed");
+  if (failed.length === deps.length) {
+    const d = failed[0]!;
+    return {
+      kind: "not_ready",
+      message: d.refusal?.message ?? `${modelId} failed to run on every node it was tried on`,
+      retryable: false,
+      retryAfterS: undefined,
+      details: { model: modelId, phase: "failed", deployment_id: d.deployment_id },
+    };
+  }
+  const moving = deps.find((d) => d.status === "Failing");
+  if (!moving || deps.some((d) => d.status !== "Failing" && d.status !== "Failed"))
+    return undefined;
+  const last = moving.failures?.at(-1);
+  return {
+    kind: "not_ready",
+    message: `${modelId} failed to run on ${last?.node_name ?? "a node"}${last ? ` (${last.error})` : ""}; it is being placed on another node; retry`,
+    retryable: true,
+    retryAfterS: 10,
+    details: { model: modelId, phase: "failing", deployment_id: moving.deployment_id },
+  };
+}
+
 /** Whether the model can be served, and if not, the most advanced instance's story. */
 export function readiness(state: ControlState, modelId: string, now: number): Readiness {
   const ready = readyInstances(state, modelId);
@@ -177,6 +208,8 @@ export function readiness(state: ControlState, modelId: string, now: number): Re
     .sort(byAge);
   const deployed = isDeployed(state, modelId);
   if (instances.length === 0) {
+    const failing = deploymentFailure(state, modelId);
+    if (failing) return failing;
     if (!deployed && !state.intent_restored)
       return {
         kind: "not_ready",

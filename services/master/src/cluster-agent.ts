@@ -32,6 +32,7 @@ import {
   reconcile,
   amendWrites,
   DEFAULT_TASK_BOUNDS,
+  failingInstances,
   intentWrites,
   restoreIntent,
   TaskTable,
@@ -913,6 +914,31 @@ export class ClusterAgent implements AsyncDisposable {
    * and sooner (after 1 s) when membership, health or memory changed since its last attempt.
    */
   private reconcileDeployments(now: number): void {
+    // An instance whose runner gave up (its model failed to load or run there) is removed, and its
+    // deployment placed on a node it has not failed on (reconcile below), or given up.
+    for (const f of failingInstances(this.state, now)) {
+      this.log.warn(
+        {
+          deployment: f.deployment_id,
+          instance: f.instance_id,
+          node: f.failure.node_name,
+          error: f.failure.error,
+        },
+        "deployment failing: its instance failed to run; trying another node",
+      );
+      this.emit({ type: "DeploymentFailing", deployment_id: f.deployment_id, failure: f.failure });
+      for (const t of this.tasks.onInstances(new Set([f.instance_id])))
+        this.emit({
+          type: "TaskFailed",
+          task_id: t.task_id,
+          reason: `the instance failed to run: ${f.failure.error}`,
+        });
+      this.emit({
+        type: "InstanceDeleted",
+        instance_id: f.instance_id,
+        reason: `failed to run on ${f.failure.node_name}: ${f.failure.error}`,
+      });
+    }
     const lost = lostDeployments(this.state);
     if (lost.length === 0) {
       this.retries.clear();
@@ -946,7 +972,11 @@ export class ClusterAgent implements AsyncDisposable {
       });
     }
     for (const a of actions) {
-      if (a.kind === "place") {
+      if (a.kind === "fail") {
+        this.log.error({ deployment: a.deployment_id, reason: a.reason }, "deployment failed");
+        this.retries.delete(a.deployment_id);
+        this.emit({ type: "DeploymentFailed", deployment_id: a.deployment_id, reason: a.reason });
+      } else if (a.kind === "place") {
         this.log.info(
           { deployment: a.deployment_id, instance: a.instance.instance_id, reason: a.reason },
           "deployment placed again",

@@ -253,6 +253,7 @@ export class Node implements AsyncDisposable {
             ...part.health,
             ...security.entries(Math.max(0, (this.agent?.livePeers().length ?? 1) - 1)),
             ...missingModelHealth(missingModels),
+            ...(worker?.health() ?? []),
           ],
         };
       },

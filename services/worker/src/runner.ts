@@ -16,11 +16,14 @@ import { childrenDir, nextAction, supervise } from "@ic/process";
 import type { NextAction, RestartPolicy, RunOutcome } from "@ic/process";
 import type { RunnerState } from "@ic/protocol";
 import type { Logger } from "@ic/log";
+import { lastError } from "@ic/engine";
 
 export type { RunOutcome } from "@ic/process";
 
 export interface RunnerSpec {
   readonly instanceId: string;
+  /** The model it serves (for log lines a person reads). */
+  readonly modelId?: string;
   readonly rank: number;
   readonly role: "server" | "rpc";
   readonly bin: string;
@@ -54,6 +57,8 @@ export interface RunnerStatus {
   readonly endpoint?: string;
   readonly restarts: number;
   readonly pid?: number;
+  /** The engine's last error line (its log), after it exited; cleared once it runs again. */
+  readonly lastError?: string;
 }
 
 /** The restart policy of a runner: backoff up to 30 s, a warmup overrun is final. */
@@ -142,12 +147,18 @@ export class RunnerSupervisor implements AsyncDisposable {
 
   private async run(): Promise<void> {
     const spec = this.spec;
-    const who = { instance: spec.instanceId, rank: spec.rank };
+    const who = { model: spec.modelId, instance: spec.instanceId, rank: spec.rank };
     let restarts = 0;
+    let lastErrorLine: string | undefined;
     await supervise({
       signal: this.abort.signal,
       command: () => {
-        this.set({ state: "RunnerWarmingUp", restarts, endpoint: this.endpoint });
+        this.set({
+          state: "RunnerWarmingUp",
+          restarts,
+          endpoint: this.endpoint,
+          ...(lastErrorLine ? { lastError: lastErrorLine } : {}),
+        });
         this.log.info({ ...who, bin: spec.bin, args: spec.args }, "starting runner");
         return {
           bin: spec.bin,
@@ -167,6 +178,7 @@ export class RunnerSupervisor implements AsyncDisposable {
       stopGraceMs: spec.gracefulStopMs ?? 5000,
       policy: runnerPolicy(spec),
       onReady: (child, { warmupMs }) => {
+        lastErrorLine = undefined;
         this.set({
           state: "RunnerReady",
           restarts,
@@ -177,8 +189,10 @@ export class RunnerSupervisor implements AsyncDisposable {
       },
       onOutcome: async (outcome, next) => {
         if (next.action === "none") return;
+        const tail = await this.recentLog();
+        lastErrorLine = lastError(tail.join("\n"));
         if (next.action === "fail") {
-          await this.failed(outcome, next.reason, restarts);
+          await this.failed(outcome, next.reason, restarts, tail, lastErrorLine);
           return;
         }
         restarts += 1;
@@ -188,8 +202,9 @@ export class RunnerSupervisor implements AsyncDisposable {
             outcome: outcome.kind,
             delay_ms: next.delayMs,
             restarts,
+            error: lastErrorLine,
             log_file: spec.logFile,
-            log_tail: await this.recentLog(),
+            log_tail: tail,
           },
           "runner exited; restarting",
         );
@@ -198,21 +213,29 @@ export class RunnerSupervisor implements AsyncDisposable {
           reason: `restarting after ${outcome.kind}`,
           restarts,
           endpoint: this.endpoint,
+          lastError: lastErrorLine,
         });
       },
     });
   }
 
-  private async failed(outcome: RunOutcome, reason: string, restarts: number): Promise<void> {
+  private async failed(
+    outcome: RunOutcome,
+    reason: string,
+    restarts: number,
+    tail: string[],
+    errorLine: string,
+  ): Promise<void> {
     const spec = this.spec;
-    const who = { instance: spec.instanceId, rank: spec.rank };
+    const who = { model: spec.modelId, instance: spec.instanceId, rank: spec.rank };
     if (outcome.kind === "deadline") {
       this.log.fatal(
         {
           ...who,
           deadline_s: spec.warmupDeadlineMs / 1000,
+          error: errorLine,
           log_file: spec.logFile,
-          log_tail: await this.recentLog(),
+          log_tail: tail,
         },
         `CRITICAL: runner warmup exceeded its deadline of ${spec.warmupDeadlineMs / 1000} s; the engine process was stopped. ` +
           "If this node has a GPU, the GPU may be wedged (driver hang or leaked memory): check nvidia-smi and reboot the machine if it does not respond. " +
@@ -220,11 +243,11 @@ export class RunnerSupervisor implements AsyncDisposable {
       );
     } else {
       this.log.error(
-        { ...who, reason, log_file: spec.logFile, log_tail: await this.recentLog() },
+        { ...who, reason, error: errorLine, log_file: spec.logFile, log_tail: tail },
         "runner failed",
       );
     }
-    this.set({ state: "RunnerFailed", reason, restarts });
+    this.set({ state: "RunnerFailed", reason, restarts, lastError: errorLine });
   }
 
   private async ready(): Promise<boolean> {

@@ -6,6 +6,7 @@ import { runnerKey } from "@ic/protocol";
 import type {
   ControlState,
   Gpu,
+  HealthEntry,
   EngineInfo,
   Instance,
   ModelRecord,
@@ -65,7 +66,12 @@ interface Slot {
   warmupStartedAt?: number;
   /** When staging progress was last reported (at most one report a second per runner). */
   progressReportedAt: number;
+  /** The engine's last error line while it crash-loops or after it failed. */
+  lastError?: string;
 }
+
+/** Restarts in a row (without becoming ready) from which a runner counts as crash-looping. */
+const CRASH_LOOP_RESTARTS = 2;
 
 /** Minimum interval between two staging progress reports of one runner. */
 export const PROGRESS_REPORT_INTERVAL_MS = 1000;
@@ -236,6 +242,32 @@ export class Worker implements AsyncDisposable {
     return gpus.length > 0 ? gpus.map((g) => g.vram_free_bytes ?? g.vram_total_bytes ?? 0) : [1];
   }
 
+  /**
+   * This node's runners that fail, as nodeHealth entries: one that gave up (runner_failed) or keeps
+   * crashing (runner_crash_loop), with its model, instance and the engine's last error line.
+   */
+  health(): HealthEntry[] {
+    const out: HealthEntry[] = [];
+    for (const s of this.slots.values()) {
+      const failed = s.state === "RunnerFailed";
+      if (!failed && !(s.state !== "RunnerReady" && s.restarts >= CRASH_LOOP_RESTARTS)) continue;
+      const what = `${s.instance.model_id} (instance ${s.instance.instance_id}, rank ${s.rank})`;
+      const said = s.lastError ? `: ${s.lastError}` : "";
+      out.push({
+        code: failed ? "runner_failed" : "runner_crash_loop",
+        severity: "warn",
+        message: failed
+          ? `the runner of ${what} gave up after ${s.restarts} restarts (${s.reason ?? "failed"})${said}`
+          : `the runner of ${what} crashed ${s.restarts} times in a row${said}`,
+        remediation:
+          "read the engine's words above and the runner log (GET /instances/{id}/logs); a model that fails to load is placed on another node and given up when it fails everywhere; fix or replace the model and place it again",
+        model_id: s.instance.model_id,
+        instance_id: s.instance.instance_id,
+      });
+    }
+    return out;
+  }
+
   private launching = new Set<string>();
 
   private async launch(slot: Slot): Promise<void> {
@@ -267,6 +299,7 @@ export class Worker implements AsyncDisposable {
     const logFile = join(this.o.runnerLogDir, `${inst.instance_id}-rank${slot.rank}.log`);
     const common = {
       instanceId: inst.instance_id,
+      modelId: inst.model_id,
       rank: slot.rank,
       host: this.o.host,
       advertiseHost: this.o.advertiseHost ?? this.o.host,
@@ -398,6 +431,7 @@ export class Worker implements AsyncDisposable {
       reason?: string | undefined;
       endpoint?: string | undefined;
       restarts: number;
+      lastError?: string | undefined;
     },
   ): void {
     // A new warmup (first, after a restart, or after waiting for remote ranks) restarts its clock.
@@ -414,6 +448,7 @@ export class Worker implements AsyncDisposable {
     slot.reason = s.reason;
     slot.endpoint = s.state === "RunnerReady" ? s.endpoint : undefined;
     slot.restarts = s.restarts;
+    slot.lastError = s.state === "RunnerReady" ? undefined : (s.lastError ?? slot.lastError);
     this.report(slot);
   }
 
@@ -429,6 +464,7 @@ export class Worker implements AsyncDisposable {
       ...(slot.endpoint ? { endpoint: slot.endpoint } : {}),
       restarts: slot.restarts,
       since: Date.now(),
+      ...(slot.lastError ? { last_error: slot.lastError.slice(0, 400) } : {}),
       ...(slot.state === "RunnerStaging" && slot.progress ? { progress: slot.progress } : {}),
       ...(slot.state === "RunnerWarmingUp" && slot.warmupStartedAt !== undefined
         ? { warmup_started_at: slot.warmupStartedAt }
