@@ -224,7 +224,14 @@ export async function startHostCluster(
 /** Writes the tiny test model (and optionally its drafter) into `<store>/<org>--<name>/`. */
 export async function seedStore(
   store: string,
-  opts: { modelId?: string; drafterId?: string; layers?: number; slow?: boolean } = {},
+  opts: {
+    modelId?: string;
+    drafterId?: string;
+    layers?: number;
+    slow?: boolean;
+    /** The token embedding renamed: the header reads fine (it registers), llama.cpp refuses to load it. */
+    unloadable?: boolean;
+  } = {},
 ): Promise<{ store: string; modelId: string; drafterId?: string }> {
   const { writeTinyModel } = await import("@ic/gguf");
   const modelId = opts.modelId ?? "test/tiny-llama";
@@ -244,10 +251,18 @@ export async function seedStore(
         contextLength: 16384,
       }
     : {};
-  await writeTinyModel(join(dir, "tiny-llama.gguf"), {
+  const file = join(dir, "tiny-llama.gguf");
+  await writeTinyModel(file, {
     ...shape,
     ...(opts.layers ? { nLayer: opts.layers } : {}),
   });
+  if (opts.unloadable) {
+    const bytes = readFileSync(file);
+    const at = bytes.indexOf("token_embd.weight");
+    if (at < 0) throw new Error("the tiny model has no token_embd.weight to rename");
+    bytes.write("token_embX.weight", at);
+    writeFileSync(file, bytes);
+  }
   if (opts.drafterId) {
     const ddir = join(store, opts.drafterId.replace("/", "--"));
     mkdirSync(ddir, { recursive: true });

@@ -90,9 +90,14 @@ export const VERBS: Record<string, Verb> = {
   },
   logs: {
     summary: "a node's log lines, or a runner's with --instance",
-    usage: "logs [--tail N] [--level L] [--instance ID [--rank R]]",
+    usage: "logs [--tail N] [--level L] [-f] [--instance ID [--rank R]]",
     options: {
       tail: { type: "string", value: "N", help: "lines (default 50)" },
+      follow: {
+        type: "boolean",
+        short: "f",
+        help: "node logs: keep printing new lines until Ctrl-C",
+      },
       level: { type: "string", value: "L", help: "node logs: this level and above" },
       instance: { type: "string", value: "ID", help: "a runner's log instead" },
       rank: { type: "string", value: "R", help: "the runner's rank (default 0)" },

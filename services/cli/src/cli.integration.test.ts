@@ -34,6 +34,13 @@ function ic(
     child.on("exit", (code) => resolve({ code, out, err }));
   });
 }
+async function until(ok: () => boolean, ms = 20_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > end) throw new Error(`not seen within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
 const noStack = (s: string) => expect(s).not.toMatch(/\n\s+at /);
 
 describe("ic", () => {
@@ -118,7 +125,35 @@ describe("ic", () => {
     expect(down.code).toBe(1);
     expect(down.out).toMatch(/✗ api\s+cannot reach http:\/\/127.0.0.1:\d+: .*is the node running/);
 
-    expect((await ic(["rm", placed.instance.instance_id], env)).code).toBe(0);
+    // Node logs: one readable line each, the level by name and the key fields named.
+    const logs = await ic(["logs", "--tail", "500", "--level", "info"], env);
+    expect(logs.code, logs.err).toBe(0);
+    expect(logs.out).toMatch(
+      new RegExp(
+        `^\\S+Z  INFO   worker  runner ready  node=node-1 model=${modelId} instance=\\S+ rank=0$`,
+        "m",
+      ),
+    );
+    expect(logs.out).not.toMatch(/^\{/m);
+    // -f: the tail, then what the node writes next (the runner stopping), until the user leaves.
+    const follower = spawn(process.execPath, [BIN, "logs", "-f", "--tail", "1"], {
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let followed = "";
+    follower.stdout.on("data", (c: Buffer) => (followed += c.toString()));
+    try {
+      await until(() => followed.length > 0);
+      expect((await ic(["rm", placed.instance.instance_id], env)).code).toBe(0);
+      await until(() =>
+        followed.includes(
+          `stopping runner  node=node-1 instance=${placed.instance.instance_id} rank=0`,
+        ),
+      );
+    } finally {
+      follower.kill();
+    }
+    expect((await ic(["logs", "-f", "--instance", "x"], env)).code).toBe(2);
     const storage = await ic(["storage"], env);
     expect(storage.code, storage.err).toBe(0);
     expect(storage.out).toMatch(/NODE\s+STAGED[\s\S]*node-1\s+\S+/);

@@ -1,5 +1,14 @@
 import { describe, expect, it } from "vitest";
-import { bytes, evaluate, intOption, parse, progressBar, table, UsageError } from "./index.ts";
+import {
+  bytes,
+  evaluate,
+  formatLogLine,
+  intOption,
+  parse,
+  progressBar,
+  table,
+  UsageError,
+} from "./index.ts";
 import type { Findings } from "./index.ts";
 
 describe("arguments", () => {
@@ -262,4 +271,40 @@ describe("doctor's checks", () => {
     expect(bad.map((c) => c.name)).toEqual([name]);
     expect(bad[0]!.detail).toContain(fix);
   });
+});
+
+describe("log lines", () => {
+  it.each([
+    [
+      {
+        level: 40,
+        time: 0,
+        component: "worker",
+        msg: "runner failed",
+        model: "acme/x",
+        instance: "i-1",
+        rank: 0,
+        error: "llama_model_load: error\nmissing tensor 'token_embd.weight'",
+      },
+      `1970-01-01T00:00:00.000Z  WARN   worker  runner failed  model=acme/x instance=i-1 rank=0 error="llama_model_load: error ⏎ missing tensor 'token_embd.weight'"`,
+    ],
+    [{ level: 30, time: 1000, msg: "ready" }, "1970-01-01T00:00:01.000Z  INFO   -  ready"],
+    [
+      {
+        level: 50,
+        time: 0,
+        component: "master",
+        msg: "x",
+        err: { type: "Error", message: "boom", stack: "at y" },
+        code: "no_quorum",
+        node_name: "n2",
+      },
+      "1970-01-01T00:00:00.000Z  ERROR  master  x  node=n2 code=no_quorum error=boom",
+    ],
+    [{ raw: "not json" }, '"not json"'],
+    [
+      { level: 60, time: "2026-11-26T06:00:00Z", msg: "end" },
+      "2026-11-26T06:00:00Z  FATAL  -  end",
+    ],
+  ])("%j", (line, want) => expect(formatLogLine(line)).toBe(want));
 });

@@ -38,3 +38,57 @@ export function ago(ms: number | null | undefined): string {
   if (ms < 120_000) return `${(ms / 1000).toFixed(1)} s`;
   return `${Math.round(ms / 60_000)} min`;
 }
+
+const LEVEL_NAMES: Record<number, string> = {
+  10: "TRACE",
+  20: "DEBUG",
+  30: "INFO",
+  40: "WARN",
+  50: "ERROR",
+  60: "FATAL",
+};
+
+/** The fields an operator looks for, in this order, under the names they print with. */
+const KEY_FIELDS: readonly (readonly [string, readonly string[]])[] = [
+  ["node", ["node", "node_name", "peer"]],
+  ["model", ["model", "model_id"]],
+  ["instance", ["instance", "instance_id"]],
+  ["rank", ["rank"]],
+  ["code", ["code"]],
+  ["error", ["error", "err", "last_error", "reason"]],
+];
+
+/** One value on one line: newlines folded, strings with spaces quoted, long ones cut. */
+function oneLine(v: unknown): string {
+  let s: string;
+  if (typeof v === "string") s = v;
+  else if (v && typeof v === "object" && typeof (v as { message?: unknown }).message === "string")
+    s = (v as { message: string }).message;
+  else s = JSON.stringify(v) ?? String(v);
+  s = s.replace(/\s*\n\s*/g, " ⏎ ");
+  if (s.length > 300) s = `${s.slice(0, 299)}…`;
+  return /[\s"=]/.test(s) ? JSON.stringify(s) : s;
+}
+
+/**
+ * A node's pino JSON log line as one readable line:
+ * `2026-11-26T06:42:10.123Z WARN  worker  runner failed  model=acme/x rank=0 error="…"`.
+ * Lines that are not pino's (`{raw}`) print as they are.
+ */
+export function formatLogLine(l: Record<string, unknown>): string {
+  if (typeof l["raw"] === "string" && l["msg"] === undefined) return oneLine(l["raw"]);
+  const t = l["time"];
+  const time = typeof t === "number" ? new Date(t).toISOString() : typeof t === "string" ? t : "-";
+  const lv = l["level"];
+  const level = (
+    typeof lv === "number" ? (LEVEL_NAMES[lv] ?? String(lv)) : String(lv ?? "-")
+  ).padEnd(5);
+  const component = typeof l["component"] === "string" ? l["component"] : "-";
+  const msg = typeof l["msg"] === "string" ? l["msg"].replace(/\s*\n\s*/g, " ⏎ ") : "";
+  const keys: string[] = [];
+  for (const [name, sources] of KEY_FIELDS) {
+    const src = sources.find((k) => l[k] !== undefined && l[k] !== null);
+    if (src) keys.push(`${name}=${oneLine(l[src])}`);
+  }
+  return [time, level, component, msg, ...(keys.length ? [keys.join(" ")] : [])].join("  ");
+}

@@ -5,7 +5,7 @@ import type { Client } from "./client.ts";
 import { ApiError } from "./client.ts";
 import { intOption, UsageError } from "./args.ts";
 import type { Parsed } from "./args.ts";
-import { ago, bytes, progressBar, table } from "./format.ts";
+import { ago, bytes, formatLogLine, progressBar, table } from "./format.ts";
 import { evaluate, gather } from "./doctor.ts";
 
 /** Where output goes (tests and the terminal). */
@@ -320,6 +320,8 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
     case "logs": {
       const tail = intOption("tail", p.values["tail"], 1, 5000, 50);
       if (p.values["instance"]) {
+        if (p.values["follow"])
+          throw new UsageError("-f follows a node's own log; a runner's log is read with --tail");
         const rank = intOption("rank", p.values["rank"], 0, 1024, 0);
         const r = await c.get<{ lines: string[]; file: string; node: { name: string } }>(
           `/instances/${encodeURIComponent(p.values["instance"] as string)}/logs?rank=${rank}&tail=${tail}`,
@@ -329,14 +331,9 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
       }
       const q = new URLSearchParams({ tail: String(tail) });
       if (p.values["level"]) q.set("level", p.values["level"] as string);
-      const r = await c.get<{
-        lines: { time?: string; level?: number; component?: string; msg?: string }[];
-      }>(`/logs?${q.toString()}`);
-      print(io, p, r, () =>
-        r.lines
-          .map((l) => `${l.time ?? ""} ${l.level ?? ""} ${l.component ?? "-"} ${l.msg ?? ""}`)
-          .join("\n"),
-      );
+      if (p.values["follow"]) return followLogs(c, io, p, q);
+      const r = await c.get<{ lines: Record<string, unknown>[] }>(`/logs?${q.toString()}`);
+      print(io, p, r, () => r.lines.map(formatLogLine).join("\n"));
       return 0;
     }
     case "storage": {
@@ -434,4 +431,43 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
     }
   }
   throw new UsageError(`unknown verb "${p.verb}"`);
+}
+
+/** `ic logs -f`: the node's tail, then every new line as the node writes it, until Ctrl-C. */
+async function followLogs(c: Client, io: Io, p: Parsed, q: URLSearchParams): Promise<number> {
+  q.set("follow", "1");
+  // No deadline: a follower stays until the user leaves or the node goes.
+  const r = await c.raw("GET", `/logs?${q.toString()}`, undefined, 2_147_483_647);
+  if (!r.ok) {
+    const e = (
+      (await r.json().catch(() => ({}))) as { error?: { code?: string; message?: string } }
+    ).error;
+    throw new ApiError(r.status, e?.code ?? `http_${r.status}`, e?.message ?? String(r.status));
+  }
+  const decoder = new TextDecoder();
+  let buf = "";
+  for await (const chunk of r.body!) {
+    buf += decoder.decode(chunk as Uint8Array, { stream: true });
+    let at;
+    while ((at = buf.indexOf("\n\n")) >= 0) {
+      const ev = buf.slice(0, at).split("\n");
+      buf = buf.slice(at + 2);
+      const data = ev.find((l) => l.startsWith("data: "))?.slice(6);
+      if (data === undefined) continue; // a keepalive comment
+      if (ev.includes("event: dropped")) {
+        const n = (JSON.parse(data) as { dropped?: number }).dropped ?? 0;
+        io.err(`… ${n} line(s) dropped: this terminal read slower than the node logged`);
+        continue;
+      }
+      let line: Record<string, unknown>;
+      try {
+        line = JSON.parse(data) as Record<string, unknown>;
+      } catch {
+        line = { raw: data };
+      }
+      io.out(p.json ? JSON.stringify(line) : formatLogLine(line));
+    }
+  }
+  io.err("the node closed the log stream");
+  return 1;
 }

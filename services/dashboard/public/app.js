@@ -410,6 +410,8 @@ function runnerCell(inst, a) {
     extra.push(` warming up since ${when(r.warmup_started_at)}`);
   if (r.restarts > 0) extra.push(` · ${r.restarts} restart(s)`);
   if (r.reason) extra.push(h("div", { class: "error" }, r.reason));
+  if (r.last_error && r.last_error !== r.reason)
+    extra.push(h("div", { class: "error" }, r.last_error));
   return h(
     "div",
     null,
@@ -449,17 +451,33 @@ function renderInstances(doc) {
       h("code", null, d.deployment_id),
       d.model_id,
       `${d.min_nodes}+ ${d.sharding}`,
-      d.status === "Placed"
-        ? [badge("placed", "ok"), " ", h("code", null, d.instance_id ?? "")]
-        : [
-            badge("pending", "warn"),
-            d.refusal
-              ? h("div", { class: "error" }, `${d.refusal.code}: ${d.refusal.message}`)
-              : null,
-          ],
+      deploymentStatus(d),
     ]),
     "no deployments",
   );
+}
+
+const DEPLOYMENT_KIND = { Placed: "ok", Pending: "warn", Failing: "bad", Failed: "bad" };
+
+/** A deployment's badge, then why: the refusal, or where its instance failed and the engine's words. */
+function deploymentStatus(d) {
+  const out = [badge(d.status.toLowerCase(), DEPLOYMENT_KIND[d.status] ?? "muted")];
+  if (d.instance_id && d.status !== "Failed") out.push(" ", h("code", null, d.instance_id));
+  if (d.status === "Failed") {
+    out.push(
+      h(
+        "div",
+        { class: "error" },
+        "given up: it failed on every node tried; fix or replace the model and place it again",
+      ),
+    );
+  } else if (d.status === "Failing") {
+    out.push(h("div", { class: "error" }, "failed; being placed on another node"));
+  }
+  for (const f of d.failures ?? [])
+    out.push(h("div", { class: "error" }, `${f.node_name} (${when(f.at)}): ${f.error}`));
+  if (d.refusal) out.push(h("div", { class: "error" }, `${d.refusal.code}: ${d.refusal.message}`));
+  return out;
 }
 
 function readyModels(doc) {
@@ -469,6 +487,17 @@ function readyModels(doc) {
     if (r0 && r0.state === "RunnerReady" && r0.endpoint) ready.add(inst.model_id);
   }
   return ready;
+}
+
+/** Ready, failing or failed (its deployment says so), starting, or not placed. */
+function servingBadge(doc, ready, modelId) {
+  if (ready.has(modelId)) return badge("ready", "ok");
+  const d = doc.deployments.find((x) => x.model_id === modelId);
+  if (d && (d.status === "Failed" || d.status === "Failing"))
+    return badge(d.status.toLowerCase(), "bad");
+  if (d && d.status === "Pending") return badge("pending", "warn");
+  if (d || doc.instances.some((i) => i.model_id === modelId)) return badge("starting", "warn");
+  return badge("not placed", "muted");
 }
 
 function renderModels(doc) {
@@ -481,7 +510,7 @@ function renderModels(doc) {
       bytes(m.bytes),
       m.architecture ?? "—",
       m.layers ?? "—",
-      ready.has(m.model_id) ? badge("ready", "ok") : badge("not placed", "muted"),
+      servingBadge(doc, ready, m.model_id),
       h("button", {
         type: "button",
         class: "danger",
@@ -924,6 +953,46 @@ $("log-button").addEventListener("click", (ev) =>
       `${r.file} on ${r.node.name} · ${bytes(r.size_bytes)}${r.truncated ? " · last lines only" : ""}`;
     $("log-text").textContent = r.lines.join("\n");
     $("log-text").scrollTop = $("log-text").scrollHeight;
+  }),
+);
+
+// ---------------------------------------------------------------- node log
+
+const LEVEL_NAMES = { 10: "TRACE", 20: "DEBUG", 30: "INFO", 40: "WARN", 50: "ERROR", 60: "FATAL" };
+const LOG_KEYS = [
+  ["model", ["model", "model_id"]],
+  ["instance", ["instance", "instance_id"]],
+  ["rank", ["rank"]],
+  ["code", ["code"]],
+  ["error", ["error", "err", "last_error", "reason"]],
+];
+
+/** One pino line as one readable line: time, level, component, message, the key fields. */
+function logLine(l) {
+  if (typeof l.raw === "string" && l.msg === undefined) return l.raw;
+  const time = typeof l.time === "number" ? new Date(l.time).toISOString() : (l.time ?? "-");
+  const level = (LEVEL_NAMES[l.level] ?? String(l.level ?? "-")).padEnd(5);
+  const keys = [];
+  for (const [name, from] of LOG_KEYS) {
+    const k = from.find((f) => l[f] !== undefined && l[f] !== null);
+    if (k === undefined) continue;
+    const v = l[k];
+    const text = typeof v === "string" ? v : (v?.message ?? JSON.stringify(v));
+    keys.push(`${name}=${String(text).replace(/\s*\n\s*/g, " ⏎ ")}`);
+  }
+  return [time, level, l.component ?? "-", l.msg ?? "", keys.join(" ")].join("  ").trimEnd();
+}
+
+$("node-log-button").addEventListener("click", (ev) =>
+  act(ev.currentTarget, "node-log-error", async () => {
+    const q = new URLSearchParams({ tail: "200" });
+    const level = $("node-log-level").value;
+    if (level) q.set("level", level);
+    const r = await api("GET", `/logs?${q}`);
+    $("node-log-meta").textContent =
+      `${r.node} · ${r.lines.length} line(s)${level ? ` at ${level} and above` : ""} · ${r.buffer.lines} kept in memory`;
+    $("node-log-text").textContent = r.lines.map(logLine).join("\n") || "(no lines)";
+    $("node-log-text").scrollTop = $("node-log-text").scrollHeight;
   }),
 );
 

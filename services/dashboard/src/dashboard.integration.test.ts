@@ -24,6 +24,8 @@ import {
 import type { HostCluster, NodeProcess, TestBrowser } from "@ic/testkit";
 
 const SHOTS = join(REPO_ROOT, "test-results", "dashboard");
+/** A model whose header reads fine and whose weights llama.cpp refuses: it fails on every node. */
+const BROKEN = "test/broken-llama";
 
 interface Storage {
   staged_models: { model_id: string; in_use: boolean }[];
@@ -52,6 +54,7 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     await mkdir(SHOTS, { recursive: true });
     const seeded = await seedStore(mkdtempSync(join(tmpdir(), "ic-store-")));
     modelId = seeded.modelId;
+    await seedStore(seeded.store, { modelId: BROKEN, unloadable: true });
     cluster = await startHostCluster(2, {
       // node-1 declares a CUDA backend it does not have: a nodeHealth warning for the page to show.
       config: (i) => (i === 0 ? { store_path: seeded.store, node: { backend: "cuda" } } : {}),
@@ -227,6 +230,37 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
       .poll(async () => await page.locator("#storage-table tr", { hasText: "node-2" }).innerText())
       .toContain("nothing staged");
     await shot("09-purged");
+    expect(browser.errors).toEqual([]);
+  });
+
+  it("a model that cannot load shows red: failed deployment with each node's error line, runner error, node log", async () => {
+    const placed = await n2.post("/place_instance", { model_id: BROKEN, min_nodes: 1 });
+    expect(placed.status).toBe(200);
+    const row = page.locator("#deployments-table tr", { hasText: BROKEN });
+    // Failing on the first node (a runner with the engine's words), then given up on both.
+    await expect
+      .poll(() => row.locator(".badge.bad").allInnerTexts(), { timeout: 90_000 })
+      .toEqual(["failed"]);
+    expect(
+      await page.locator("#models-table tr", { hasText: BROKEN }).locator(".badge.bad").innerText(),
+    ).toBe("failed");
+    const why = await row.innerText();
+    expect(why).toContain("given up");
+    for (const node of ["node-1", "node-2"])
+      expect(why).toMatch(new RegExp(`${node} \\([^)]*\\): .*token_embd\\.weight`));
+    // The node log at warn and above: the runner's failure, one line, its model and error named.
+    await page.selectOption("#node-log-level", "warn");
+    await expect
+      .poll(
+        async () => {
+          await page.click("#node-log-button");
+          return text("#node-log-text");
+        },
+        { timeout: 10_000 },
+      )
+      .toMatch(new RegExp(`(WARN|ERROR) .*model=${BROKEN}.*error=.*token_embd\\.weight`));
+    expect(await text("#node-log-text")).not.toMatch(/INFO/);
+    await shot("10-failed");
     expect(browser.errors).toEqual([]);
   });
 
