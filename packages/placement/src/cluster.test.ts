@@ -54,6 +54,8 @@ interface NodeSpec {
     evidence: string;
   };
   readonly backend?: "cpu" | "cuda";
+  /** Free GB of each GPU (each 24 GB in total); the node reports their sum as its memory. */
+  readonly gpusFreeGb?: number[];
 }
 
 function cluster(nodes: NodeSpec[], placed: Record<string, number>[] = []) {
@@ -88,7 +90,12 @@ function cluster(nodes: NodeSpec[], placed: Record<string, number>[] = []) {
         : {
             memory_total_bytes: n.totalGb * G,
             memory_free_bytes: n.freeGb * G,
-            gpus: [],
+            gpus: (n.gpusFreeGb ?? []).map((f) => ({
+              vendor: "NVIDIA",
+              model: "test GPU",
+              vram_total_bytes: 24 * G,
+              vram_free_bytes: f * G,
+            })),
             disk_free_bytes: null,
             engine: {
               server_bin: "/bin/llama-server",
@@ -496,5 +503,63 @@ describe("checkInstance: the sequencer's re-check", () => {
     const r = checkInstance(state, reports, instance("i-new", c.inst), model, BARE);
     expect(r?.code ?? null).toBe(c.code);
     if (c.text) expect(r?.message).toContain(c.text);
+  });
+});
+
+describe("per GPU: a layer share spreads over a node's GPUs in whole layers", () => {
+  const mem = { ...BARE, runnerBytes: 0.5 * G };
+  // 6 GB in 10 layers: 5 per GPU is 3.0 GB plus each GPU's 0.5 GB runner allowance.
+  const twoGpus = (freeEach: number, backend: "cpu" | "cuda" = "cuda"): NodeSpec => ({
+    id: "a",
+    totalGb: 48,
+    freeGb: 2 * freeEach,
+    backend,
+    gpusFreeGb: [freeEach, freeEach],
+  });
+
+  it("refuses a share the node holds in sum but its GPUs do not, naming the GPU and the figures", () => {
+    const { state, reports } = cluster([twoGpus(3.4)]);
+    const r = placeInCluster(state, reports, {
+      model,
+      minNodes: 1,
+      sharding: "Pipeline",
+      memory: mem,
+    });
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    expect(r.code).toBe("insufficient_memory");
+    expect(r.node_id).toBe("n-a");
+    expect(r.message).toBe(
+      "node node-a (n-a) cannot fit its share (the whole model) on its 2 GPUs: spread by free memory, whole layers each, GPU 0 would hold 5 of 10 layers and need 3.50 GB (its layers and KV cache x overhead + its runner allowance) but has 3.40 GB free; the node has 6.80 GB free in all, and a layer cannot be divided between GPUs (Tensor sharding splits every layer across a node's GPUs)",
+    );
+    // The previews say the same, before anything starts.
+    const p = previewCluster(state, reports, { model, memory: mem });
+    const one = p.previews.find((e) => e.sharding === "Pipeline" && e.nodes === 1)!;
+    expect(one.result.ok).toBe(false);
+  });
+
+  it("places it where each GPU holds its layers, or as a Tensor row split, or on a CPU engine", () => {
+    const req = { model, minNodes: 1, sharding: "Pipeline" as const, memory: mem };
+    const roomy = cluster([twoGpus(3.6)]);
+    expect(placedOn(placeInCluster(roomy.state, roomy.reports, req))).toEqual(["n-a"]);
+    const tight = cluster([twoGpus(3.4)]);
+    expect(
+      placedOn(placeInCluster(tight.state, tight.reports, { ...req, sharding: "Tensor" })),
+    ).toEqual(["n-a"]);
+    const cpu = cluster([twoGpus(3.4, "cpu")]);
+    expect(placedOn(placeInCluster(cpu.state, cpu.reports, req))).toEqual(["n-a"]);
+  });
+
+  it("reservations come off each GPU by its size, and the sequencer re-checks per GPU", () => {
+    const { state, reports } = cluster([twoGpus(20)], [{ a: 33 }]);
+    // 48 GB total - 33 reserved = 15 GB: 7.5 GB per GPU of equal size.
+    expect(nodeCapacities(state, reports)[0]!.gpus_free_bytes).toEqual([7.5 * G, 7.5 * G]);
+    const tight = cluster([twoGpus(3.4)]);
+    const inst = instance("i-new", { a: 6 });
+    expect(checkInstance(tight.state, tight.reports, inst, model, mem)?.message).toContain(
+      "on its 2 GPUs: spread by free memory, whole layers each, GPU 0 would hold 5 of 10 layers",
+    );
+    const roomy = cluster([twoGpus(3.6)]);
+    expect(checkInstance(roomy.state, roomy.reports, inst, model, mem)).toBeNull();
   });
 });

@@ -10,11 +10,11 @@ import type {
   ModelRecord,
   NodeId,
 } from "@ic/protocol";
-import { fits, gb, kvCacheBytes, resolveMemoryModel } from "./memory.ts";
+import { fits, gb, gpuLayerFit, kvCacheBytes, resolveMemoryModel } from "./memory.ts";
 import type { MemoryModel, ModelFacts } from "./memory.ts";
 import { place, previews } from "./place.ts";
 import type { CandidateNode, NodeShare, Placement, PreviewEntry, Sharding } from "./place.ts";
-import { memoryMessage } from "./refusals.ts";
+import { gpuMemoryMessage, memoryMessage } from "./refusals.ts";
 import type { RefusalCode } from "./refusals.ts";
 import type { LinkEdge } from "./topology.ts";
 
@@ -39,6 +39,11 @@ export interface NodeCapacity {
   readonly reserved_bytes: number;
   /** What a new share may use: max(0, min(reported free, total - reserved)); null until heard. */
   readonly free_bytes: number | null;
+  /**
+   * Where the node serves on 2+ GPUs: what a new share may use on each (reported free VRAM, the
+   * node's reservations spread over its GPUs by size, scaled to sum to `free_bytes`); else null.
+   */
+  readonly gpus_free_bytes: readonly number[] | null;
   /** Set when the node is not a candidate (unusable engine, error-level nodeHealth). */
   readonly unavailable: Unavailable | null;
   /**
@@ -125,6 +130,7 @@ export function nodeCapacities(
     const r = byPeer.get(m.peer_key);
     const t = r?.telemetry ?? null;
     const res = reserved.get(m.node_id) ?? 0;
+    const free = t ? availableBytes(t.memory_total_bytes, t.memory_free_bytes, res) : null;
     return {
       node_id: m.node_id,
       peer_key: m.peer_key,
@@ -132,11 +138,35 @@ export function nodeCapacities(
       total_bytes: t ? t.memory_total_bytes : null,
       reported_free_bytes: t ? t.memory_free_bytes : null,
       reserved_bytes: res,
-      free_bytes: t ? availableBytes(t.memory_total_bytes, t.memory_free_bytes, res) : null,
+      free_bytes: free,
+      gpus_free_bytes: gpusAvailable(t, res, free),
       unavailable: r ? unavailableReason(r) : null,
       tensor_across_nodes: tensorAcrossNodes(t),
     };
   });
+}
+
+/** Each GPU's share of what a new instance may use on a node serving on 2+ GPUs (CUDA), else null. */
+export function gpusAvailable(
+  t: NodeReport["telemetry"],
+  reserved: number,
+  free: number | null,
+): number[] | null {
+  if (!t || free === null || t.engine.backend !== "cuda" || t.gpus.length < 2) return null;
+  const totals: number[] = [];
+  const frees: number[] = [];
+  for (const g of t.gpus) {
+    if (!g.vram_total_bytes || g.vram_free_bytes === null) return null;
+    totals.push(g.vram_total_bytes);
+    frees.push(g.vram_free_bytes);
+  }
+  const all = totals.reduce((a, b) => a + b, 0);
+  const each = frees.map((f, i) =>
+    Math.max(0, Math.min(f, totals[i]! - (reserved * totals[i]!) / all)),
+  );
+  const sum = each.reduce((a, b) => a + b, 0);
+  // A memory limit (or rounding) can leave the node less than its GPUs: never count more.
+  return sum > free && sum > 0 ? each.map((e) => (e * free) / sum) : each;
 }
 
 function tensorAcrossNodes(t: NodeReport["telemetry"]): NodeCapacity["tensor_across_nodes"] {
@@ -262,6 +292,7 @@ function baseInput(state: ControlState, reports: readonly NodeReport[], req: Clu
     node_id: c.node_id,
     name: c.name,
     free_bytes: c.free_bytes,
+    ...(c.gpus_free_bytes ? { gpus_free_bytes: c.gpus_free_bytes } : {}),
   }));
   const userExcluded = new Set(req.excluded ?? []);
   const unhealthy = caps.filter((c) => c.unavailable && !userExcluded.has(c.node_id));
@@ -420,6 +451,29 @@ export function checkInstance(
         ok: false,
         code: "insufficient_memory",
         message: memoryMessage(figures, mem, facts.layers, n) + reservationNote(c),
+        node_id: c.node_id,
+      };
+    }
+    // A layer share spread over the node's GPUs: whole layers per GPU.
+    const layers = a.layers ?? (instance.sharding === "Pipeline" ? facts.layers : undefined);
+    const gpu =
+      layers !== undefined ? gpuLayerFit(facts, layers, c.gpus_free_bytes ?? undefined, mem) : null;
+    if (gpu && !gpu.fits) {
+      const fraction = layers! / facts.layers;
+      const figures = {
+        node_id: c.node_id,
+        name: c.name,
+        ...(n > 1 ? { layers: layers! } : {}),
+        fraction,
+        weight_bytes: a.weight_bytes,
+        kv_bytes: kv * fraction,
+        required_bytes: a.required_bytes,
+        free_bytes: c.free_bytes,
+      };
+      return {
+        ok: false,
+        code: "insufficient_memory",
+        message: gpuMemoryMessage(figures, gpu, facts.layers, n) + reservationNote(c),
         node_id: c.node_id,
       };
     }

@@ -8,6 +8,7 @@ import {
   estimateNodeRequirement,
   fits,
   gb,
+  gpuLayerFit,
   invalidMemoryModel,
   invalidModelFacts,
   kvCacheBytes,
@@ -200,6 +201,95 @@ describe("splitLayers", () => {
             for (let j = 0; j < free.length; j++)
               if (free[i]! > free[j]! && s[i]! < s[j]!) return false;
           return true;
+        },
+      ),
+    );
+  });
+});
+
+describe("gpuLayerFit: a layer share over several GPUs, whole layers each", () => {
+  const BARE: MemoryModel = {
+    overheadFactor: 1,
+    runnerBytes: 0,
+    kvBytesPerElement: 0,
+    contextSize: 1,
+  };
+  const m = (layers: number, weightGb: number) =>
+    model({ layers, weight_bytes: weightGb * G, head_count: 0, head_count_kv: 0 });
+  it.each([
+    { name: "one GPU: the node rule is enough", layers: 2, weight: 40, gpus: [48], want: null },
+    { name: "no GPUs", layers: 2, weight: 40, gpus: undefined, want: null },
+    {
+      name: "2 x 24 GB hold 2 layers of 20 GB: one each",
+      layers: 2,
+      weight: 40,
+      gpus: [24, 24],
+      want: { fits: true, layers: 1 },
+    },
+    {
+      name: "2 x 24 GB do not hold 1 layer of 40 GB, though the node has 48 GB",
+      layers: 1,
+      weight: 40,
+      gpus: [24, 24],
+      want: { fits: false, layers: 1, gpu: 0 },
+    },
+    {
+      name: "3 layers of 13.3 GB split 2 and 1: 26.7 GB on GPU 0 does not fit 24 GB",
+      layers: 3,
+      weight: 40,
+      gpus: [24, 24],
+      want: { fits: false, layers: 2, gpu: 0 },
+    },
+    {
+      name: "uneven GPUs take layers by free memory: 6 and 2 of 8 layers of 3 GB",
+      layers: 8,
+      weight: 24,
+      gpus: [19, 8],
+      want: { fits: true, gpus: 2 },
+    },
+    {
+      name: "fewer layers than GPUs: the layer goes to the GPU with most free memory",
+      layers: 1,
+      weight: 20,
+      gpus: [8, 24],
+      want: { fits: true, gpu: 1, layers: 1 },
+    },
+  ])("$name", ({ layers, weight, gpus, want }) => {
+    const r = gpuLayerFit(
+      m(layers, weight),
+      layers,
+      gpus?.map((g) => g * G),
+      BARE,
+    );
+    if (want === null) expect(r).toBeNull();
+    else expect(r).toMatchObject(want);
+  });
+
+  it("each GPU carries its own runner allowance", () => {
+    const mem = { ...BARE, runnerBytes: 0.5 * G };
+    // 10 layers of 0.6 GB on 2 GPUs of 3.4 GB: 5 each, 3.0 + 0.5 = 3.5 GB > 3.4 GB.
+    expect(gpuLayerFit(m(10, 6), 10, [3.4 * G, 3.4 * G], mem)).toMatchObject({
+      fits: false,
+      layers: 5,
+    });
+    expect(gpuLayerFit(m(10, 6), 10, [3.6 * G, 3.6 * G], mem)?.fits).toBe(true);
+  });
+
+  it("a share that fits its GPUs fits its node (the GPU rule is only stricter)", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 80 }),
+        fc.integer({ min: 1, max: 100 }),
+        fc.array(fc.integer({ min: 1, max: 80 }), { minLength: 2, maxLength: 8 }),
+        (layers, weight, gpus) => {
+          const r = gpuLayerFit(
+            m(layers, weight),
+            layers,
+            gpus.map((g) => g * G),
+            BARE,
+          )!;
+          const free = gpus.reduce((a, b) => a + b, 0) * G;
+          return !r.fits || fits(weight * G, free);
         },
       ),
     );

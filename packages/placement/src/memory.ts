@@ -176,3 +176,60 @@ export const GB = 1e9;
 export function gb(bytes: number): string {
   return (bytes / GB).toFixed(2);
 }
+
+/** How a node's layer share lands on its GPUs, and the GPU that has the least room. */
+export interface GpuFit {
+  readonly fits: boolean;
+  /** Smallest (free - need) / free over the GPUs. */
+  readonly headroom: number;
+  /** The GPU with the least headroom: its index among the node's GPUs, layers, need and free. */
+  readonly gpu: number;
+  readonly layers: number;
+  readonly need_bytes: number;
+  readonly free_bytes: number;
+  /** The node's GPUs. */
+  readonly gpus: number;
+}
+
+/**
+ * A layer share on a node with several GPUs: llama.cpp spreads the share's layers over the node's
+ * GPUs in proportion to their free memory, whole layers each, and every GPU also carries its own
+ * runner allowance (its context and compute buffers). So 2 GPUs of 24 GB do not hold a share whose
+ * single layers need more than 24 GB, though the node has 48 GB. Null where the rule does not apply
+ * (fewer than 2 GPUs, or no layers).
+ */
+export function gpuLayerFit(
+  m: ModelFacts,
+  shareLayers: number,
+  gpusFree: readonly number[] | undefined,
+  mem: MemoryModel = DEFAULT_MEMORY_MODEL,
+): GpuFit | null {
+  if (!gpusFree || gpusFree.length < 2 || shareLayers < 1 || m.layers < 1) return null;
+  const perLayer = (m.weight_bytes * mem.overheadFactor + kvCacheBytes(m, mem)) / m.layers;
+  // With fewer layers than GPUs, they go to the GPUs with the most free memory.
+  const order = gpusFree.map((f, i) => ({ f, i })).sort((a, b) => b.f - a.f || a.i - b.i);
+  const used = order.slice(0, Math.min(shareLayers, order.length));
+  const split = splitLayers(
+    shareLayers,
+    used.map((u) => u.f),
+  )!;
+  let ok = true;
+  let worst: Omit<GpuFit, "fits"> | undefined;
+  for (let j = 0; j < used.length; j++) {
+    const u = used[j]!;
+    const layers = split[j]!;
+    const need = layers * perLayer + mem.runnerBytes;
+    if (!fits(need, u.f)) ok = false;
+    const headroom = (u.f - need) / Math.max(u.f, 1);
+    if (worst === undefined || headroom < worst.headroom)
+      worst = {
+        headroom,
+        gpu: u.i,
+        layers,
+        need_bytes: need,
+        free_bytes: u.f,
+        gpus: gpusFree.length,
+      };
+  }
+  return { ...worst!, fits: ok };
+}

@@ -4,14 +4,15 @@ import {
   estimateNodeRequirement,
   fits,
   gb,
+  gpuLayerFit,
   invalidMemoryModel,
   invalidModelFacts,
   kvCacheBytes,
   resolveMemoryModel,
   splitLayers,
 } from "./memory.ts";
-import type { MemoryModel, ModelFacts } from "./memory.ts";
-import { memoryMessage, refusal } from "./refusals.ts";
+import type { GpuFit, MemoryModel, ModelFacts } from "./memory.ts";
+import { gpuMemoryMessage, memoryMessage, refusal } from "./refusals.ts";
 import type { Refusal } from "./refusals.ts";
 import { biconnectedBlocks, buildGraph, cycleRtt, improveRing, searchCycles } from "./topology.ts";
 import type {
@@ -31,6 +32,11 @@ export interface CandidateNode {
   readonly name: string;
   /** Free memory the runner may use; null while the node's memory has not been gossiped yet. */
   readonly free_bytes: number | null;
+  /**
+   * Where the node serves on several GPUs: the free memory of each (their sum is `free_bytes`).
+   * A layer share must fit them whole layer by whole layer (gpuLayerFit).
+   */
+  readonly gpus_free_bytes?: readonly number[];
 }
 
 export interface PlacementInput {
@@ -101,6 +107,7 @@ interface KnownNode {
   readonly node_id: string;
   readonly name: string;
   readonly free_bytes: number;
+  readonly gpus_free_bytes?: readonly number[];
 }
 
 /** Everything about an input that does not depend on (sharding, min_nodes); previews share it. */
@@ -143,7 +150,13 @@ function prepare(input: PreviewInput): Prepared {
   for (const n of candidates) {
     const f = n.free_bytes;
     if (f === null || !Number.isFinite(f)) pending.push(n.name);
-    else known.push({ node_id: n.node_id, name: n.name, free_bytes: Math.max(0, f) });
+    else
+      known.push({
+        node_id: n.node_id,
+        name: n.name,
+        free_bytes: Math.max(0, f),
+        ...(n.gpus_free_bytes ? { gpus_free_bytes: n.gpus_free_bytes } : {}),
+      });
   }
   const ranked = known.sort(
     (a, b) =>
@@ -203,6 +216,8 @@ interface Evaluated {
   readonly minHeadroom: number;
   /** Ring position of the node with the least headroom. */
   readonly worst: number;
+  /** Set when that node's tightest spot is one of its GPUs (a layer share over several GPUs). */
+  readonly worstGpu: GpuFit | null;
   readonly rtt: number;
 }
 
@@ -240,20 +255,37 @@ function evaluate(
   let ok = true;
   let minHeadroom = Infinity;
   let worst = 0;
+  let worstGpu: GpuFit | null = null;
   for (let i = 0; i < k; i++) {
     const fraction = layers ? layers[i]! / p.model.layers : 1 / k;
     // The same arithmetic, in the same order, as estimateNodeRequirement.
     const required =
       p.model.weight_bytes * fraction * overheadFactor + p.kvBytes * fraction + runnerBytes;
-    const free = p.ranked[ring[i]!]!.free_bytes;
+    const node = p.ranked[ring[i]!]!;
+    const free = node.free_bytes;
     if (!fits(required, free)) ok = false;
-    const h = (free - required) / Math.max(free, 1);
+    let h = (free - required) / Math.max(free, 1);
+    // A layer share over several GPUs: whole layers per GPU (a row split divides evenly).
+    const gpu = layers ? gpuLayerFit(p.model, layers[i]!, node.gpus_free_bytes, p.mem) : null;
+    if (gpu && !gpu.fits) ok = false;
+    const tighter = gpu !== null && gpu.headroom < h;
+    if (tighter) h = gpu.headroom;
     if (h < minHeadroom) {
       minHeadroom = h;
       worst = i;
+      worstGpu = tighter ? gpu : null;
     }
   }
-  return { ring, sharding, layers, fits: ok, minHeadroom, worst, rtt: cycleRtt(g, ring) };
+  return {
+    ring,
+    sharding,
+    layers,
+    fits: ok,
+    minHeadroom,
+    worst,
+    worstGpu,
+    rtt: cycleRtt(g, ring),
+  };
 }
 
 /** The per-node shares of an evaluated ring, in ring order (arithmetic of estimateNodeRequirement). */
@@ -331,11 +363,11 @@ function accept(p: Prepared, e: Evaluated): Placement {
 
 function memoryRefusal(p: Prepared, e: Evaluated, suffix = ""): Refusal {
   const s = sharesOf(p, e)[e.worst]!;
-  return refusal(
-    "insufficient_memory",
-    memoryMessage(s, p.mem, p.model.layers, e.ring.length) + suffix,
-    s.node_id,
-  );
+  const message =
+    e.worstGpu && !e.worstGpu.fits
+      ? gpuMemoryMessage(s, e.worstGpu, p.model.layers, e.ring.length)
+      : memoryMessage(s, p.mem, p.model.layers, e.ring.length);
+  return refusal("insufficient_memory", message + suffix, s.node_id);
 }
 
 /** The checks that need no search: request shape, model support, membership, pending info. */

@@ -1,7 +1,7 @@
 // The closed set of placement refusal codes, their HTTP statuses, and the messages operators read.
 // One place for the wording so every refusal names the node and shows the GB arithmetic the same way.
 import { gb } from "./memory.ts";
-import type { MemoryModel } from "./memory.ts";
+import type { GpuFit, MemoryModel } from "./memory.ts";
 
 export const REFUSAL_CODES = [
   "insufficient_memory",
@@ -87,5 +87,28 @@ export function memoryMessage(
     `${mem.overheadFactor.toFixed(2)} overhead + ${gb(s.kv_bytes)} GB KV cache + ` +
     `${gb(mem.runnerBytes)} GB runner) but has ${gb(s.free_bytes)} GB free` +
     (equal ? " (a share must be strictly less than free memory)" : "")
+  );
+}
+
+/**
+ * "node gpu-a (n-1f2e) cannot fit its share (the whole model) on its 2 GPUs: spread by free memory,
+ * whole layers each, GPU 1 would hold 1 of 2 layers and need 24.27 GB (its layers and KV cache x
+ * overhead + its runner allowance) but has 24.00 GB free; the node has 48.00 GB free in all, and a
+ * layer cannot be divided between GPUs (Tensor with min_nodes 1 splits every layer across them)".
+ */
+export function gpuMemoryMessage(
+  s: ShareFigures,
+  g: GpuFit,
+  totalLayers: number,
+  nodes: number,
+): string {
+  const shareLayers = s.layers ?? totalLayers;
+  return (
+    `node ${s.name} (${s.node_id}) cannot fit its share (${shareWords(s, totalLayers, nodes)}) on ` +
+    `its ${g.gpus} GPUs: spread by free memory, whole layers each, GPU ${g.gpu} would hold ` +
+    `${g.layers} of ${shareLayers} layers and need ${gb(g.need_bytes)} GB (its layers and KV cache ` +
+    `x overhead + its runner allowance) but has ${gb(g.free_bytes)} GB free; the node has ` +
+    `${gb(s.free_bytes)} GB free in all, and a layer cannot be divided between GPUs` +
+    (nodes === 1 ? " (Tensor sharding splits every layer across a node's GPUs)" : "")
   );
 }

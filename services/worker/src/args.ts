@@ -84,9 +84,15 @@ export function serverArgs(i: ServerArgsInput): string[] {
     }
   } else {
     a.push("-ngl", String(i.gpuLayers));
-    // Tensor on one node means a row split across its local GPUs, by their free memory.
-    if (i.instance.sharding === "Tensor" && gpus.length > 1)
-      a.push("-sm", "row", "-ts", divide(1, gpus).map(fmt).join(","));
+    // Tensor on one node means a row split across its local GPUs, by their free memory; Pipeline
+    // spreads whole layers over them the same way (what placement counted, GPU by GPU).
+    if (gpus.length > 1)
+      a.push(
+        "-sm",
+        i.instance.sharding === "Tensor" ? "row" : "layer",
+        "-ts",
+        divide(1, gpus).map(fmt).join(","),
+      );
   }
   // This llama.cpp only drafts when a speculative type is named; -md alone loads the drafter idle.
   if (i.drafterPath)

@@ -147,6 +147,17 @@ describe("serverArgs", () => {
     expect(one([24e9])).not.toContain("-sm");
     expect(one([])).not.toContain("-sm");
   });
+  it("Pipeline on one node with several GPUs: whole layers spread by free memory, as placement counted", () => {
+    const one = (gpus: number[]) =>
+      serverArgs({
+        ...base,
+        instance: instance(1, "Pipeline", [4]),
+        totalLayers: 4,
+        localGpus: gpus,
+      }).join(" ");
+    expect(one([24e9, 8e9])).toContain("-ngl 999 -sm layer -ts 0.75,0.25");
+    expect(one([24e9])).not.toContain("-sm");
+  });
   it("Pipeline over rpc with two local GPUs: rank 0's layers divided among them", () => {
     const a = serverArgs({
       ...base,
