@@ -333,9 +333,18 @@ async function main(): Promise<void> {
         });
       });
       const md = existsSync(report) ? readFileSync(report, "utf8") : "";
-      record("gateway-bench", code === 0, [
-        `exit ${code}`,
-        ...grep(md, /^\| (c=|concurrency|gateway|floor|direct)|throughput|CPU/i, 12),
+      // The figures (one row per concurrency and path, then gateway against the floor) and whether
+      // the targets were met: a run that finished but missed them is not a pass.
+      const missed = /not met in this run/.test(md);
+      record("gateway-bench", code === 0 && md !== "" && !missed, [
+        `exit ${code}${missed ? "; the targets (gateway ≥ 98% of the floor's throughput, ≤ 0.5 ms added TTFT) were not met" : ""}`,
+        ...grep(md, /^\| [^|]+ \| (1|16) \| /, 12).map((l) => {
+          const [c, ...cells] = l
+            .split("|")
+            .slice(2, -1)
+            .map((x) => x.trim() || "–");
+          return `c=${c} · ${cells.join(" · ")}`;
+        }),
       ]);
     }
   }

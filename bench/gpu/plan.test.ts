@@ -21,6 +21,14 @@ describe("the GPU check's plan", () => {
     ]);
   });
 
+  it("without a CUDA build the CPU points are titled for what they check there", () => {
+    const titles = new Map(gpuCheckPlan({ gpus: [], nvcc: true }).map((c) => [c.id, c.title]));
+    expect(titles.get("engine-build")).toContain("makes an engine (a CPU one here)");
+    expect(titles.get("pipeline-rpc")).toBe("two nodes: Pipeline over ggml-rpc (CPU ranks here)");
+    const gpu = gpuCheckPlan({ gpus: [{ name: "NVIDIA H200", vramMiB: 143771 }], nvcc: true });
+    expect(gpu.find((c) => c.id === "engine-build")!.title).toContain("makes a CUDA engine");
+  });
+
   it("with one GPU everything runs but Tensor within a node", () => {
     const plan = gpuCheckPlan({ gpus: [{ name: "NVIDIA H200", vramMiB: 143771 }], nvcc: true });
     expect(plan.filter((c) => c.skip).map((c) => [c.id, c.skip])).toEqual([

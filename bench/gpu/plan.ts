@@ -48,8 +48,15 @@ export function gpuCheckPlan(inv: Inventory): Check[] {
   const noCuda =
     noGpu ?? (inv.nvcc ? undefined : "no nvcc on PATH: the project builds a CPU engine");
   const plan: Check[] = [];
+  // Without a CUDA build the CPU points say what they check there.
+  const title = (id: CheckId) =>
+    noCuda && id === "engine-build"
+      ? "the project's engine build (scripts/build-engine.mjs) makes an engine (a CPU one here)"
+      : noCuda && id === "pipeline-rpc"
+        ? "two nodes: Pipeline over ggml-rpc (CPU ranks here)"
+        : TITLES[id];
   const add = (id: CheckId, skip?: string) =>
-    plan.push(skip === undefined ? { id, title: TITLES[id] } : { id, title: TITLES[id], skip });
+    plan.push(skip === undefined ? { id, title: title(id) } : { id, title: title(id), skip });
   // The CPU points run everywhere: the build (CPU here), the probe, one and two nodes, chat.
   add("engine-build");
   add("engine-probe");

@@ -203,6 +203,11 @@ describe("unavailableReason", () => {
       want: "invalid_engine_binary",
     },
     { name: "telemetry not heard", report: { ...tele(true), telemetry: null }, want: null },
+    {
+      name: "the intent store without a quorum is the cluster's trouble, not the node's",
+      report: { ...tele(true), health: [entry("error", "intent_store_unavailable")] },
+      want: null,
+    },
   ])("$name", ({ report, want }) => {
     expect(unavailableReason(report)?.health_code ?? null).toBe(want);
   });

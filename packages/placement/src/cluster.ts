@@ -110,9 +110,16 @@ export function unavailableReason(r: Pick<NodeReport, "telemetry" | "health">): 
         `the engine ${engine.server_bin ?? "(not found)"} is unusable: ${engine.problem ?? "unknown problem"}`,
     };
   }
-  const err = r.health.find((h) => h.severity === "error");
+  const err = r.health.find((h) => h.severity === "error" && !CLUSTER_WIDE.has(h.code));
   return err ? { health_code: err.code, message: err.message } : null;
 }
+
+/**
+ * Health codes a node reports about the cluster rather than about itself: they do not make it a
+ * worse home for an instance. The intent store without a quorum refuses the placement's write
+ * itself (503 no_quorum), which says what is wrong; calling the master's node unhealthy would not.
+ */
+const CLUSTER_WIDE: ReadonlySet<string> = new Set(["intent_store_unavailable"]);
 
 /** Every member's capacity: its live report (if any) minus the shares placed on it in `state`. */
 export function nodeCapacities(

@@ -287,10 +287,20 @@ export async function placeAndWait(
     },
     { timeoutMs, intervalMs: 100, what: `model ${String(body.model_id)} registered` },
   );
-  const r = await node.post("/place_instance", body);
-  const placed = (await r.json()) as {
+  // As a client would: a retryable 503 (the intent store electing its leaders after a node left,
+  // a session starting) is retried until the deadline; anything else is the answer.
+  const deadline = Date.now() + timeoutMs;
+  let r: Response;
+  let placed: {
     instance?: { instance_id: string; assignments: { node_id: string; rank: number }[] };
+    error?: { retryable?: boolean };
   };
+  for (;;) {
+    r = await node.post("/place_instance", body);
+    placed = (await r.json()) as typeof placed;
+    if (r.status !== 503 || !placed.error?.retryable || Date.now() > deadline) break;
+    await new Promise((res) => setTimeout(res, 250));
+  }
   if (r.status !== 200 || !placed.instance)
     throw new Error(`place_instance ${r.status}: ${JSON.stringify(placed)}`);
   const id = placed.instance.instance_id;

@@ -19,12 +19,12 @@ import { EventRecordSchema } from "./record.ts";
 const KIB = 1024;
 const MIB = 1024 * KIB;
 
-function finished(index: number): IndexedEvent {
+function failed(index: number): IndexedEvent {
   return IndexedEventSchema.parse({
     index,
     session_id: "s1",
     at: 1_700_000_000_000 + index,
-    event: { type: "TaskFinished", task_id: `t${index}` },
+    event: { type: "TaskFailed", task_id: `t${index}`, reason: "instance lost" },
   });
 }
 
@@ -134,16 +134,16 @@ describe("EventLog", () => {
     const files = new CountingFiles();
     const log = makeLog({ write_delay_ms: 200 }, { files });
     await log.start();
-    for (let i = 1; i <= 5; i++) log.append(finished(i));
+    for (let i = 1; i <= 5; i++) log.append(failed(i));
     await sleep(50);
-    for (let i = 6; i <= 8; i++) log.append(finished(i));
+    for (let i = 6; i <= 8; i++) log.append(failed(i));
     await sleep(50);
     expect(files.writes).toBe(0);
     expect((await log.read()).map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
     await expect.poll(() => files.writes, { timeout: 5000 }).toBe(1);
     expect(await activeLines()).toHaveLength(8);
     // A record queued just before stop() is written by it, not lost to the pending timer.
-    log.append(finished(9));
+    log.append(failed(9));
     await log.stop();
     expect(files.writes).toBe(2);
     expect(await activeLines()).toHaveLength(9);
@@ -153,9 +153,9 @@ describe("EventLog", () => {
     const files = new CountingFiles();
     await using log = makeLog({ write_delay_ms: 0 }, { files });
     await log.start();
-    log.append(finished(1));
+    log.append(failed(1));
     await sleep(50);
-    log.append(finished(2));
+    log.append(failed(2));
     await expect.poll(() => files.writes, { timeout: 5000 }).toBe(2);
     expect(await activeLines()).toHaveLength(2);
   });
@@ -163,7 +163,7 @@ describe("EventLog", () => {
   it("stores each event as one validated JSON line, in append order, and reads newest last", async () => {
     await using log = makeLog();
     await log.start();
-    for (let i = 1; i <= 10; i++) log.append(finished(i));
+    for (let i = 1; i <= 10; i++) log.append(failed(i));
     await log.flush();
 
     const lines = await activeLines();
@@ -174,8 +174,8 @@ describe("EventLog", () => {
       at: 1_700_000_000_001,
       session_id: "s1",
       index: 1,
-      type: "TaskFinished",
-      event: { type: "TaskFinished", task_id: "t1" },
+      type: "TaskFailed",
+      event: { type: "TaskFailed", task_id: "t1", reason: "instance lost" },
     });
 
     const all = await log.read();
@@ -194,10 +194,10 @@ describe("EventLog", () => {
   it("reads records that are still queued in memory together with those on disk", async () => {
     await using log = makeLog();
     await log.start();
-    log.append(finished(1));
+    log.append(failed(1));
     log.append(bulky(2));
     await log.flush();
-    log.append(finished(3));
+    log.append(failed(3));
     log.append(bulky(4));
     const records = await log.read({ type: "NodeLeft" });
     expect(records.map((r) => r.seq)).toEqual([2, 4]);
@@ -207,13 +207,13 @@ describe("EventLog", () => {
   it("keeps records across a restart and continues the sequence", async () => {
     const first = makeLog();
     await first.start();
-    for (let i = 1; i <= 5; i++) first.append(finished(i));
+    for (let i = 1; i <= 5; i++) first.append(failed(i));
     await first.stop();
 
     await using second = makeLog();
     expect((await second.read()).map((r) => r.seq)).toEqual([1, 2, 3, 4, 5]);
     await second.start();
-    second.append(finished(6));
+    second.append(failed(6));
     await second.flush();
     const records = await second.read();
     expect(records.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6]);
@@ -223,13 +223,13 @@ describe("EventLog", () => {
   it("cuts a torn last line left by a crash mid-write", async () => {
     const first = makeLog();
     await first.start();
-    for (let i = 1; i <= 3; i++) first.append(finished(i));
+    for (let i = 1; i <= 3; i++) first.append(failed(i));
     await first.stop();
     await appendFile(join(dir, "events.jsonl"), '{"seq":4,"at":1,"sess');
 
     await using second = makeLog();
     await second.start();
-    second.append(finished(4));
+    second.append(failed(4));
     await second.flush();
     const lines = await activeLines();
     expect(lines.map((l) => (JSON.parse(l) as { seq: number }).seq)).toEqual([1, 2, 3, 4]);
@@ -238,8 +238,8 @@ describe("EventLog", () => {
   it("buffers appends made before start and writes them once started", async () => {
     await writeFile(join(dir, "events.jsonl"), "");
     await using log = makeLog();
-    log.append(finished(1));
-    log.append(finished(2));
+    log.append(failed(1));
+    log.append(failed(2));
     await log.start();
     await log.flush();
     expect((await log.read()).map((r) => r.index)).toEqual([1, 2]);
@@ -303,7 +303,7 @@ describe("EventLog", () => {
 
     await using second = makeLog({ archive_total_mb: 10 });
     await second.start();
-    second.append(finished(401));
+    second.append(failed(401));
     await second.flush();
     const [last] = await second.read({ limit: 1 });
     expect(last?.seq).toBeGreaterThan(1);
@@ -317,7 +317,7 @@ describe("EventLog", () => {
     expect(log.usage().mode).toBe("counting-only");
     expect(log.usage().last_free_check).toEqual({ free_bytes: 2 * GIB, at: Date.UTC(2025, 0, 1) });
 
-    log.append(finished(1));
+    log.append(failed(1));
     log.append(bulky(2));
     log.append(bulky(3));
     await log.flush();
@@ -325,20 +325,20 @@ describe("EventLog", () => {
       mode: "counting-only",
       records_written: 0,
       records_counted_only: 3,
-      counted_by_type: { TaskFinished: 1, NodeLeft: 2 },
+      counted_by_type: { TaskFailed: 1, NodeLeft: 2 },
     });
     expect(await log.read()).toEqual([]);
 
     // Inside the hysteresis margin: stays degraded.
     disk.free = 2.1 * GIB;
-    log.append(finished(4)); // 4th append since the last check -> check
+    log.append(failed(4)); // 4th append since the last check -> check
     await expect.poll(() => disk.checks).toBe(2);
     expect(log.usage().mode).toBe("counting-only");
 
     disk.free = 3 * GIB;
-    for (let i = 5; i <= 8; i++) log.append(finished(i));
+    for (let i = 5; i <= 8; i++) log.append(failed(i));
     await expect.poll(() => log.usage().mode).toBe("normal");
-    log.append(finished(9));
+    log.append(failed(9));
     await log.flush();
     expect((await log.read()).map((r) => r.index)).toEqual([9]);
     expect(log.usage()).toMatchObject({ records_written: 1, records_counted_only: 8 });
@@ -348,12 +348,12 @@ describe("EventLog", () => {
     const disk = new FakeDisk(50 * GIB);
     await using log = makeLog({ check_every: 8 }, { disk });
     await log.start();
-    for (let i = 1; i <= 7; i++) log.append(finished(i));
+    for (let i = 1; i <= 7; i++) log.append(failed(i));
     await log.flush();
     disk.free = 1 * GIB;
-    log.append(finished(8));
+    log.append(failed(8));
     await expect.poll(() => log.usage().mode).toBe("counting-only");
-    for (let i = 9; i <= 12; i++) log.append(finished(i));
+    for (let i = 9; i <= 12; i++) log.append(failed(i));
     await log.flush();
     expect(log.usage().records_counted_only).toBeGreaterThanOrEqual(4);
     expect(log.usage().records_written + log.usage().records_counted_only).toBe(12);
@@ -364,7 +364,7 @@ describe("EventLog", () => {
     const disk = new FakeDisk(50 * GIB);
     const log = makeLog({ check_every: 5 }, { files, disk });
     await log.start();
-    for (let i = 1; i <= 5; i++) log.append(finished(i)); // 5th append -> check, plenty free
+    for (let i = 1; i <= 5; i++) log.append(failed(i)); // 5th append -> check, plenty free
     await log.flush();
     await expect.poll(() => disk.checks).toBe(2);
 
@@ -385,10 +385,10 @@ describe("EventLog", () => {
     for (const line of lines) expect(() => JSON.parse(line) as unknown).not.toThrow();
 
     files.failWith = null;
-    for (let i = 8; i <= 10; i++) log.append(finished(i)); // 10th append -> check finds 50 GiB free
+    for (let i = 8; i <= 10; i++) log.append(failed(i)); // 10th append -> check finds 50 GiB free
     await expect.poll(() => log.usage().mode).toBe("normal");
-    expect(log.usage().counted_by_type).toEqual({ NodeLeft: 2, TaskFinished: 3 });
-    log.append(finished(11));
+    expect(log.usage().counted_by_type).toEqual({ NodeLeft: 2, TaskFailed: 3 });
+    log.append(failed(11));
     await log.stop();
 
     await using reopened = makeLog();
@@ -403,14 +403,14 @@ describe("EventLog", () => {
     const files = new FlakyFiles();
     const log = makeLog({}, { files });
     await log.start();
-    log.append(finished(1));
+    log.append(failed(1));
     await log.flush();
     files.failWith = () => Object.assign(new Error("EIO"), { code: "EIO" });
     files.truncateFails = true;
     log.append(bulky(2));
     await log.flush();
     files.failWith = null;
-    log.append(finished(3));
+    log.append(failed(3));
     await log.stop();
     expect(log.usage()).toMatchObject({ mode: "normal", records_written: 2, records_dropped: 1 });
 
@@ -423,20 +423,20 @@ describe("EventLog", () => {
     const disk = new FakeDisk(50 * GIB);
     disk.error = new Error("statfs failed");
     const log = makeLog({ check_every: 1 }, { disk });
-    expect(() => log.append(finished(1))).not.toThrow();
+    expect(() => log.append(failed(1))).not.toThrow();
     await log.start();
     expect(log.usage().last_free_check).toBeNull();
-    expect(() => log.append(finished(2))).not.toThrow();
+    expect(() => log.append(failed(2))).not.toThrow();
     await log.stop();
     await log.stop();
-    expect(() => log.append(finished(3))).not.toThrow();
+    expect(() => log.append(failed(3))).not.toThrow();
     expect(log.usage()).toMatchObject({ mode: "normal", records_written: 2, records_dropped: 1 });
   });
 
   it("drops the oldest queued records beyond maxPending instead of growing without bound", async () => {
     await using log = makeLog({}, { maxPending: 10 });
     await log.start();
-    for (let i = 1; i <= 25; i++) log.append(finished(i));
+    for (let i = 1; i <= 25; i++) log.append(failed(i));
     await log.flush();
     const records = await log.read();
     expect(records.at(-1)?.index).toBe(25);

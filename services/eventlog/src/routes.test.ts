@@ -43,7 +43,7 @@ beforeEach(async () => {
         event:
           i % 2 === 0
             ? { type: "TaskFailed", task_id: `t${i}`, reason: "instance lost" }
-            : { type: "TaskFinished", task_id: `t${i}` },
+            : { type: "NodeLeft", node_id: "n1", reason: "gone" },
       }),
     );
   }

@@ -16,6 +16,7 @@ import type { NodeProcess } from "@ic/testkit";
 
 interface StateDoc {
   models: { model_id: string }[];
+  node_identities: { node_id: string; name: string }[];
   instances: {
     instance_id: string;
     runners: { rank: number; state: string; endpoint?: string }[];
@@ -30,13 +31,14 @@ describe("staging through a cluster across hosts", () => {
       "tiny-llama.gguf": { fromPath: join(store, "test--tiny-llama", "tiny-llama.gguf") },
     });
     const hubCache = mkdtempSync(join(tmpdir(), "ic-hubcache-"));
-    // node-2 is started by hand: its hub URL names the lab's gateway, known once the lab exists.
-    await using cluster = await startHostCluster(2, {
-      config: (i) =>
-        i === 0 ? { store_path: store } : { model_store: { hub_cache_path: hubCache } },
+    // node-2 and node-3 are started by hand: their hub URL names the lab's gateway, known once the
+    // lab exists. Three nodes, so that the two left after the store host goes keep a quorum of the
+    // intent store (placements need it).
+    await using cluster = await startHostCluster(3, {
+      config: (i) => (i === 0 ? { store_path: store } : {}),
       startOnly: [0],
     });
-    const [n1, n2] = cluster.nodes as [NodeProcess, NodeProcess];
+    const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
     // The hub is "the internet": reached from the hosts through their default gateway (the root
     // namespace), where a relay forwards to the emulator on the test process's loopback.
     await using hubRelay = await DelayRelay.start({
@@ -48,8 +50,14 @@ describe("staging through a cluster across hosts", () => {
     patchConfig(n2, {
       model_store: { hub_url: `http://${hubRelay.address}`, hub_cache_path: hubCache },
     });
-    await n2.start();
-    await waitForConvergence(cluster.nodes, 2);
+    patchConfig(n3, {
+      model_store: {
+        hub_url: `http://${hubRelay.address}`,
+        hub_cache_path: mkdtempSync(join(tmpdir(), "ic-hubcache-")),
+      },
+    });
+    await Promise.all([n2.start(), n3.start()]);
+    await waitForConvergence(cluster.nodes, 3);
     await waitFor(
       async () => ((await n2.get<StateDoc>("/state")).models.length === 1 ? true : undefined),
       {
@@ -59,8 +67,17 @@ describe("staging through a cluster across hosts", () => {
     );
     // The store host (also the master) goes away; the model record survives in the new session.
     n1.kill("SIGKILL");
-    await waitForConvergence([n2], 1, 10_000);
-    const inst = await placeAndWait(n2, { model_id: modelId, min_nodes: 1 }, 60_000);
+    await waitForConvergence([n2, n3], 2, 10_000);
+    const ids = (await n2.get<StateDoc>("/state")).node_identities;
+    const inst = await placeAndWait(
+      n2,
+      {
+        model_id: modelId,
+        min_nodes: 1,
+        excluded_nodes: ids.filter((n) => n.name !== "node-2").map((n) => n.node_id),
+      },
+      60_000,
+    );
     const r = await n2.post("/v1/chat/completions", {
       model: modelId,
       messages: [{ role: "user", content: "hi" }],
