@@ -245,23 +245,34 @@ describe("chaos: kill -9 under load on 3 hosts", () => {
     return { inst, before: committed(ready) };
   }
 
-  /** Deletes every instance and deployment of the model and waits for the census to be clean. */
+  /**
+   * Deletes every instance and deployment of the model, as a client would: a DELETE answered with a
+   * retryable error (the intent store still re-electing after a bus restart) is sent again.
+   */
   async function clear(what: string) {
-    const doc = await n1.get<StateDoc>("/state");
-    const instanceIds = new Set([
-      ...doc.instances.map((i) => i.instance_id),
-      ...doc.deployments.map((d) => d.instance_id),
-    ]);
-    for (const id of instanceIds) {
-      await fetch(`${n1.apiUrl}/instance/${id}`, { method: "DELETE", headers: n1.authHeaders });
-    }
-    await waitFor(
+    const answers: string[] = [];
+    const deleted = waitFor(
       async () => {
         const d = await n1.get<StateDoc>("/state");
-        return d.instances.length === 0 && d.deployments.length === 0 ? true : undefined;
+        const ids = new Set([
+          ...d.instances.map((i) => i.instance_id),
+          ...d.deployments.map((x) => x.instance_id),
+        ]);
+        if (ids.size === 0) return true;
+        for (const id of ids) {
+          const res = await fetch(`${n1.apiUrl}/instance/${id}`, {
+            method: "DELETE",
+            headers: n1.authHeaders,
+          });
+          if (!res.ok) answers.push(`${res.status} ${await res.text()}`);
+        }
+        return undefined;
       },
-      { timeoutMs: 15_000, what: "instances and deployments deleted" },
+      { timeoutMs: 30_000, intervalMs: 500, what: "instances and deployments deleted" },
     );
+    await deleted.catch((e: unknown) => {
+      throw new Error(`${String(e)}; last DELETE answers: ${answers.slice(-3).join(" | ")}`);
+    });
     await expectCensus(cluster, base, `clean after ${what}`);
   }
 
