@@ -122,6 +122,8 @@ export function loadConfig(options: LoadOptions = {}): Config {
     name: t.name,
     scopes: t.scopes,
     token: t.token ?? readSecretFile(t.token_file!, `auth.tokens.${i}.token_file`),
+    ...(t.models ? { models: t.models } : {}),
+    ...(t.limits ? { limits: t.limits } : {}),
   }));
   const bind = p.node.bind ?? p.node.host;
   if (tokens.length === 0 && !p.auth.allow_anonymous && !isLoopback(bind)) {

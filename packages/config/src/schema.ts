@@ -1,6 +1,8 @@
 // The configuration document: every key of the spec's table plus the node, bus and engine settings.
 // Defaults follow the spec; every time and size limit is configurable so tests can use small values.
 import { z } from "zod";
+import { TokenLimitsSchema } from "@ic/protocol";
+import type { TokenLimits } from "@ic/protocol";
 
 /**
  * The largest staging size accepted, in GiB (1 PiB). Sizes become byte counts, which must stay exact
@@ -38,6 +40,13 @@ export const ApiTokenSchema = z
     /** File holding the token (mode 0600); read at load time. */
     token_file: z.string().min(1).optional(),
     scopes: z.array(z.enum(API_SCOPES)).min(1),
+    /**
+     * Models an inference token may use, as glob patterns over the model id (`*` any characters,
+     * `/` included; `?` one). Absent: every model. Others answer 403 naming these patterns.
+     */
+    models: z.array(z.string().min(1).max(256)).min(1).max(64).optional(),
+    /** Requests and tokens per minute and concurrent requests, held cluster-wide (docs/security.md). */
+    limits: TokenLimitsSchema.optional(),
   })
   .strict()
   .refine((t) => (t.token === undefined) !== (t.token_file === undefined), {
@@ -107,7 +116,12 @@ export const ConfigSchema = z
     auth: z
       .object({
         /** Bearer tokens for the HTTP API, each with its scopes. */
-        tokens: z.array(ApiTokenSchema).default([]),
+        tokens: z
+          .array(ApiTokenSchema)
+          .refine((ts) => new Set(ts.map((t) => t.name)).size === ts.length, {
+            message: "token names must be unique (limits are counted per name)",
+          })
+          .default([]),
         /** Lets a node that listens beyond loopback start without tokens (nodeHealth warns). */
         allow_anonymous: z.boolean().default(false),
       })
@@ -218,6 +232,8 @@ export interface ResolvedToken {
   readonly name: string;
   readonly token: string;
   readonly scopes: readonly ApiScope[];
+  readonly models?: readonly string[];
+  readonly limits?: TokenLimits;
 }
 /** The loaded configuration: bind address, cluster secret and tokens are resolved by the loader. */
 export type Config = Omit<Parsed, "node" | "cluster" | "auth"> & {

@@ -16,7 +16,8 @@ export interface EngineTimings {
 
 /** One chat request's life, in order. `at` is a wall-clock time in ms with sub-ms precision. */
 export type ChatEvent =
-  | { type: "validated"; at: number; model: string; stream: boolean }
+  /** `token`: the name of the API token the request presented (absent: anonymous). */
+  | { type: "validated"; at: number; model: string; stream: boolean; token?: string | undefined }
   | { type: "routed"; at: number; instanceId: string; nodeId: string | undefined; endpoint: string }
   /** The request reached the engine's socket (connect done). */
   | { type: "sent"; at: number }

@@ -116,6 +116,20 @@ export const RunnerSchema = z.object({
 export type Runner = z.infer<typeof RunnerSchema>;
 
 /** A chat request the master created a task id for; kept by the master only, never replicated. */
+/**
+ * An API token's limits (config `auth.tokens[].limits`), enforced cluster-wide by the master on
+ * CreateTask (docs/security.md, "Limits per token"). Each is optional; absent means unlimited.
+ */
+export const TokenLimitsSchema = z
+  .object({
+    requests_per_minute: z.number().int().positive().optional(),
+    /** Prompt plus completion tokens of the requests that ended in the last minute. */
+    tokens_per_minute: z.number().int().positive().optional(),
+    concurrent_requests: z.number().int().positive().optional(),
+  })
+  .strict();
+export type TokenLimits = z.infer<typeof TokenLimitsSchema>;
+
 export const TaskSchema = z.object({
   task_id: TaskIdSchema,
   command_id: CommandIdSchema,
@@ -123,6 +137,8 @@ export const TaskSchema = z.object({
   instance_id: InstanceIdSchema,
   gateway_node_id: NodeIdSchema,
   created_at: z.number(),
+  /** The name of the API token with limits that opened it (absent: no limits apply). */
+  token: z.string().max(64).optional(),
 });
 export type Task = z.infer<typeof TaskSchema>;
 
@@ -306,8 +322,15 @@ export const CommandSchema = z.discriminatedUnion("type", [
     command_id: CommandIdSchema,
     model_id: ModelIdSchema,
     instance_id: InstanceIdSchema,
+    /** A token with limits: the master admits the task against them or refuses rate_limited. */
+    token: z.object({ name: z.string().min(1).max(64), limits: TokenLimitsSchema }).optional(),
   }),
-  z.object({ type: z.literal("FinishTask"), task_id: TaskIdSchema }),
+  z.object({
+    type: z.literal("FinishTask"),
+    task_id: TaskIdSchema,
+    /** Prompt plus completion tokens the request used (counted against tokens_per_minute). */
+    tokens: z.number().int().nonnegative().optional(),
+  }),
   z.object({ type: z.literal("FailTask"), task_id: TaskIdSchema, reason: z.string() }),
   z.object({
     type: z.literal("ReportDownloadFailed"),

@@ -27,6 +27,8 @@ export const ERROR_CODES = [
   /** The engine did not connect, send the next chunk, or finish within the gateway's bounds. */
   "upstream_timeout",
   "download_failed",
+  /** A token's limit (requests or tokens per minute, concurrent requests) is reached: 429. */
+  "rate_limited",
   "conflict",
   "unavailable",
   "internal",
@@ -55,6 +57,7 @@ export const RETRYABLE: Readonly<Record<ErrorCode, boolean>> = {
   upstream_failed: true,
   upstream_timeout: true,
   download_failed: true,
+  rate_limited: true,
   conflict: false,
   unavailable: true,
   internal: false,
@@ -85,7 +88,7 @@ export class ServiceError extends Error {
 
 export function httpStatusFor(
   code: ErrorCode,
-): 400 | 401 | 403 | 404 | 409 | 415 | 500 | 502 | 503 | 504 {
+): 400 | 401 | 403 | 404 | 409 | 415 | 429 | 500 | 502 | 503 | 504 {
   switch (code) {
     case "unauthorized":
       return 401;
@@ -106,6 +109,8 @@ export function httpStatusFor(
       return 404;
     case "conflict":
       return 409;
+    case "rate_limited":
+      return 429;
     case "task_failed":
     case "instance_lost":
     case "internal":
@@ -131,6 +136,7 @@ export function errorTypeFor(code: ErrorCode): string {
   if (status === 401) return "authentication_error";
   if (status === 403) return "permission_error";
   if (status === 404) return "not_found_error";
+  if (status === 429) return "rate_limit_error";
   return "server_error";
 }
 
@@ -164,16 +170,26 @@ export const WireErrorSchema = z.object({
   code: z.enum(ERROR_CODES),
   message: z.string(),
   details: z.record(z.string(), z.unknown()).optional(),
+  /** Seconds a client should wait before retrying (becomes HTTP `Retry-After`). */
+  retry_after_s: z.number().nonnegative().optional(),
 });
 export type WireError = z.infer<typeof WireErrorSchema>;
 
 export function toWireError(e: unknown): WireError {
   if (e instanceof ServiceError) {
-    return { code: e.code, message: e.message, ...(e.details ? { details: e.details } : {}) };
+    return {
+      code: e.code,
+      message: e.message,
+      ...(e.details ? { details: e.details } : {}),
+      ...(e.retryAfterS !== undefined ? { retry_after_s: e.retryAfterS } : {}),
+    };
   }
   return { code: "internal", message: e instanceof Error ? e.message : String(e) };
 }
 
 export function fromWireError(w: WireError): ServiceError {
-  return new ServiceError(w.code, w.message, w.details ? { details: w.details } : {});
+  return new ServiceError(w.code, w.message, {
+    ...(w.details ? { details: w.details } : {}),
+    ...(w.retry_after_s !== undefined ? { retryAfterS: w.retry_after_s } : {}),
+  });
 }

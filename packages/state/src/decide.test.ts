@@ -1,7 +1,7 @@
 // Table tests of decide: every command type against a small replica, accepted (the events it
 // sequences, in order) or refused (the typed error), with the placement re-check's race refusals.
 import { describe, expect, it } from "vitest";
-import { CommandSchema, runnerKey } from "@ic/protocol";
+import { CommandSchema, runnerKey, ServiceError } from "@ic/protocol";
 import type {
   Command,
   CommandId,
@@ -394,6 +394,35 @@ describe("decide", () => {
         created_at: 42,
       },
     });
+  });
+
+  it("a task of a token with limits: opened with the token's name when the check passes, refused with its error when not", () => {
+    const cmd: Command = {
+      type: "CreateTask",
+      command_id: "c-3" as CommandId,
+      model_id: model.model_id,
+      instance_id: "i-1" as InstanceId,
+      token: { name: "alice", limits: { requests_per_minute: 5 } },
+    };
+    const asked: unknown[] = [];
+    const pass = decide(world(), cmd, ctx({ tokenCheck: (...a) => void asked.push(a) }));
+    expect(asked).toEqual([["alice", { requests_per_minute: 5 }]]);
+    expect(pass.ok && pass.opened?.token).toBe("alice");
+    const limited = new ServiceError("rate_limited", "over");
+    expect(decide(world(), cmd, ctx({ tokenCheck: () => limited }))).toEqual({
+      ok: false,
+      error: limited,
+    });
+    // A command without a token is never checked.
+    const { token: _, ...plain } = cmd;
+    const never = decide(world(), plain, ctx({ tokenCheck: () => limited }));
+    expect(never.ok && never.opened?.token).toBeUndefined();
+  });
+
+  it("a finished task's tokens are passed on for the token's window", () => {
+    expect(
+      decide(world(), { type: "FinishTask", task_id: "t-1" as TaskId, tokens: 12 }, ctx()),
+    ).toEqual({ ok: true, events: [], ended: "t-1", usedTokens: 12 });
   });
 
   it("an ended task is named for the master's table, whether it finished or failed", () => {

@@ -2,7 +2,15 @@
 // Pure (sender, heartbeats, time and ids come from the caller), so the master is only its I/O shell.
 import { runnerKey, ServiceError } from "@ic/protocol";
 import { own } from "./own.ts";
-import type { Command, ControlEvent, ControlState, NodeId, Task, TaskId } from "@ic/protocol";
+import type {
+  Command,
+  ControlEvent,
+  ControlState,
+  NodeId,
+  Task,
+  TaskId,
+  TokenLimits,
+} from "@ic/protocol";
 import { checkInstance, refusalError } from "@ic/placement";
 import type { MemoryModel, NodeReport } from "@ic/placement";
 
@@ -21,6 +29,11 @@ export interface DecideContext {
   readonly memory?: Partial<MemoryModel>;
   /** The master's open tasks on an instance (its TaskTable): a deleted instance fails them. */
   readonly tasksOf?: (instanceId: string) => readonly Task[];
+  /**
+   * A CreateTask of a token with limits: the refusal when one is reached (the master's counts,
+   * see token-limits.ts). Absent: limits are not checked.
+   */
+  readonly tokenCheck?: (name: string, limits: TokenLimits) => ServiceError | undefined;
 }
 
 /**
@@ -34,6 +47,8 @@ export type CommandDecision =
       readonly events: ControlEvent[];
       readonly opened?: Task;
       readonly ended?: TaskId;
+      /** FinishTask: the tokens the request used (for tokens_per_minute). */
+      readonly usedTokens?: number;
     }
   | { readonly ok: false; readonly error: ServiceError };
 
@@ -156,6 +171,10 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       if (!own(s.instances, cmd.instance_id)) {
         return refuse(new ServiceError("instance_lost", `instance ${cmd.instance_id} is gone`));
       }
+      if (cmd.token && ctx.tokenCheck) {
+        const limited = ctx.tokenCheck(cmd.token.name, cmd.token.limits);
+        if (limited) return refuse(limited);
+      }
       const opened: Task = {
         task_id: ctx.newId("task") as TaskId,
         command_id: cmd.command_id,
@@ -163,11 +182,18 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
         instance_id: cmd.instance_id,
         gateway_node_id: ctx.from,
         created_at: ctx.now,
+        ...(cmd.token ? { token: cmd.token.name } : {}),
       };
       return { ok: true, events: [], opened };
     }
     // The gateway that holds a task knows how it ended; only the master's table changes.
     case "FinishTask":
+      return {
+        ok: true,
+        events: [],
+        ended: cmd.task_id,
+        ...(cmd.tokens !== undefined ? { usedTokens: cmd.tokens } : {}),
+      };
     case "FailTask":
       return { ok: true, events: [], ended: cmd.task_id };
     case "ReportDownloadFailed":

@@ -9,5 +9,6 @@ export { compareSeniority, elect, mostSenior, nodeIdFor } from "./election.ts";
 export type { ElectionDecision, ElectionInput, HeardPeer, Peer } from "./election.ts";
 export { DEFAULT_TASK_BOUNDS, TaskTable } from "./tasks.ts";
 export type { TaskBounds } from "./tasks.ts";
+export { checkTokenLimits, LIMIT_WINDOW_MS, TokenWindows } from "./token-limits.ts";
 export { amendWrites, intentWrites, RESTORED, restoreIntent } from "./intent.ts";
 export type { Restore } from "./intent.ts";

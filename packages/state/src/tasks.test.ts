@@ -18,8 +18,8 @@ describe("TaskTable", () => {
     t.add(task(2, "i-b"));
     t.add(task(3, "i-a"));
     expect(t.onInstances(new Set(["i-a"])).map((x) => x.task_id)).toEqual(["t-1", "t-3"]);
-    expect(t.end("t-1" as TaskId)).toBe(true);
-    expect(t.end("t-1" as TaskId)).toBe(false);
+    expect(t.end("t-1" as TaskId)?.task_id).toBe("t-1");
+    expect(t.end("t-1" as TaskId)).toBeUndefined();
     expect(t.size).toBe(2);
   });
 
@@ -29,6 +29,35 @@ describe("TaskTable", () => {
     expect(t.onInstances(new Set(["i-a"])).map((x) => x.task_id)).toEqual(["t-3", "t-4", "t-5"]);
     expect(t.expire(140)).toBe(1); // t-3 (created at 30) is older than 100 ms
     expect(t.size).toBe(2);
+  });
+
+  it("counts each limited token's open tasks through every way a task leaves", () => {
+    const t = new TaskTable({ maxTasks: 4, maxAgeMs: 100 });
+    const of = (n: number, token: string, gateway = "n-1", at = n) => ({
+      ...task(n, "i-a", gateway, at),
+      token,
+    });
+    t.add(of(1, "alice", "n-1", 0));
+    t.add(of(2, "alice", "n-2", 50));
+    t.add(of(3, "bob", "n-2", 60));
+    t.add(task(4, "i-a", "n-1", 70)); // no token: not counted
+    t.add(of(3, "bob", "n-2", 60)); // the same task twice counts once
+    expect([t.openFor("alice"), t.openFor("bob"), t.openFor("carol")]).toEqual([2, 1, 0]);
+    expect(t.expire(120)).toBe(1); // alice's first
+    expect(t.openFor("alice")).toBe(1);
+    expect(t.dropGateway("n-2" as NodeId)).toBe(2);
+    expect([t.openFor("alice"), t.openFor("bob")]).toEqual([0, 0]);
+    t.add(of(5, "alice", "n-1", 80));
+    t.add(of(6, "alice", "n-1", 80));
+    t.add(of(7, "alice", "n-1", 80));
+    t.add(of(8, "alice", "n-1", 80));
+    t.add(of(9, "alice", "n-1", 80)); // past maxTasks: task 4 goes, then alice's task 5
+    expect(t.size).toBe(4);
+    expect(t.openFor("alice")).toBe(4);
+    t.end("t-6" as TaskId);
+    expect(t.openFor("alice")).toBe(3);
+    t.clear();
+    expect(t.openFor("alice")).toBe(0);
   });
 
   it("drops what a departed gateway held", () => {

@@ -15,6 +15,8 @@ export const DEFAULT_TASK_BOUNDS: TaskBounds = { maxTasks: 100_000, maxAgeMs: 3_
 export class TaskTable {
   /** In creation order (Map keeps insertion order): the oldest first. */
   private readonly tasks = new Map<TaskId, Task>();
+  /** Open tasks per limited token (Task.token): what concurrent_requests counts. */
+  private readonly perToken = new Map<string, number>();
 
   constructor(private readonly bounds: TaskBounds = DEFAULT_TASK_BOUNDS) {}
 
@@ -23,16 +25,36 @@ export class TaskTable {
   }
 
   add(task: Task): void {
+    this.remove(task.task_id);
     this.tasks.set(task.task_id, task);
+    if (task.token !== undefined)
+      this.perToken.set(task.token, (this.perToken.get(task.token) ?? 0) + 1);
     while (this.tasks.size > this.bounds.maxTasks) {
       const oldest = this.tasks.keys().next().value as TaskId;
-      this.tasks.delete(oldest);
+      this.remove(oldest);
     }
   }
 
-  /** The task ended (finished, failed); false when it was not open. */
-  end(id: TaskId): boolean {
-    return this.tasks.delete(id);
+  /** The task ended (finished, failed): the task, or undefined when it was not open. */
+  end(id: TaskId): Task | undefined {
+    return this.remove(id);
+  }
+
+  /** Open tasks of a limited token. */
+  openFor(token: string): number {
+    return this.perToken.get(token) ?? 0;
+  }
+
+  private remove(id: TaskId): Task | undefined {
+    const t = this.tasks.get(id);
+    if (!t) return undefined;
+    this.tasks.delete(id);
+    if (t.token !== undefined) {
+      const n = (this.perToken.get(t.token) ?? 1) - 1;
+      if (n > 0) this.perToken.set(t.token, n);
+      else this.perToken.delete(t.token);
+    }
+    return t;
   }
 
   /** Open tasks on any of these instances, oldest first. */
@@ -47,7 +69,7 @@ export class TaskTable {
     let n = 0;
     for (const [id, t] of this.tasks)
       if (t.gateway_node_id === node) {
-        this.tasks.delete(id);
+        this.remove(id);
         n++;
       }
     return n;
@@ -58,7 +80,7 @@ export class TaskTable {
     let n = 0;
     for (const [id, t] of this.tasks) {
       if (now - t.created_at <= this.bounds.maxAgeMs) break;
-      this.tasks.delete(id);
+      this.remove(id);
       n++;
     }
     return n;
@@ -66,5 +88,6 @@ export class TaskTable {
 
   clear(): void {
     this.tasks.clear();
+    this.perToken.clear();
   }
 }

@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
-import { authMiddleware, scopeFor } from "./auth.ts";
+import { authMiddleware, globToRegExp, mayUseModel, scopeFor } from "./auth.ts";
 import type { ApiToken } from "./auth.ts";
 import { toResponse } from "./errors.ts";
 
@@ -220,5 +220,30 @@ describe("auth middleware details", () => {
     expect((await req(json)).status).toBe(200);
     expect((await req({ "content-type": "text/plain" })).status).toBe(415);
     expect((await req({ ...json, origin: "http://evil.example" })).status).toBe(403);
+  });
+});
+
+describe("model patterns of a token", () => {
+  it.each([
+    ["org/*", "org/tiny", true],
+    ["org/*", "org/sub/deep", true], // `*` crosses `/`
+    ["org/*", "other/tiny", false],
+    ["*", "anything/at-all", true],
+    ["org/t?ny", "org/tiny", true],
+    ["org/t?ny", "org/tny", false],
+    ["org/tiny", "org/tiny-2", false], // anchored at both ends
+    ["org/a.b", "org/aXb", false], // `.` is literal
+    ["org/(x)+[y]", "org/(x)+[y]", true], // so are the other regex characters
+    ["Org/*", "org/tiny", false], // case matters, as in model ids
+  ])("%s against %s: %s", (pattern, model, want) => {
+    expect(globToRegExp(pattern).test(model)).toBe(want);
+  });
+
+  it("a token without patterns may use every model; with some, any one that matches", () => {
+    const base = { name: "t", token: "x".repeat(16), scopes: ["inference" as const] };
+    expect(mayUseModel(undefined, "org/m")).toBe(true);
+    expect(mayUseModel(base, "org/m")).toBe(true);
+    expect(mayUseModel({ ...base, models: ["a/*", "org/m"] }, "org/m")).toBe(true);
+    expect(mayUseModel({ ...base, models: ["a/*"] }, "org/m")).toBe(false);
   });
 });

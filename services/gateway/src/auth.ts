@@ -1,9 +1,10 @@
 // HTTP access control at the edge: bearer tokens in scopes, JSON-only mutating bodies, no foreign
 // Origin on mutating requests. One table maps every route to the scope it needs.
 import { createHash, timingSafeEqual } from "node:crypto";
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import type { ApiScope } from "@ic/config";
 import { ServiceError } from "@ic/protocol";
+import type { TokenLimits } from "@ic/protocol";
 import { requestHeader } from "./node-http.ts";
 
 export interface ApiToken {
@@ -11,6 +12,54 @@ export interface ApiToken {
   readonly name: string;
   readonly token: string;
   readonly scopes: readonly ApiScope[];
+  /** Glob patterns of the models it may use (absent: all). */
+  readonly models?: readonly string[];
+  /** Its limits, counted cluster-wide by the master (absent: none). */
+  readonly limits?: TokenLimits;
+}
+
+declare module "hono" {
+  interface ContextVariableMap {
+    /** The token the request presented (absent: anonymous, or a public route). */
+    apiToken: ApiToken;
+  }
+}
+
+/** The token of the request, once the auth middleware has run. */
+export const requestToken = (c: Context): ApiToken | undefined => c.get("apiToken");
+
+/** `*` matches any run of characters (`/` included), `?` one character; the rest literally. */
+export function globToRegExp(pattern: string): RegExp {
+  let re = "";
+  for (const ch of pattern) {
+    if (ch === "*") re += ".*";
+    else if (ch === "?") re += ".";
+    else re += ch.replace(/[\\^$.|+()[\]{}]/g, "\\$&");
+  }
+  return new RegExp(`^${re}$`, "s");
+}
+
+/** The configured tokens' patterns, compiled once each. */
+const compiled = new WeakMap<readonly string[], RegExp[]>();
+
+/** Whether the token may use the model (a token without `models` may use every model). */
+export function mayUseModel(token: ApiToken | undefined, modelId: string): boolean {
+  if (!token?.models) return true;
+  let res = compiled.get(token.models);
+  if (!res) {
+    res = token.models.map(globToRegExp);
+    compiled.set(token.models, res);
+  }
+  return res.some((r) => r.test(modelId));
+}
+
+/** The 403 for a model the token may not use, naming what it may use. */
+export function modelForbidden(token: ApiToken, modelId: string): ServiceError {
+  return new ServiceError(
+    "forbidden",
+    `token "${token.name}" may not use model ${modelId}; it may use models matching ${token.models!.join(", ")}`,
+    { details: { token: token.name, allowed_models: [...token.models!] } },
+  );
 }
 
 export interface AuthOptions {
@@ -95,6 +144,7 @@ export function authMiddleware(o: AuthOptions): MiddlewareHandler {
           "forbidden",
           `token "${holder.name}" lacks scope ${scope} (it has ${holder.scopes.join(", ")})`,
         );
+      c.set("apiToken", holder);
     }
     if (mutating) {
       const type = requestHeader(c, "content-type");

@@ -30,7 +30,8 @@ type Reply = Extract<CommandReply, { ok: true }>;
  * reports a failed task at once). Neither changes the replicated log: the master keeps tasks.
  */
 export class TaskReports {
-  private readonly finished = new Set<string>();
+  /** Ended well, with the tokens used where a limit counts them. */
+  private readonly finished = new Map<TaskId, number | undefined>();
   private timer: NodeJS.Timeout | undefined;
   private creates: {
     cmd: CreateTask;
@@ -55,9 +56,9 @@ export class TaskReports {
     });
   }
 
-  /** A task that ended well: reported with the next batch. */
-  finish(id: TaskId): void {
-    this.finished.add(id);
+  /** A task that ended well (and the tokens it used, for a token's limit): reported with the next batch. */
+  finish(id: TaskId, tokens?: number): void {
+    this.finished.set(id, tokens);
     if (this.timer === undefined) {
       this.timer = setTimeout(() => this.flushFinished(), this.delayMs);
       // A report waiting never keeps the process alive.
@@ -79,9 +80,11 @@ export class TaskReports {
       this.timer = undefined;
     }
     if (this.finished.size === 0) return;
-    const ids = [...this.finished] as TaskId[];
+    const ended = [...this.finished];
     this.finished.clear();
-    for (const task_id of ids)
-      this.cluster.command({ type: "FinishTask", task_id }).catch(() => {});
+    for (const [task_id, tokens] of ended)
+      this.cluster
+        .command({ type: "FinishTask", task_id, ...(tokens !== undefined ? { tokens } : {}) })
+        .catch(() => {});
   }
 }

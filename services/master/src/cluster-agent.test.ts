@@ -15,7 +15,9 @@ import type {
   ModelId,
   ModelRecord,
   NodeId,
+  TaskId,
   Telemetry,
+  TokenLimits,
 } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { ClusterAgent } from "./cluster-agent.ts";
@@ -819,6 +821,119 @@ describe("placement re-check in the sequencer", () => {
       "delete_deployment",
     ]);
     expect(a.snapshot().deployments).toEqual({});
+  });
+
+  describe("limits per token, counted by the master for every gateway", () => {
+    /** A master a, a follower b, an instance of the model; CreateTask as either gateway sends it. */
+    async function twoGateways() {
+      const hub = new Hub();
+      const a = start(hub, "a", 1, tele(20));
+      await advance(500);
+      const b = start(hub, "b", 2, tele(20));
+      await waitUntil(() => b.synced && memberNames(a).length === 2);
+      await a.command({ type: "RegisterModel", model });
+      const inst = decided(a);
+      await a.command({ type: "PlaceInstance", instance: inst });
+      let n = 0;
+      const create = (on: ClusterAgent, token?: { name: string; limits: TokenLimits }) => {
+        const p = on.command({
+          type: "CreateTask",
+          command_id: `c-${++n}` as never,
+          model_id: model.model_id,
+          instance_id: inst.instance_id,
+          ...(token ? { token } : {}),
+        });
+        return p.then(
+          (r) => ({ ok: true as const, task: r.task_id! }),
+          (e: unknown) => ({ ok: false as const, error: e as ServiceError }),
+        );
+      };
+      const send = async <T>(p: Promise<T>) => {
+        await advance(5);
+        return p;
+      };
+      return {
+        a,
+        b,
+        create: (on: ClusterAgent, t?: { name: string; limits: TokenLimits }) =>
+          send(create(on, t)),
+        send,
+      };
+    }
+
+    it("requests_per_minute: the requests of both gateways count; the next is refused rate_limited with Retry-After until the minute has passed", async () => {
+      const { a, b, create } = await twoGateways();
+      const alice = { name: "alice", limits: { requests_per_minute: 3 } };
+      const results = [await create(a, alice), await create(b, alice), await create(b, alice)];
+      expect(results.map((r) => r.ok)).toEqual([true, true, true]);
+      const refused = await create(a, alice);
+      expect(refused.ok).toBe(false);
+      const err = (refused as { error: ServiceError }).error;
+      expect(err.code).toBe("rate_limited");
+      expect(err.retryable).toBe(true);
+      expect(err.message).toContain('token "alice" reached its limit of 3 requests per minute');
+      expect(err.details).toMatchObject({
+        token: "alice",
+        limit: "requests_per_minute",
+        value: 3,
+        used: 3,
+      });
+      expect(err.retryAfterS).toBeGreaterThanOrEqual(55);
+      expect(err.retryAfterS).toBeLessThanOrEqual(61);
+      // The refused request did not count; other tokens and unlimited requests are not affected.
+      expect((await create(b, { name: "bob", limits: { requests_per_minute: 3 } })).ok).toBe(true);
+      expect((await create(b)).ok).toBe(true);
+      // Retry-After is right: a second before it the window is still full; at it, a request passes.
+      await advance((err.retryAfterS! - 1) * 1000);
+      expect((await create(b, alice)).ok).toBe(false);
+      await advance(1000);
+      expect((await create(b, alice)).ok).toBe(true);
+    });
+
+    it("concurrent_requests: open tasks count; a finished or failed task frees its place", async () => {
+      const { a, b, create, send } = await twoGateways();
+      const carol = { name: "carol", limits: { concurrent_requests: 2 } };
+      const t1 = await create(a, carol);
+      const t2 = await create(b, carol);
+      const third = await create(a, carol);
+      expect([t1.ok, t2.ok, third.ok]).toEqual([true, true, false]);
+      expect((third as { error: ServiceError }).error.details).toMatchObject({
+        limit: "concurrent_requests",
+        used: 2,
+      });
+      expect((third as { error: ServiceError }).error.retryAfterS).toBe(1);
+      await send(b.command({ type: "FinishTask", task_id: (t1 as { task: TaskId }).task }));
+      expect((await create(a, carol)).ok).toBe(true);
+      await send(
+        a.command({ type: "FailTask", task_id: (t2 as { task: TaskId }).task, reason: "x" }),
+      );
+      expect((await create(b, carol)).ok).toBe(true);
+      expect((await create(b, carol)).ok).toBe(false);
+    });
+
+    it("tokens_per_minute: the tokens FinishTask reports count, and a new request waits for them to leave the window", async () => {
+      const { a, b, create, send } = await twoGateways();
+      const dave = { name: "dave", limits: { tokens_per_minute: 100 } };
+      const t1 = await create(a, dave);
+      await send(
+        b.command({ type: "FinishTask", task_id: (t1 as { task: TaskId }).task, tokens: 60 }),
+      );
+      const t2 = await create(b, dave);
+      expect(t2.ok).toBe(true);
+      await advance(10_000);
+      await send(
+        a.command({ type: "FinishTask", task_id: (t2 as { task: TaskId }).task, tokens: 50 }),
+      );
+      const refused = await create(a, dave);
+      const err = (refused as { error: ServiceError }).error;
+      expect(err.code).toBe("rate_limited");
+      expect(err.details).toMatchObject({ limit: "tokens_per_minute", value: 100, used: 110 });
+      // 60 tokens leave the window first, which brings it under the limit: about 50 s from now.
+      expect(err.retryAfterS).toBeGreaterThanOrEqual(45);
+      expect(err.retryAfterS).toBeLessThanOrEqual(51);
+      await advance(err.retryAfterS! * 1000);
+      expect((await create(b, dave)).ok).toBe(true);
+    });
   });
 });
 

@@ -35,7 +35,9 @@ import {
   failingInstances,
   intentWrites,
   restoreIntent,
+  checkTokenLimits,
   TaskTable,
+  TokenWindows,
 } from "@ic/state";
 import { nodeCapacities } from "@ic/placement";
 import type { MemoryModel } from "@ic/placement";
@@ -159,6 +161,8 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly syncBudget: number;
   /** Master only: the open chat tasks (never replicated; a new master starts with none). */
   private readonly tasks: TaskTable;
+  /** Master only: each limited token's last minute of requests and tokens (a new master starts empty). */
+  private readonly tokenWindows = new TokenWindows();
   /** Master only: the intent store's state for this session (see superviseIntentStore). */
   private intent = freshIntentState();
   /** Intent changes and the restore run one at a time (each waits on the store). */
@@ -803,6 +807,7 @@ export class ClusterAgent implements AsyncDisposable {
     this.masterLog.reset();
     this.syncServer.reset();
     this.tasks.clear();
+    this.tokenWindows.clear();
     // Undoing writes that failed under the previous master stint still waits its turn.
     this.intent = { ...freshIntentState(), undo: this.intent.undo };
     const bus = this.o.bus;
@@ -849,6 +854,7 @@ export class ClusterAgent implements AsyncDisposable {
     this.masterSubs = [];
     this.role = "follower";
     this.tasks.clear();
+    this.tokenWindows.clear();
   }
 
   /** Master only: sequence an event, apply it locally, publish it. */
@@ -1044,14 +1050,29 @@ export class ClusterAgent implements AsyncDisposable {
       now,
       newId: ids,
       tasksOf: (id) => this.tasks.onInstances(new Set([id])),
+      tokenCheck: (name, limits) =>
+        checkTokenLimits(
+          name,
+          limits,
+          { ...this.tokenWindows.totals(name, now), open: this.tasks.openFor(name) },
+          (what, limit) => this.tokenWindows.secondsUntilBelow(name, what, limit, now),
+        ),
       ...(this.o.memory ? { memory: this.o.memory } : {}),
     });
   }
 
   /** Applies an accepted decision: the task table, then the events. */
   private accepted(d: Extract<ReturnType<typeof decide>, { ok: true }>): CommandReply {
-    if (d.opened) this.tasks.add(d.opened);
-    if (d.ended) this.tasks.end(d.ended);
+    const now = this.o.clock.now();
+    if (d.opened) {
+      this.tasks.add(d.opened);
+      if (d.opened.token !== undefined) this.tokenWindows.request(d.opened.token, now);
+    }
+    if (d.ended) {
+      const t = this.tasks.end(d.ended);
+      if (t?.token !== undefined && d.usedTokens)
+        this.tokenWindows.used(t.token, d.usedTokens, now);
+    }
     for (const e of d.events) this.emit(e);
     return {
       ok: true,

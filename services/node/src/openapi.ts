@@ -125,7 +125,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
   {
     method: "get",
     path: "/v1/models",
-    summary: "models with a ready instance",
+    summary: "models with a ready instance that the token may use",
     scope: "inference",
     responses: { "200": ok("the models", ModelListResponseSchema) },
   },

@@ -6,8 +6,9 @@ import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
 import { afterEach, describe, expect, it } from "vitest";
-import { emptyState, ErrorBodySchema } from "@ic/protocol";
+import { emptyState, ErrorBodySchema, ServiceError } from "@ic/protocol";
 import type {
+  Command,
   ControlEvent,
   ControlState,
   InstanceId,
@@ -468,5 +469,136 @@ describe("observing the chat path", () => {
       status: 400,
       code: "invalid_request",
     });
+  });
+});
+
+describe("a token's models and limits", () => {
+  const KEY = "k".repeat(32);
+  /** The gateway with one inference token; the cluster view's commands are recorded (and scripted). */
+  async function withToken(
+    token: { models?: string[]; limits?: Record<string, number> },
+    answer: (cmd: Command) => ServiceError | undefined = () => undefined,
+  ) {
+    const e = await engine((_q, res) => {
+      res.setHeader("content-type", "application/json");
+      res.end(
+        JSON.stringify({
+          id: ENGINE_ID,
+          choices: [{ index: 0, message: { role: "assistant", content: "ok" } }],
+          usage: { prompt_tokens: 7, completion_tokens: 5 },
+        }),
+      );
+    });
+    const c = cluster(e.url);
+    const commands: { cmd: Command; engineRequestsBefore: number }[] = [];
+    const inner = c.view.command.bind(c.view);
+    const view: ClusterView = {
+      ...c.view,
+      command: (cmd) => {
+        commands.push({ cmd, engineRequestsBefore: e.bodies.length });
+        const refused = answer(cmd);
+        return refused ? Promise.reject(refused) : inner(cmd);
+      },
+    };
+    const app = createGatewayApp({
+      cluster: view,
+      log: silentLogger(),
+      name: "t",
+      auth: { tokens: [{ name: "alice", token: KEY, scopes: ["inference"], ...token }] },
+    });
+    const server = await new Promise<Server>((resolve) => {
+      const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
+        resolve(s as Server),
+      );
+    });
+    closers.push(() => close(server));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const headers = { authorization: `Bearer ${KEY}`, "content-type": "application/json" };
+    return {
+      engine: e,
+      commands,
+      models: async () =>
+        (
+          (await (await fetch(`${base}/v1/models`, { headers })).json()) as {
+            data: { id: string }[];
+          }
+        ).data.map((m) => m.id),
+      chat: async (model: string = MODEL) => {
+        const r = await fetch(`${base}/v1/chat/completions`, {
+          method: "POST",
+          headers,
+          body: JSON.stringify({ model, messages: [{ role: "user", content: "hi" }] }),
+        });
+        return { status: r.status, text: await r.text(), retryAfter: r.headers.get("retry-after") };
+      },
+    };
+  }
+
+  it("a model outside the token's patterns is 403 naming them, before anything is looked up; /v1/models lists only what it may use", async () => {
+    const denied = await withToken({ models: ["other/*", "org/t?ny-*"] });
+    const r = await denied.chat();
+    expect(r.status).toBe(403);
+    const err = errorOf(r.text);
+    expect(err.code).toBe("forbidden");
+    expect(err.message).toBe(
+      'token "alice" may not use model org/tiny; it may use models matching other/*, org/t?ny-*',
+    );
+    expect(err.details).toEqual({ token: "alice", allowed_models: ["other/*", "org/t?ny-*"] });
+    // Even a model that does not exist is 403, not 404: the token learns nothing beyond its patterns.
+    expect((await denied.chat("org/nothing")).status).toBe(403);
+    expect(denied.engine.bodies).toHaveLength(0);
+    expect(denied.commands).toHaveLength(0);
+    expect(await denied.models()).toEqual([]);
+
+    const allowed = await withToken({ models: ["org/*"] });
+    expect((await allowed.chat()).status).toBe(200);
+    expect(await allowed.models()).toEqual([MODEL]);
+  });
+
+  it("a token with limits: the master admits its task before the engine sees the request; its tokens are reported at the end", async () => {
+    const g = await withToken({ limits: { requests_per_minute: 60, tokens_per_minute: 1000 } });
+    expect((await g.chat()).status).toBe(200);
+    const create = g.commands.find((c) => c.cmd.type === "CreateTask")!;
+    expect(create.cmd).toMatchObject({
+      token: { name: "alice", limits: { requests_per_minute: 60, tokens_per_minute: 1000 } },
+    });
+    expect(create.engineRequestsBefore).toBe(0);
+    // The FinishTask rides with the next CreateTask (or a short delay) and carries prompt + completion.
+    await new Promise((r) => setTimeout(r, 400));
+    expect(g.commands.find((c) => c.cmd.type === "FinishTask")?.cmd).toMatchObject({ tokens: 12 });
+  });
+
+  it("a refusal is 429 rate_limited with Retry-After and the envelope, and the engine never sees the request", async () => {
+    const g = await withToken({ limits: { requests_per_minute: 1 } }, (cmd) =>
+      cmd.type === "CreateTask"
+        ? new ServiceError(
+            "rate_limited",
+            'token "alice" reached its limit of 1 requests per minute (1 now); retry after 37 s',
+            {
+              details: { token: "alice", limit: "requests_per_minute", value: 1, used: 1 },
+              retryAfterS: 37,
+            },
+          )
+        : undefined,
+    );
+    const r = await g.chat();
+    expect(r.status).toBe(429);
+    expect(r.retryAfter).toBe("37");
+    const err = errorOf(r.text);
+    expect(err).toMatchObject({
+      code: "rate_limited",
+      type: "rate_limit_error",
+      retryable: true,
+      details: { limit: "requests_per_minute" },
+    });
+    expect(g.engine.bodies).toHaveLength(0);
+    expect(g.commands.map((c) => c.cmd.type)).toEqual(["CreateTask"]);
+  });
+
+  it("a token without limits: its task carries no token, so the master has nothing to admit", async () => {
+    const g = await withToken({ models: ["*"] });
+    expect((await g.chat()).status).toBe(200);
+    const create = g.commands.find((c) => c.cmd.type === "CreateTask")!;
+    expect(create.cmd).not.toHaveProperty("token");
   });
 });

@@ -39,6 +39,7 @@ import { outstandingByInstance, RequestLoad } from "../request-load.ts";
 import { notServableError, readiness, readyModels } from "../readiness.ts";
 import { engineFailure } from "../engine-errors.ts";
 import { TaskReports } from "../task-reports.ts";
+import { mayUseModel, modelForbidden, requestToken } from "../auth.ts";
 
 type ChatRequest = z.output<typeof ChatRequestSchema>;
 
@@ -78,6 +79,17 @@ export const preciseNow = (): number => performance.timeOrigin + performance.now
 
 const TIMINGS = Buffer.from('"timings"');
 const DATA = Buffer.from("data: ");
+
+/** Prompt plus completion tokens of a request, from the engine's usage (else its timings). */
+function tokensUsed(
+  usage: { prompt_tokens?: number; completion_tokens?: number } | undefined,
+  timings: EngineTimings | undefined,
+): number | undefined {
+  if (usage?.prompt_tokens !== undefined || usage?.completion_tokens !== undefined)
+    return (usage.prompt_tokens ?? 0) + (usage.completion_tokens ?? 0);
+  if (!timings) return undefined;
+  return (timings.cache_n ?? 0) + (timings.prompt_n ?? 0) + (timings.predicted_n ?? 0);
+}
 
 /** The timings and usage of the last event in `buf` that has them (llama-server's final chunk). */
 function engineReport(buf: Buffer): Extract<ChatEvent, { type: "engine" }> | undefined {
@@ -213,15 +225,18 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
   const reports = new TaskReports(o.cluster);
 
   app.get("/v1/models", (c) => {
-    // Only models with a ready instance: the same test the chat route applies.
+    // Only models with a ready instance (the same test the chat route applies) that the token may use.
+    const token = requestToken(c);
     return c.json({
       object: "list",
-      data: readyModels(o.cluster.snapshot()).map((id) => ({
-        id,
-        object: "model",
-        created: 0,
-        owned_by: "cluster",
-      })),
+      data: readyModels(o.cluster.snapshot())
+        .filter((id) => mayUseModel(token, id))
+        .map((id) => ({
+          id,
+          object: "model",
+          created: 0,
+          owned_by: "cluster",
+        })),
     });
   });
 
@@ -251,12 +266,18 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
 
   async function handle(c: Context, commandId: CommandId, obs: ChatObserver | undefined) {
     const body = await parseJson(c, ChatRequestSchema);
+    const token = requestToken(c);
     obs?.event({
       type: "validated",
       at: preciseNow(),
       model: body.model,
       stream: body.stream === true,
+      token: token?.name,
     });
+    // Before the model is looked up: a token learns nothing of the models it may not use.
+    if (token && !mayUseModel(token, body.model)) throw modelForbidden(token, body.model);
+    const limited = token?.limits && Object.keys(token.limits).length > 0 ? token : undefined;
+    const countTokens = limited?.limits?.tokens_per_minute !== undefined;
     const cluster = o.cluster;
     // A node that has not joined a session yet (just started, or between sessions) knows nothing
     // of the cluster's models: neither "not found" nor "not ready" would be true.
@@ -333,7 +354,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       lastChunkAt = Date.now();
       idleTimer ??= setTimeout(onIdle, idleMs);
     };
-    const cleanup = (ok: boolean) => {
+    const cleanup = (ok: boolean, tokens?: number) => {
       endLoad();
       closeTask?.();
       watch.off();
@@ -341,7 +362,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       clearTimeout(totalTimer);
       clearTimeout(idleTimer);
       if (!taskId) return;
-      if (ok) reports.finish(taskId);
+      if (ok) reports.finish(taskId, tokens);
       else
         cluster
           .command({ type: "FailTask", task_id: taskId, reason: "request failed" })
@@ -353,24 +374,40 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     // closes one after each stream) takes an event-loop turn, and on the master node the command runs
     // synchronously, so starting it at once would put its work ahead of the request. It then waits
     // for the end of that turn (TaskReports), behind the other requests of a burst.
+    // A token with limits is the exception: the master admits its task (or refuses it, 429) before
+    // the engine sees the request, at the cost of one round trip to the master.
     let sent!: () => void;
     const onWire = new Promise<void>((r) => (sent = r));
     if (obs) void onWire.then(() => obs.event({ type: "sent", at: preciseNow() }));
-    const upstreamP = postUpstream(`${target.endpoint}/v1/chat/completions`, JSON.stringify(body), {
-      abort: upstreamAbort,
-      onSent: sent,
-      headers: o.engineHeaders?.(target.instance.instance_id),
-      connectTimeoutMs: limits.connectTimeoutMs,
-    });
-    upstreamP.catch(() => {});
-    const taskP = onWire.then(() =>
+    const send = () =>
+      postUpstream(`${target.endpoint}/v1/chat/completions`, JSON.stringify(body), {
+        abort: upstreamAbort,
+        onSent: sent,
+        headers: o.engineHeaders?.(target.instance.instance_id),
+        connectTimeoutMs: limits.connectTimeoutMs,
+      });
+    const createTask = () =>
       reports.create({
         type: "CreateTask",
         command_id: commandId,
         model_id: target.instance.model_id,
         instance_id: target.instance.instance_id,
-      }),
-    );
+        ...(limited ? { token: { name: limited.name, limits: limited.limits! } } : {}),
+      });
+    let upstreamP: Promise<IncomingMessage>;
+    let taskP: ReturnType<typeof createTask>;
+    if (limited) {
+      taskP = createTask();
+      // A request that failed while it waited for admission never reaches the engine.
+      upstreamP = taskP.then(() => {
+        if (watch.failure) throw watch.failure;
+        return send();
+      });
+    } else {
+      upstreamP = send();
+      taskP = onWire.then(createTask);
+    }
+    upstreamP.catch(() => {});
     let upstream: IncomingMessage;
     try {
       const reply = await Promise.race([taskP, failed]);
@@ -384,6 +421,17 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     } catch (e) {
       abortUpstream("request failed before the engine answered");
       cleanup(false);
+      // A task the master opens after the request failed is closed too: it would hold one of its
+      // token's concurrent places (and the master's table) until it expired.
+      if (!taskId)
+        void taskP.then(
+          (r) =>
+            r.task_id &&
+            cluster
+              .command({ type: "FailTask", task_id: r.task_id, reason: "request failed" })
+              .catch(() => {}),
+          () => {},
+        );
       throw connectionError(watch.failure ?? e, body.model);
     }
     const headers: Record<string, string> = {
@@ -418,9 +466,12 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
           `the engine for ${body.model} answered a body that is not JSON`,
         );
       }
-      cleanup(true);
+      const j = json as {
+        timings?: EngineTimings;
+        usage?: { prompt_tokens?: number; completion_tokens?: number };
+      };
+      cleanup(true, countTokens ? tokensUsed(j.usage, j.timings) : undefined);
       if (obs) {
-        const j = json as { timings?: EngineTimings; usage?: { completion_tokens?: number } };
         const at = preciseNow();
         if (j.timings) obs.event({ type: "engine", at, timings: j.timings, usage: j.usage });
         obs.event({ type: "end", at, ok: true, status: 200, code: undefined, message: undefined });
@@ -476,9 +527,12 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       }
       // The client gets its last bytes before the task bookkeeping runs.
       sink.end();
-      cleanup(!err);
+      const report =
+        obs || countTokens
+          ? ((lastOut && engineReport(lastOut)) ?? (prevOut && engineReport(prevOut)))
+          : undefined;
+      cleanup(!err, report ? tokensUsed(report.usage, report.timings) : undefined);
       if (!obs) return;
-      const report = (lastOut && engineReport(lastOut)) ?? (prevOut && engineReport(prevOut));
       if (report) obs.event(report);
       obs.event({
         type: "end",
@@ -499,8 +553,8 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       const r = relay.push(chunk);
       if (r.out) {
         sink.write(r.out);
-        if (obs) {
-          if (!firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
+        if (obs && !firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
+        if (obs || countTokens) {
           prevOut = lastOut;
           lastOut = r.out;
         }

@@ -67,6 +67,8 @@ export class NodeMetrics {
   private readonly completionPerRequest: Histogram<"model">;
   private readonly generationSpeed: Histogram<"model">;
   private readonly inFlight: Gauge;
+  private readonly tokenRequests: Counter<"token" | "code">;
+  private readonly tokenTokens: Counter<"token">;
   private scraping: Promise<string> | undefined;
 
   constructor(private readonly o: MetricsSources) {
@@ -119,6 +121,18 @@ export class NodeMetrics {
       buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000],
       registers: [node],
     });
+    this.tokenRequests = new Counter({
+      name: "ic_token_requests_total",
+      help: "Chat requests by API token name and error code (ok when none; rate_limited: over one of its limits, forbidden: a model it may not use).",
+      labelNames: ["token", "code"],
+      registers: [node],
+    });
+    this.tokenTokens = new Counter({
+      name: "ic_token_tokens_total",
+      help: "Prompt plus generated tokens of answered chat requests, by API token name.",
+      labelNames: ["token"],
+      registers: [node],
+    });
     this.inFlight = new Gauge({
       name: "ic_chat_requests_in_flight",
       help: "Chat completion requests this node is answering now.",
@@ -135,6 +149,7 @@ export class NodeMetrics {
   observe(r: { commandId: string; receivedAt: number }): ChatObserver {
     this.inFlight.inc();
     let model = "none";
+    let token: string | undefined;
     let sentAt: number | undefined;
     let firstChunkAt: number | undefined;
     let engine: Extract<ChatEvent, { type: "engine" }> | undefined;
@@ -144,6 +159,7 @@ export class NodeMetrics {
         switch (e.type) {
           case "validated":
             model = this.knownModel(e.model) ? e.model : "unknown";
+            token = e.token;
             break;
           case "sent":
             sentAt = e.at;
@@ -160,6 +176,7 @@ export class NodeMetrics {
             this.inFlight.dec();
             const status = String(e.status);
             this.requests.inc({ model, status, code: e.code ?? "ok" });
+            if (token !== undefined) this.tokenRequests.inc({ token, code: e.code ?? "ok" });
             this.duration.observe({ model, status }, Math.max(0, e.at - r.receivedAt) / 1000);
             if (!e.ok) return;
             const t = engine?.timings;
@@ -171,6 +188,13 @@ export class NodeMetrics {
                   : undefined;
             if (ttftMs !== undefined) this.ttft.observe({ model }, Math.max(0, ttftMs) / 1000);
             this.tokens(model, t, engine?.usage);
+            if (token !== undefined) {
+              const u = engine?.usage;
+              const used =
+                (u?.prompt_tokens ?? t?.prompt_n ?? 0) +
+                (u?.completion_tokens ?? t?.predicted_n ?? 0);
+              if (used > 0) this.tokenTokens.inc({ token }, used);
+            }
             break;
           }
           default:
