@@ -55,18 +55,24 @@ export const VERBS: Record<string, Verb> = {
   pulls: { summary: "the store host's pulls", usage: "pulls", options: {}, positionals: [0, 0] },
   place: {
     summary: "place an instance of a model",
-    usage: "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE_ID,...]",
+    usage: "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE,...]",
     options: {
       "min-nodes": { type: "string", value: "N", help: "nodes to spread it over (default 1)" },
       sharding: { type: "string", value: "S", help: "Pipeline (default) or Tensor" },
-      exclude: { type: "string", value: "IDS", help: "node ids to leave out, comma-separated" },
+      exclude: {
+        type: "string",
+        value: "NODES",
+        help: "nodes to leave out, by name or id, comma-separated",
+      },
     },
     positionals: [1, 1],
   },
   previews: {
     summary: "every placement of a model, with memory use or the refusal",
-    usage: "previews <org/name> [--exclude NODE_ID,...]",
-    options: { exclude: { type: "string", value: "IDS", help: "node ids to leave out" } },
+    usage: "previews <org/name> [--exclude NODE,...]",
+    options: {
+      exclude: { type: "string", value: "NODES", help: "nodes to leave out, by name or id" },
+    },
     positionals: [1, 1],
   },
   rm: {

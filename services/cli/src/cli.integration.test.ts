@@ -85,6 +85,18 @@ describe("ic", () => {
     const previews = await ic(["previews", "acme/pulled"], env);
     expect(previews.code, previews.err).toBe(0);
     expect(previews.out).toMatch(/Pipeline\s+1\s+ok/);
+    // One name for a node: output names it first, and --exclude takes the name.
+    const self = (
+      JSON.parse(status.out) as { node_identities: { name: string; node_id: string }[] }
+    ).node_identities[0]!;
+    expect(previews.out).toContain(`ok: ${self.name} (${self.node_id})`);
+    const excluded = await ic(["previews", "acme/pulled", "--exclude", self.name], env);
+    expect(excluded.out).toMatch(/Pipeline\s+1\s+all_excluded/);
+    const bogus = await ic(["previews", "acme/pulled", "--exclude", "bogus"], env);
+    expect(bogus.code).not.toBe(0);
+    expect(bogus.err).toContain(
+      `excluded_node_ids: no node is named bogus; the nodes are ${self.name} (${self.node_id})`,
+    );
     const place = await ic(["place", "acme/pulled", "--json"], env);
     expect(place.code, place.err).toBe(0);
     const placed = JSON.parse(place.out) as { instance: { instance_id: string } };

@@ -53,6 +53,16 @@ const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
 const print = (io: Io, p: Parsed, value: unknown, text: () => string) =>
   io.out(p.json ? JSON.stringify(value, null, 2) : text());
 
+/** Names nodes for output: `name (n-…)`, the id alone when the node is not a member. */
+async function nodeNamer(c: Client): Promise<(id: string) => string> {
+  const s = await c.get<StateDoc>("/state");
+  const names = new Map(s.node_identities.map((m) => [m.node_id, m.name]));
+  return (id) => {
+    const name = names.get(id);
+    return name ? `${name} (${id})` : id;
+  };
+}
+
 export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
   switch (p.verb) {
     case "start":
@@ -220,12 +230,13 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
           assignments: { node_id: string; rank: number; layers: number }[];
         };
       }>("POST", "/place_instance", body, 60_000);
+      const named = p.json ? String : await nodeNamer(c);
       print(
         io,
         p,
         r,
         () =>
-          `placed ${r.instance.instance_id}: ${r.instance.assignments.map((a) => `rank ${a.rank} on ${a.node_id} (${a.layers} layers)`).join(", ")}`,
+          `placed ${r.instance.instance_id}: ${r.instance.assignments.map((a) => `rank ${a.rank} on ${named(a.node_id)}, ${a.layers} layers`).join("; ")}`,
       );
       return 0;
     }
@@ -241,6 +252,7 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
           error?: { code: string; message: string };
         }[];
       }>(`/instance/previews?${q.toString()}`);
+      const named = p.json ? String : await nodeNamer(c);
       print(io, p, r, () =>
         table(
           ["SHARDING", "NODES", "RESULT"],
@@ -248,7 +260,7 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
             v.sharding,
             String(v.nodes),
             v.ok
-              ? `ok: ${(v.assignments ?? []).map((a) => `${a.node_id} ${bytes(a.required_bytes)}`).join(", ")}`
+              ? `ok: ${(v.assignments ?? []).map((a) => `${named(a.node_id)} ${bytes(a.required_bytes)}`).join(", ")}`
               : `${v.error?.code}: ${v.error?.message}`,
           ]),
         ),

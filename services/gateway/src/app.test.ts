@@ -199,9 +199,36 @@ describe("POST /place_instance", () => {
         .body.error!.code,
     ).toBe("all_excluded");
     expect(
-      (await post(a, "/place_instance", { model_id: "org/big", excluded_nodes: ["n-stale000000"] }))
-        .status,
+      (
+        await post(a, "/place_instance", {
+          model_id: "org/big",
+          excluded_nodes: ["n-0000000000aa"],
+        })
+      ).status,
     ).toBe(200);
+  });
+
+  it("excluded_nodes takes names too; an unknown name is a 400 listing the nodes, and nothing is placed", async () => {
+    const c = fakeCluster([
+      { name: "a", freeGb: 64 },
+      { name: "b", freeGb: 64 },
+    ]);
+    const a = app(c.view);
+    const r = await post(a, "/place_instance", { model_id: "org/big", excluded_nodes: ["a"] });
+    expect(r.status).toBe(200);
+    const placed = c.commands[0] as Extract<Command, { type: "PlaceInstance" }>;
+    expect(placed.instance.assignments.map((x) => x.node_id)).toEqual([c.idOf("b")]);
+    expect(placed.deployment?.excluded_nodes).toEqual([c.idOf("a")]);
+    const bad = await post(a, "/place_instance", {
+      model_id: "org/big",
+      excluded_nodes: ["bogus"],
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error!.code).toBe("invalid_request");
+    expect(bad.body.error!.message).toBe(
+      `excluded_nodes: no node is named bogus; the nodes are a (${c.idOf("a")}), b (${c.idOf("b")})`,
+    );
+    expect(c.commands).toHaveLength(1);
   });
 
   it("400 no_cycle and tensor_unsupported", async () => {
@@ -275,6 +302,20 @@ describe("GET /instance/previews and DELETE /instance", () => {
       "Tensor/1:insufficient_memory",
       "Tensor/2:all_excluded",
     ]);
+    // The same by name; an unknown name is refused, never silently ignored.
+    const byName = await app(c.view).request(
+      `/instance/previews?model_id=org/big&excluded_node_ids=a`,
+    );
+    expect(((await byName.json()) as { excluded_node_ids: string[] }).excluded_node_ids).toEqual([
+      c.idOf("a"),
+    ]);
+    const bogus = await app(c.view).request(
+      `/instance/previews?model_id=org/big&excluded_node_ids=a,bogus`,
+    );
+    expect(bogus.status).toBe(400);
+    expect(((await bogus.json()) as { error: { message: string } }).error.message).toContain(
+      "excluded_node_ids: no node is named bogus",
+    );
   });
   it("Tensor across nodes with an engine that cannot split over rpc: 400 tensor_unsupported at the API and in previews, naming the engine's words; nothing reaches the master", async () => {
     const c = fakeCluster(

@@ -16,6 +16,7 @@ import type { ClusterView } from "../ports.ts";
 import { placementView, decide, previewAll } from "../placement-adapter.ts";
 import type { PlacementView } from "../placement-adapter.ts";
 import type { MemoryModel } from "@ic/placement";
+import { resolveNodeRefs } from "../node-refs.ts";
 
 export interface PlacementRouteOptions {
   readonly cluster: ClusterView;
@@ -64,11 +65,12 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
         }
       } else {
         const model = modelOrThrow(cluster, req.model_id);
+        const excluded = resolveNodeRefs(cluster.snapshot(), req.excluded_nodes, "excluded_nodes");
         const view = placementView(cluster);
         const result = decide(
           view,
           model,
-          { minNodes: req.min_nodes, sharding: req.sharding, excluded: req.excluded_nodes },
+          { minNodes: req.min_nodes, sharding: req.sharding, excluded },
           o.memory,
         );
         if (result.ok) {
@@ -85,7 +87,7 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
             deployment: {
               min_nodes: req.min_nodes,
               sharding: req.sharding,
-              excluded_nodes: req.excluded_nodes,
+              excluded_nodes: excluded,
             },
           });
           o.log.info(
@@ -109,7 +111,11 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
     if (!parsed.success) throw validationError(parsed.error, "query");
     const model = modelOrThrow(cluster, parsed.data.model_id);
     const view: PlacementView = placementView(cluster);
-    const excluded = splitIds(parsed.data.excluded_node_ids);
+    const excluded = resolveNodeRefs(
+      cluster.snapshot(),
+      splitIds(parsed.data.excluded_node_ids),
+      "excluded_node_ids",
+    );
     return c.json({
       model_id: model.model_id,
       excluded_node_ids: excluded,

@@ -71,6 +71,10 @@ describe("npm start", () => {
       const base = `http://127.0.0.1:${port}`;
       expect(out).toContain(`Base URL: ${base}`);
       expect(out).toContain(`Dashboard: ${base}/`);
+      // Honest about the demo model, and where a real one goes.
+      expect(out).toContain("random weights");
+      expect(out).toContain("it answers gibberish");
+      expect(out).toContain(join(dataDir, "store", "<org>--<name>/"));
       const page = await fetch(`${base}/`);
       expect(page.status).toBe(200);
       expect(await page.text()).toContain("/dashboard/app.js");

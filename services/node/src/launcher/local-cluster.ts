@@ -25,6 +25,9 @@ function portFree(port: number): Promise<boolean> {
   });
 }
 
+/** Where a real model's GGUF goes to be registered by the local store host. */
+const modelDirHint = (store: string) => join(store, "<org>--<name>/");
+
 /** Runs the local cluster until a signal; resolves with an exit code only when starting failed. */
 export async function runLocalCluster(o: StartOptions): Promise<number> {
   const { nodes: n, dataDir: root, verbose } = o;
@@ -129,6 +132,9 @@ export async function runLocalCluster(o: StartOptions): Promise<number> {
     );
     say(`
 Local cluster ready: ${n} node(s), model ${MODEL_ID} placed.
+The demo model is a 1 MB model with random weights, generated here: it answers gibberish. It
+proves the path (placement, engine, gateway), not the answers. To serve a real model, copy its
+GGUF into ${modelDirHint(store)} and place it (docs/operations.md, "The local cluster").
 Base URL: ${base}
 Dashboard: ${base}/
 
