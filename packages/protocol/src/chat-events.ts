@@ -19,6 +19,8 @@ export type ChatEvent =
   /** `token`: the name of the API token the request presented (absent: anonymous). */
   | { type: "validated"; at: number; model: string; stream: boolean; token?: string | undefined }
   | { type: "routed"; at: number; instanceId: string; nodeId: string | undefined; endpoint: string }
+  /** The instance of the last `routed` was lost before the client got a byte; routed again next. */
+  | { type: "retry"; at: number; code: ErrorCode; instanceId: string }
   /** The request reached the engine's socket (connect done). */
   | { type: "sent"; at: number }
   | { type: "task"; at: number; taskId: TaskId }

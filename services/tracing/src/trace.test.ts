@@ -284,6 +284,26 @@ describe("buildTrace", () => {
   });
 });
 
+describe("a request retried on another instance", () => {
+  it("is traced as the try that answered, and the request span names the instance it left", () => {
+    const FIRST = "t-first000" as TaskId;
+    const events: ChatEvent[] = [
+      { type: "validated", at: T0 + 0.4, model: "test/tiny", stream: false },
+      { type: "routed", at: T0 + 0.6, instanceId: "i-gone", nodeId: "n-3", endpoint: "http://x" },
+      { type: "sent", at: T0 + 1 },
+      { type: "task", at: T0 + 2, taskId: FIRST },
+      { type: "retry", at: T0 + 5, code: "instance_lost", instanceId: "i-gone" },
+      ...seq(false, { routed: 5.2, sent: 5.5, task: 6, headers: 12 }),
+      ok(13),
+    ];
+    const t = buildTrace(rec(events))!;
+    expect(t.otherData).toMatchObject({ taskId: TASK, instanceId: "i-1", engineNodeId: "n-2" });
+    const root = t.traceEvents.find((e) => e.name === SPAN.root)!;
+    expect(root.args).toMatchObject({ retried_from: ["i-gone (instance_lost)"] });
+    expect(spans(t)[SPAN.connect]).toEqual([5.2, 5.5]);
+  });
+});
+
 describe("engineWindow", () => {
   it("needs both prompt_ms and predicted_ms and an anchor", () => {
     expect(engineWindow(true, { prompt_ms: 1 }, 10, 9)).toBeUndefined();

@@ -136,11 +136,14 @@ export function engineWindow(
  * created its task: nothing to key the trace on) or has not ended.
  */
 export function buildTrace(rec: TraceRecord): ChromeTrace | undefined {
-  const ev = rec.events;
+  const all = rec.events;
+  // A request retried on another instance: its trace is the try that answered (the last one).
+  const lastRetry = all.findLastIndex((e) => e.type === "retry");
+  const ev = lastRetry < 0 ? all : all.slice(lastRetry + 1);
   const task = first(ev, "task");
-  const end = first(ev, "end");
+  const end = first(all, "end");
   if (!task || !end) return undefined;
-  const validated = first(ev, "validated");
+  const validated = first(all, "validated");
   const routed = first(ev, "routed");
   const sent = first(ev, "sent");
   const headers = first(ev, "headers");
@@ -178,6 +181,13 @@ export function buildTrace(rec: TraceRecord): ChromeTrace | undefined {
       stream,
       status: end.status,
       ok: end.ok,
+      ...(lastRetry < 0
+        ? {}
+        : {
+            retried_from: all.flatMap((e) =>
+              e.type === "retry" ? [`${e.instanceId} (${e.code})`] : [],
+            ),
+          }),
     }),
   ];
   if (validated) out.push(span(SPAN.validate, G, TID.gateway, rec.receivedAt, validated.at));

@@ -602,3 +602,86 @@ describe("a token's models and limits", () => {
     expect(create.cmd).not.toHaveProperty("token");
   });
 });
+
+describe("retry before the first byte", () => {
+  /** A port nothing listens on: connecting is refused, as to an engine that died. */
+  async function deadEndpoint(): Promise<string> {
+    const s = createServer();
+    await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+    const port = (s.address() as AddressInfo).port;
+    await new Promise((r) => s.close(r));
+    return `http://127.0.0.1:${port}`;
+  }
+
+  /** MODEL on two ready instances: i-1 (chosen first: the oldest) at `first`, i-2 at `second`. */
+  function twoInstances(first: string, second: string) {
+    const c = cluster(first);
+    const s = c.view.snapshot();
+    const i2 = "i-2" as InstanceId;
+    s.instances[i2] = { ...s.instances[INSTANCE]!, instance_id: i2, created_at: 2 };
+    s.runners[`${i2}/0`] = { ...s.runners[`${INSTANCE}/0`]!, instance_id: i2, endpoint: second };
+    return c;
+  }
+
+  const answer = (_q: IncomingMessage, res: ServerResponse) => {
+    res.setHeader("content-type", "application/json");
+    res.end(JSON.stringify({ id: ENGINE_ID, choices: [{ index: 0, message: { content: "ok" } }] }));
+  };
+
+  it("an instance whose engine is gone is tried once more on another ready instance: the client sees one answer", async () => {
+    const good = await engine(answer);
+    const seen: ChatEvent[] = [];
+    const send = await gateway(twoInstances(await deadEndpoint(), good.url).view, {}, () => ({
+      event: (x) => seen.push(x),
+    }));
+    const r = await send({});
+    expect(r.status, r.text).toBe(200);
+    expect(good.bodies).toHaveLength(1);
+    const routed = seen.filter((e) => e.type === "routed").map((e) => e.instanceId);
+    expect(routed).toEqual(["i-1", "i-2"]);
+    expect(seen.find((e) => e.type === "retry")).toMatchObject({
+      code: "instance_lost",
+      instanceId: "i-1",
+    });
+    expect(seen.at(-1)).toMatchObject({ type: "end", ok: true });
+  });
+
+  it("a stream whose instance is lost before its first byte is retried too", async () => {
+    const good = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(`${chunk(ENGINE_ID, "hi")}data: [DONE]\n\n`);
+    });
+    const send = await gateway(twoInstances(await deadEndpoint(), good.url).view);
+    const r = await send({ stream: true });
+    expect(r.status).toBe(200);
+    expect(events(r.text).at(-1)).toBe("[DONE]");
+  });
+
+  it("one retry only: both instances lost is the loss's typed error; a single instance is not retried", async () => {
+    const both = await gateway(twoInstances(await deadEndpoint(), await deadEndpoint()).view);
+    const r = await both({});
+    expect(r.status).toBe(500);
+    expect(errorOf(r.text).code).toBe("instance_lost");
+    const seen: ChatEvent[] = [];
+    const one = await gateway(cluster(await deadEndpoint()).view, {}, () => ({
+      event: (x) => seen.push(x),
+    }));
+    expect((await one({})).status).toBe(500);
+    expect(seen.some((e) => e.type === "retry")).toBe(false);
+  });
+
+  it("what a retry cannot mend is not retried: the engine's own error, and a timeout", async () => {
+    const failing = await engine((_q, res) => {
+      res.writeHead(500, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { code: 500, message: "boom", type: "server_error" } }));
+    });
+    const good = await engine(answer);
+    const send = await gateway(twoInstances(failing.url, good.url).view);
+    expect((await send({})).status).toBe(502);
+    const silent = await engine(() => {}); // never answers
+    const slow = await gateway(twoInstances(silent.url, good.url).view, { totalTimeoutMs: 200 });
+    const r = await slow({});
+    expect(r.status).toBe(504);
+    expect(good.bodies).toHaveLength(0);
+  });
+});

@@ -37,9 +37,11 @@ import type { ClusterView } from "../ports.ts";
 import { chooseInstance } from "../balancing.ts";
 import { outstandingByInstance, RequestLoad } from "../request-load.ts";
 import { notServableError, readiness, readyModels } from "../readiness.ts";
+import type { ReadyInstance } from "../readiness.ts";
 import { engineFailure } from "../engine-errors.ts";
 import { TaskReports } from "../task-reports.ts";
 import { mayUseModel, modelForbidden, requestToken } from "../auth.ts";
+import type { ApiToken } from "../auth.ts";
 
 type ChatRequest = z.output<typeof ChatRequestSchema>;
 
@@ -201,6 +203,28 @@ function watchFailure(cluster: ClusterView, instance: Instance, session: Session
   };
 }
 
+/** What every try of one request shares. */
+interface RequestContext {
+  readonly body: ChatRequest;
+  /** The token, when it has limits: its task is admitted by the master before the engine sees it. */
+  readonly limited: ApiToken | undefined;
+  /** Whether the tokens a request used are reported (the token has tokens_per_minute). */
+  readonly countTokens: boolean;
+  /** The end of the request's total bound (chat.total_timeout_ms from its arrival). */
+  readonly deadline: number;
+  clientGone: boolean;
+}
+
+/** A try failed before the client got a byte of it: another instance may serve the request. */
+class BeforeFirstByte extends Error {
+  constructor(readonly error: ServiceError) {
+    super(error.message);
+  }
+}
+
+/** Losses a retry on another instance can mend (not a timeout, a client mistake or a session change). */
+const RETRY_ON: ReadonlySet<string> = new Set(["instance_lost", "task_failed"]);
+
 /** The typed error for a failed connection or a broken response (never a client mistake). */
 function connectionError(e: unknown, model: string): ServiceError {
   if (e instanceof ServiceError) return e;
@@ -294,9 +318,59 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     if (problem) throw new ServiceError("invalid_request", problem);
     if (body.max_tokens === undefined && body.max_completion_tokens === undefined)
       body.max_tokens = limits.defaultMaxTokens;
+    // One retry, on another ready instance, for a request that lost its instance before the client
+    // got a byte (docs/api.md, "Retry before the first byte"); within the request's one total bound.
+    const request: RequestContext = {
+      body,
+      limited,
+      countTokens,
+      deadline: Date.now() + limits.totalTimeoutMs,
+      clientGone: false,
+    };
+    let candidates: readonly ReadyInstance[] = ready.instances;
+    const tried = new Set<string>();
+    for (;;) {
+      const target = pick(candidates);
+      tried.add(target.instance.instance_id);
+      try {
+        return await attempt(c, commandId, obs, request, target);
+      } catch (e) {
+        if (!(e instanceof BeforeFirstByte)) throw e;
+        const others =
+          tried.size === 1 &&
+          !request.clientGone &&
+          RETRY_ON.has(e.error.code) &&
+          Date.now() < request.deadline
+            ? readyOthers(body.model, tried)
+            : [];
+        if (others.length === 0) throw e.error;
+        obs?.event({
+          type: "retry",
+          at: preciseNow(),
+          code: e.error.code,
+          instanceId: target.instance.instance_id,
+        });
+        o.log.info(
+          {
+            command: commandId,
+            model: body.model,
+            instance: target.instance.instance_id,
+            code: e.error.code,
+            err: e.error.message,
+          },
+          "instance lost before the first byte; retrying on another ready instance",
+        );
+        candidates = others;
+      }
+    }
+  }
+
+  /** The least-loaded of the ready instances (balancing.ts), as this node sees the cluster now. */
+  function pick(instances: readonly ReadyInstance[]) {
+    const cluster = o.cluster;
     const live = cluster.livePeers();
     const self = live.find((p) => p.heartbeat.peer_key === cluster.peerKey);
-    const target = chooseInstance(ready.instances, {
+    return chooseInstance(instances, {
       outstanding: outstandingByInstance(
         load.local(),
         live.map((p) => p.heartbeat),
@@ -305,6 +379,28 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       selfPeerKey: cluster.peerKey,
       rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
     })!;
+  }
+
+  /** The model's ready instances other than those tried (none when it is not ready at all). */
+  function readyOthers(model: string, tried: ReadonlySet<string>): ReadyInstance[] {
+    const ready = readiness(o.cluster.snapshot(), model, Date.now());
+    if (ready.kind !== "ready") return [];
+    return ready.instances.filter((i) => !tried.has(i.instance.instance_id));
+  }
+
+  /**
+   * One try of the request on `target`. Throws BeforeFirstByte for a failure before anything was
+   * sent to the client (the caller may try another instance), any other error as it is.
+   */
+  async function attempt(
+    c: Context,
+    commandId: CommandId,
+    obs: ChatObserver | undefined,
+    request: RequestContext,
+    target: ReturnType<typeof pick>,
+  ): Promise<Response> {
+    const { body, limited, countTokens } = request;
+    const cluster = o.cluster;
     obs?.event({
       type: "routed",
       at: preciseNow(),
@@ -320,7 +416,10 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     const failed = watch.failed.then((e) => Promise.reject(e));
     failed.catch(() => {});
     const upstreamAbort = new UpstreamAbort();
-    const onClientGone = () => upstreamAbort.abort(new Error("client disconnected"));
+    const onClientGone = () => {
+      request.clientGone = true;
+      upstreamAbort.abort(new Error("client disconnected"));
+    };
     const abortUpstream = (why: string) => upstreamAbort.abort(new Error(why));
     const unwatchClient = watchClient(c, onClientGone);
     // Bounds: the whole request, and (once the engine answers) the silence between chunks.
@@ -332,7 +431,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
             `the request did not finish within ${limits.totalTimeoutMs} ms; retry`,
           ),
         ),
-      limits.totalTimeoutMs,
+      Math.max(0, request.deadline - Date.now()),
     );
     // The silence bound is checked lazily: a chunk only records its time, and the one timer, when it
     // fires, fails the request or sleeps for what is left. Re-arming a timer per chunk cost ~5 µs a
@@ -432,7 +531,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
               .catch(() => {}),
           () => {},
         );
-      throw connectionError(watch.failure ?? e, body.model);
+      throw new BeforeFirstByte(connectionError(watch.failure ?? e, body.model));
     }
     const headers: Record<string, string> = {
       "x-task-id": taskId ?? "",
@@ -450,7 +549,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       } catch (e) {
         abortUpstream("request failed while reading the engine's answer");
         cleanup(false);
-        throw connectionError(watch.failure ?? e, body.model);
+        throw new BeforeFirstByte(connectionError(watch.failure ?? e, body.model));
       }
       if (status !== 200) {
         cleanup(false);

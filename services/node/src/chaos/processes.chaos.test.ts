@@ -297,6 +297,32 @@ describe("chaos: kill -9 under load on 3 hosts", () => {
     await clear("runner kill");
   });
 
+  it("a runner of one of two instances: its non-streaming requests are answered by the other (retry before the first byte); its streams end typed", async () => {
+    await placeOn(["node-2"]);
+    await placeOn(["node-3"]);
+    const [engine] = enginesOf(cluster, "node-3", "llama-server");
+    expect(engine).toBeDefined();
+    const retried = async () => {
+      const text = await (await fetch(`${n1.apiUrl}/metrics`, { headers: n1.authHeaders })).text();
+      return text
+        .split("\n")
+        .filter((l) => l.startsWith("ic_chat_retries_total{"))
+        .reduce((sum, l) => sum + Number(l.split(" ").at(-1)), 0);
+    };
+    const before = await retried();
+    // Balancing puts one stream and one non-streaming request on each instance.
+    const load = await inflight(n1, model, 2, 1000);
+    const killedAt = Date.now();
+    process.kill(engine!.pid, "SIGKILL");
+    const outcomes = await load.ended;
+    for (const o of outcomes) {
+      if (o.kind === "plain") expect(o.ok, JSON.stringify(o)).toBe(true);
+      else if (!o.ok) expectTypedLoss([o], killedAt, ["instance_lost"]);
+    }
+    expect(await retried(), JSON.stringify(outcomes)).toBeGreaterThan(before);
+    await clear("one of two instances");
+  });
+
   it("an rpc rank (ggml-rpc-server of a Pipeline): open requests end typed; the instance serves again", async () => {
     const { inst, before } = await placeOn(["node-2", "node-3"]);
     const doc0 = await n1.get<StateDoc>("/state");

@@ -68,6 +68,7 @@ export class NodeMetrics {
   private readonly generationSpeed: Histogram<"model">;
   private readonly inFlight: Gauge;
   private readonly tokenRequests: Counter<"token" | "code">;
+  private readonly retries: Counter<"model" | "code">;
   private readonly tokenTokens: Counter<"token">;
   private scraping: Promise<string> | undefined;
 
@@ -121,6 +122,12 @@ export class NodeMetrics {
       buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000],
       registers: [node],
     });
+    this.retries = new Counter({
+      name: "ic_chat_retries_total",
+      help: "Chat requests retried on another ready instance after theirs was lost before the client got a byte, by the loss's code.",
+      labelNames: ["model", "code"],
+      registers: [node],
+    });
     this.tokenRequests = new Counter({
       name: "ic_token_requests_total",
       help: "Chat requests by API token name and error code (ok when none; rate_limited: over one of its limits, forbidden: a model it may not use).",
@@ -169,6 +176,9 @@ export class NodeMetrics {
             break;
           case "engine":
             engine = e;
+            break;
+          case "retry":
+            this.retries.inc({ model, code: e.code });
             break;
           case "end": {
             if (ended) return;
