@@ -6,13 +6,86 @@ import { errorBody, httpStatusFor, ServiceError } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { readBody } from "./node-http.ts";
 
+/** "an array", "a string": the validator's type names as a person says them. */
+const TYPE_WORDS: Record<string, string> = {
+  array: "an array",
+  string: "a string",
+  number: "a number",
+  int: "an integer",
+  boolean: "true or false",
+  object: "an object",
+  null: "null",
+  undefined: "nothing",
+  nan: "not a number",
+};
+const typeWords = (t: string) => TYPE_WORDS[t] ?? t;
+const UNITS: Record<string, string> = { string: "character", array: "item", set: "item" };
+
+/**
+ * One validation issue in words: what the field must be, not the validator's template. A message a
+ * schema wrote itself (not one of zod's defaults) is kept as it is.
+ */
+export function humanIssue(issue: z.core.$ZodIssue): string {
+  const m = issue.message;
+  switch (issue.code) {
+    case "invalid_type": {
+      const got = /^Invalid input: expected \w+, received (\w+)$/.exec(m)?.[1];
+      if (got === undefined) return m;
+      const want = typeWords(issue.expected);
+      return got === "undefined"
+        ? `is required (${want})`
+        : `must be ${want}, not ${typeWords(got)}`;
+    }
+    case "too_small":
+    case "too_big": {
+      if (!/^Too (small|big):/.test(m)) return m;
+      const small = issue.code === "too_small";
+      const bound = small
+        ? (issue as z.core.$ZodIssueTooSmall).minimum
+        : (issue as z.core.$ZodIssueTooBig).maximum;
+      const inclusive = issue.inclusive !== false;
+      const unit = UNITS[issue.origin] ?? "";
+      const what = small
+        ? inclusive
+          ? "at least"
+          : "more than"
+        : inclusive
+          ? "at most"
+          : "less than";
+      return unit
+        ? `must have ${what} ${String(bound)} ${unit}${Number(bound) === 1 ? "" : "s"}`
+        : `must be ${what} ${String(bound)}`;
+    }
+    case "invalid_value":
+      return m.startsWith("Invalid option") || m.startsWith("Invalid input")
+        ? `must be ${issue.values.length === 1 ? JSON.stringify(issue.values[0]) : `one of ${issue.values.map((v) => JSON.stringify(v)).join(", ")}`}`
+        : m;
+    case "unrecognized_keys":
+      return `has unknown field${issue.keys.length === 1 ? "" : "s"} ${issue.keys.map((k) => `"${k}"`).join(", ")}`;
+    case "invalid_format":
+      return m.startsWith("Invalid string: must match pattern")
+        ? `has the wrong form (${m.slice("Invalid string: ".length)})`
+        : m;
+    default:
+      return m;
+  }
+}
+
 export function validationError(error: z.ZodError, what: string): ServiceError {
-  const issues = error.issues
-    .slice(0, 10)
-    .map((i) => ({ path: i.path.join("."), message: i.message }));
+  const issues = error.issues.slice(0, 10).map((i) => {
+    const words = humanIssue(i);
+    // A phrase ("must be …") follows the field's name; a schema's own message is quoted after a colon.
+    return { path: i.path.join("."), message: words, phrase: words !== i.message };
+  });
   const first = issues[0];
-  const msg = first ? `${what}: ${first.path || "(body)"}: ${first.message}` : `${what} is invalid`;
-  return new ServiceError("invalid_request", msg, { details: { issues } });
+  const msg = !first
+    ? `${what} is invalid`
+    : first.path
+      ? `${what}: ${first.path}${first.phrase ? " " : ": "}${first.message}`
+      : `${what}${first.phrase ? " " : ": "}${first.message}`;
+  return new ServiceError("invalid_request", msg, {
+    details: { issues: issues.map(({ path, message }) => ({ path, message })) },
+  });
 }
 
 /**

@@ -48,9 +48,9 @@ describe("resolveNodeRefs", () => {
       details: { unknown: [], ambiguous: ["twin"] },
     },
     {
-      refs: ["n-short", "Gpu-A"], // not id-shaped, and names are exact
-      message: "excluded_nodes: no node is named n-short, Gpu-A;",
-      details: { unknown: ["n-short", "Gpu-A"] },
+      refs: ["node-x", "Gpu-A", "n-stale"], // names are exact; an id-like ref is a stale id
+      message: "excluded_nodes: no node is named node-x, Gpu-A;",
+      details: { unknown: ["node-x", "Gpu-A"] },
     },
   ])("$refs is a 400 that lists the nodes", ({ refs, message, details }) => {
     let err: unknown;

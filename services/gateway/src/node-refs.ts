@@ -3,8 +3,8 @@
 import { ServiceError } from "@ic/protocol";
 import type { ControlState } from "@ic/protocol";
 
-/** The shape of a session's node id (`n-` and 12 hex digits, see nodeIdFor). */
-const NODE_ID = /^n-[0-9a-f]{12}$/;
+/** What reads as a session's node id (nodeIdFor makes `n-` and 12 hex digits): its prefix. */
+const NODE_ID = /^n-/;
 
 /**
  * The node ids that `refs` name, each a node id or a node's name, in order and without repeats.
