@@ -17,6 +17,7 @@ const GLOBAL: Record<string, Opt> = {
   },
   json: { type: "boolean", help: "machine-readable output" },
   help: { type: "boolean", short: "h", help: "help for the verb" },
+  version: { type: "boolean", help: "the ic command's version" },
 };
 
 export interface Verb {
@@ -143,6 +144,8 @@ export interface Parsed {
   readonly token: string | undefined;
   readonly json: boolean;
   readonly help: boolean;
+  /** `--version` (before any verb): print the version and stop. */
+  readonly version: boolean;
   readonly values: Readonly<Record<string, string | boolean | undefined>>;
   readonly positionals: readonly string[];
   /** `start`: everything after the verb, untouched. */
@@ -203,7 +206,8 @@ export function parse(
   } catch (e) {
     throw new UsageError((e instanceof Error ? e.message : String(e)).split(". To specify")[0]!);
   }
-  const help = values["help"] === true || verb === undefined;
+  const version = values["version"] === true && verb === undefined;
+  const help = values["help"] === true || (verb === undefined && !version);
   if (spec && !help && verb !== "start") {
     const [min, max] = spec.positionals;
     if (positionals.length < min || positionals.length > max)
@@ -215,6 +219,7 @@ export function parse(
     token: (values["token"] as string | undefined) ?? env["IC_TOKEN"],
     json: values["json"] === true,
     help,
+    version,
     values,
     positionals,
     rest: verb === "start" ? after : [],

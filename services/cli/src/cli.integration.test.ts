@@ -156,7 +156,10 @@ describe("ic", () => {
     follower.stdout.on("data", (c: Buffer) => (followed += c.toString()));
     try {
       await until(() => followed.length > 0);
-      expect((await ic(["rm", placed.instance.instance_id], env)).code).toBe(0);
+      // A unique prefix of the id is enough.
+      const rm = await ic(["rm", placed.instance.instance_id.slice(0, 10)], env);
+      expect(rm.code, rm.err).toBe(0);
+      expect(rm.out).toBe(`deleted ${placed.instance.instance_id}\n`);
       await until(() =>
         followed.includes(
           `stopping runner  node=node-1 instance=${placed.instance.instance_id} rank=0`,
@@ -166,6 +169,14 @@ describe("ic", () => {
       follower.kill();
     }
     expect((await ic(["logs", "-f", "--instance", "x"], env)).code).toBe(2);
+    const noSuch = await ic(["rm", "i-nothing"], env);
+    expect(noSuch.code).toBe(1);
+    expect(noSuch.err).toMatch(/^ic: no instance id starts with "i-nothing" \(instances: i-/);
+    // Purging twice: the second says why it freed nothing.
+    expect((await ic(["purge", "--model", "acme/pulled"], env)).code).toBe(0);
+    const again = await ic(["purge", "--model", "acme/pulled"], env);
+    expect(again.out).toContain("freed nothing: no node holds staged copies of acme/pulled");
+    expect((await ic(["--version"], env)).out).toMatch(/^ic \d+\.\d+\.\d+\n$/);
     const storage = await ic(["storage"], env);
     expect(storage.code, storage.err).toBe(0);
     expect(storage.out).toMatch(/NODE\s+STAGED[\s\S]*node-1\s+\S+/);

@@ -6,7 +6,9 @@ import {
   intOption,
   parse,
   progressBar,
+  purgeText,
   table,
+  uniqueId,
   UsageError,
 } from "./index.ts";
 import type { Findings } from "./index.ts";
@@ -307,4 +309,86 @@ describe("log lines", () => {
       "2026-11-26T06:00:00Z  FATAL  -  end",
     ],
   ])("%j", (line, want) => expect(formatLogLine(line)).toBe(want));
+});
+
+describe("--version", () => {
+  it("is a global option before any verb; after a verb it is not one", () => {
+    expect(parse(["--version"], {})).toMatchObject({ version: true, help: false });
+    expect(parse([], {})).toMatchObject({ version: false, help: true });
+    expect(() => parse(["status", "--version"], {})).not.toThrow();
+    expect(parse(["status", "--version"], {}).version).toBe(false);
+  });
+});
+
+describe("id prefixes", () => {
+  const ids = ["i-1c92aaaa", "i-1c93bbbb", "i-77cccccc"];
+  it.each([
+    ["i-1c92aaaa", "i-1c92aaaa"],
+    ["i-1c92", "i-1c92aaaa"],
+    ["i-7", "i-77cccccc"],
+  ])("%s -> %s", (ref, want) => expect(uniqueId(ref, ids, "instance")).toBe(want));
+
+  it.each([
+    ["i-1c9", '"i-1c9" names several instances: i-1c92aaaa, i-1c93bbbb; type more of the id'],
+    ["i-0", 'no instance id starts with "i-0" (instances: i-1c92aaaa, i-1c93bbbb, i-77cccccc)'],
+  ])("%s is refused: %s", (ref, message) => {
+    expect(() => uniqueId(ref, ids, "instance")).toThrow(message);
+  });
+
+  it("says so when there is nothing to match", () => {
+    expect(() => uniqueId("i-1", [], "instance")).toThrow(
+      'no instance id starts with "i-1" (there are no instances)',
+    );
+  });
+});
+
+describe("purge in words", () => {
+  const node = (
+    name: string,
+    o: Partial<Parameters<typeof purgeText>[0]["nodes"][number]> = {},
+  ) => ({
+    name,
+    ok: true,
+    deleted: [],
+    freed_bytes: 0,
+    skipped_in_use: [],
+    ...o,
+  });
+  it("names what each node freed and kept", () => {
+    expect(
+      purgeText({
+        deleted_bytes: 2_000_000,
+        not_answered: ["node-3"],
+        nodes: [
+          node("node-1", { deleted: ["a/b"], freed_bytes: 2_000_000 }),
+          node("node-2", { skipped_in_use: ["c/d"] }),
+        ],
+      }),
+    ).toBe(
+      [
+        `node-1: freed ${bytes(2_000_000)} (a/b)`,
+        "node-2: kept in use: c/d",
+        `freed ${bytes(2_000_000)} in all`,
+        "no answer from node-3",
+      ].join("\n"),
+    );
+  });
+
+  it("says why nothing was freed", () => {
+    expect(
+      purgeText({ deleted_bytes: 0, not_answered: [], nodes: [node("node-1"), node("node-2")] }),
+    ).toBe("freed nothing: no node holds staged copies (the store's own files are never purged)");
+    expect(
+      purgeText(
+        {
+          deleted_bytes: 0,
+          not_answered: [],
+          nodes: [node("node-1", { skipped_in_use: ["a/b"] })],
+        },
+        "a/b",
+      ),
+    ).toBe(
+      "node-1: kept in use: a/b\nfreed nothing: every staged copy of a/b left is in use by an instance (delete the instance first)",
+    );
+  });
 });

@@ -92,3 +92,53 @@ export function formatLogLine(l: Record<string, unknown>): string {
   }
   return [time, level, component, msg, ...(keys.length ? [keys.join(" ")] : [])].join("  ");
 }
+
+/** What `POST /store/purge-staging` answered, in words; says why when nothing was freed. */
+export interface PurgeAnswer {
+  readonly deleted_bytes: number;
+  readonly not_answered: readonly string[];
+  readonly nodes: readonly {
+    readonly name: string;
+    readonly ok: boolean;
+    readonly deleted: readonly string[];
+    readonly freed_bytes: number;
+    readonly skipped_in_use: readonly string[];
+    readonly error?: { readonly message: string } | undefined;
+  }[];
+}
+
+export function purgeText(r: PurgeAnswer, model?: string): string {
+  const lines: string[] = [];
+  for (const n of r.nodes) {
+    const parts: string[] = [];
+    if (n.deleted.length > 0) parts.push(`freed ${bytes(n.freed_bytes)} (${n.deleted.join(", ")})`);
+    if (n.skipped_in_use.length > 0) parts.push(`kept in use: ${n.skipped_in_use.join(", ")}`);
+    if (!n.ok) parts.push(`failed: ${n.error?.message ?? "no reason given"}`);
+    if (parts.length > 0) lines.push(`${n.name}: ${parts.join("; ")}`);
+  }
+  const inUse = r.nodes.some((n) => n.skipped_in_use.length > 0);
+  const what = model ? `staged copies of ${model}` : "staged copies";
+  let total = `freed ${bytes(r.deleted_bytes)} in all`;
+  if (r.deleted_bytes === 0)
+    total = inUse
+      ? `freed nothing: every ${what.replace("copies", "copy")} left is in use by an instance (delete the instance first)`
+      : `freed nothing: no node holds ${what} (the store's own files are never purged)`;
+  lines.push(total);
+  if (r.not_answered.length > 0) lines.push(`no answer from ${r.not_answered.join(", ")}`);
+  return lines.join("\n");
+}
+
+/**
+ * The one id among `ids` that `ref` names: the id itself, or a prefix only it has. Throws with the
+ * candidates when none or several match.
+ */
+export function uniqueId(ref: string, ids: readonly string[], what: string): string {
+  if (ids.includes(ref)) return ref;
+  const matches = ids.filter((id) => id.startsWith(ref));
+  if (matches.length === 1) return matches[0]!;
+  if (matches.length === 0)
+    throw new Error(
+      `no ${what} id starts with "${ref}"${ids.length > 0 ? ` (${what}s: ${ids.join(", ")})` : ` (there are no ${what}s)`}`,
+    );
+  throw new Error(`"${ref}" names several ${what}s: ${matches.join(", ")}; type more of the id`);
+}

@@ -3,6 +3,9 @@
 import { helpText, parse, UsageError } from "./args.ts";
 import { ApiError, Client, UnreachableError } from "./client.ts";
 import { run } from "./verbs.ts";
+import pkg from "../package.json" with { type: "json" };
+
+const VERSION: string = pkg.version;
 
 async function main(): Promise<number> {
   const io = {
@@ -17,6 +20,10 @@ async function main(): Promise<number> {
   } catch (e) {
     process.stderr.write(`ic: ${(e as Error).message}\n`);
     return 2;
+  }
+  if (parsed.version) {
+    process.stdout.write(`ic ${VERSION}\n`);
+    return 0;
   }
   if (parsed.help && parsed.verb !== "start") {
     process.stdout.write(`${helpText(parsed.verb || undefined)}\n`);

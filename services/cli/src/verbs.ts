@@ -5,7 +5,8 @@ import type { Client } from "./client.ts";
 import { ApiError } from "./client.ts";
 import { intOption, UsageError } from "./args.ts";
 import type { Parsed } from "./args.ts";
-import { ago, bytes, formatLogLine, progressBar, table } from "./format.ts";
+import { ago, bytes, formatLogLine, progressBar, purgeText, table, uniqueId } from "./format.ts";
+import type { PurgeAnswer } from "./format.ts";
 import { evaluate, gather } from "./doctor.ts";
 
 /** Where output goes (tests and the terminal). */
@@ -52,6 +53,18 @@ interface Pull {
 const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
 const print = (io: Io, p: Parsed, value: unknown, text: () => string) =>
   io.out(p.json ? JSON.stringify(value, null, 2) : text());
+
+/** The instance id `ref` names: the whole id, or a prefix only one instance has (ic rm i-1c92). */
+async function instanceId(c: Client, ref: string): Promise<string> {
+  // A whole id needs no lookup (nor the read scope it takes).
+  if (/^i-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(ref)) return ref;
+  const r = await c.get<{ instances: { instance_id: string }[] }>("/instances");
+  return uniqueId(
+    ref,
+    r.instances.map((i) => i.instance_id),
+    "instance",
+  );
+}
 
 /** Names nodes for output: `name (n-…)`, the id alone when the node is not a member. */
 async function nodeNamer(c: Client): Promise<(id: string) => string> {
@@ -268,9 +281,10 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
       return 0;
     }
     case "rm": {
+      const id = await instanceId(c, p.positionals[0]!);
       const r = await c.json<{ instance_id: string }>(
         "DELETE",
-        `/instance/${encodeURIComponent(p.positionals[0]!)}`,
+        `/instance/${encodeURIComponent(id)}`,
       );
       print(io, p, r, () => `deleted ${r.instance_id}`);
       return 0;
@@ -335,8 +349,9 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
         if (p.values["follow"])
           throw new UsageError("-f follows a node's own log; a runner's log is read with --tail");
         const rank = intOption("rank", p.values["rank"], 0, 1024, 0);
+        const id = await instanceId(c, p.values["instance"] as string);
         const r = await c.get<{ lines: string[]; file: string; node: { name: string } }>(
-          `/instances/${encodeURIComponent(p.values["instance"] as string)}/logs?rank=${rank}&tail=${tail}`,
+          `/instances/${encodeURIComponent(id)}/logs?rank=${rank}&tail=${tail}`,
         );
         print(io, p, r, () => r.lines.join("\n"));
         return 0;
@@ -386,18 +401,13 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
       return 0;
     }
     case "purge": {
-      const r = await c.json<{ ok: boolean; deleted_bytes: number; not_answered: string[] }>(
+      const model = p.values["model"] as string | undefined;
+      const r = await c.json<PurgeAnswer & { ok: boolean }>(
         "POST",
         "/store/purge-staging",
-        p.values["model"] ? { modelId: p.values["model"] } : {},
+        model ? { modelId: model } : {},
       );
-      print(
-        io,
-        p,
-        r,
-        () =>
-          `freed ${bytes(r.deleted_bytes)}${r.not_answered.length ? `; no answer from ${r.not_answered.join(", ")}` : ""}`,
-      );
+      print(io, p, r, () => purgeText(r, model));
       return r.ok ? 0 : 1;
     }
     case "traces": {
