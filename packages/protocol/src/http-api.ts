@@ -47,6 +47,28 @@ export const ChatRequestSchema = z
   })
   .passthrough();
 
+/**
+ * POST /v1/completions (OpenAI's legacy text completion): the fields the gateway checks; the others
+ * pass through to the engine. `prompt` is a string, or an array of strings or token ids.
+ */
+export const CompletionRequestSchema = z
+  .object({
+    model: z.string().min(1).max(300),
+    prompt: z.union([
+      z.string(),
+      z
+        .array(z.union([z.string(), z.number().int().nonnegative()]))
+        .min(1)
+        .max(4096),
+    ]),
+    max_tokens: z.number().int().positive().optional(),
+    stream: z.boolean().optional(),
+    temperature: z.number().min(0).max(2).optional(),
+    top_p: z.number().min(0).max(1).optional(),
+    n: z.literal(1).optional(),
+  })
+  .passthrough();
+
 export const PlaceRequestSchema = z
   .object({
     model_id: ModelIdSchema,
@@ -109,17 +131,27 @@ export const DeleteInstanceResponseSchema = z.object({
 });
 export const InstanceListSchema = z.object({ instances: z.array(InstanceSchema) });
 
+/** GET /v1/models/{id}: one entry of the list. */
+export const ModelEntrySchema = z.object({
+  id: z.string(),
+  object: z.literal("model"),
+  created: z.number(),
+  owned_by: z.string(),
+});
+
 export const ModelListResponseSchema = z.object({
   object: z.literal("list"),
-  data: z.array(
-    z.object({
-      id: z.string(),
-      object: z.literal("model"),
-      created: z.number(),
-      owned_by: z.string(),
-    }),
-  ),
+  data: z.array(ModelEntrySchema),
 });
+
+/** POST /v1/completions without streaming: the engine's body, its id replaced. */
+export const TextCompletionSchema = z
+  .object({
+    id: z.string(),
+    object: z.string(),
+    choices: z.array(z.object({ index: z.number(), text: z.string() }).passthrough()),
+  })
+  .passthrough();
 
 /** POST /v1/chat/completions without streaming: the engine's body, its id replaced. */
 export const ChatCompletionSchema = z

@@ -12,6 +12,7 @@ const Schema = z
     tags: z.array(z.string()).max(1).optional(),
     id: z.string().regex(/^i-/).optional(),
     secret: z.string().min(16, "at least 16 characters").optional(),
+    prompt: z.union([z.string(), z.array(z.string())]).optional(),
   })
   .strict();
 
@@ -44,6 +45,10 @@ describe("validation errors in words", () => {
     // A schema's own words are kept, after a colon.
     [{ model_id: "m", secret: "short" }, "request body: secret: at least 16 characters"],
     ["x", "request body must be an object, not a string"],
+    [
+      { model_id: "m", prompt: 3 },
+      "request body: prompt must be a string or an array, not a number",
+    ],
   ])("%j -> %s", (input, want) => {
     expect(message(input)).toBe(want);
   });

@@ -60,6 +60,23 @@ export function humanIssue(issue: z.core.$ZodIssue): string {
       return m.startsWith("Invalid option") || m.startsWith("Invalid input")
         ? `must be ${issue.values.length === 1 ? JSON.stringify(issue.values[0]) : `one of ${issue.values.map((v) => JSON.stringify(v)).join(", ")}`}`
         : m;
+    case "invalid_union": {
+      // Each accepted form refused the value for its type alone: name the forms.
+      const firsts = issue.errors.map((branch) => branch[0]);
+      const types = firsts.map((f) =>
+        f?.code === "invalid_type" && f.path.length === 0
+          ? /^Invalid input: expected \w+, received (\w+)$/.exec(f.message)
+          : null,
+      );
+      if (firsts.length === 0 || types.some((t) => t === null)) return m;
+      const wants = [
+        ...new Set(firsts.map((f) => typeWords((f as z.core.$ZodIssueInvalidType).expected))),
+      ];
+      const got = types[0]![1]!;
+      return got === "undefined"
+        ? `is required (${wants.join(" or ")})`
+        : `must be ${wants.join(" or ")}, not ${typeWords(got)}`;
+    }
     case "unrecognized_keys":
       return `has unknown field${issue.keys.length === 1 ? "" : "s"} ${issue.keys.map((k) => `"${k}"`).join(", ")}`;
     case "invalid_format":

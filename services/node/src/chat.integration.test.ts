@@ -65,6 +65,28 @@ describe("chat completions on a 1-node cluster", () => {
     expect([...ids][0]).toMatch(/^chatcmpl-/);
   });
 
+  it("text completions through the official client, streaming and not, the same text at temperature 0; models.retrieve", async () => {
+    const client = new OpenAI({ baseURL: `${cluster.nodes[0]!.apiUrl}/v1`, apiKey: "unused" });
+    const ask = { model: modelId, prompt: "Once upon a time", max_tokens: 8, temperature: 0 };
+    const { data, response } = await client.completions.create(ask).withResponse();
+    expect(data.id).toMatch(/^cmpl-[0-9a-f]{32}$/);
+    expect(data.choices[0]!.text.length).toBeGreaterThan(0);
+    expect(data.usage?.completion_tokens).toBe(8);
+    expect(response.headers.get("x-task-id")).toMatch(/^t-/);
+    const stream = await client.completions.create({ ...ask, stream: true });
+    let text = "";
+    const ids = new Set<string>();
+    for await (const chunk of stream) {
+      ids.add(chunk.id);
+      text += chunk.choices[0]?.text ?? "";
+    }
+    expect(text).toBe(data.choices[0]!.text);
+    expect([...ids]).toEqual([expect.stringMatching(/^cmpl-/)]);
+    const model = await client.models.retrieve(modelId);
+    expect(model).toMatchObject({ id: modelId, object: "model" });
+    await expect(client.models.retrieve("test/none")).rejects.toMatchObject({ status: 404 });
+  });
+
   it("a 2-token completion works as the health checklist uses it", async () => {
     const r = await cluster.nodes[0]!.post("/v1/chat/completions", {
       model: modelId,

@@ -685,3 +685,65 @@ describe("retry before the first byte", () => {
     expect(good.bodies).toHaveLength(0);
   });
 });
+
+describe("the rest of the OpenAI surface: text completions and one model", () => {
+  it("POST /v1/completions goes to the engine's /v1/completions with the same routing, and answers with a cmpl- id", async () => {
+    const paths: string[] = [];
+    const e = await engine((req, res) => {
+      paths.push(req.url ?? "");
+      res.setHeader("content-type", "application/json");
+      res.end(
+        JSON.stringify({
+          id: ENGINE_ID,
+          object: "text_completion",
+          choices: [{ index: 0, text: " world", finish_reason: "length" }],
+        }),
+      );
+    });
+    const app = createGatewayApp({ cluster: cluster(e.url).view, log: silentLogger(), name: "t" });
+    const post = (body: unknown) =>
+      app.request("/v1/completions", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    const r = await post({ model: MODEL, prompt: "hello", max_tokens: 2 });
+    expect(r.status).toBe(200);
+    const json = (await r.json()) as { id: string; choices: { text: string }[] };
+    expect(json.id).toMatch(/^cmpl-[0-9a-f]{32}$/);
+    expect(json.choices[0]!.text).toBe(" world");
+    expect(paths).toEqual(["/v1/completions"]);
+    expect(e.bodies[0]).toMatchObject({ model: MODEL, prompt: "hello", max_tokens: 2 });
+    // Its own schema: a chat body is not a completion.
+    const bad = await post({ model: MODEL, messages: [{ role: "user", content: "hi" }] });
+    expect(bad.status).toBe(400);
+    expect(errorOf(await bad.text()).message).toBe(
+      "request body: prompt is required (a string or an array)",
+    );
+    expect(paths).toHaveLength(1);
+    // Without max_tokens, the configured default applies, as for chat.
+    await post({ model: MODEL, prompt: ["a", "b"] });
+    expect(e.bodies[1]).toMatchObject({ prompt: ["a", "b"], max_tokens: 2048 });
+  });
+
+  it("GET /v1/models/{id}: the model when it is ready (slash plain or encoded), the chat path's 404 otherwise", async () => {
+    const app = createGatewayApp({
+      cluster: cluster("http://127.0.0.1:9").view,
+      log: silentLogger(),
+      name: "t",
+    });
+    for (const path of [`/v1/models/${MODEL}`, `/v1/models/${encodeURIComponent(MODEL)}`]) {
+      const r = await app.request(path);
+      expect(r.status, path).toBe(200);
+      expect(await r.json()).toEqual({
+        id: MODEL,
+        object: "model",
+        created: 0,
+        owned_by: "cluster",
+      });
+    }
+    const missing = await app.request("/v1/models/org/none");
+    expect(missing.status).toBe(404);
+    expect(errorOf(await missing.text()).code).toBe("model_not_found");
+  });
+});

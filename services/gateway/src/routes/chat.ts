@@ -12,7 +12,13 @@ import type { IncomingMessage } from "node:http";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Context, Hono } from "hono";
 import type { z } from "zod";
-import { ChatRequestSchema, errorBody, httpStatusFor, ServiceError } from "@ic/protocol";
+import {
+  ChatRequestSchema,
+  CompletionRequestSchema,
+  errorBody,
+  httpStatusFor,
+  ServiceError,
+} from "@ic/protocol";
 import type {
   ChatEvent,
   ChatObserver,
@@ -44,6 +50,26 @@ import { mayUseModel, modelForbidden, requestToken } from "../auth.ts";
 import type { ApiToken } from "../auth.ts";
 
 type ChatRequest = z.output<typeof ChatRequestSchema>;
+/** What the chat and the text completion endpoints share: the fields the gateway reads. */
+type InferenceRequest = {
+  model: string;
+  stream?: boolean | undefined;
+  max_tokens?: number | undefined;
+  max_completion_tokens?: number | undefined;
+} & Record<string, unknown>;
+
+/** One OpenAI inference endpoint: how its body is checked and where it goes on the engine. */
+interface Endpoint {
+  readonly path: "/v1/chat/completions" | "/v1/completions";
+  readonly schema: z.ZodType<InferenceRequest>;
+  /** The command id's prefix (OpenAI's: `chatcmpl-`, `cmpl-`). */
+  readonly idPrefix: string;
+}
+
+const ENDPOINTS: readonly Endpoint[] = [
+  { path: "/v1/chat/completions", schema: ChatRequestSchema, idPrefix: "chatcmpl-" },
+  { path: "/v1/completions", schema: CompletionRequestSchema, idPrefix: "cmpl-" },
+];
 
 /** Bounds of one request; the config's `chat` section (defaults there). */
 export interface ChatLimits {
@@ -119,7 +145,10 @@ const MEDIA_PARTS = new Set(["image_url", "input_image", "image", "input_audio",
  * Unicode (a lone surrogate), and image or audio parts for a model without a projector. The walk is
  * iterative (the body's depth is already bounded by the parse edge).
  */
-export function contentProblem(body: ChatRequest, model: ModelRecord | undefined): string | null {
+export function contentProblem(
+  body: InferenceRequest,
+  model: ModelRecord | undefined,
+): string | null {
   const stack: unknown[] = [body];
   while (stack.length > 0) {
     const v = stack.pop();
@@ -132,8 +161,9 @@ export function contentProblem(body: ChatRequest, model: ModelRecord | undefined
       for (const [k, x] of Object.entries(v)) stack.push(k, x);
     }
   }
-  if (!model?.mmproj) {
-    for (const m of body.messages) {
+  const messages = (body as Partial<ChatRequest>).messages;
+  if (!model?.mmproj && messages) {
+    for (const m of messages) {
       if (!Array.isArray(m.content)) continue;
       const media = m.content.find((p) => MEDIA_PARTS.has(p.type));
       if (media)
@@ -205,7 +235,9 @@ function watchFailure(cluster: ClusterView, instance: Instance, session: Session
 
 /** What every try of one request shares. */
 interface RequestContext {
-  readonly body: ChatRequest;
+  readonly body: InferenceRequest;
+  /** The engine's endpoint for it (the same path as the request's). */
+  readonly path: Endpoint["path"];
   /** The token, when it has limits: its task is admitted by the master before the engine sees it. */
   readonly limited: ApiToken | undefined;
   /** Whether the tokens a request used are reported (the token has tokens_per_minute). */
@@ -264,32 +296,50 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     });
   });
 
-  const limits: ChatLimits = { ...DEFAULT_CHAT_LIMITS, ...o.limits };
-
-  app.post("/v1/chat/completions", async (c) => {
-    const receivedAt = preciseNow();
-    // 32 characters after the prefix, like llama-server's own ids (see the streaming rewrite).
-    const commandId = `chatcmpl-${randomUUID().replaceAll("-", "")}` as CommandId;
-    const obs = o.observe?.({ commandId, receivedAt });
-    if (!obs) return handle(c, commandId, undefined);
-    try {
-      return await handle(c, commandId, obs);
-    } catch (e) {
-      const err = e instanceof ServiceError ? e : undefined;
-      obs.event({
-        type: "end",
-        at: preciseNow(),
-        ok: false,
-        status: err ? httpStatusFor(err.code) : 500,
-        code: err?.code ?? "internal",
-        message: err?.message,
-      });
-      throw e;
-    }
+  // OpenAI's models.retrieve: the model's entry when it would be listed; else why not, as chat says it
+  // (a model the token may not use is 403 before anything is looked up). Ids hold a slash (org/name);
+  // an encoded one (%2F) is the same id (hono decodes the parameter).
+  app.get("/v1/models/:id{.+}", (c) => {
+    const id = c.req.param("id");
+    const token = requestToken(c);
+    if (token && !mayUseModel(token, id)) throw modelForbidden(token, id);
+    const ready = readiness(o.cluster.snapshot(), id, Date.now());
+    if (ready.kind !== "ready") throw notServableError(id, ready);
+    return c.json({ id, object: "model", created: 0, owned_by: "cluster" });
   });
 
-  async function handle(c: Context, commandId: CommandId, obs: ChatObserver | undefined) {
-    const body = await parseJson(c, ChatRequestSchema);
+  const limits: ChatLimits = { ...DEFAULT_CHAT_LIMITS, ...o.limits };
+
+  for (const endpoint of ENDPOINTS)
+    app.post(endpoint.path, async (c) => {
+      const receivedAt = preciseNow();
+      // 32 characters after the prefix, like llama-server's own ids (see the streaming rewrite).
+      const commandId = `${endpoint.idPrefix}${randomUUID().replaceAll("-", "")}` as CommandId;
+      const obs = o.observe?.({ commandId, receivedAt });
+      if (!obs) return handle(c, commandId, undefined, endpoint);
+      try {
+        return await handle(c, commandId, obs, endpoint);
+      } catch (e) {
+        const err = e instanceof ServiceError ? e : undefined;
+        obs.event({
+          type: "end",
+          at: preciseNow(),
+          ok: false,
+          status: err ? httpStatusFor(err.code) : 500,
+          code: err?.code ?? "internal",
+          message: err?.message,
+        });
+        throw e;
+      }
+    });
+
+  async function handle(
+    c: Context,
+    commandId: CommandId,
+    obs: ChatObserver | undefined,
+    endpoint: Endpoint,
+  ) {
+    const body = await parseJson(c, endpoint.schema);
     const token = requestToken(c);
     obs?.event({
       type: "validated",
@@ -322,6 +372,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     // got a byte (docs/api.md, "Retry before the first byte"); within the request's one total bound.
     const request: RequestContext = {
       body,
+      path: endpoint.path,
       limited,
       countTokens,
       deadline: Date.now() + limits.totalTimeoutMs,
@@ -479,7 +530,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     const onWire = new Promise<void>((r) => (sent = r));
     if (obs) void onWire.then(() => obs.event({ type: "sent", at: preciseNow() }));
     const send = () =>
-      postUpstream(`${target.endpoint}/v1/chat/completions`, JSON.stringify(body), {
+      postUpstream(`${target.endpoint}${request.path}`, JSON.stringify(body), {
         abort: upstreamAbort,
         onSent: sent,
         headers: o.engineHeaders?.(target.instance.instance_id),
