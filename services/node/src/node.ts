@@ -360,6 +360,7 @@ export class Node implements AsyncDisposable {
       bus: () => bus.sendStats,
       openTasks: () => agent.openTasks(),
       unhandledRejections: this.o.unhandledRejections ?? (() => 0),
+      ...(pulls ? { pulls: () => pulls.list() } : {}),
     });
     chatObservers.push((r) => metrics.observe(r));
     app = createGatewayApp({

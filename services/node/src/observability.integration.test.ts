@@ -3,7 +3,7 @@
 // with model, instance and rank labels); the runner log of an instance on node-2 reads over HTTP from
 // node-1; /v1/diagnostics/telemetry counters move with heartbeats; LOG_LEVEL=debug reaches the node's
 // lines. On loopback (a single-process concern): a dead log sink never stalls requests.
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -23,6 +23,7 @@ import {
 } from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 import { parseExposition } from "./observability/prom-text.ts";
+import { REPO_ROOT } from "./launcher/index.ts";
 
 async function scrape(node: NodeProcess): Promise<{ text: string; fams: ParsedFamily[] }> {
   const r = await fetch(`${node.apiUrl}/metrics`, { headers: node.authHeaders });
@@ -65,6 +66,23 @@ async function chat(node: NodeProcess, model: string, stream: boolean): Promise<
   const body = await r.text();
   expect(r.status, body).toBe(200);
   if (stream) expect(body).toContain("data: [DONE]");
+}
+
+/** Every metric family the shipped Grafana dashboard's queries name (histogram series folded). */
+function dashboardMetrics(): Set<string> {
+  const dash = JSON.parse(
+    readFileSync(join(REPO_ROOT, "deploy", "grafana", "inference-cluster.json"), "utf8"),
+  ) as { panels: { targets: { expr: string }[] }[] };
+  const names = new Set<string>();
+  for (const p of dash.panels)
+    for (const t of p.targets)
+      // Label names (in `by (…)` and `{…}`) are not metrics.
+      for (const m of t.expr
+        .replace(/\b(by|without) \([^)]*\)|\{[^}]*\}/g, "")
+        .matchAll(/\b(ic_[a-z0-9_]+|llamacpp:[a-z0-9_]+)/g))
+        names.add(m[1]!.replace(/_(bucket|sum|count)$/, ""));
+  expect(names.size).toBeGreaterThan(15);
+  return names;
 }
 
 async function diagnostics(node: NodeProcess): Promise<TelemetryDiagnostics> {
@@ -127,13 +145,18 @@ describe("observability across hosts", () => {
     expect(counter(after.fams, "ic_node_runners", { state: "RunnerReady" })).toBe(0);
     // node-2 runs the engine: its llama-server's own metrics, labelled; no cluster gauges there.
     const m2 = await scrape(n2);
-    const labels = { model: modelId, instance: inst.instance_id, rank: "0", node: "node-2" };
+    const labels = { model: modelId, ic_instance: inst.instance_id, rank: "0", node: "node-2" };
     expect(counter(m2.fams, "ic_runner_scrape_up", labels)).toBe(1);
     expect(counter(m2.fams, "ic_node_runners", { state: "RunnerReady" })).toBe(1);
     const engineFams = m2.fams.filter((f) => f.name.startsWith("llamacpp:"));
     expect(engineFams.length).toBeGreaterThan(3);
     expect(counter(m2.fams, "llamacpp:prompt_tokens_total", labels)).toBeGreaterThan(0);
     expect(m2.fams.some((f) => f.name.startsWith("ic_cluster_"))).toBe(false);
+
+    // The shipped Grafana dashboard asks only for metrics the nodes serve (master's and engine node's).
+    const served = new Set([...after.fams, ...m2.fams].map((f) => f.name));
+    for (const name of dashboardMetrics())
+      expect(served.has(name), `deploy/grafana: ${name} is not served by /metrics`).toBe(true);
 
     // --- runner logs of the instance on node-2, read over HTTP from node-1.
     const logs = await n1.get<{

@@ -9,7 +9,7 @@ import type { ChatEvent, ChatObserver, EngineTimings } from "@ic/protocol";
 import type { ClusterView } from "@ic/gateway";
 import type { Logger } from "@ic/log";
 import { RUNNER_STATES } from "@ic/protocol";
-import type { RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/protocol";
+import type { Pull, RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/protocol";
 import type { BusSendStats } from "@ic/bus";
 import { mergeFamilies, parseExposition, renderFamilies } from "./prom-text.ts";
 import type { PromFamily } from "./prom-text.ts";
@@ -20,6 +20,11 @@ export interface LocalRunnerView {
   readonly rank: number;
   readonly state: RunnerState;
   readonly endpoint?: string;
+  readonly restarts?: number;
+  /** While staging: bytes on local disk so far, of the total. */
+  readonly progress?: { readonly staged_bytes: number; readonly total_bytes: number };
+  /** While warming up: when the current start began (ms). */
+  readonly warmup_started_at?: number;
 }
 
 export interface MetricsSources {
@@ -43,6 +48,8 @@ export interface MetricsSources {
   readonly unhandledRejections?: () => number;
   /** Master only: chat tasks open in its task table. */
   readonly openTasks?: () => number;
+  /** The store host only: its pulls from the model hub. */
+  readonly pulls?: () => readonly Pull[];
 }
 
 const SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -359,6 +366,76 @@ export class NodeMetrics {
           this.set({ state }, runners.filter((r) => r.state === state).length);
       },
     });
+    // Per runner of this node; `ic_instance`, not `instance`: Prometheus gives `instance` to the
+    // scrape target, and a scraped `instance` label would be renamed `exported_instance`.
+    const runnerLabels = ["model", "ic_instance", "rank"] as const;
+    const perRunner = (
+      name: string,
+      help: string,
+      value: (r: LocalRunnerView, now: number) => number | undefined,
+    ) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: runnerLabels,
+        registers,
+        collect() {
+          this.reset();
+          const instances = o.cluster.snapshot().instances;
+          const now = Date.now();
+          for (const r of o.runners()) {
+            const v = value(r, now);
+            if (v === undefined) continue;
+            const model = instances[r.instance_id]?.model_id ?? "unknown";
+            this.set({ model, ic_instance: r.instance_id, rank: String(r.rank) }, v);
+          }
+        },
+      });
+    perRunner(
+      "ic_runner_restarts",
+      "Times each runner's engine process was restarted after it exited.",
+      (r) => r.restarts ?? 0,
+    );
+    perRunner(
+      "ic_runner_warmup_seconds",
+      "How long a warming-up runner's current start has taken so far (absent once it is ready).",
+      (r, now) =>
+        r.state === "RunnerWarmingUp" && r.warmup_started_at !== undefined
+          ? Math.max(0, (now - r.warmup_started_at) / 1000)
+          : undefined,
+    );
+    perRunner(
+      "ic_runner_staged_bytes",
+      "A staging runner's model bytes on local disk so far.",
+      (r) => (r.state === "RunnerStaging" ? r.progress?.staged_bytes : undefined),
+    );
+    perRunner(
+      "ic_runner_stage_total_bytes",
+      "A staging runner's model size (what staged_bytes reaches).",
+      (r) => (r.state === "RunnerStaging" ? r.progress?.total_bytes : undefined),
+    );
+    new Gauge({
+      name: "ic_store_pull_bytes",
+      help: "The store host's pulls from the model hub: bytes fetched so far, by model and state.",
+      labelNames: ["model", "state"],
+      registers,
+      collect() {
+        this.reset();
+        for (const p of o.pulls?.() ?? [])
+          this.set({ model: p.model_id, state: p.state }, p.bytes_done);
+      },
+    });
+    new Gauge({
+      name: "ic_store_pull_total_bytes",
+      help: "The size of each pull from the model hub, once known.",
+      labelNames: ["model"],
+      registers,
+      collect() {
+        this.reset();
+        for (const p of o.pulls?.() ?? [])
+          if (p.bytes_total !== null) this.set({ model: p.model_id }, p.bytes_total);
+      },
+    });
     new Gauge({
       name: "ic_node_staging_bytes",
       help: "Bytes of staged model copies under node_cache_path.",
@@ -556,7 +633,7 @@ export class NodeMetrics {
         const labels: [string, string][] = [
           ["node", this.o.name],
           ["model", snap.instances[r.instance_id]?.model_id ?? "unknown"],
-          ["instance", r.instance_id],
+          ["ic_instance", r.instance_id],
           ["rank", String(r.rank)],
         ];
         const started = performance.now();

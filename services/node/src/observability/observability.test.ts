@@ -16,7 +16,15 @@ import type { ClusterView, PeerView } from "@ic/gateway";
 import type { ChatObserver } from "@ic/protocol";
 import { createLogger, LogTail, silentLogger } from "@ic/log";
 import { emptyState, ServiceError, TelemetryDiagnosticsSchema } from "@ic/protocol";
-import type { ControlState, InstanceId, ModelId, NodeId, SessionId, Telemetry } from "@ic/protocol";
+import type {
+  ControlState,
+  InstanceId,
+  ModelId,
+  NodeId,
+  Pull,
+  SessionId,
+  Telemetry,
+} from "@ic/protocol";
 import { TelemetryCollector } from "@ic/worker";
 import { NodeMetrics } from "./metrics.ts";
 import { parseExposition } from "./prom-text.ts";
@@ -391,7 +399,7 @@ describe("GET /metrics", () => {
     expect(family(fams, "process_cpu_user_seconds_total").type).toBe("COUNTER");
   });
 
-  it("re-exports each local llama-server's metrics with model, instance and rank labels", async () => {
+  it("re-exports each local llama-server's metrics with model, ic_instance and rank labels", async () => {
     const c = await collector();
     const runners: LocalRunnerView[] = [
       { instance_id: INST, rank: 0, state: "RunnerReady", endpoint: engine.url },
@@ -403,19 +411,59 @@ describe("GET /metrics", () => {
     ];
     const m = new NodeMetrics(sources(cluster(), runners, c));
     const fams = parsePrometheusTextFormat(await m.render());
-    const labels = { model: MODEL, instance: INST, rank: "0", node: "node-a" };
+    // `ic_instance`: Prometheus keeps `instance` for the scrape target.
+    const labels = { model: MODEL, ic_instance: INST, rank: "0", node: "node-a" };
     expect(family(fams, "llamacpp:prompt_tokens_total").type).toBe("COUNTER");
     expect(family(fams, "llamacpp:prompt_tokens_total").metrics).toEqual([
       { labels, value: String(14 * engine.scrapes) },
     ]);
-    expect(valueOf(fams, "llamacpp:requests_processing", { instance: INST })).toBe(1);
-    expect(valueOf(fams, "ic_runner_scrape_up", { instance: INST })).toBe(1);
-    expect(valueOf(fams, "ic_runner_scrape_up", { instance: "i-dead", model: "unknown" })).toBe(0);
+    expect(valueOf(fams, "llamacpp:requests_processing", { ic_instance: INST })).toBe(1);
+    expect(valueOf(fams, "ic_runner_scrape_up", { ic_instance: INST })).toBe(1);
+    expect(valueOf(fams, "ic_runner_scrape_up", { ic_instance: "i-dead", model: "unknown" })).toBe(
+      0,
+    );
     expect(family(fams, "ic_runner_scrape_up").metrics).toHaveLength(2);
     // Concurrent scrapes of /metrics share one round of engine scrapes.
     const n = engine.scrapes;
     await Promise.all([m.render(), m.render(), m.render()]);
     expect(engine.scrapes).toBe(n + 1);
+  });
+
+  it("has each runner's restarts, warm-up so far and staging progress, and the store host's pulls", async () => {
+    const c = await collector();
+    const now = Date.now();
+    const runners: LocalRunnerView[] = [
+      { instance_id: INST, rank: 0, state: "RunnerReady", restarts: 2 },
+      { instance_id: "i-w", rank: 0, state: "RunnerWarmingUp", warmup_started_at: now - 5000 },
+      {
+        instance_id: "i-s",
+        rank: 0,
+        state: "RunnerStaging",
+        progress: { staged_bytes: 300, total_bytes: 1000 },
+      },
+    ];
+    const pulls = [
+      {
+        model_id: "acme/x",
+        state: "running",
+        bytes_done: 42,
+        bytes_total: 100,
+      },
+    ] as unknown as Pull[];
+    const m = new NodeMetrics({ ...sources(cluster(), runners, c), pulls: () => pulls });
+    const fams = parsePrometheusTextFormat(await m.render());
+    expect(
+      valueOf(fams, "ic_runner_restarts", { model: MODEL, ic_instance: INST, rank: "0" }),
+    ).toBe(2);
+    expect(valueOf(fams, "ic_runner_restarts", { ic_instance: "i-w", model: "unknown" })).toBe(0);
+    const warm = valueOf(fams, "ic_runner_warmup_seconds", { ic_instance: "i-w" });
+    expect(warm).toBeGreaterThanOrEqual(5);
+    expect(warm).toBeLessThan(60);
+    expect(family(fams, "ic_runner_warmup_seconds").metrics).toHaveLength(1);
+    expect(valueOf(fams, "ic_runner_staged_bytes", { ic_instance: "i-s" })).toBe(300);
+    expect(valueOf(fams, "ic_runner_stage_total_bytes", { ic_instance: "i-s" })).toBe(1000);
+    expect(valueOf(fams, "ic_store_pull_bytes", { model: "acme/x", state: "running" })).toBe(42);
+    expect(valueOf(fams, "ic_store_pull_total_bytes", { model: "acme/x" })).toBe(100);
   });
 
   it("has the cluster gauges on the master only", async () => {
