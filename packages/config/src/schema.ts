@@ -70,6 +70,11 @@ export const ConfigSchema = z
         backend: z.enum(["auto", "cpu", "cuda", "metal"]).default("auto"),
         /** Caps the memory this node offers to placement (GiB); unset offers all free memory. */
         memory_limit_gb: z.number().positive().optional(),
+        /**
+         * On SIGTERM or POST /admin/drain: how long the node waits for the requests in flight on its
+         * engines to end (gateways route around it meanwhile) before it stops anyway.
+         */
+        drain_timeout_ms: z.number().int().min(0).default(60_000),
       })
       .strict()
       .prefault({}),

@@ -133,6 +133,11 @@ export const HeartbeatSchema = z.object({
    * them up to balance load, since tasks are not replicated.
    */
   outstanding: z.record(InstanceIdSchema, z.number().int().nonnegative()).optional(),
+  /**
+   * The node is draining (SIGTERM, POST /admin/drain): gateways send no new request to an instance
+   * with a rank on it; it leaves once the requests in flight there have ended.
+   */
+  draining: z.literal(true).optional(),
   sent_at: z.number(),
 });
 /** A heartbeat as it travels: `links` may be left out. */

@@ -34,12 +34,14 @@ export const FAST_CLUSTER = {
 /**
  * Writes a test node's config and returns an unstarted NodeProcess: the launcher's (services/node)
  * with test settings under the test's own `config`: fast cluster timings, a small context, a short
- * restart backoff.
+ * restart backoff, a short drain.
  */
 export function prepareNode(spec: NodeSpec): NodeProcess {
   const testDefaults = {
     cluster: FAST_CLUSTER,
     engine: { context_size: 512, restart_backoff_ms: 200 },
+    // A test's stop does not wait a minute for generations it left running.
+    node: { drain_timeout_ms: 3000 },
   };
   return prepareLaunchedNode({ ...spec, config: deepMerge(testDefaults, spec.config ?? {}) });
 }

@@ -18,6 +18,8 @@ export interface GatewayOptions {
   readonly name: string;
   readonly now?: () => number;
   readonly restart?: () => void;
+  /** POST /admin/drain: drain and stop this node. */
+  readonly drain?: () => void;
   /** Per-request observer of the chat path (tracing, metrics). */
   readonly observeChat?: ChatOptions["observe"];
   /** How long POST /place_instance waits for topology and memory (spec: 15 s). */
@@ -52,6 +54,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     name: o.name,
     now: o.now ?? Date.now,
     restart: o.restart ?? (() => log.warn("restart requested but not supported by this launcher")),
+    drain: o.drain ?? (() => log.warn("drain requested but not supported by this launcher")),
     load,
     ...(o.stateStreamPeriodMs ? { streamPeriodMs: o.stateStreamPeriodMs } : {}),
   });

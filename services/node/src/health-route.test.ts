@@ -98,6 +98,11 @@ describe("GET /health", () => {
     Object.assign(fx.agent, { synced: false, sessionId: "s-2", isMaster: false });
     expect((await unavailable(await fx.get())).reason).toBe("syncing");
     Object.assign(fx.agent, { synced: true, sessionId: "s-2", isMaster: false });
+    // Draining: load balancers stop sending (503, no Retry-After: it will not come back by itself).
+    fx.phase = "draining";
+    const d = await fx.get();
+    expect(d.headers.get("retry-after")).toBeNull();
+    expect((await unavailable(d)).reason).toBe("draining");
     fx.phase = "stopping";
     const r = await fx.get();
     expect(r.headers.get("retry-after")).toBeNull();
@@ -121,6 +126,7 @@ describe("healthOf", () => {
   it.each([
     ["starting", synced, "starting"],
     ["stopping", synced, "stopping"],
+    ["draining", synced, "draining"],
     ["started", { synced: false, sessionId: null, isMaster: false }, "no_session"],
     ["started", { synced: false, sessionId: "s-1", isMaster: false }, "syncing"],
     ["started", synced, "healthy"],

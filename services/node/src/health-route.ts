@@ -6,7 +6,7 @@ import { ServiceError } from "@ic/protocol";
 export const HEALTH_PATH = "/health";
 
 /** Where the node is in its lifecycle. */
-export type NodePhase = "starting" | "started" | "stopping";
+export type NodePhase = "starting" | "started" | "draining" | "stopping";
 
 /** What the check needs of the cluster agent. */
 export interface HealthAgent {
@@ -32,7 +32,7 @@ export interface Healthy {
 }
 
 /** Why a node is not healthy (the 503's `details.reason`). */
-export type Unhealthy = "starting" | "stopping" | "no_session" | "syncing";
+export type Unhealthy = "starting" | "draining" | "stopping" | "no_session" | "syncing";
 
 /** Pure: the answer for a phase and the agent's view. */
 export function healthOf(
@@ -42,6 +42,11 @@ export function healthOf(
 ): { healthy: Healthy } | { reason: Unhealthy; message: string } {
   if (phase === "starting") return { reason: "starting", message: `node ${name} is starting` };
   if (phase === "stopping") return { reason: "stopping", message: `node ${name} is stopping` };
+  if (phase === "draining")
+    return {
+      reason: "draining",
+      message: `node ${name} is draining: it takes no new requests and stops once those in flight end`,
+    };
   if (agent.sessionId === null)
     return {
       reason: "no_session",
@@ -63,7 +68,7 @@ export function healthRoutes(app: Hono, o: HealthOptions): void {
     if ("healthy" in h) return c.json(h.healthy);
     throw new ServiceError("unavailable", h.message, {
       details: { reason: h.reason },
-      ...(h.reason === "stopping" ? {} : { retryAfterS: 1 }),
+      ...(h.reason === "stopping" || h.reason === "draining" ? {} : { retryAfterS: 1 }),
     });
   });
 }

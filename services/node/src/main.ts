@@ -1,7 +1,8 @@
 // Process entry of a node. The outer process supervises an inner one that runs the node: a restart
 // request (POST /admin/restart) makes the inner process stop everything (runners, nats-server -- releasing
 // GPU memory) and exit with RESTART_EXIT_CODE, and the outer process starts a fresh image at once.
-// SIGTERM/SIGINT stop the node in reverse start order under a grace timeout.
+// SIGTERM/SIGINT drain the node (node.drain_timeout_ms; a second signal cuts it short), then stop it
+// in reverse start order under a grace timeout.
 import { fork } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -34,18 +35,33 @@ async function runNode(configFile: string | undefined): Promise<void> {
   const guard = guardProcess(log);
   let exitCode = 0;
   let stopping = false;
+  let draining = false;
   const node = new Node({
     config,
     configFile: file ? resolve(expandHome(file)) : undefined,
     log,
     unhandledRejections: guard.rejections,
     onRestartRequested: () => void shutdown(RESTART_EXIT_CODE, "restart requested"),
+    onDrainRequested: () => void shutdown(0, "drain requested", true),
   });
-  async function shutdown(code: number, why: string): Promise<void> {
-    if (stopping) return;
+  /** `drain`: a planned stop (SIGTERM, SIGINT, POST /admin/drain) lets requests in flight end first. */
+  async function shutdown(code: number, why: string, drain = false): Promise<void> {
+    if (stopping) {
+      // A second signal while draining: stop now.
+      if (draining) {
+        log.info({ why }, "second stop request while draining: stopping now");
+        node.cancelDrain();
+      }
+      return;
+    }
     stopping = true;
     exitCode = code;
-    log.info({ why }, "node stopping");
+    log.info({ why }, drain ? "node draining, then stopping" : "node stopping");
+    if (drain) {
+      draining = true;
+      await node.drain();
+      draining = false;
+    }
     const timer = setTimeout(() => {
       log.error("graceful stop timed out; exiting");
       process.exit(code || 1);
@@ -56,8 +72,8 @@ async function runNode(configFile: string | undefined): Promise<void> {
     log.flush();
     process.exit(exitCode);
   }
-  process.on("SIGTERM", () => void shutdown(0, "SIGTERM"));
-  process.on("SIGINT", () => void shutdown(0, "SIGINT"));
+  process.on("SIGTERM", () => void shutdown(0, "SIGTERM", true));
+  process.on("SIGINT", () => void shutdown(0, "SIGINT", true));
   process.on("disconnect", () => void shutdown(0, "supervisor gone"));
   try {
     await node.start();

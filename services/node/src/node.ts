@@ -48,6 +48,8 @@ import { apiListener } from "./api-listener.ts";
 import { PeerWatch, watchRoutes } from "./peer-watch.ts";
 import { healthRoutes } from "./health-route.ts";
 import type { NodePhase } from "./health-route.ts";
+import { Drain, engineBusy } from "./drain.ts";
+import type { DrainResult } from "./drain.ts";
 
 export interface NodeOptions {
   readonly config: Config;
@@ -56,6 +58,8 @@ export interface NodeOptions {
   readonly configFile?: string | undefined;
   /** Called when POST /admin/restart asks for a fresh process image. */
   readonly onRestartRequested?: () => void;
+  /** POST /admin/drain: the process drains and stops (as on SIGTERM). */
+  readonly onDrainRequested?: () => void;
   /** Unhandled rejections the process guard logged (for /metrics). */
   readonly unhandledRejections?: () => number;
 }
@@ -68,6 +72,9 @@ export class Node implements AsyncDisposable {
   private readonly stack: Stoppable[] = [];
   private stopping: Promise<void> | undefined;
   private started = false;
+  /** Set from the first drain(): the heartbeat says `draining` from then on. */
+  private drainer: Drain | undefined;
+  private engineHeaders: ((instanceId: string) => Record<string, string>) | undefined;
   private engineInfo: EngineInfo | undefined;
   agent: ClusterAgent | undefined;
   eventLog: EventLog | undefined;
@@ -243,6 +250,7 @@ export class Node implements AsyncDisposable {
         const outstanding = chatLoad.heartbeatPart();
         return {
           ...(outstanding ? { outstanding } : {}),
+          ...(this.drainer ? { draining: true as const } : {}),
           loop_delay: loopMonitor.sample(),
           telemetry: part.telemetry,
           links: part.links,
@@ -324,6 +332,7 @@ export class Node implements AsyncDisposable {
       }
       return h;
     };
+    this.engineHeaders = engineHeaders;
     // Per-request observers of the chat path (tracing, metrics): each returns one or nothing.
     const chatObservers: ((r: {
       commandId: string;
@@ -368,6 +377,7 @@ export class Node implements AsyncDisposable {
       log,
       name,
       restart: () => this.o.onRestartRequested?.(),
+      drain: () => this.o.onDrainRequested?.(),
       infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
       stateStreamPeriodMs: cfg.cluster.heartbeat_ms,
       contextSize: cfg.engine.context_size,
@@ -550,9 +560,59 @@ export class Node implements AsyncDisposable {
     log.info({ api: this.apiUrl, nats: nats.clientUrl, peer_key: this.peerKey }, "node started");
   }
 
-  /** For GET /health: started once start() has finished, stopping from the first stop(). */
+  /** For GET /health: started once start() has finished, then draining, then stopping. */
   phase(): NodePhase {
-    return this.stopping ? "stopping" : this.started ? "started" : "starting";
+    if (this.stopping) return "stopping";
+    if (this.drainer) return "draining";
+    return this.started ? "started" : "starting";
+  }
+
+  /**
+   * Before a planned stop: says `draining` in the heartbeat (gateways route around this node's
+   * instances at once) and waits, up to node.drain_timeout_ms, for the requests in flight on their
+   * engines to end (docs/operations.md, "Draining"). Undefined when there is nothing to drain.
+   */
+  async drain(): Promise<DrainResult | undefined> {
+    const agent = this.agent;
+    if (!this.started || this.stopping || !agent) return undefined;
+    const mine = () =>
+      Object.values(agent.snapshot().instances).filter((i) =>
+        i.assignments.some((a) => a.peer_key === this.peerKey),
+      );
+    this.drainer ??= new Drain({
+      announce: () => agent.publishHeartbeat(),
+      hasInstances: () => mine().length > 0,
+      busy: async () => {
+        const runners = agent.snapshot().runners;
+        const counts = await Promise.all(
+          mine().map(async (i) => {
+            const endpoint = runners[`${i.instance_id}/0`]?.endpoint;
+            if (!endpoint?.startsWith("http")) return 0;
+            try {
+              const res = await fetch(`${endpoint}/metrics`, {
+                headers: this.engineHeaders?.(i.instance_id) ?? {},
+                signal: AbortSignal.timeout(2000),
+              });
+              return res.ok ? engineBusy(await res.text()) : 0;
+            } catch {
+              return 0; // the engine is gone: nothing of it to wait for
+            }
+          }),
+        );
+        return counts.reduce((a, b) => a + b, 0);
+      },
+      settleMs: 500,
+      timeoutMs: this.o.config.node.drain_timeout_ms,
+      log: this.o.log.child({ node: this.o.config.node.name, component: "drain" }),
+    });
+    const r = await this.drainer.run();
+    this.o.log.info({ ...r }, "drained");
+    return r;
+  }
+
+  /** A second SIGTERM: stop waiting for requests in flight. */
+  cancelDrain(): void {
+    this.drainer?.cancel();
   }
 
   async stop(): Promise<void> {

@@ -747,3 +747,71 @@ describe("the rest of the OpenAI surface: text completions and one model", () =>
     expect(errorOf(await missing.text()).code).toBe("model_not_found");
   });
 });
+
+describe("a draining node takes no new requests", () => {
+  /** MODEL on i-1 (node p-0) and i-2 (node p-1); `draining` peers say so in their heartbeat. */
+  function withDraining(first: string, second: string, draining: string[]) {
+    const c = cluster(first);
+    const s = c.view.snapshot();
+    const i2 = "i-2" as InstanceId;
+    const onP1 = nodeIdFor(S, "p-1");
+    s.members[onP1] = {
+      node_id: onP1,
+      peer_key: "p-1",
+      name: "node-b",
+      api_url: "",
+      host: "",
+      started_at: 1,
+      joined_at: 0,
+    };
+    s.instances[i2] = {
+      ...s.instances[INSTANCE]!,
+      instance_id: i2,
+      created_at: 2,
+      assignments: [
+        { node_id: onP1, peer_key: "p-1", rank: 0, weight_bytes: 1, required_bytes: 1 },
+      ],
+    };
+    s.runners[`${i2}/0`] = {
+      ...s.runners[`${INSTANCE}/0`]!,
+      instance_id: i2,
+      node_id: onP1,
+      endpoint: second,
+    };
+    const peers = ["p-0", "p-1"].map((peer_key) => ({
+      heartbeat: {
+        peer_key,
+        links: [],
+        ...(draining.includes(peer_key) ? { draining: true as const } : {}),
+      },
+      lastHeard: 0,
+    }));
+    return { ...c.view, livePeers: () => peers } as unknown as ClusterView;
+  }
+  const answer = (_q: IncomingMessage, res: ServerResponse) => {
+    res.setHeader("content-type", "application/json");
+    res.end(JSON.stringify({ id: ENGINE_ID, choices: [{ index: 0, message: { content: "ok" } }] }));
+  };
+
+  it("routes around an instance on a draining node, even the one balancing prefers", async () => {
+    const a = await engine(answer);
+    const b = await engine(answer);
+    const send = await gateway(withDraining(a.url, b.url, ["p-0"]));
+    for (let i = 0; i < 3; i++) expect((await send({})).status).toBe(200);
+    expect(a.bodies).toHaveLength(0);
+    expect(b.bodies).toHaveLength(3);
+  });
+
+  it("a model served only on draining nodes is a retryable 404 naming them", async () => {
+    const a = await engine(answer);
+    const b = await engine(answer);
+    const send = await gateway(withDraining(a.url, b.url, ["p-0", "p-1"]));
+    const r = await send({});
+    expect(r.status).toBe(404);
+    const err = errorOf(r.text);
+    expect(err).toMatchObject({ code: "model_not_ready", retryable: true });
+    expect(err.message).toContain("is served only on nodes that are draining");
+    expect(err.details).toMatchObject({ phase: "draining" });
+    expect(a.bodies.length + b.bodies.length).toBe(0);
+  });
+});

@@ -23,6 +23,7 @@ import type {
   ChatEvent,
   ChatObserver,
   CommandId,
+  ControlState,
   EngineTimings,
   Instance,
   ModelRecord,
@@ -233,6 +234,26 @@ function watchFailure(cluster: ClusterView, instance: Instance, session: Session
   };
 }
 
+/** The model is ready only on nodes that are draining: a retryable 404, as while it is starting. */
+function allDraining(
+  model: string,
+  instances: readonly ReadyInstance[],
+  state: ControlState,
+): ServiceError {
+  const nodes = [
+    ...new Set(
+      instances.flatMap((i) =>
+        i.instance.assignments.map((a) => state.members[a.node_id]?.name ?? a.node_id),
+      ),
+    ),
+  ];
+  return new ServiceError(
+    "model_not_ready",
+    `${model} is served only on nodes that are draining (${nodes.join(", ")}) and take no new requests; retry`,
+    { retryAfterS: 2, details: { model, phase: "draining", nodes } },
+  );
+}
+
 /** What every try of one request shares. */
 interface RequestContext {
   readonly body: InferenceRequest;
@@ -364,6 +385,8 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     const snap = cluster.snapshot();
     const ready = readiness(snap, body.model, Date.now());
     if (ready.kind !== "ready") throw notServableError(body.model, ready);
+    const open = routable(ready.instances);
+    if (open.length === 0) throw allDraining(body.model, ready.instances, snap);
     const problem = contentProblem(body, snap.models[ready.instances[0]!.instance.model_id]);
     if (problem) throw new ServiceError("invalid_request", problem);
     if (body.max_tokens === undefined && body.max_completion_tokens === undefined)
@@ -378,7 +401,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       deadline: Date.now() + limits.totalTimeoutMs,
       clientGone: false,
     };
-    let candidates: readonly ReadyInstance[] = ready.instances;
+    let candidates: readonly ReadyInstance[] = open;
     const tried = new Set<string>();
     for (;;) {
       const target = pick(candidates);
@@ -436,7 +459,19 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
   function readyOthers(model: string, tried: ReadonlySet<string>): ReadyInstance[] {
     const ready = readiness(o.cluster.snapshot(), model, Date.now());
     if (ready.kind !== "ready") return [];
-    return ready.instances.filter((i) => !tried.has(i.instance.instance_id));
+    return routable(ready.instances).filter((i) => !tried.has(i.instance.instance_id));
+  }
+
+  /** Instances with no rank on a draining node: a draining node takes no new request. */
+  function routable(instances: readonly ReadyInstance[]): ReadyInstance[] {
+    const draining = new Set(
+      o.cluster
+        .livePeers()
+        .filter((p) => p.heartbeat.draining)
+        .map((p) => p.heartbeat.peer_key),
+    );
+    if (draining.size === 0) return [...instances];
+    return instances.filter((i) => !i.instance.assignments.some((a) => draining.has(a.peer_key)));
   }
 
   /**

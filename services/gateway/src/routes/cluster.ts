@@ -1,4 +1,5 @@
-// GET /state (and its live stream for the dashboard), GET /v1/ping and POST /admin/restart.
+// GET /state (and its live stream for the dashboard), GET /v1/ping, POST /admin/restart and
+// POST /admin/drain.
 import type { Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { ServiceError, StateQuerySchema } from "@ic/protocol";
@@ -13,6 +14,8 @@ export interface ClusterRouteOptions {
   readonly now: () => number;
   /** Replaces the process image; called after the response has been sent. */
   readonly restart: () => void;
+  /** Drain and stop this node (as on SIGTERM). */
+  readonly drain: () => void;
   /** GET /state/stream: a document at least this often (default 2000 ms, the heartbeat period). */
   readonly streamPeriodMs?: number;
   /** This gateway's requests in flight (`tasks_open`, per-instance `outstanding`). */
@@ -93,5 +96,10 @@ export function clusterRoutes(app: Hono, o: ClusterRouteOptions): void {
   app.post("/admin/restart", (c) => {
     setTimeout(o.restart, 50).unref();
     return c.json({ ok: true, restarting: true, node: o.name }, 202);
+  });
+
+  app.post("/admin/drain", (c) => {
+    setTimeout(o.drain, 50).unref();
+    return c.json({ ok: true, draining: true, node: o.name }, 202);
   });
 }

@@ -1,0 +1,117 @@
+// Draining across 3 hosts with real llama-servers: SIGTERM to a node that holds one of a model's two
+// instances, under steady streaming and non-streaming load through another node. The gateways route
+// around it at once, what was in flight there finishes, /health says draining meanwhile, and no
+// client sees a failure.
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { placeAndWait, seedStore, startHostCluster, waitForConvergence } from "@ic/testkit";
+import type { HostCluster } from "@ic/testkit";
+import type { NodeProcess } from "./launcher/node-process.ts";
+
+interface StateDoc {
+  node_identities: { node_id: string; name: string }[];
+}
+
+let cluster: HostCluster;
+let modelId: string;
+
+beforeAll(async () => {
+  const store = mkdtempSync(join(tmpdir(), "ic-store-"));
+  ({ modelId } = await seedStore(store, { modelId: "test/drain-slow", slow: true }));
+  cluster = await startHostCluster(3, {
+    config: (i) => ({
+      node: { drain_timeout_ms: 30_000 },
+      engine: { context_size: 4096, extra_args: ["-np", "4"] },
+      ...(i === 0 ? { store_path: store } : {}),
+    }),
+  });
+  await waitForConvergence(cluster.nodes, 3);
+}, 180_000);
+
+afterAll(async () => {
+  await cluster?.[Symbol.asyncDispose]();
+});
+
+/** One client sending request after request (streaming and not, in turn) until `until` resolves. */
+async function client(node: NodeProcess, until: Promise<void>) {
+  const outcomes: { ok: boolean; status: number; detail: string }[] = [];
+  let done = false;
+  void until.then(() => (done = true));
+  for (let i = 0; !done; i++) {
+    const stream = i % 2 === 0;
+    try {
+      const r = await fetch(`${node.apiUrl}/v1/chat/completions`, {
+        method: "POST",
+        headers: { ...node.authHeaders, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: modelId,
+          messages: [{ role: "user", content: "Tell me a story." }],
+          max_tokens: 120,
+          stream,
+        }),
+      });
+      const text = await r.text();
+      const ok =
+        r.status === 200 && (!stream || (text.includes("[DONE]") && !text.includes('"error"')));
+      outcomes.push({ ok, status: r.status, detail: ok ? "" : text.slice(0, 300) });
+    } catch (e) {
+      outcomes.push({ ok: false, status: 0, detail: String(e) });
+    }
+  }
+  return outcomes;
+}
+
+describe("drain", () => {
+  it("SIGTERM to a node holding one of two instances under load: no failed request, /health says draining, then it leaves", async () => {
+    const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
+    const doc = await n1.get<StateDoc>("/state");
+    const id = (name: string) => doc.node_identities.find((n) => n.name === name)!.node_id;
+    await placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1"), id("node-3")] });
+    await placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1"), id("node-2")] });
+
+    let stopLoad!: () => void;
+    const until = new Promise<void>((r) => (stopLoad = r));
+    const clients = Array.from({ length: 4 }, () => client(n1, until));
+    await new Promise((r) => setTimeout(r, 2000));
+
+    // While node-3 drains, its /health answers 503 draining (load balancers stop sending).
+    const healthSeen = new Set<string>();
+    let watching = true;
+    const watchHealth = (async () => {
+      while (watching) {
+        try {
+          const r = await fetch(`${n3.apiUrl}/health`, { signal: AbortSignal.timeout(1000) });
+          const body = (await r.json()) as { error?: { details?: { reason?: string } } };
+          healthSeen.add(
+            r.status === 200 ? "ok" : (body.error?.details?.reason ?? String(r.status)),
+          );
+        } catch {
+          healthSeen.add("gone");
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    const stoppedAt = Date.now();
+    await n3.stop(40_000);
+    const stopMs = Date.now() - stoppedAt;
+    watching = false;
+    await watchHealth;
+
+    // The load goes on through node-2's instance; then the clients stop.
+    await new Promise((r) => setTimeout(r, 2000));
+    stopLoad();
+    const outcomes = (await Promise.all(clients)).flat();
+    const failed = outcomes.filter((o) => !o.ok);
+    expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
+    expect(outcomes.length).toBeGreaterThan(8);
+    expect(healthSeen.has("draining"), [...healthSeen].join(",")).toBe(true);
+    // It drained (in-flight requests ended) rather than running into the timeout.
+    const drained = n3.logLines.find((l) => l.includes('"msg":"drained"'));
+    expect(drained, n3.logLines.slice(-20).join("\n")).toBeDefined();
+    expect(drained).not.toContain('"outcome":"timeout"');
+    expect(stopMs).toBeLessThan(30_000);
+    expect(n2.running).toBe(true);
+  });
+});

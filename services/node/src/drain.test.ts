@@ -1,0 +1,72 @@
+import { describe, expect, it } from "vitest";
+import { silentLogger } from "@ic/log";
+import { Drain, engineBusy } from "./drain.ts";
+
+function drain(counts: number[], o: { instances?: boolean; timeoutMs?: number } = {}) {
+  const seen: string[] = [];
+  let i = 0;
+  const d = new Drain({
+    announce: () => void seen.push("announce"),
+    hasInstances: () => o.instances ?? true,
+    busy: async () => {
+      seen.push("busy");
+      return counts[Math.min(i++, counts.length - 1)]!;
+    },
+    settleMs: 20,
+    pollMs: 10,
+    timeoutMs: o.timeoutMs ?? 5000,
+    log: silentLogger(),
+  });
+  return { d, seen };
+}
+
+describe("Drain", () => {
+  it("announces, lets gateways hear it, then waits until the engines hold nothing", async () => {
+    const { d, seen } = drain([2, 1, 0]);
+    const t0 = Date.now();
+    const r = await d.run();
+    expect(r).toMatchObject({ outcome: "idle", left: 0 });
+    expect(seen).toEqual(["announce", "busy", "busy", "busy"]);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(20 + 2 * 10 - 5);
+    // Once: a second run is the same drain.
+    expect(await d.run()).toBe(r);
+  });
+
+  it("has nothing to wait for without instances (it still announces)", async () => {
+    const { d, seen } = drain([5], { instances: false });
+    expect(await d.run()).toMatchObject({ outcome: "nothing_to_drain", waitedMs: 0 });
+    expect(seen).toEqual(["announce"]);
+  });
+
+  it("stops waiting at the timeout, saying how many were left", async () => {
+    const { d } = drain([3], { timeoutMs: 80 });
+    const r = await d.run();
+    expect(r).toMatchObject({ outcome: "timeout", left: 3 });
+    expect(r.waitedMs).toBeGreaterThanOrEqual(75);
+    expect(r.waitedMs).toBeLessThan(1000);
+  });
+
+  it("a second signal cuts it short", async () => {
+    const { d } = drain([4]);
+    const p = d.run();
+    setTimeout(() => d.cancel(), 50);
+    const r = await p;
+    expect(r.outcome).toBe("cut_short");
+    expect(r.waitedMs).toBeLessThan(1000);
+  });
+});
+
+describe("engineBusy", () => {
+  it("adds llama-server's processing and deferred requests", () => {
+    const text = [
+      "# HELP llamacpp:requests_processing Number of requests processing.",
+      "# TYPE llamacpp:requests_processing gauge",
+      "llamacpp:requests_processing 2",
+      "llamacpp:requests_deferred 3",
+      "llamacpp:prompt_tokens_total 40",
+    ].join("\n");
+    expect(engineBusy(text)).toBe(5);
+    expect(engineBusy("")).toBe(0);
+    expect(engineBusy('llamacpp:requests_processing{slot="0"} 1\n')).toBe(1);
+  });
+});

@@ -1,0 +1,83 @@
+// Draining a node before it stops (SIGTERM, POST /admin/drain): it tells the cluster in its
+// heartbeat (gateways then send no new request to an instance with a rank on it), waits for the
+// requests in flight on those instances' engines to end, bounded by node.drain_timeout_ms, and only
+// then stops. A second SIGTERM cuts the wait short.
+import type { Logger } from "@ic/log";
+
+export interface DrainOptions {
+  /** Requests the engines of this node's instances still hold (processing or queued). */
+  readonly busy: () => Promise<number>;
+  /** Whether any instance has a rank on this node (nothing to wait for otherwise). */
+  readonly hasInstances: () => boolean;
+  /** Says so to the cluster at once (a heartbeat with `draining`). */
+  readonly announce: () => void;
+  /** How long gateways get to hear of it before the engines' counts are trusted. */
+  readonly settleMs: number;
+  readonly timeoutMs: number;
+  readonly pollMs?: number;
+  readonly log: Logger;
+}
+
+export interface DrainResult {
+  readonly waitedMs: number;
+  /** Requests still in flight when it stopped waiting (0 unless it timed out or was cut short). */
+  readonly left: number;
+  readonly outcome: "idle" | "timeout" | "cut_short" | "nothing_to_drain";
+}
+
+export class Drain {
+  private cut: (() => void) | undefined;
+  private cutShort = false;
+  private result: Promise<DrainResult> | undefined;
+
+  constructor(private readonly o: DrainOptions) {}
+
+  /** Starts draining (once); resolves when the node may stop. */
+  run(): Promise<DrainResult> {
+    this.result ??= this.drain();
+    return this.result;
+  }
+
+  /** Stops waiting now (a second SIGTERM). */
+  cancel(): void {
+    this.cutShort = true;
+    this.cut?.();
+  }
+
+  private async drain(): Promise<DrainResult> {
+    const started = Date.now();
+    const o = this.o;
+    o.announce();
+    if (!o.hasInstances()) return { waitedMs: 0, left: 0, outcome: "nothing_to_drain" };
+    const deadline = started + o.timeoutMs;
+    const sleep = (ms: number) =>
+      new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, Math.max(0, Math.min(ms, deadline - Date.now())));
+        this.cut = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+    await sleep(o.settleMs);
+    let left = 0;
+    for (;;) {
+      if (this.cutShort) return { waitedMs: Date.now() - started, left, outcome: "cut_short" };
+      left = await o.busy();
+      if (left === 0) return { waitedMs: Date.now() - started, left, outcome: "idle" };
+      if (Date.now() >= deadline)
+        return { waitedMs: Date.now() - started, left, outcome: "timeout" };
+      o.log.info({ in_flight: left }, "draining: waiting for requests in flight to end");
+      await sleep(o.pollMs ?? 250);
+    }
+  }
+}
+
+/** Requests an engine holds, from its /metrics text (processing plus deferred); 0 when absent. */
+export function engineBusy(metricsText: string): number {
+  let n = 0;
+  for (const line of metricsText.split("\n")) {
+    const m = /^llamacpp:requests_(processing|deferred)(?:\{[^}]*\})? (\S+)/.exec(line);
+    if (m) n += Number(m[2]) || 0;
+  }
+  return n;
+}
