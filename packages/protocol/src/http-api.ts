@@ -167,6 +167,13 @@ export const RestartResponseSchema = z.object({
   restarting: z.literal(true),
   node: z.string(),
 });
+
+/** POST /admin/drain: accepted; the node drains, then stops. */
+export const DrainResponseSchema = z.object({
+  ok: z.literal(true),
+  draining: z.literal(true),
+  node: z.string(),
+});
 export const PingResponseSchema = z.object({ ok: z.literal(true), peer_key: z.string() });
 export const HealthResponseSchema = z.object({
   ok: z.literal(true),

@@ -562,3 +562,22 @@ describe("GET /state/stream", () => {
     expect(r.status).toBe(400);
   });
 });
+
+describe("POST /admin/drain", () => {
+  it("answers 202 and then asks the node to drain (once the answer is out)", async () => {
+    const c = fakeCluster([{ name: "a", freeGb: 64 }]);
+    let drained = 0;
+    const a = createGatewayApp({
+      cluster: c.view,
+      log: silentLogger(),
+      name: "node-a",
+      drain: () => void drained++,
+    });
+    const r = await a.request("/admin/drain", { method: "POST" });
+    expect(r.status).toBe(202);
+    expect(await r.json()).toEqual({ ok: true, draining: true, node: "node-a" });
+    expect(drained).toBe(0);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(drained).toBe(1);
+  });
+});

@@ -19,6 +19,7 @@ const MUTATING = [
   { method: "POST", path: "/place_instance", scope: "admin" },
   { method: "DELETE", path: "/instance/i-1", scope: "admin" },
   { method: "POST", path: "/admin/restart", scope: "admin" },
+  { method: "POST", path: "/admin/drain", scope: "admin" },
   { method: "POST", path: "/store/purge-staging", scope: "admin" },
   { method: "PUT", path: "/v1/tracing", scope: "admin" },
   { method: "PUT", path: "/admin/settings", scope: "admin" },

@@ -11,6 +11,7 @@ import {
   CompletionRequestSchema,
   ClusterTraceListSchema,
   DeleteInstanceResponseSchema,
+  DrainResponseSchema,
   HealthResponseSchema,
   InstanceListSchema,
   ModelEntrySchema,
@@ -158,6 +159,13 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     summary: "restart this node's process image",
     scope: "admin",
     responses: { "202": ok("restarting", RestartResponseSchema) },
+  },
+  {
+    method: "post",
+    path: "/admin/drain",
+    summary: "drain this node (no new requests; those in flight finish), then stop it",
+    scope: "admin",
+    responses: { "202": ok("draining", DrainResponseSchema) },
   },
   {
     method: "get",
