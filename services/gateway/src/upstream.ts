@@ -63,7 +63,8 @@ export class UpstreamConnectTimeout extends Error {
 /**
  * POSTs JSON; resolves with the response (headers read, body streaming) or rejects on connect errors.
  * A pooled connection the engine closed while idle fails before any response: that is retried once
- * on a fresh connection (the request never reached the engine).
+ * on a fresh connection (the request never reached the engine). Fresh, not pooled again: the pool's
+ * other idle connections were opened together and the engine closes them together.
  */
 export async function postUpstream(
   url: string,
@@ -74,7 +75,7 @@ export async function postUpstream(
     return await postOnce(url, body, o);
   } catch (e) {
     if ((e as { reusedSocket?: boolean }).reusedSocket && !o.abort?.aborted)
-      return postOnce(url, body, o);
+      return postOnce(url, body, o, true);
     o.onSent?.();
     throw e;
   }
@@ -94,13 +95,18 @@ function target(url: string): { hostname: string; port: string; pathname: string
   return t;
 }
 
-function postOnce(url: string, body: string, o: UpstreamOptions): Promise<IncomingMessage> {
+function postOnce(
+  url: string,
+  body: string,
+  o: UpstreamOptions,
+  fresh = false,
+): Promise<IncomingMessage> {
   const { abort, onSent, connectTimeoutMs } = o;
   return new Promise((resolve, reject) => {
     const u = target(url);
     const req = request(
       {
-        agent,
+        agent: fresh ? false : agent,
         host: u.hostname,
         port: u.port,
         path: u.pathname,

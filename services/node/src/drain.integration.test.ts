@@ -26,6 +26,7 @@ beforeAll(async () => {
       engine: { context_size: 4096, extra_args: ["-np", "4"] },
       ...(i === 0 ? { store_path: store } : {}),
     }),
+    env: (i): Record<string, string> => (i === 0 ? { LOG_LEVEL: "debug" } : {}),
   });
   await waitForConvergence(cluster.nodes, 3);
 }, 180_000);
@@ -104,7 +105,10 @@ describe("drain", () => {
     stopLoad();
     const outcomes = (await Promise.all(clients)).flat();
     const failed = outcomes.filter((o) => !o.ok);
-    expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
+    const why = n1.logLines
+      .filter((l) => /retry|lost|draining|before the first/i.test(l))
+      .slice(-10);
+    expect(failed, `${JSON.stringify(failed.slice(0, 3))}\n${why.join("\n")}`).toEqual([]);
     expect(outcomes.length).toBeGreaterThan(8);
     expect(healthSeen.has("draining"), [...healthSeen].join(",")).toBe(true);
     // It drained (in-flight requests ended) rather than running into the timeout.

@@ -417,7 +417,19 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
           Date.now() < request.deadline
             ? readyOthers(body.model, tried)
             : [];
-        if (others.length === 0) throw e.error;
+        if (others.length === 0) {
+          o.log.debug(
+            {
+              command: commandId,
+              model: body.model,
+              instance: target.instance.instance_id,
+              code: e.error.code,
+              tries: tried.size,
+            },
+            "request lost its instance before the first byte; no other ready instance to retry on",
+          );
+          throw e.error;
+        }
         obs?.event({
           type: "retry",
           at: preciseNow(),
