@@ -442,47 +442,35 @@ export function checkInstance(
         message: `memory of ${c.name} not yet known (telemetry not gossiped); retry in a few seconds`,
       };
     }
-    if (!fits(a.required_bytes, c.free_bytes)) {
+    const free = c.free_bytes;
+    // What a refusal states: the share, its bytes and the node's free memory.
+    const figures = (layers: number | undefined, fraction: number) => ({
+      node_id: c.node_id,
+      name: c.name,
+      ...(layers !== undefined && n > 1 ? { layers } : {}),
+      fraction,
+      weight_bytes: a.weight_bytes,
+      kv_bytes: kv * fraction,
+      required_bytes: a.required_bytes,
+      free_bytes: free,
+    });
+    const tooLittle = (message: string) => ({
+      ok: false as const,
+      code: "insufficient_memory" as const,
+      message: message + reservationNote(c),
+      node_id: c.node_id,
+    });
+    if (!fits(a.required_bytes, free)) {
       const fraction = a.layers !== undefined ? a.layers / facts.layers : (a.fraction ?? 1);
-      const figures = {
-        node_id: c.node_id,
-        name: c.name,
-        ...(a.layers !== undefined && n > 1 ? { layers: a.layers } : {}),
-        fraction,
-        weight_bytes: a.weight_bytes,
-        kv_bytes: kv * fraction,
-        required_bytes: a.required_bytes,
-        free_bytes: c.free_bytes,
-      };
-      return {
-        ok: false,
-        code: "insufficient_memory",
-        message: memoryMessage(figures, mem, facts.layers, n) + reservationNote(c),
-        node_id: c.node_id,
-      };
+      return tooLittle(memoryMessage(figures(a.layers, fraction), mem, facts.layers, n));
     }
     // A layer share spread over the node's GPUs: whole layers per GPU.
     const layers = a.layers ?? (instance.sharding === "Pipeline" ? facts.layers : undefined);
     const gpu =
       layers !== undefined ? gpuLayerFit(facts, layers, c.gpus_free_bytes ?? undefined, mem) : null;
     if (gpu && !gpu.fits) {
-      const fraction = layers! / facts.layers;
-      const figures = {
-        node_id: c.node_id,
-        name: c.name,
-        ...(n > 1 ? { layers: layers! } : {}),
-        fraction,
-        weight_bytes: a.weight_bytes,
-        kv_bytes: kv * fraction,
-        required_bytes: a.required_bytes,
-        free_bytes: c.free_bytes,
-      };
-      return {
-        ok: false,
-        code: "insufficient_memory",
-        message: gpuMemoryMessage(figures, gpu, facts.layers, n) + reservationNote(c),
-        node_id: c.node_id,
-      };
+      const share = figures(layers, layers! / facts.layers);
+      return tooLittle(gpuMemoryMessage(share, gpu, facts.layers, n));
     }
   }
   return null;

@@ -40,6 +40,14 @@ export class Client {
     return new Client({ ...this.o, url });
   }
 
+  /** The ApiError of a refused raw() answer (its error envelope, else its status). */
+  static async errorOf(r: Response): Promise<ApiError> {
+    const e = (
+      (await r.json().catch(() => ({}))) as { error?: { code?: string; message?: string } }
+    ).error;
+    return new ApiError(r.status, e?.code ?? `http_${r.status}`, e?.message ?? String(r.status));
+  }
+
   async raw(method: string, path: string, body?: unknown, timeoutMs?: number): Promise<Response> {
     const headers: Record<string, string> = {};
     if (this.o.token) headers["authorization"] = `Bearer ${this.o.token}`;

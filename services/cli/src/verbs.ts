@@ -1,8 +1,7 @@
 // What each verb of the ic command does, over the node HTTP API (docs/api.md).
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import type { Client } from "./client.ts";
-import { ApiError } from "./client.ts";
+import { ApiError, Client } from "./client.ts";
 import { intOption, UsageError } from "./args.ts";
 import type { Parsed } from "./args.ts";
 import { ago, bytes, formatLogLine, progressBar, purgeText, table, uniqueId } from "./format.ts";
@@ -310,10 +309,7 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
         900_000,
       );
       if (!r.ok) {
-        const e = (
-          (await r.json().catch(() => ({}))) as { error?: { code?: string; message?: string } }
-        ).error;
-        throw new ApiError(r.status, e?.code ?? `http_${r.status}`, e?.message ?? String(r.status));
+        throw await Client.errorOf(r);
       }
       const decoder = new TextDecoder();
       let buf = "";
@@ -461,10 +457,7 @@ async function followLogs(c: Client, io: Io, p: Parsed, q: URLSearchParams): Pro
   // No deadline: a follower stays until the user leaves or the node goes.
   const r = await c.raw("GET", `/logs?${q.toString()}`, undefined, 2_147_483_647);
   if (!r.ok) {
-    const e = (
-      (await r.json().catch(() => ({}))) as { error?: { code?: string; message?: string } }
-    ).error;
-    throw new ApiError(r.status, e?.code ?? `http_${r.status}`, e?.message ?? String(r.status));
+    throw await Client.errorOf(r);
   }
   const decoder = new TextDecoder();
   let buf = "";
