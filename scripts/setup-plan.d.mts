@@ -13,3 +13,9 @@ export type SetupPlan =
       readonly debian: readonly (readonly [string, string])[];
     };
 export declare function setupPlan(argv: readonly string[], env?: NodeJS.ProcessEnv): SetupPlan;
+export declare function icLinkDir(
+  mode: SetupMode,
+  env: NodeJS.ProcessEnv,
+  isRoot: boolean,
+  home: string,
+): string | null;

@@ -14,6 +14,8 @@ Installs, only when missing, what the chosen use needs (default: start):
   publisher  pnpm and the workspace dependencies only
   --no-engine   skip the engine build (and cmake, g++, git)
   --no-browser  skip chromium
+It also links the ic command onto PATH (start and test): into $IC_BIN_DIR, else /usr/local/bin as
+root, else ~/.local/bin; an ic there that is not this checkout's is left alone.
 Environment: ENGINE_PORTABLE=1 builds an engine that runs on any CPU of this architecture (images);
 ENGINE_BACKEND=cpu|cuda forces the backend; ENGINE_CACHE_DIR moves the engine cache;
 NATS_SERVER_BIN / CHROMIUM_PATH name binaries to use instead of the Debian packages.
@@ -59,4 +61,14 @@ export function setupPlan(argv, env = process.env) {
     .filter(([, , override]) => !(override && env[override]))
     .map(([cmd, pkg]) => [cmd, pkg]);
   return { help: false, mode, engine, portable: engine && isPortable(env), debian };
+}
+
+/**
+ * Where the `ic` link goes, or null for none (the publisher needs no ic): IC_BIN_DIR when set,
+ * /usr/local/bin as root, else ~/.local/bin.
+ */
+export function icLinkDir(mode, env, isRoot, home) {
+  if (mode === "publisher") return null;
+  if (env.IC_BIN_DIR) return env.IC_BIN_DIR;
+  return isRoot ? "/usr/local/bin" : `${home}/.local/bin`;
 }

@@ -4,11 +4,20 @@
 // llama.cpp engine build. Idempotent and quick when done.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readlinkSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { homedir } from "node:os";
+import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureEngine } from "./build-engine.mjs";
-import { setupPlan, USAGE } from "./setup-plan.mjs";
+import { icLinkDir, setupPlan, USAGE } from "./setup-plan.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 let plan;
@@ -85,5 +94,33 @@ if (plan.engine) {
   } catch (e) {
     log(`engine build failed: ${e instanceof Error ? e.message : String(e)}`);
     process.exit(1);
+  }
+}
+
+// 5. The ic command on PATH: a link to this checkout's services/cli/bin/ic.mjs.
+const linkDir = icLinkDir(plan.mode, process.env, process.getuid?.() === 0, homedir());
+if (linkDir) {
+  const target = join(root, "services", "cli", "bin", "ic.mjs");
+  const link = join(linkDir, "ic");
+  let current;
+  try {
+    current = lstatSync(link).isSymbolicLink() ? readlinkSync(link) : "(a file)";
+  } catch {
+    current = undefined;
+  }
+  if (current === undefined) {
+    try {
+      mkdirSync(linkDir, { recursive: true });
+      symlinkSync(target, link);
+      log(`linked ${link} -> ${target}`);
+      if (!(process.env.PATH ?? "").split(delimiter).includes(linkDir))
+        log(`${linkDir} is not on PATH: add it to run ic directly (npm run ic -- works anyway)`);
+    } catch (e) {
+      log(
+        `could not link ic into ${linkDir} (${e instanceof Error ? e.message : String(e)}); use npm run ic --`,
+      );
+    }
+  } else if (current !== target) {
+    log(`${link} exists and is not this checkout's (${current}); left alone`);
   }
 }

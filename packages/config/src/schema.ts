@@ -139,8 +139,13 @@ export const ConfigSchema = z
         staging: StagingSchema.prefault({}),
         /** URL of the store host; when absent, a node with store_path serves itself. */
         url: z.string().url().optional(),
-        /** Model hub base URL; enables the direct hub fallback when the store host is unreachable. */
-        hub_url: z.string().url().optional(),
+        /** Model hub base URL: where the store host's pulls download from (HF_TOKEN is sent). */
+        hub_url: z.string().url().default("https://huggingface.co"),
+        /**
+         * Lets a node download a model from hub_url itself when the store host is unreachable
+         * (into hub_cache_path). Off by default: a node then waits for its store host.
+         */
+        hub_fallback: z.boolean().default(false),
         /** Where direct hub downloads land (checked for space on its own filesystem). */
         hub_cache_path: z.string().min(1).default("~/.service/hub-cache"),
       })

@@ -14,7 +14,7 @@ import {
   supportsAllVariants,
   tailOf,
 } from "../../../scripts/build-engine.mjs";
-import { setupPlan } from "../../../scripts/setup-plan.mjs";
+import { icLinkDir, setupPlan } from "../../../scripts/setup-plan.mjs";
 
 const work = mkdtempSync(join(tmpdir(), "ic-setup-scripts-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -25,6 +25,17 @@ function packages(argv: string[], env: NodeJS.ProcessEnv = {}): string[] {
   if (plan.help) throw new Error("help");
   return plan.debian.map(([, pkg]) => pkg);
 }
+
+describe("icLinkDir: where setup links the ic command", () => {
+  it.each([
+    ["start", {}, true, "/usr/local/bin"],
+    ["test", {}, false, "/home/op/.local/bin"],
+    ["start", { IC_BIN_DIR: "/opt/bin" }, true, "/opt/bin"],
+    ["publisher", {}, true, null],
+  ] as const)("%s %j root=%s -> %s", (mode, env, root, want) => {
+    expect(icLinkDir(mode, env, root, "/home/op")).toBe(want);
+  });
+});
 
 describe("setupPlan: what each use installs", () => {
   it.each([

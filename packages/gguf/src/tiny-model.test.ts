@@ -173,6 +173,41 @@ describe("writeTinyModel", () => {
     expect(f16.facts.weightsBytes).toBeLessThan(f32.facts.weightsBytes * 0.51);
   });
 
+  test("Q8_0 weights are blocks of an f16 scale and 32 bytes that decode to the F32 values", async () => {
+    const f32 = await writeTinyModel(join(dir, "q32.gguf"));
+    const q8 = await writeTinyModel(join(dir, "q8.gguf"), { weightType: "Q8_0" });
+    const h = await readGgufHeader(q8.path);
+    expect(h.tensors.find((t) => t.name === "blk.0.ffn_down.weight")?.ggmlType).toBe("Q8_0");
+    expect(h.metadata.get("general.file_type")).toEqual({ type: "u32", value: 7 });
+    const raw = await tensorBytes(h, "blk.0.attn_q.weight");
+    const ref = await tensorBytes(await readGgufHeader(f32.path), "blk.0.attn_q.weight");
+    const want = new Float32Array(ref.buffer.slice(ref.byteOffset, ref.byteOffset + ref.length));
+    expect(raw.length).toBe((want.length / 32) * 34);
+    const view = new DataView(raw.buffer, raw.byteOffset, raw.length);
+    const f16 = (bits: number) => {
+      const e = (bits >> 10) & 0x1f;
+      const m = bits & 0x3ff;
+      return (e === 0 ? m / 1024 : 1 + m / 1024) * 2 ** ((e === 0 ? 1 : e) - 15);
+    };
+    for (let b = 0; b < want.length / 32; b++) {
+      const d = f16(view.getUint16(b * 34, true));
+      for (let i = 0; i < 32; i++) {
+        // Half a step, plus what rounding the scale to f16 moves the largest value (127 steps).
+        const got = view.getInt8(b * 34 + 2 + i) * d;
+        expect(Math.abs(got - want[b * 32 + i]!)).toBeLessThanOrEqual(d * 0.6 + 1e-6);
+      }
+    }
+    expect(q8.bytes).toBeLessThan(f32.bytes * 0.5);
+    await expect(
+      writeTinyModel(join(dir, "bad.gguf"), {
+        weightType: "Q8_0",
+        nEmbd: 48,
+        nHead: 4,
+        nHeadKv: 2,
+      }),
+    ).rejects.toThrow(/multiples of 32/);
+  });
+
   test("only text pieces have output weights, so special and byte tokens are never generated", async () => {
     const h = await readGgufHeader((await writeTinyModel(join(dir, "out.gguf"))).path);
     const out = await tensorBytes(h, "output.weight");

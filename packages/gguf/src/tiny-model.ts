@@ -23,7 +23,7 @@ export interface TinyModelOptions {
   /** Weight seed; the same seed and shape give byte-identical files. Default 42. */
   readonly seed?: number;
   /** Storage type of the 2-D weight matrices; norms stay F32. Default "F32". */
-  readonly weightType?: "F32" | "F16";
+  readonly weightType?: "F32" | "F16" | "Q8_0";
   /** A drafter for speculative decoding: by default one layer and the name "tiny-llama-drafter". */
   readonly drafter?: boolean;
   /** general.name. Default "tiny-llama" (or "tiny-llama-drafter"). */
@@ -99,8 +99,27 @@ export function f32ToF16Bits(value: number): number {
   return sign | half;
 }
 
+/** Q8_0: blocks of 32 values, each an f16 scale (max |x| / 127) and 32 signed bytes x / scale. */
+function encodeQ8_0(values: Float32Array): Uint8Array {
+  const blocks = values.length / 32;
+  const out = new Uint8Array(blocks * 34);
+  const view = new DataView(out.buffer);
+  for (let b = 0; b < blocks; b++) {
+    let amax = 0;
+    for (let i = 0; i < 32; i++) amax = Math.max(amax, Math.abs(values[b * 32 + i] ?? 0));
+    const d = amax / 127;
+    view.setUint16(b * 34, f32ToF16Bits(d), true);
+    for (let i = 0; i < 32; i++) {
+      const q = d === 0 ? 0 : Math.round((values[b * 32 + i] ?? 0) / d);
+      view.setInt8(b * 34 + 2 + i, Math.max(-127, Math.min(127, q)));
+    }
+  }
+  return out;
+}
+
 function encode(values: Float32Array, type: GgmlType): Uint8Array {
   if (type === "F32") return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+  if (type === "Q8_0") return encodeQ8_0(values);
   const out = new Uint16Array(values.length);
   for (let i = 0; i < values.length; i++) out[i] = f32ToF16Bits(values[i] ?? 0);
   return new Uint8Array(out.buffer);
@@ -137,8 +156,11 @@ function resolve(options: TinyModelOptions): Shape & { name: string } {
     );
   if ((shape.nEmbd / shape.nHead) % 2 !== 0)
     throw new GgufError("invalid_options", "the head size must be even for RoPE");
-  if (shape.weightType !== "F32" && shape.weightType !== "F16")
+  if (shape.weightType !== "F32" && shape.weightType !== "F16" && shape.weightType !== "Q8_0")
     throw new GgufError("invalid_options", `weightType ${String(shape.weightType)}`);
+  // Q8_0 quantizes rows in blocks of 32: every weight's row length must be a multiple of it.
+  if (shape.weightType === "Q8_0" && (shape.nEmbd % 32 !== 0 || shape.nFf % 32 !== 0))
+    throw new GgufError("invalid_options", "Q8_0 needs nEmbd and nFf to be multiples of 32");
   return {
     ...shape,
     name: options.name ?? (options.drafter === true ? "tiny-llama-drafter" : "tiny-llama"),
@@ -215,8 +237,8 @@ function tinyMetadata(s: Shape & { name: string }): [string, GgufValue][] {
     ["general.architecture", str("llama")],
     ["general.name", str(s.name)],
     ["general.alignment", u32(32)],
-    // llama_ftype: 0 = ALL_F32, 1 = MOSTLY_F16
-    ["general.file_type", u32(s.weightType === "F32" ? 0 : 1)],
+    // llama_ftype: 0 = ALL_F32, 1 = MOSTLY_F16, 7 = MOSTLY_Q8_0
+    ["general.file_type", u32({ F32: 0, F16: 1, Q8_0: 7 }[s.weightType])],
     ["llama.context_length", u32(s.contextLength)],
     ["llama.embedding_length", u32(s.nEmbd)],
     ["llama.block_count", u32(s.nLayer)],

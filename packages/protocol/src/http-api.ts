@@ -201,6 +201,25 @@ export const PurgeResponseSchema = z.object({
 });
 
 export const PullResponseSchema = z.object({ pull: PullSchema });
+/** GET /store/host: the node that holds the store (where uploads go). */
+export const StoreHostResponseSchema = z.object({ name: z.string(), api_url: z.string() });
+/** PUT /store/uploads/{org}/{name}/files/{path}: one file received into the upload area. */
+export const UploadFileResponseSchema = z.object({
+  model_id: z.string(),
+  file: z.object({ path: z.string(), bytes: z.number().int(), sha256: z.string() }),
+});
+/** POST /store/uploads/{org}/{name}/commit: the files moved into the store. */
+export const UploadCommitResponseSchema = z.object({
+  model_id: z.string(),
+  files: z.array(z.object({ path: z.string(), bytes: z.number().int() })),
+});
+/** DELETE /store/uploads/{org}/{name}: an upload dropped. */
+export const UploadAbortResponseSchema = z.object({
+  model_id: z.string(),
+  aborted: z.literal(true),
+});
+/** DELETE /store/pulls/{org}/{name}: a live pull cancelled, or a finished one dismissed. */
+export const PullCancelResponseSchema = z.object({ pull: PullSchema, dismissed: z.boolean() });
 export const PullListResponseSchema = z.object({ pulls: z.array(PullSchema) });
 export const RemoveModelResponseSchema = z.object({ ok: z.literal(true), model_id: ModelIdSchema });
 

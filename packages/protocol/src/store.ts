@@ -152,11 +152,29 @@ const RevisionSchema = z
   )
   .refine((v) => !v.includes(".."), "revision must not contain '..'");
 
+/**
+ * A quantization selector (`Q4_K_M`, `q8_0`, `F16`, `UD-Q4_K_XL`...), matched case-insensitively
+ * against the quant tags of a repo's GGUF files.
+ */
+export const QuantSchema = z
+  .string()
+  .regex(
+    /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/,
+    "quant must be a quantization tag such as Q4_K_M, Q8_0 or F16",
+  );
+
 /** One model pull, as the store host reports it (GET /store/pulls, /state `pulls`). */
 export const PullSchema = z.object({
   model_id: ModelIdSchema,
   /** The revision asked for (`main` when none was): a branch, a tag or a commit. */
   revision: z.string(),
+  /**
+   * The quantization asked for, replaced by the one chosen once the hub listed the repo (without a
+   * selector: Q4_K_M when present, else the smallest). Absent for a repo without GGUF weights.
+   */
+  quant: z.string().optional(),
+  /** The GGUF the engine will load (the first part of a split), once chosen. */
+  served_file: z.string().optional(),
   state: z.enum(PULL_STATES),
   /** Bytes of the selected files on the store volume so far (resumed and linked bytes included). */
   bytes_done: z.number().int().nonnegative(),
@@ -174,9 +192,26 @@ export const PullSchema = z.object({
 export type Pull = z.infer<typeof PullSchema>;
 
 export const PullBodySchema = z
-  .object({ model_id: ModelIdSchema, revision: RevisionSchema.optional() })
+  .object({
+    model_id: ModelIdSchema,
+    revision: RevisionSchema.optional(),
+    quant: QuantSchema.optional(),
+  })
   .strict();
 export type PullBody = z.infer<typeof PullBodySchema>;
+
+/**
+ * `org/repo[:QUANT][@revision]`, the way `ic pull` and `npm start -- --model` name a hub model (as
+ * `llama-server -hf` and Ollama users type it), as a pull body.
+ */
+export function parseModelRef(ref: string): PullBody {
+  const m = /^([^:@]+)(?::([^@]+))?(?:@(.+))?$/.exec(ref.trim());
+  return PullBodySchema.parse({
+    model_id: m?.[1] ?? ref,
+    ...(m?.[2] !== undefined ? { quant: m[2] } : {}),
+    ...(m?.[3] !== undefined ? { revision: m[3] } : {}),
+  });
+}
 
 /** Bus request to the store host: start (or resume), cancel, or list its pulls; remove a model. */
 export const PullRequestSchema = z.discriminatedUnion("op", [
@@ -184,9 +219,12 @@ export const PullRequestSchema = z.discriminatedUnion("op", [
     op: z.literal("start"),
     model_id: ModelIdSchema,
     revision: RevisionSchema.optional(),
+    quant: QuantSchema.optional(),
   }),
   z.object({ op: z.literal("cancel"), model_id: ModelIdSchema }),
   z.object({ op: z.literal("list") }),
+  /** Which node is the store host, and its API (uploads go there directly). */
+  z.object({ op: z.literal("locate") }),
   /** Delete the model's files from the store (after the registry let it go). */
   z.object({
     op: z.literal("remove"),

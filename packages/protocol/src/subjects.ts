@@ -33,6 +33,10 @@ export const PullReplySchema = z.discriminatedUnion("ok", [
     pulls: z.array(PullSchema),
     /** `start` only: whether a new pull was queued (false: the live one of that model came back). */
     created: z.boolean().optional(),
+    /** `cancel` only: a finished pull was taken off the list (a live one is cancelled instead). */
+    dismissed: z.boolean().optional(),
+    /** `locate` only: the store host's node name and API base URL. */
+    store_host: z.object({ name: z.string(), api_url: z.string() }).optional(),
   }),
   z.object({ ok: z.literal(false), error: WireErrorSchema }),
 ]);

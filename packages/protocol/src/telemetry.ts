@@ -18,6 +18,7 @@ export const HEALTH_CODES = [
   "anonymous_api",
   /** A model directory was removed from store_path by hand while an instance or deployment uses it. */
   "store_model_missing",
+  "store_loose_file",
   /** The master cannot reach a quorum of the intent store: intent cannot change, nor be restored. */
   "intent_store_unavailable",
   /** A runner on this node crashes again and again (its model, instance and the engine's words). */

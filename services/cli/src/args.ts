@@ -48,16 +48,42 @@ export const VERBS: Record<string, Verb> = {
     positionals: [0, 0],
   },
   pull: {
-    summary: "pull a model from the model hub into the store, with progress (Ctrl-C cancels)",
-    usage: "pull <org/name> [--detach]",
+    summary:
+      "pull a model from the model hub into the store: one quantization (default Q4_K_M, else the smallest), with progress (Ctrl-C cancels)",
+    usage: "pull <org/name>[:QUANT][@revision] [--detach]",
     options: { detach: { type: "boolean", help: "start the pull and return" } },
     positionals: [1, 1],
   },
-  pulls: { summary: "the store host's pulls", usage: "pulls", options: {}, positionals: [0, 0] },
+  import: {
+    summary:
+      "send a GGUF file (or a folder of them) from this machine into the store as org/name; it registers like a copied model",
+    usage: "import <file.gguf|folder> --as <org/name> [--place]",
+    options: {
+      as: { type: "string", value: "org/name", help: "the model id it is served as (required)" },
+      place: { type: "boolean", help: "place an instance of it once registered" },
+    },
+    positionals: [1, 1],
+  },
+  pulls: {
+    summary: "the store host's pulls; --dismiss takes a finished one off the list",
+    usage: "pulls [--dismiss org/name]",
+    options: {
+      dismiss: {
+        type: "string",
+        help: "take a finished (failed, cancelled, done) pull off the list",
+      },
+    },
+    positionals: [0, 0],
+  },
   place: {
     summary: "place an instance of a model",
-    usage: "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE,...]",
+    usage:
+      "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE,...] [--wait]",
     options: {
+      wait: {
+        type: "boolean",
+        help: "wait until it serves (staging, loading), or say why it failed",
+      },
       "min-nodes": { type: "string", value: "N", help: "nodes to spread it over (default 1)" },
       sharding: { type: "string", value: "S", help: "Pipeline (default) or Tensor" },
       exclude: {

@@ -88,6 +88,30 @@ export class Client {
     return parsed as T;
   }
 
+  /** PUTs a file's bytes as they are read (no timeout: a model may take long to send). */
+  async upload<T>(path: string, file: string, bytes: number): Promise<T> {
+    const { createReadStream } = await import("node:fs");
+    const { Readable } = await import("node:stream");
+    const headers: Record<string, string> = {
+      "content-type": "application/octet-stream",
+      "content-length": String(bytes),
+    };
+    if (this.o.token) headers["authorization"] = `Bearer ${this.o.token}`;
+    let r: Response;
+    try {
+      r = await fetch(`${this.url}${path}`, {
+        method: "PUT",
+        headers,
+        body: Readable.toWeb(createReadStream(file)) as ReadableStream<Uint8Array>,
+        duplex: "half",
+      } as RequestInit);
+    } catch (e) {
+      throw new UnreachableError(this.url, e);
+    }
+    if (!r.ok) throw await Client.errorOf(r);
+    return (await r.json()) as T;
+  }
+
   get<T>(path: string, timeoutMs?: number): Promise<T> {
     return this.json<T>("GET", path, undefined, timeoutMs);
   }

@@ -43,6 +43,8 @@ interface StateDoc {
 }
 interface Pull {
   model_id: string;
+  quant?: string;
+  served_file?: string;
   state: string;
   bytes_done: number;
   bytes_total: number | null;
@@ -50,6 +52,68 @@ interface Pull {
 }
 
 const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
+
+/**
+ * Waits until the instance's runners are all ready (it serves), printing each change of what it is
+ * doing; an ApiError when a runner fails or the instance goes.
+ */
+async function waitServing(c: Client, id: string, io: Io, p: Parsed): Promise<void> {
+  let last = "";
+  for (;;) {
+    const s = await c.get<{
+      instances: {
+        instance_id: string;
+        assignments: unknown[];
+        runners: { rank: number; state: string; reason?: string; last_error?: string }[];
+      }[];
+    }>("/state");
+    const inst = s.instances.find((i) => i.instance_id === id);
+    if (!inst) throw new ApiError(410, "instance_lost", `${id} is gone from the cluster`);
+    const failed = inst.runners.find((r) => r.state === "RunnerFailed");
+    if (failed)
+      throw new ApiError(
+        500,
+        "runner_failed",
+        `rank ${failed.rank} of ${id} failed: ${failed.last_error ?? failed.reason ?? "no reason given"}`,
+      );
+    const now = inst.runners.map((r) => `rank ${r.rank} ${r.state}`).join(", ") || "no runner yet";
+    if (now !== last && !p.json) io.out(now);
+    last = now;
+    const ready = inst.runners.filter((r) => r.state === "RunnerReady").length;
+    if (ready > 0 && ready >= inst.assignments.length) {
+      if (!p.json) io.out(`${id} serves`);
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+/** The files `ic import` sends: the file itself, or a folder's files (hidden ones left out). */
+async function importFiles(target: string): Promise<{ abs: string; rel: string; bytes: number }[]> {
+  const { readdir, stat } = await import("node:fs/promises");
+  const { basename, join, relative } = await import("node:path");
+  let st;
+  try {
+    st = await stat(target);
+  } catch {
+    throw new UsageError(`${target}: no such file or folder`);
+  }
+  if (st.isFile()) return [{ abs: target, rel: basename(target), bytes: st.size }];
+  const out: { abs: string; rel: string; bytes: number }[] = [];
+  const walk = async (dir: string): Promise<void> => {
+    for (const e of await readdir(dir, { withFileTypes: true })) {
+      if (e.name.startsWith(".")) continue;
+      const abs = join(dir, e.name);
+      if (e.isDirectory()) await walk(abs);
+      else if (e.isFile())
+        out.push({ abs, rel: relative(target, abs), bytes: (await stat(abs)).size });
+    }
+  };
+  await walk(target);
+  if (!out.some((f) => f.rel.endsWith(".gguf")))
+    throw new UsageError(`${target} holds no .gguf file: nothing the engine could load`);
+  return out.sort((a, b) => (a.rel < b.rel ? -1 : 1));
+}
 const print = (io: Io, p: Parsed, value: unknown, text: () => string) =>
   io.out(p.json ? JSON.stringify(value, null, 2) : text());
 
@@ -159,8 +223,14 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
       return 0;
     }
     case "pull": {
-      const model = p.positionals[0]!;
-      const { pull } = await c.json<{ pull: Pull }>("POST", "/store/pulls", { model_id: model });
+      // org/repo[:QUANT][@revision]; the node validates each part and says what is wrong.
+      const ref = /^([^:@]*)(?::([^@]*))?(?:@(.*))?$/.exec(p.positionals[0]!)!;
+      const model = ref[1]!;
+      const { pull } = await c.json<{ pull: Pull }>("POST", "/store/pulls", {
+        model_id: model,
+        ...(ref[2] !== undefined ? { quant: ref[2] } : {}),
+        ...(ref[3] !== undefined ? { revision: ref[3] } : {}),
+      });
       if (p.values["detach"]) {
         print(io, p, pull, () => `pull of ${model}: ${pull.state}`);
         return 0;
@@ -177,7 +247,8 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
           const { pulls } = await c.get<{ pulls: Pull[] }>("/store/pulls");
           const now = pulls.find((x) => x.model_id === model);
           if (!now) throw new ApiError(404, "not_found", `the store host has no pull of ${model}`);
-          const line = `${model} ${now.state.padEnd(9)} ${progressBar(now.bytes_done, now.bytes_total)}`;
+          const what = now.quant ? `${model}:${now.quant}` : model;
+          const line = `${what} ${now.state.padEnd(9)} ${progressBar(now.bytes_done, now.bytes_total)}`;
           if (p.json) {
             if (now.state !== "running" && now.state !== "queued")
               io.out(JSON.stringify(now, null, 2));
@@ -186,6 +257,8 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
           last = line;
           if (now.state === "done") {
             if (io.tty && !p.json) io.err("\n");
+            if (!p.json && now.served_file)
+              io.out(`pulled ${what}: the engine loads ${now.served_file} (ic place ${model})`);
             return 0;
           }
           if (now.state === "failed" || now.state === "cancelled") {
@@ -208,14 +281,89 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
         process.off("SIGINT", onInt);
       }
     }
+    case "import": {
+      const id = p.values["as"] as string | undefined;
+      if (!id || !/^[^/\s]+\/[^/\s]+$/.test(id))
+        throw new UsageError("--as org/name is required: the model id it is served as");
+      const files = await importFiles(p.positionals[0]!);
+      const where = await c.get<{ name: string; api_url: string }>("/store/host");
+      // Files go straight to the store host; the node asked only said where it is.
+      const store = c.at(where.api_url);
+      const total = files.reduce((s, f) => s + f.bytes, 0);
+      try {
+        for (const f of files) {
+          if (!p.json) io.out(`sending ${f.rel} (${bytes(f.bytes)}) to ${where.name}`);
+          await store.upload(
+            `/store/uploads/${id}/files/${f.rel.split("/").map(encodeURIComponent).join("/")}`,
+            f.abs,
+            f.bytes,
+          );
+        }
+        await store.json("POST", `/store/uploads/${id}/commit`);
+      } catch (e) {
+        await store.json("DELETE", `/store/uploads/${id}`).catch(() => undefined);
+        throw e;
+      }
+      // The store watch registers it once its files have settled (a few seconds).
+      const deadline = Date.now() + 60_000;
+      let registered = false;
+      while (!registered && Date.now() < deadline) {
+        const s = await c.get<{ models: { model_id: string }[] }>("/state");
+        registered = s.models.some((m) => m.model_id === id);
+        if (!registered) await new Promise((r) => setTimeout(r, 500));
+      }
+      if (!registered)
+        throw new ApiError(
+          504,
+          "not_registered",
+          `${id} is in the store but not registered after 60 s: see the store host's log (ic logs)`,
+        );
+      const out = { model_id: id, files: files.length, bytes: total, store_host: where.name };
+      if (p.values["place"]) {
+        const placed = await c.json<{ instance: { instance_id: string } }>(
+          "POST",
+          "/place_instance",
+          { model_id: id, min_nodes: 1, excluded_nodes: [] },
+        );
+        print(
+          io,
+          p,
+          { ...out, instance_id: placed.instance.instance_id },
+          () =>
+            `imported ${id} (${files.length} file(s), ${bytes(total)}) and placed ${placed.instance.instance_id}`,
+        );
+        return 0;
+      }
+      print(
+        io,
+        p,
+        out,
+        () => `imported ${id} (${files.length} file(s), ${bytes(total)}): ic place ${id}`,
+      );
+      return 0;
+    }
     case "pulls": {
+      const dismiss = p.values["dismiss"] as string | undefined;
+      if (dismiss !== undefined) {
+        const r = await c.json<{ pull: Pull; dismissed: boolean }>(
+          "DELETE",
+          `/store/pulls/${dismiss}`,
+        );
+        print(io, p, r, () =>
+          r.dismissed
+            ? `dismissed the ${r.pull.state} pull of ${dismiss}`
+            : `the pull of ${dismiss} was ${r.pull.state === "cancelled" ? "live: cancelled it" : r.pull.state}`,
+        );
+        return 0;
+      }
       const { pulls } = await c.get<{ pulls: Pull[] }>("/store/pulls");
       print(io, p, pulls, () =>
         pulls.length
           ? table(
-              ["MODEL", "STATE", "PROGRESS"],
+              ["MODEL", "QUANT", "STATE", "PROGRESS"],
               pulls.map((x) => [
                 x.model_id,
+                x.quant ?? "-",
                 x.state,
                 x.error ? x.error.message : progressBar(x.bytes_done, x.bytes_total),
               ]),
@@ -250,6 +398,7 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
         () =>
           `placed ${r.instance.instance_id}: ${r.instance.assignments.map((a) => `rank ${a.rank} on ${named(a.node_id)}, ${a.layers} layers`).join("; ")}`,
       );
+      if (p.values["wait"]) await waitServing(c, r.instance.instance_id, io, p);
       return 0;
     }
     case "previews": {

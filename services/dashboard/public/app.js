@@ -545,8 +545,21 @@ function renderPulls(doc) {
       const path = `/store/pulls/${p.model_id.split("/").map(encodeURIComponent).join("/")}`;
       const live = p.state === "queued" || p.state === "running";
       const again = p.state === "cancelled" || p.state === "failed";
+      const dismiss = h("button", {
+        type: "button",
+        textContent: "dismiss",
+        title: "take it off the list (partial files stay for a later pull)",
+        onclick: (ev) => act(ev.currentTarget, "pull-error", () => api("DELETE", path)),
+      });
       return [
-        [h("code", null, p.model_id), h("div", { class: "muted" }, p.revision)],
+        [
+          h("code", null, p.model_id),
+          h(
+            "div",
+            { class: "muted" },
+            [p.quant, p.revision, p.served_file].filter(Boolean).join(" · "),
+          ),
+        ],
         [
           badge(p.state, PULL_KIND[p.state] ?? "muted"),
           p.error ? h("div", { class: "error" }, `${p.error.code}: ${p.error.message}`) : null,
@@ -560,15 +573,23 @@ function renderPulls(doc) {
               onclick: (ev) => act(ev.currentTarget, "pull-error", () => api("DELETE", path)),
             })
           : again
-            ? h("button", {
-                type: "button",
-                textContent: "resume",
-                onclick: (ev) =>
-                  act(ev.currentTarget, "pull-error", () =>
-                    api("POST", "/store/pulls", { model_id: p.model_id, revision: p.revision }),
-                  ),
-              })
-            : null,
+            ? h("span", null, [
+                h("button", {
+                  type: "button",
+                  textContent: "resume",
+                  onclick: (ev) =>
+                    act(ev.currentTarget, "pull-error", () =>
+                      api("POST", "/store/pulls", {
+                        model_id: p.model_id,
+                        revision: p.revision,
+                        ...(p.quant ? { quant: p.quant } : {}),
+                      }),
+                    ),
+                }),
+                " ",
+                dismiss,
+              ])
+            : dismiss,
       ];
     }),
     "no pulls",
@@ -687,9 +708,14 @@ $("preview-button").addEventListener("click", (ev) =>
 
 $("pull-button").addEventListener("click", (ev) =>
   act(ev.currentTarget, "pull-error", async () => {
-    const model = $("pull-model").value.trim();
+    // org/repo[:QUANT], as ic pull takes it.
+    const [model, quant] = $("pull-model").value.trim().split(":");
     const revision = $("pull-revision").value.trim();
-    await api("POST", "/store/pulls", { model_id: model, ...(revision ? { revision } : {}) });
+    await api("POST", "/store/pulls", {
+      model_id: model,
+      ...(quant ? { quant } : {}),
+      ...(revision ? { revision } : {}),
+    });
     $("pull-model").value = "";
     $("pull-revision").value = "";
   }),

@@ -135,18 +135,27 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
   });
 
   it("pulls a model from the hub with its progress, then removes it from the store", async () => {
+    // An unknown quantization is refused with the ones the repo has.
+    await page.fill("#pull-model", "acme/pulled:Q5_K_S");
+    await page.click("#pull-button");
+    await expect
+      .poll(() => text("#pull-error"))
+      .toContain("no quantization Q5_K_S in the repo; available: tiny-llama");
     await page.fill("#pull-model", "acme/pulled");
     await page.click("#pull-button");
     await expect.poll(() => text("#pull-error")).toBe("");
     await expect
       .poll(() => text("#pulls-table"), { timeout: 30_000 })
-      .toMatch(/acme\/pulled[\s\S]*done[\s\S]*100%[\s\S]*1 \/ 1/);
+      .toMatch(/acme\/pulled[\s\S]*tiny-llama · main[\s\S]*done[\s\S]*100%[\s\S]*1 \/ 1/);
     // Registered with no restart: placeable.
     await expect.poll(() => text("#models-table"), { timeout: 15_000 }).toContain("acme/pulled");
     await expect
       .poll(() => page.locator("#place-model option").allInnerTexts())
       .toContain("acme/pulled");
     await shot("05-pulled");
+    // A finished pull can be dismissed from the list.
+    await page.locator("#pulls-table button", { hasText: "dismiss" }).click();
+    await expect.poll(() => text("#pulls-table")).toContain("no pulls");
     await page.locator("#models-table tr", { hasText: "acme/pulled" }).locator("button").click();
     await expect
       .poll(() => text("#models-table"), { timeout: 15_000 })

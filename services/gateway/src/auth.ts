@@ -149,7 +149,14 @@ export function authMiddleware(o: AuthOptions): MiddlewareHandler {
     if (mutating) {
       const type = requestHeader(c, "content-type");
       const json = type !== undefined && /^application\/json\s*(;|$)/i.test(type);
-      if ((type !== undefined || hasBody((n) => requestHeader(c, n))) && !json)
+      // A model file's upload is its raw bytes (a PUT: no HTML form sends one, and a page elsewhere
+      // cannot without a preflight this API never grants).
+      const upload =
+        method === "PUT" &&
+        c.req.path.startsWith("/store/uploads/") &&
+        type !== undefined &&
+        /^application\/octet-stream\s*(;|$)/i.test(type);
+      if ((type !== undefined || hasBody((n) => requestHeader(c, n))) && !json && !upload)
         throw new ServiceError(
           "unsupported_media_type",
           `request bodies must be application/json${type ? ` (got ${type})` : ""}`,

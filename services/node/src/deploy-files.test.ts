@@ -37,7 +37,7 @@ function writtenPaths(cfg: Config): Map<WriteKey, string> {
   const out = new Map<WriteKey, string>();
   for (const key of WRITES) {
     const v = valueAt(cfg, key);
-    if (key === "model_store.hub_cache_path" && !cfg.model_store.hub_url) continue;
+    if (key === "model_store.hub_cache_path" && !cfg.model_store.hub_fallback) continue;
     if (typeof v === "string") out.set(key, v);
   }
   return out;

@@ -1252,9 +1252,9 @@ function modelDeleteWant(id: ModelId | "bad"): number[] {
   return PULL_IDS.includes(id) && !want.includes(409) ? [...want, 409] : want;
 }
 
-/** docs/api.md, DELETE /store/pulls/{org}/{name}: cancelled (200), finished (409) or never asked (404). */
+/** docs/api.md, DELETE /store/pulls/{org}/{name}: cancelled or dismissed (200), never asked or already dismissed (404). */
 const pullCancelWant = (id: ModelId | "bad"): number[] =>
-  id === "bad" ? [400] : PULL_IDS.includes(id) ? [200, 404, 409] : [404];
+  id === "bad" ? [400] : PULL_IDS.includes(id) ? [200, 404] : [404];
 
 /** `{org}/{name}` tails: known ids spelled in equivalent ways, nasty segments, malformed ids. */
 function modelPathTail(ids: readonly string[]) {
@@ -2503,12 +2503,16 @@ function answerShape(r: Req, a: Answer, body: unknown): string | null {
       return s.data.every((p) => PULL_IDS.includes(p.model_id)) ? null : "a pull nobody asked for";
     }
     case "pull-cancel": {
-      const p = PullSchema.safeParse((body as { pull?: unknown } | undefined)?.pull);
-      return p.success &&
-        p.data.model_id === pathModelId(r.target, "/store/pulls/") &&
-        p.data.state === "cancelled"
+      const b = body as { pull?: unknown; dismissed?: unknown } | undefined;
+      const p = PullSchema.safeParse(b?.pull);
+      if (!p.success || p.data.model_id !== pathModelId(r.target, "/store/pulls/"))
+        return "not the pull asked for";
+      // A live pull is cancelled; a finished one (done, failed, cancelled) is dismissed as it was.
+      if (b?.dismissed === false)
+        return p.data.state === "cancelled" ? null : "a live pull not cancelled";
+      return b?.dismissed === true && p.data.state !== "queued" && p.data.state !== "running"
         ? null
-        : "not the cancelled pull";
+        : "a dismissed pull that was live";
     }
     case "model-delete": {
       const b = body as { ok?: unknown; model_id?: unknown } | undefined;
@@ -2834,7 +2838,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
     // Pulls as the store host serves them (node.ts): a real PullManager over the store host, which has
     // no hub, so each pull fails at once (hub_error) and nothing is written.
     pulls = new PullManager({ target: storeHost });
-    servePulls(bus, pulls, storeHost);
+    servePulls(bus, pulls, storeHost, { name: "node-1", apiUrl: "http://127.0.0.1:1" });
     // The settings editor over its own config file, as node.ts wires it.
     settingsDir = await mkdtemp(join(tmpdir(), "ic-fuzz-settings-"));
     SETTINGS_FIXTURE.file = join(settingsDir, "config.yaml");

@@ -26,9 +26,11 @@ import {
   StoreHost,
   StoreWatch,
   stagingSettings,
+  type LooseEntry,
 } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
 import {
+  looseEntryHealth,
   missingModelHealth,
   pullRoutes,
   servePulls,
@@ -176,6 +178,8 @@ export class Node implements AsyncDisposable {
     const listener = apiListener(() => app, log);
     const server = await new Promise<Server>((resolve, reject) => {
       const s = createServer(listener);
+      // A model upload (PUT /store/uploads) may take longer than Node's 5-minute default to arrive.
+      s.requestTimeout = 60 * 60_000;
       s.once("error", reject);
       s.listen(cfg.node.api_port, cfg.node.bind, () => resolve(s));
     });
@@ -200,18 +204,18 @@ export class Node implements AsyncDisposable {
           storePath: cfg.store_path,
           logger: log,
           headroomBytes: settings,
-          hub: cfg.model_store.hub_url
-            ? createHubSource({
-                hubUrl: cfg.model_store.hub_url,
-                accessToken: process.env.HF_TOKEN,
-              })
-            : undefined,
+          hub: createHubSource({
+            hubUrl: cfg.model_store.hub_url,
+            accessToken: process.env.HF_TOKEN,
+          }),
         })
       : undefined;
     /** Bumped when the store's models change (a pull finished, a copied model found): re-register. */
     let storeVersion = 0;
     /** Models whose directory was removed by hand while in use, with the master's refusal. */
     const missingModels = new Map<ModelId, string>();
+    /** What lies unserved at the top of store_path (a loose .gguf, a misnamed folder). */
+    let looseInStore: LooseEntry[] = [];
     const pulls = storeHost
       ? new PullManager({ target: storeHost, onDone: () => void storeVersion++ })
       : undefined;
@@ -261,6 +265,7 @@ export class Node implements AsyncDisposable {
             ...part.health,
             ...security.entries(Math.max(0, (this.agent?.livePeers().length ?? 1) - 1)),
             ...missingModelHealth(missingModels),
+            ...looseEntryHealth(looseInStore),
             ...(worker?.health() ?? []),
           ],
         };
@@ -283,7 +288,7 @@ export class Node implements AsyncDisposable {
     this.stack.push({ name: "runner-logs", stop: () => unserveLogs() });
     // Staging: startup reconciliation of orphaned copies runs before any runner starts.
     // The hub token comes from the environment only and is never logged.
-    const hubUrl = cfg.model_store.hub_url;
+    const hubUrl = cfg.model_store.hub_fallback ? cfg.model_store.hub_url : undefined;
     const stager = new StoreStager({
       root: cfg.node_cache_path,
       settings,
@@ -465,7 +470,7 @@ export class Node implements AsyncDisposable {
     const unservePurge = servePurge(storeOpts);
     this.stack.push({ name: "purge", stop: () => unservePurge() });
     if (pulls) {
-      const unservePulls = servePulls(bus, pulls, storeHost!);
+      const unservePulls = servePulls(bus, pulls, storeHost!, { name, apiUrl: this.apiUrl });
       this.stack.push({ name: "pull-requests", stop: () => unservePulls() });
     }
     worker = new Worker({
@@ -501,6 +506,12 @@ export class Node implements AsyncDisposable {
         onAdded: (id) => {
           missingModels.delete(id);
           storeVersion++;
+        },
+        onLoose: (loose) => {
+          const before = new Set(looseInStore.map((e) => e.name));
+          for (const e of loose)
+            if (!before.has(e.name)) log.warn({ entry: e.name }, `store_path: ${e.hint}`);
+          looseInStore = loose;
         },
         registeredIds: () => [
           ...storeHost.models().map((m) => m.model_id),

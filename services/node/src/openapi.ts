@@ -25,6 +25,7 @@ import {
   PreviewResponseSchema,
   PullBodySchema,
   PullListResponseSchema,
+  PullCancelResponseSchema,
   PullResponseSchema,
   PurgeResponseSchema,
   PurgeStagingBodySchema,
@@ -34,8 +35,12 @@ import {
   StateDocumentSchema,
   StateQuerySchema,
   StorageReportSchema,
+  StoreHostResponseSchema,
   StoreManifestSchema,
   StoreModelListSchema,
+  UploadAbortResponseSchema,
+  UploadCommitResponseSchema,
+  UploadFileResponseSchema,
   TelemetryDiagnosticsSchema,
   TextCompletionSchema,
   TraceListSchema,
@@ -214,7 +219,8 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
   {
     method: "post",
     path: "/store/pulls",
-    summary: "pull a model from the model hub into the store (resumes a cancelled one)",
+    summary:
+      "pull a model from the model hub into the store: one quantization (`quant`, else Q4_K_M, else the smallest), its projector and metadata; resumes a cancelled one",
     scope: "admin",
     body: PullBodySchema,
     responses: {
@@ -232,9 +238,12 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
   {
     method: "delete",
     path: "/store/pulls/{org}/{name}",
-    summary: "cancel a pull (its partial files stay)",
+    summary:
+      "cancel a queued or running pull (its partial files stay), or dismiss a finished one from the list",
     scope: "admin",
-    responses: { "200": ok("the cancelled pull", PullResponseSchema) },
+    responses: {
+      "200": ok("the cancelled or dismissed pull", PullCancelResponseSchema),
+    },
   },
   {
     method: "delete",
@@ -273,6 +282,35 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     summary: "store host: an artifact file's headers",
     scope: "read",
     responses: { "200": { description: "size and sha256 ETag" } },
+  },
+  {
+    method: "get",
+    path: "/store/host",
+    summary: "the node that holds the store (uploads go to its API)",
+    scope: "read",
+    responses: { "200": ok("its name and API base URL", StoreHostResponseSchema) },
+  },
+  {
+    method: "put",
+    path: "/store/uploads/{org}/{name}/files/{path}",
+    summary:
+      "store host: receive one file of a model (raw bytes, content-length required) into the upload area",
+    scope: "admin",
+    responses: { "201": ok("the file received, with its sha256", UploadFileResponseSchema) },
+  },
+  {
+    method: "post",
+    path: "/store/uploads/{org}/{name}/commit",
+    summary: "store host: move an upload into the store, where it registers like a copied model",
+    scope: "admin",
+    responses: { "200": ok("the files moved", UploadCommitResponseSchema) },
+  },
+  {
+    method: "delete",
+    path: "/store/uploads/{org}/{name}",
+    summary: "store host: drop an upload that will not be committed",
+    scope: "admin",
+    responses: { "200": ok("dropped", UploadAbortResponseSchema) },
   },
   {
     method: "get",

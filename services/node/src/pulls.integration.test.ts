@@ -53,7 +53,7 @@ describe("models in while running", () => {
     const extra = randomBytes(2 * 1024 * 1024);
     await using hub = await startHubEmulator();
     await hub.addRepo("acme/pulled", {
-      "a-extra.bin": extra,
+      "a-extra.txt": extra,
       "tiny-llama.gguf": { fromPath: tinyPath },
     });
     const store = mkdtempSync(join(tmpdir(), "ic-store-"));
@@ -130,14 +130,13 @@ describe("models in while running", () => {
     const busy = await send(n2, "DELETE", "/store/models/acme/pulled");
     expect(busy.status).toBe(409);
     expect((busy.body.error as { message: string }).message).toContain("cancel it first");
-    expect(existsSync(join(store, "acme--pulled", "a-extra.bin"))).toBe(true);
+    expect(existsSync(join(store, "acme--pulled", "a-extra.txt"))).toBe(true);
     const cancelled = await send(n2, "DELETE", "/store/pulls/acme/pulled");
     expect(cancelled.status).toBe(200);
-    expect((cancelled.body.pull as Pull).state).toBe("cancelled");
-    expect((await send(n2, "DELETE", "/store/pulls/acme/pulled")).status).toBe(200);
+    expect(cancelled.body).toMatchObject({ dismissed: false, pull: { state: "cancelled" } });
     held.release();
     const extraFetches = () =>
-      hub.requests.filter((r) => r.path.includes("a-extra.bin") && r.method === "GET").length;
+      hub.requests.filter((r) => r.path.includes("a-extra.txt") && r.method === "GET").length;
     const fetchedBefore = extraFetches();
 
     // Asked again: resumes, fetches only what it did not have, and the model becomes placeable.
@@ -157,7 +156,11 @@ describe("models in while running", () => {
       files_done: 2,
       files_total: 2,
     });
-    expect((await send(n2, "DELETE", "/store/pulls/acme/pulled")).status).toBe(409);
+    // A finished pull is dismissed from the list (DELETE cancels only a live one).
+    const dismissed = await send(n2, "DELETE", "/store/pulls/acme/pulled");
+    expect(dismissed.status).toBe(200);
+    expect(dismissed.body).toMatchObject({ dismissed: true, pull: { state: "done" } });
+    expect((await send(n2, "GET", "/store/pulls")).body.pulls).toEqual([]);
     const inst = await placeAndWait(n2, { model_id: "acme/pulled", min_nodes: 1 }, 60_000);
     const chat = await n2.post("/v1/chat/completions", {
       model: "acme/pulled",

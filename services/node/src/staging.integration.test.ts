@@ -48,11 +48,16 @@ describe("staging through a cluster across hosts", () => {
       delayMs: 0,
     });
     patchConfig(n2, {
-      model_store: { hub_url: `http://${hubRelay.address}`, hub_cache_path: hubCache },
+      model_store: {
+        hub_url: `http://${hubRelay.address}`,
+        hub_fallback: true,
+        hub_cache_path: hubCache,
+      },
     });
     patchConfig(n3, {
       model_store: {
         hub_url: `http://${hubRelay.address}`,
+        hub_fallback: true,
         hub_cache_path: mkdtempSync(join(tmpdir(), "ic-hubcache-")),
       },
     });

@@ -30,7 +30,7 @@ import type {
   StorageReport,
 } from "@ic/protocol";
 import { buildStorageReport, nodeDisk } from "@ic/store";
-import type { PullManager, StagingSettings, StoreHost } from "@ic/store";
+import type { LooseEntry, PullManager, StagingSettings, StoreHost } from "@ic/store";
 import { validationError } from "@ic/gateway";
 import type { StoreStager } from "./store-stager.ts";
 
@@ -135,7 +135,8 @@ export function storeRoutes(app: Hono, o: StoreRouteOptions): void {
 export function servePulls(
   bus: Pick<Bus, "respond">,
   pulls: PullManager,
-  store: Pick<StoreHost, "remove">,
+  store: Pick<StoreHost, "remove" | "checkQuant">,
+  self: { readonly name: string; readonly apiUrl: string },
 ): () => void {
   const answer = async (req: PullRequest): Promise<ReplyOf<"storePulls">> => {
     switch (req.op) {
@@ -154,16 +155,23 @@ export function servePulls(
         return { ok: true, pulls: [] };
       }
       case "start": {
-        const { pull, created } = pulls.start(req.model_id, req.revision);
+        // An unknown quantization is a 400 naming the available ones, before anything is queued
+        // (unless this very pull already runs: then the answer is the live pull or a conflict).
+        const live = pulls.list().find((p) => p.model_id === req.model_id);
+        if (req.quant !== undefined && !(live?.state === "queued" || live?.state === "running"))
+          await store.checkQuant(req.model_id, req.quant, req.revision);
+        const { pull, created } = pulls.start(req.model_id, req.revision, req.quant);
         return { ok: true, pulls: [pull], created };
       }
       case "cancel": {
         const p = pulls.cancel(req.model_id);
         if (!p) throw new ServiceError("not_found", `no pull of ${req.model_id} on the store host`);
-        return { ok: true, pulls: [p] };
+        return { ok: true, pulls: [p.pull], dismissed: p.dismissed };
       }
       case "list":
         return { ok: true, pulls: pulls.list() };
+      case "locate":
+        return { ok: true, pulls: [], store_host: { name: self.name, api_url: self.apiUrl } };
     }
   };
   return bus.respond("storePulls", async (req) => {
@@ -218,14 +226,20 @@ export function pullRoutes(
       op: "start",
       model_id: body.model_id,
       ...(body.revision ? { revision: body.revision } : {}),
+      ...(body.quant ? { quant: body.quant } : {}),
     });
     return c.json({ pull: reply.pulls[0] }, reply.created === false ? 200 : 202);
   });
   app.get("/store/pulls", async (c) => c.json({ pulls: (await ask({ op: "list" })).pulls }));
+  app.get("/store/host", async (c) => {
+    const where = (await ask({ op: "locate" })).store_host;
+    if (!where) throw new ServiceError("unavailable", "the store host did not say where it is");
+    return c.json(where);
+  });
   app.delete("/store/pulls/:org/:name", async (c) => {
     const id = idOf(c.req.param("org"), c.req.param("name"));
     const reply = await ask({ op: "cancel", model_id: id });
-    return c.json({ pull: reply.pulls[0] });
+    return c.json({ pull: reply.pulls[0], dismissed: reply.dismissed ?? false });
   });
   app.delete("/store/pulls/*", badPathId);
   // A pull of it in progress refuses before anything changes; then out of the registry (the master
@@ -238,6 +252,16 @@ export function pullRoutes(
     return c.json({ ok: true, model_id: id });
   });
   app.delete("/store/models/*", badPathId);
+}
+
+/** nodeHealth warnings for what lies unserved at the top of store_path (a file, a misnamed folder). Pure. */
+export function looseEntryHealth(loose: readonly LooseEntry[]): HealthEntry[] {
+  return loose.map((e) => ({
+    code: "store_loose_file",
+    severity: "warn",
+    message: `${e.name} in store_path is not served`,
+    remediation: e.hint,
+  }));
 }
 
 /**

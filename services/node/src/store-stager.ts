@@ -85,6 +85,7 @@ export class StoreStager implements Stager, AsyncDisposable {
     let lastLog = 0;
     const r = await client.stage(model.model_id, {
       companions,
+      servedFile: model.file,
       signal,
       onProgress: (p) => {
         // Only the base model's bytes: the runner's progress is about the model it loads.

@@ -41,4 +41,10 @@ export { buildStorageReport, type StorageReportInput } from "./storage-report.ts
 export type { FillProgress } from "./fill.ts";
 export { Serial } from "./serial.ts";
 export { PullManager, type PullManagerOptions, type PullTarget } from "./pulls.ts";
-export { settled, StoreWatch, type DirSnapshot, type StoreWatchOptions } from "./store-watch.ts";
+export {
+  settled,
+  StoreWatch,
+  type DirSnapshot,
+  type LooseEntry,
+  type StoreWatchOptions,
+} from "./store-watch.ts";

@@ -12,7 +12,9 @@ function scripted() {
   const calls: {
     modelId: ModelId;
     revision?: string | undefined;
+    quant?: string | undefined;
     signal?: AbortSignal | undefined;
+    selected: (s: { quant: string | null; servedFile: string | null }) => void;
     progress: (p: FillTotals) => void;
     settle: (r: HubDownloadResult) => void;
   }[] = [];
@@ -22,7 +24,9 @@ function scripted() {
         calls.push({
           modelId,
           revision: o.revision,
+          quant: o.quant,
           signal: o.signal,
+          selected: o.onSelected ?? (() => {}),
           progress: o.onProgress ?? (() => {}),
           settle: resolve,
         });
@@ -102,8 +106,8 @@ describe("PullManager", () => {
     m.start(id("a/one"));
     m.start(id("a/two"));
     calls[0]!.progress(progress(4, 10));
-    expect(m.cancel(id("a/two"))?.state).toBe("cancelled");
-    expect(m.cancel(id("a/one"))?.state).toBe("cancelled");
+    expect(m.cancel(id("a/two"))).toMatchObject({ pull: { state: "cancelled" }, dismissed: false });
+    expect(m.cancel(id("a/one"))?.pull.state).toBe("cancelled");
     expect(calls[0]!.signal?.aborted).toBe(true);
     await tick();
     // The queued one never started.
@@ -112,11 +116,35 @@ describe("PullManager", () => {
     const again = m.start(id("a/one"));
     expect(again).toMatchObject({ created: true, pull: { state: "running", bytes_done: 4 } });
     expect(calls).toHaveLength(2);
-    // Cancelling twice answers the cancelled pull; a finished one has nothing to cancel.
-    expect(m.cancel(id("a/two"))?.state).toBe("cancelled");
+    // Cancelling a finished pull (cancelled, failed, done) dismisses it from the list.
+    expect(m.cancel(id("a/two"))).toMatchObject({ pull: { state: "cancelled" }, dismissed: true });
+    expect(m.list().map((p) => p.model_id)).toEqual(["a/one"]);
     calls[1]!.settle(ok(id("a/one"), 10));
     await tick();
-    expect(() => m.cancel(id("a/one"))).toThrow(/done; there is nothing to cancel/);
+    expect(m.cancel(id("a/one"))).toMatchObject({ pull: { state: "done" }, dismissed: true });
+    expect(m.list()).toEqual([]);
+    expect(m.cancel(id("a/one"))).toBeUndefined();
+  });
+
+  it("pulls the quantization asked for and shows the one chosen; a live pull keeps its own", async () => {
+    const { target, calls } = scripted();
+    const m = new PullManager({ target });
+    expect(m.start(id("a/one"), undefined, "q8_0").pull).toMatchObject({ quant: "q8_0" });
+    expect(calls[0]!.quant).toBe("q8_0");
+    calls[0]!.selected({ quant: "Q8_0", servedFile: "one-Q8_0.gguf" });
+    expect(m.list()[0]).toMatchObject({ quant: "Q8_0", served_file: "one-Q8_0.gguf" });
+    expect(m.start(id("a/one"), undefined, "Q8_0").created).toBe(false);
+    expect(m.start(id("a/one")).created).toBe(false);
+    expect(() => m.start(id("a/one"), undefined, "F16")).toThrow(
+      expect.objectContaining({ code: "conflict" }),
+    );
+    // Without a selector the store host chooses; the pull says which once listed.
+    m.start(id("a/two"));
+    calls[0]!.settle(ok(id("a/one"), 10));
+    await tick();
+    expect(calls[1]!.quant).toBeUndefined();
+    calls[1]!.selected({ quant: "Q4_K_M", servedFile: "two-Q4_K_M.gguf" });
+    expect(m.list()[0]).toMatchObject({ model_id: "a/two", quant: "Q4_K_M" });
   });
 
   it("pulls the revision asked for; a live pull is not restarted at another one", async () => {

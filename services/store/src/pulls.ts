@@ -31,6 +31,8 @@ const KEEP_FINISHED_MS = 60 * 60 * 1000;
 
 interface Entry {
   pull: Pull;
+  /** The quantization asked for (the pull shows the chosen one once listed). */
+  quant?: string;
   controller?: AbortController;
   finishedAt?: number;
 }
@@ -49,15 +51,20 @@ export class PullManager {
   /**
    * Starts a pull of `modelId`, or resumes a cancelled or failed one (from its partial files); a
    * live one is returned as is (`created: false`), or refused with `conflict` when it pulls another
-   * revision than the one asked for.
+   * revision or quantization than the one asked for.
    */
-  start(modelId: ModelId, revision?: string): { pull: Pull; created: boolean } {
+  start(modelId: ModelId, revision?: string, quant?: string): { pull: Pull; created: boolean } {
     const live = this.entries.get(modelId);
     if (live && (live.pull.state === "queued" || live.pull.state === "running")) {
       if (revision !== undefined && revision !== live.pull.revision)
         throw new ServiceError(
           "conflict",
           `a pull of ${modelId} at ${live.pull.revision} is ${live.pull.state}; cancel it first to pull ${revision}`,
+        );
+      if (quant !== undefined && quant.toLowerCase() !== live.quant?.toLowerCase())
+        throw new ServiceError(
+          "conflict",
+          `a pull of ${modelId}${live.quant ? ` (${live.quant})` : ""} is ${live.pull.state}; cancel it first to pull ${quant}`,
         );
       return { pull: live.pull, created: false };
     }
@@ -66,11 +73,13 @@ export class PullManager {
     // Posting again resumes a cancelled or failed pull at its revision unless another is asked for.
     const resumable = live?.pull.state === "cancelled" || live?.pull.state === "failed";
     const rev = revision ?? (resumable ? live.pull.revision : DEFAULT_REVISION);
-    const same = resumable && live.pull.revision === rev;
+    const q = quant ?? (resumable ? live.quant : undefined);
+    const same = resumable && live.pull.revision === rev && live.quant === q;
     const entry: Entry = {
       pull: {
         model_id: modelId,
         revision: rev,
+        ...(q !== undefined ? { quant: q } : {}),
         state: "queued",
         // A resume starts from what the last attempt had (the first report corrects it).
         bytes_done: same ? live.pull.bytes_done : 0,
@@ -80,6 +89,7 @@ export class PullManager {
         started_at: at,
         updated_at: at,
       },
+      ...(q !== undefined ? { quant: q } : {}),
     };
     this.entries.set(modelId, entry);
     this.queue.push(modelId);
@@ -88,17 +98,17 @@ export class PullManager {
   }
 
   /**
-   * Cancels a queued or running pull (its partial files stay for a resume); a cancelled one is
-   * returned as is; `conflict` for one that is done or failed; undefined when unknown.
+   * Cancels a queued or running pull (its partial files stay for a resume); a finished one (done,
+   * failed or cancelled) is dismissed: taken off the list, its partial files kept. Undefined when
+   * unknown.
    */
-  cancel(modelId: ModelId): Pull | undefined {
+  cancel(modelId: ModelId): { pull: Pull; dismissed: boolean } | undefined {
     const e = this.entries.get(modelId);
     if (!e) return undefined;
-    if (e.pull.state === "done" || e.pull.state === "failed")
-      throw new ServiceError(
-        "conflict",
-        `the pull of ${modelId} is ${e.pull.state}; there is nothing to cancel`,
-      );
+    if (e.finishedAt !== undefined) {
+      this.entries.delete(modelId);
+      return { pull: e.pull, dismissed: true };
+    }
     if (e.pull.state === "queued") {
       this.queue.splice(this.queue.indexOf(modelId), 1);
       this.finish(e, { state: "cancelled" });
@@ -107,7 +117,7 @@ export class PullManager {
       // The download settles as aborted; the state says so at once.
       this.update(e, { state: "cancelled" });
     }
-    return e.pull;
+    return { pull: e.pull, dismissed: false };
   }
 
   /** Live pulls first (in order), then the finished ones, newest first. */
@@ -144,6 +154,12 @@ export class PullManager {
       .downloadFromHub(id, {
         signal: e.controller.signal,
         revision: e.pull.revision,
+        quant: e.quant,
+        onSelected: (sel) =>
+          this.update(e, {
+            ...(sel.quant !== null ? { quant: sel.quant } : {}),
+            ...(sel.servedFile !== null ? { served_file: sel.servedFile } : {}),
+          }),
         onProgress: (p) =>
           this.update(e, {
             bytes_done: p.doneBytes,

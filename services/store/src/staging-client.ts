@@ -26,6 +26,7 @@ import {
 import { nodeDisk, type Disk } from "./disk.ts";
 import { executeFill, LinkFailedError, planFill, removeStale, type FillStats } from "./fill.ts";
 import type { HubFile, HubSource } from "./hub.ts";
+import { selectHubFiles } from "./hub-select.ts";
 import { isErrno, modelDir, removeDirAtomic, walkFiles } from "./paths.ts";
 import { parseContentRange } from "./range.ts";
 import {
@@ -154,6 +155,11 @@ export interface StageOptions {
   readonly storeUrl?: string | undefined;
   /** Companion repositories staged after the base, one transfer at a time, protected with it. */
   readonly companions?: readonly ModelId[] | undefined;
+  /**
+   * The GGUF the engine loads (the registered model's `file`): a direct hub download fetches that
+   * quantization only, as the store host's pull did (see hub-select.ts).
+   */
+  readonly servedFile?: string | undefined;
   readonly onProgress?: ((p: StageProgress) => void) | undefined;
   readonly signal?: AbortSignal | undefined;
 }
@@ -306,7 +312,9 @@ export class StagingClient implements AsyncDisposable {
     const ids = [modelId, ...(options.companions ?? []).filter((c) => c !== modelId)];
     const done: StagedModel[] = [];
     for (const id of ids) {
-      const r = await this.serial.run(() => this.stageOne(id, ids, options));
+      // The served file names the base model's quantization; a companion takes its own default.
+      const o = id === modelId ? options : { ...options, servedFile: undefined };
+      const r = await this.serial.run(() => this.stageOne(id, ids, o));
       if (!r.ok) return { ...r, staged: done };
       done.push(r.model);
     }
@@ -732,11 +740,14 @@ export class StagingClient implements AsyncDisposable {
         `${modelId} has no artifact files on the model hub`,
       );
     }
+    const selection = selectHubFiles(listing.files, { file: options.servedFile });
+    if (!selection.ok)
+      return this.failure(modelId, "hub_error", `${modelId}: ${selection.message}`);
     await mkdir(hub.modelCachePath, { recursive: true });
     const dir = modelDir(hub.modelCachePath, modelId);
     const prior = await readRecord(dir, modelId);
     const priorRecord = prior.kind === "ok" ? prior.record : null;
-    const files = listing.files.map(hubRecordFile);
+    const files = selection.files.map(hubRecordFile);
     const plan = await planFill(dir, files, priorRecord);
     const space = await this.disk.space(hub.modelCachePath);
     if (space.freeBytes < plan.additionalBytes + this.opts.settings.headroomBytes) {

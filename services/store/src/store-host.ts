@@ -29,8 +29,9 @@ import {
 } from "@ic/protocol";
 import { noFitMessage, type NoFitMessageInput } from "@ic/staging";
 import { nodeDisk, type Disk } from "./disk.ts";
-import { executeFill, planFill, plannedTotals, type FillTotals } from "./fill.ts";
+import { executeFill, planFill, plannedTotals, removeStale, type FillTotals } from "./fill.ts";
 import type { HubSource } from "./hub.ts";
+import { selectHubFiles } from "./hub-select.ts";
 import {
   artifactFile,
   hashFile,
@@ -45,6 +46,7 @@ import { fileBody } from "./file-body.ts";
 import { readRecord, writeRecord, type RecordFile, type StagingRecord } from "./record.ts";
 import { Serial } from "./serial.ts";
 import { errText, TransferError } from "./transfer.ts";
+import { Uploads } from "./uploads.ts";
 
 /** Manifest of a registered model, inside its store directory (dotfiles are never artifacts). */
 export const MANIFEST_FILE = ".ic-manifest.json";
@@ -101,6 +103,11 @@ export interface HubDownloadOptions {
   readonly onProgress?: ((p: FillTotals) => void) | undefined;
   /** A branch, tag or commit; the hub source's default (main) when absent. */
   readonly revision?: string | undefined;
+  /** The quantization to fetch (see hub-select.ts); Q4_K_M, else the smallest, when absent. */
+  readonly quant?: string | undefined;
+  /** What was chosen, once the hub listed the repo (before any byte is fetched). */
+  readonly onSelected?:
+    ((s: { quant: string | null; servedFile: string | null }) => void) | undefined;
 }
 
 export class StoreHost implements AsyncDisposable {
@@ -242,6 +249,27 @@ export class StoreHost implements AsyncDisposable {
     return this.serial.run(() => this.downloadNow(modelId, options));
   }
 
+  /**
+   * Checks a quantization selector against the repo before a pull is queued: `invalid_request`
+   * naming the available ones when the repo has no such quantization. A hub that cannot be listed
+   * now is not an answer: the pull is queued and says so when it runs.
+   */
+  async checkQuant(modelId: ModelId, quant: string, revision?: string): Promise<void> {
+    const hub = this.opts.hub;
+    if (!hub) return;
+    let listing;
+    try {
+      listing = await hub.list(modelId, AbortSignal.timeout(10_000), revision);
+    } catch {
+      return;
+    }
+    const sel = selectHubFiles(listing.files, { quant });
+    if (!sel.ok)
+      throw new ServiceError("invalid_request", `${modelId}: ${sel.message}`, {
+        details: { available: sel.variants.map((v) => v.label) },
+      });
+  }
+
   // ---- registration ----
 
   private async loadManifests(): Promise<void> {
@@ -367,8 +395,12 @@ export class StoreHost implements AsyncDisposable {
       }
       if (listing.files.length === 0)
         return fail("hub_error", `${modelId} has no artifact files on the model hub`);
+      // Only what serving needs: one quantization (its split parts), a projector, the metadata.
+      const selection = selectHubFiles(listing.files, { quant: options.quant });
+      if (!selection.ok) return fail("hub_error", `${modelId}: ${selection.message}`);
+      options.onSelected?.({ quant: selection.quant, servedFile: selection.servedFile });
       const dir = this.modelPath(modelId);
-      const files: RecordFile[] = listing.files.map((f) => ({
+      const files: RecordFile[] = selection.files.map((f) => ({
         path: f.path,
         bytes: f.bytes,
         ...(f.sha256 ? { sha256: f.sha256 } : {}),
@@ -422,6 +454,14 @@ export class StoreHost implements AsyncDisposable {
           return fail(e.kind, `hub download of ${modelId} failed: ${e.message}`);
         return fail("transfer", `hub download of ${modelId} failed: ${errText(e)}`);
       }
+      // Another quantization pulled before under this id is not served beside this one.
+      const stale = await removeStale(
+        dir,
+        files.map((f) => f.path),
+        [DOWNLOAD_RECORD_FILE, MANIFEST_FILE],
+      );
+      if (stale.length > 0)
+        this.log.info({ modelId, removed: stale }, "removed files the pull did not select");
       const known = new Map(stats.sha256);
       const manifest = await this.registerNow(modelId, "hub", known, listing.revision);
       await rm(join(dir, DOWNLOAD_RECORD_FILE), { force: true });
@@ -515,6 +555,57 @@ export class StoreHost implements AsyncDisposable {
     app.get("/store/models/:org/:name/manifest", (c) => {
       const manifest = this.requireManifest(c.req.param("org"), c.req.param("name"));
       return c.json(manifest);
+    });
+
+    // Uploads (ic import): files into a hidden area, then one commit moves them into the store.
+    const uploads = new Uploads({
+      storePath: this.opts.storePath,
+      disk: this.disk,
+      headroomBytes: () => {
+        const h = this.opts.headroomBytes ?? DEFAULT_HEADROOM;
+        return typeof h === "number" ? h : h.headroomBytes;
+      },
+      inStore: (id) => this.manifests.has(id),
+    });
+    const uploadId = (org: string, name: string): ModelId => {
+      const parsed = ModelIdSchema.safeParse(`${org}/${name}`);
+      if (!parsed.success)
+        throw new ServiceError("invalid_request", `invalid model id ${org}/${name}`);
+      return parsed.data;
+    };
+    app.put("/store/uploads/:org/:name/files/*", async (c) => {
+      const id = uploadId(c.req.param("org"), c.req.param("name"));
+      const skip = routePath(c).split("/").length - 1;
+      let relPath: string;
+      try {
+        relPath = new URL(c.req.url).pathname
+          .split("/")
+          .slice(skip)
+          .map(decodeURIComponent)
+          .join("/");
+      } catch {
+        throw new ServiceError("invalid_request", "malformed file path");
+      }
+      const length = c.req.header("content-length");
+      const file = await uploads.receive(
+        id,
+        relPath,
+        c.req.raw.body,
+        length === undefined ? Number.NaN : Number(length),
+      );
+      return c.json({ model_id: id, file }, 201);
+    });
+    app.post("/store/uploads/:org/:name/commit", async (c) => {
+      const id = uploadId(c.req.param("org"), c.req.param("name"));
+      const out = await uploads.commit(id);
+      this.log.info({ modelId: id, files: out.files.length }, "upload committed to the store");
+      return c.json({ model_id: id, files: out.files });
+    });
+    app.delete("/store/uploads/:org/:name", async (c) => {
+      const id = uploadId(c.req.param("org"), c.req.param("name"));
+      if (!(await uploads.abort(id)))
+        throw new ServiceError("not_found", `no upload of ${id} in progress`);
+      return c.json({ model_id: id, aborted: true });
     });
 
     app.on(["GET", "HEAD"], "/store/models/:org/:name/files/*", async (c) => {

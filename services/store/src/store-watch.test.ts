@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
 import type { ModelId } from "@ic/protocol";
-import { followUpMs, settled, StoreWatch } from "./store-watch.ts";
+import { followUpMs, looseEntries, settled, StoreWatch } from "./store-watch.ts";
 import type { DirSnapshot } from "./store-watch.ts";
 
 const snap = (o: Partial<DirSnapshot> = {}): DirSnapshot => ({
@@ -188,5 +188,21 @@ describe("StoreWatch", () => {
         await w.stop();
       }
     });
+  });
+});
+
+describe("looseEntries", () => {
+  it("names files and misnamed folders at the top of store_path; hidden ones are the store's", () => {
+    const loose = looseEntries([
+      { name: "acme--tiny", dir: true },
+      { name: "model.Q4_K_M.gguf", dir: false },
+      { name: "llama 3", dir: true },
+      { name: "notes.txt", dir: false },
+      { name: ".uploads", dir: true },
+      { name: ".tmp-copy", dir: false },
+    ]);
+    expect(loose.map((e) => e.name)).toEqual(["model.Q4_K_M.gguf", "llama 3", "notes.txt"]);
+    expect(loose[0]!.hint).toContain("local--model.Q4_K_M/model.Q4_K_M.gguf");
+    expect(loose[1]!.hint).toContain("<org>--<name>");
   });
 });

@@ -66,6 +66,37 @@ export function followUpMs(
 
 const MIN_FOLLOW_UP_MS = 200;
 
+/** A top-level entry of store_path the store does not serve, and what to do with it. */
+export interface LooseEntry {
+  readonly name: string;
+  readonly hint: string;
+}
+
+/**
+ * Entries at the top of store_path that are not served: files (a `.gguf` dropped there) and
+ * folders not named `<org>--<name>`. Hidden entries (the upload area, temp files) are the store's
+ * own. Pure.
+ */
+export function looseEntries(entries: readonly { name: string; dir: boolean }[]): LooseEntry[] {
+  const out: LooseEntry[] = [];
+  for (const e of entries) {
+    if (e.name.startsWith(".")) continue;
+    if (!e.dir) {
+      const stem = e.name.replace(/\.gguf$/i, "").replace(/[^A-Za-z0-9._-]+/g, "-");
+      out.push({
+        name: e.name,
+        hint: `a file at the top of store_path is not a model: move it into a folder <org>--<name>/ (e.g. local--${stem}/${e.name}), or ic import it`,
+      });
+    } else if (modelIdFromDirName(e.name) === null) {
+      out.push({
+        name: e.name,
+        hint: "a model folder must be named <org>--<name> (letters, digits, '.', '_', '-'): rename it",
+      });
+    }
+  }
+  return out;
+}
+
 export interface StoreWatchOptions {
   readonly storePath: string;
   /** Whether the store already serves this model (it has a valid manifest). */
@@ -78,6 +109,8 @@ export interface StoreWatchOptions {
   readonly registeredIds?: () => readonly ModelId[];
   /** A registered model's directory is gone. */
   readonly onRemoved?: (id: ModelId) => void;
+  /** After each scan: what lies at the top of store_path unserved (empty when nothing). */
+  readonly onLoose?: (loose: LooseEntry[]) => void;
   readonly log: Logger;
   /** The safety-net scan's period (default 15 s). */
   readonly intervalMs?: number;
@@ -173,7 +206,9 @@ export class StoreWatch {
 
   private async scan(): Promise<void> {
     const settleMs = this.o.settleMs ?? 3000;
-    const names = await readdir(this.o.storePath).catch(() => [] as string[]);
+    const entries = await readdir(this.o.storePath, { withFileTypes: true }).catch(() => []);
+    const names = entries.map((e) => e.name);
+    this.o.onLoose?.(looseEntries(entries.map((e) => ({ name: e.name, dir: e.isDirectory() }))));
     const present = new Set<string>();
     let followUp: number | undefined;
     for (const name of names) {

@@ -31,6 +31,29 @@ const ModelJsonSchema = z
   })
   .strict();
 
+const SPLIT = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/i;
+
+/**
+ * The GGUF the engine loads when model.json names none: the largest model in the directory, a split
+ * one counted whole and loaded from its first part (llama.cpp finds the others beside it). A pull
+ * keeps one quantization per model, so this is the one it chose.
+ */
+export function servedGguf(
+  candidates: readonly string[],
+  sizes: ReadonlyMap<string, number>,
+): string {
+  const totals = new Map<string, number>();
+  for (const n of candidates) {
+    const m = SPLIT.exec(n);
+    const key = m ? `${m[1]}-00001-of-${m[3]}.gguf` : n;
+    totals.set(key, (totals.get(key) ?? 0) + (sizes.get(n) ?? 0));
+  }
+  // A split whose first part is missing cannot load: only whole names or first parts compete.
+  const loadable = [...totals].filter(([name]) => candidates.includes(name));
+  const pool = loadable.length > 0 ? loadable : [...totals];
+  return pool.sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]![0];
+}
+
 export async function readModelDir(
   root: string,
   dirName: string,
@@ -62,8 +85,7 @@ export async function readModelDir(
       bytes += s.size;
     }
   }
-  const file =
-    meta.file ?? candidates.sort((a, b) => (sizes.get(b) ?? 0) - (sizes.get(a) ?? 0))[0]!;
+  const file = meta.file ?? servedGguf(candidates, sizes);
   const h = await readGgufHeader(join(dir, file));
   const f = h.facts;
   const arch = f.architecture ?? "unknown";

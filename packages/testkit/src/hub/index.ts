@@ -21,3 +21,5 @@ export {
 export type { ParsedSafetensors, ParsedTensor, TensorSpec, TensorWithData } from "./safetensors.ts";
 export { generateMtpCheckpoint } from "./checkpoint.ts";
 export type { MtpCheckpoint, MtpCheckpointOptions, MtpStyle } from "./checkpoint.ts";
+export { tinyGgufRepo } from "./gguf-repo.ts";
+export type { GgufRepo, TinyQuant } from "./gguf-repo.ts";

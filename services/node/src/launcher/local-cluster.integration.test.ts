@@ -1,9 +1,11 @@
 // `npm start`'s entry (cli.ts) and the node's (main.ts) as an operator runs them: real processes.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { parse as parseYaml } from "yaml";
+import { startHubEmulator, tinyGgufRepo } from "@ic/testkit";
 import { freePort, REPO_ROOT, waitFor } from "./index.ts";
 
 const CLI = join(REPO_ROOT, "services/node/src/cli.ts");
@@ -19,7 +21,15 @@ describe("the entry points answer before starting anything", () => {
   it("start --help prints every option and exits 0", () => {
     const r = run(CLI, ["start", "--help"]);
     expect(r.status).toBe(0);
-    for (const opt of ["--nodes", "--port", "--data-dir", "--verbose", "--help"])
+    for (const opt of [
+      "--nodes",
+      "--port",
+      "--data-dir",
+      "--verbose",
+      "--help",
+      "--model",
+      "--config",
+    ])
       expect(r.stdout).toContain(opt);
     expect(r.stderr).toBe("");
   });
@@ -103,5 +113,86 @@ describe("npm start", () => {
     // Nothing listens any more.
     await expect(fetch(`http://127.0.0.1:${port}/v1/ping`)).rejects.toThrow();
     expect(existsSync(join(dataDir, "cluster.secret"))).toBe(true);
+  }, 200_000);
+});
+
+describe("npm start -- --model org/repo:QUANT --config FILE", () => {
+  const dataDir = mkdtempSync(join(tmpdir(), "ic-local-model-"));
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  it("pulls that quantization from the hub, places and serves it, and keeps the operator's keys", async () => {
+    const repo = await tinyGgufRepo(["F16", "Q8_0"]);
+    await using hub = await startHubEmulator();
+    await hub.addRepo("acme/tiny-GGUF", repo.files);
+    const configFile = join(dataDir, "my.yaml");
+    writeFileSync(
+      configFile,
+      [
+        "model_store:",
+        `  hub_url: ${hub.url}`,
+        "engine:",
+        "  context_size: 1024",
+        "  extra_args: ['--no-webui']",
+        "node:",
+        "  api_port: 1",
+        "",
+      ].join("\n"),
+    );
+    const port = await freePort();
+    const args = ["--port", String(port), "--data-dir", dataDir];
+    const child = spawn(
+      process.execPath,
+      ["--import", "tsx", CLI, "start", ...args, "--model", "acme/tiny-GGUF:Q8_0"].concat([
+        "--config",
+        configFile,
+      ]),
+      { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let out = "";
+    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
+    child.stderr.on("data", (c: Buffer) => (out += c.toString()));
+    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    try {
+      await waitFor(() => (out.includes("Press Ctrl-C to stop.") ? true : undefined), {
+        timeoutMs: 150_000,
+        what: `the local cluster to be ready; output so far:\n${out}`,
+      });
+      expect(out).toContain(
+        "--config: ignoring node.api_port: the local-cluster launcher sets it for every node",
+      );
+      expect(out).toContain(`pulling acme/tiny-GGUF:Q8_0 from ${hub.url} into the store...`);
+      expect(out).toContain(
+        `Pulled acme/tiny-GGUF (Q8_0, the engine loads tiny-llama-Q8_0.gguf) from ${hub.url}.`,
+      );
+      expect(out).not.toContain("random weights");
+      const base = `http://127.0.0.1:${port}`;
+      const chat = await fetch(`${base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "acme/tiny-GGUF",
+          messages: [{ role: "user", content: "hi" }],
+          max_tokens: 4,
+        }),
+      });
+      expect(chat.status).toBe(200);
+      // Only the chosen quantization crossed the wire.
+      const ggufs = hub.requests
+        .filter((r) => r.method === "GET" && r.path.includes(".gguf"))
+        .map((r) => r.path.split("/").at(-1));
+      expect(new Set(ggufs)).toEqual(new Set(["tiny-llama-Q8_0.gguf"]));
+    } finally {
+      child.kill("SIGINT");
+    }
+    expect(await exited).toBe(0);
+    // The operator's keys are in the node's file for the next launch; the launcher's are its own.
+    const kept = parseYaml(readFileSync(join(dataDir, "node-1", "config.yaml"), "utf8")) as {
+      engine: { context_size: number; extra_args: string[] };
+      model_store: { hub_url: string };
+      node: { api_port: number };
+    };
+    expect(kept.engine).toMatchObject({ context_size: 1024, extra_args: ["--no-webui"] });
+    expect(kept.model_store.hub_url).toBe(hub.url);
+    expect(kept.node.api_port).toBe(port);
   }, 200_000);
 });

@@ -5,8 +5,16 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
+import { parse as parseYaml } from "yaml";
+import { ConfigError, loadConfig } from "@ic/config";
 import { writeTinyModel } from "@ic/gguf";
-import { newClusterSecret, prepareNode, waitForConvergence } from "./node-process.ts";
+import type { Pull, PullBody } from "@ic/protocol";
+import {
+  newClusterSecret,
+  prepareNode,
+  waitForConvergence,
+  withoutLauncherKeys,
+} from "./node-process.ts";
 import type { NodeProcess } from "./node-process.ts";
 import { freePort, waitFor } from "@ic/process";
 import type { StartOptions } from "./start-args.ts";
@@ -28,9 +36,60 @@ function portFree(port: number): Promise<boolean> {
 /** Where a real model's GGUF goes to be registered by the local store host. */
 const modelDirHint = (store: string) => join(store, "<org>--<name>/");
 
+/** The operator's --config file, the launcher's own keys left out (with a line for each). */
+function operatorConfig(file: string): Record<string, unknown> {
+  let doc: unknown;
+  try {
+    doc = parseYaml(readFileSync(file, "utf8")) ?? {};
+  } catch (e) {
+    throw new ConfigError(`--config ${file}: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (typeof doc !== "object" || doc === null || Array.isArray(doc))
+    throw new ConfigError(`--config ${file}: the top level must be a mapping`);
+  const { kept, dropped } = withoutLauncherKeys(doc as Record<string, unknown>);
+  for (const key of dropped)
+    complain(`--config: ignoring ${key}: the local-cluster launcher sets it for every node`);
+  return kept;
+}
+
+const refText = (m: PullBody) =>
+  `${m.model_id}${m.quant ? `:${m.quant}` : ""}${m.revision ? `@${m.revision}` : ""}`;
+
+/** Pulls the --model into the store through the first node, with a progress line now and then. */
+async function pullModel(node: NodeProcess, model: PullBody, hubUrl: string): Promise<Pull> {
+  say(`pulling ${refText(model)} from ${hubUrl} into the store...`);
+  const r = await node.post("/store/pulls", model);
+  if (!r.ok) {
+    const body = (await r.json().catch(() => ({}))) as { error?: { message?: string } };
+    throw new Error(`pulling ${refText(model)}: ${body.error?.message ?? `HTTP ${r.status}`}`);
+  }
+  let lastSaid = 0;
+  for (;;) {
+    const { pulls } = await node.get<{ pulls: Pull[] }>("/store/pulls");
+    const p = pulls.find((x) => x.model_id === model.model_id);
+    if (!p) throw new Error(`the store host lost the pull of ${model.model_id}`);
+    if (p.state === "done") return p;
+    if (p.state === "failed" || p.state === "cancelled")
+      throw new Error(`the pull of ${refText(model)} ${p.state}: ${p.error?.message ?? ""}`);
+    if (Date.now() - lastSaid > 5000 && p.bytes_total) {
+      lastSaid = Date.now();
+      const pct = Math.floor((100 * p.bytes_done) / Math.max(1, p.bytes_total));
+      say(`  ${p.quant ?? ""} ${pct}% of ${(p.bytes_total / 1e6).toFixed(0)} MB`);
+    }
+    await new Promise((res) => setTimeout(res, 500));
+  }
+}
+
 /** Runs the local cluster until a signal; resolves with an exit code only when starting failed. */
 export async function runLocalCluster(o: StartOptions): Promise<number> {
   const { nodes: n, dataDir: root, verbose } = o;
+  let userConfig: Record<string, unknown> = {};
+  try {
+    if (o.configFile) userConfig = operatorConfig(o.configFile);
+  } catch (e) {
+    complain(e instanceof Error ? e.message : String(e));
+    return 2;
+  }
   mkdirSync(root, { recursive: true });
   const store = join(root, "store");
   const modelDir = join(store, "demo--tiny-llama");
@@ -50,34 +109,53 @@ export async function runLocalCluster(o: StartOptions): Promise<number> {
   const clusterPorts: number[] = [];
   for (let i = 0; i < n; i++) clusterPorts.push(await freePort());
   const nodes: NodeProcess[] = [];
+  let hubUrl = "";
   for (let i = 0; i < n; i++) {
     const want = basePort + i;
     const apiPort = (await portFree(want)) ? want : 0;
-    nodes.push(
-      prepareNode({
-        name: `local-${i + 1}`,
-        clusterPort: clusterPorts[i]!,
-        peers: clusterPorts.filter((_, j) => j !== i).map((p) => `127.0.0.1:${p}`),
-        secret,
-        dataDir: join(root, `node-${i + 1}`),
-        verbose,
-        logFile: join(root, `node-${i + 1}`, "node.log"),
-        config: {
-          node: { api_port: apiPort },
-          // Everything else keeps the documented defaults (timings, backoffs, limits); the demo
-          // model's own context length is 2048.
-          engine: { context_size: 2048 },
-          ...(i === 0
-            ? {
-                store_path: store,
-                node_overrides: {
-                  "local-1": { model_store: { staging: { cleanup_on_deactivate: false } } },
-                },
-              }
-            : {}),
-        },
-      }),
-    );
+    const spec = {
+      name: `local-${i + 1}`,
+      clusterPort: clusterPorts[i]!,
+      peers: clusterPorts.filter((_, j) => j !== i).map((p) => `127.0.0.1:${p}`),
+      secret,
+      dataDir: join(root, `node-${i + 1}`),
+      verbose,
+      logFile: join(root, `node-${i + 1}`, "node.log"),
+      userConfig,
+      config: {
+        node: { api_port: apiPort },
+        // Everything else keeps the documented defaults (timings, backoffs, limits) or what the
+        // operator set; the context is capped by each model's own (the demo model's is 2048).
+        ...(i === 0
+          ? {
+              store_path: store,
+              node_overrides: {
+                "local-1": { model_store: { staging: { cleanup_on_deactivate: false } } },
+              },
+            }
+          : {}),
+      },
+    };
+    let node = prepareNode(spec);
+    // Checked before anything starts; with tokens configured the launcher uses an admin one.
+    try {
+      const cfg = loadConfig({ file: node.configPath });
+      hubUrl ||= cfg.model_store.hub_url;
+      if (cfg.auth.tokens.length > 0) {
+        const admin = cfg.auth.tokens.find((t) => t.scopes.includes("admin"));
+        if (!admin)
+          throw new ConfigError(
+            "auth.tokens: the launcher needs a token with the admin scope to place the model",
+          );
+        node = prepareNode({ ...spec, apiToken: admin.token });
+      }
+    } catch (e) {
+      complain(
+        `${join(root, `node-${i + 1}`, "config.yaml")}: ${e instanceof Error ? e.message : String(e)}`,
+      );
+      return 2;
+    }
+    nodes.push(node);
   }
   const stopAll = async () => {
     await Promise.all(nodes.map((x) => x.stop(10_000)));
@@ -98,49 +176,62 @@ export async function runLocalCluster(o: StartOptions): Promise<number> {
       say(`started ${node.spec.name} at ${node.apiUrl}`);
     }
     await waitForConvergence(nodes, n, 30_000);
-    const base = nodes[0]!.apiUrl;
+    const first = nodes[0]!;
+    const base = first.apiUrl;
+    const target = o.model?.model_id ?? MODEL_ID;
+    const pulled = o.model ? await pullModel(first, o.model, hubUrl) : undefined;
     await waitFor(
       async () => {
-        const s = await nodes[0]!.get<{ models: { model_id: string }[] }>("/state");
-        return s.models.some((m) => m.model_id === MODEL_ID) ? true : undefined;
+        const s = await first.get<{ models: { model_id: string }[] }>("/state");
+        return s.models.some((m) => m.model_id === target) ? true : undefined;
       },
-      { timeoutMs: 30_000, what: "the demo model to be registered" },
+      { timeoutMs: 30_000, what: `${target} to be registered` },
     );
-    const state = await nodes[0]!.get<{ instances: { model_id: string }[] }>("/state");
-    if (!state.instances.some((i) => i.model_id === MODEL_ID)) {
-      const r = await fetch(`${base}/place_instance`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ model_id: MODEL_ID, min_nodes: 1, excluded_nodes: [] }),
+    const state = await first.get<{ instances: { model_id: string }[] }>("/state");
+    if (!state.instances.some((i) => i.model_id === target)) {
+      const r = await first.post("/place_instance", {
+        model_id: target,
+        min_nodes: 1,
+        excluded_nodes: [],
       });
-      if (!r.ok) throw new Error(`placing ${MODEL_ID} failed: ${r.status} ${await r.text()}`);
+      if (!r.ok) throw new Error(`placing ${target} failed: ${r.status} ${await r.text()}`);
     }
     await waitFor(
       async () => {
-        const r = await fetch(`${base}/v1/models`);
-        const body = (await r.json()) as { data: { id: string }[] };
-        if (!body.data.some((m) => m.id === MODEL_ID)) return undefined;
-        const s = await nodes[0]!.get<{
+        const body = await first.get<{ data: { id: string }[] }>("/v1/models");
+        if (!body.data.some((m) => m.id === target)) return undefined;
+        const s = await first.get<{
           instances: { model_id: string; runners: { rank: number; state: string }[] }[];
         }>("/state");
-        const inst = s.instances.find((i) => i.model_id === MODEL_ID);
+        const inst = s.instances.find((i) => i.model_id === target);
         return inst?.runners.some((r0) => r0.rank === 0 && r0.state === "RunnerReady")
           ? true
           : undefined;
       },
-      { timeoutMs: 120_000, what: "the demo instance to become ready" },
+      // A real model may take minutes to stage and load on a small machine.
+      {
+        timeoutMs: o.model ? 30 * 60_000 : 120_000,
+        what: `the ${target} instance to become ready`,
+      },
     );
+    const auth = first.authHeaders.authorization
+      ? ` -H 'authorization: ${first.authHeaders.authorization.replace(/\S+$/, "<token>")}'`
+      : "";
+    const about = pulled
+      ? `Pulled ${target}${pulled.quant ? ` (${pulled.quant}, the engine loads ${pulled.served_file ?? "its GGUF"})` : ""} from ${hubUrl}.`
+      : `The demo model is a 1 MB model with random weights, generated here: it answers gibberish. It
+proves the path (placement, engine, gateway), not the answers. To serve a real small model:
+  npm start -- --model Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M
+or copy a GGUF into ${modelDirHint(store)} and place it (docs/models.md).`;
     say(`
-Local cluster ready: ${n} node(s), model ${MODEL_ID} placed.
-The demo model is a 1 MB model with random weights, generated here: it answers gibberish. It
-proves the path (placement, engine, gateway), not the answers. To serve a real model, copy its
-GGUF into ${modelDirHint(store)} and place it (docs/operations.md, "The local cluster").
+Local cluster ready: ${n} node(s), model ${target} placed.
+${about}
 Base URL: ${base}
 Dashboard: ${base}/
 
-  curl -s ${base}/state | head -c 600; echo
-  curl -s ${base}/v1/chat/completions -H 'content-type: application/json' \\
-    -d '{"model":"${MODEL_ID}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":16}'
+  curl -s ${base}/state${auth} | head -c 600; echo
+  curl -s ${base}/v1/chat/completions${auth} -H 'content-type: application/json' \\
+    -d '{"model":"${target}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":16}'
 
 ${await logLocations(nodes)}
 Press Ctrl-C to stop.`);

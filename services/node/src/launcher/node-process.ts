@@ -32,6 +32,11 @@ export interface NodeSpec {
   readonly peers: readonly string[];
   /** Extra configuration merged into the generated file (any key of the config schema). */
   readonly config?: Record<string, unknown>;
+  /**
+   * The operator's own keys (npm start --config), merged over what an earlier launch kept and
+   * under `config`; the launcher's keys (LAUNCHER_KEYS) must already be left out.
+   */
+  readonly userConfig?: Record<string, unknown>;
   readonly env?: Record<string, string>;
   /** Extra flags for the node's Node.js processes (e.g. `--cpu-prof`; NODE_OPTIONS refuses some). */
   readonly nodeArgs?: readonly string[];
@@ -264,10 +269,54 @@ export class NodeProcess implements AsyncDisposable {
 
 const CONFIG_HEADER =
   "# Written by the local-cluster launcher at each start (services/node/src/launcher).\n" +
-  "# Edits to model_store.staging and node_overrides (by hand or in the dashboard) are kept\n" +
-  "# across launches on this data directory; other keys are generated again.\n";
+  "# Keys set here (by hand, by npm start --config, or in the dashboard) are kept across launches\n" +
+  "# on this data directory, except the ones the launcher owns: node.name/host/bind/api_port,\n" +
+  "# bus ports and store_dir, cluster.peers/secret, store_path and the data paths.\n";
 
-/** model_store.staging and node_overrides of an existing config file ({} when none or unreadable). */
+/** Keys the launcher decides at every start (names, ports, peers, the secret, file locations). */
+export const LAUNCHER_KEYS: readonly string[] = [
+  "node.name",
+  "node.host",
+  "node.bind",
+  "node.api_port",
+  "bus.client_port",
+  "bus.cluster_port",
+  "bus.store_dir",
+  "cluster.peers",
+  "cluster.secret",
+  "cluster.secret_file",
+  "node_cache_path",
+  "store_path",
+  "tracing.dir",
+  "event_log.dir",
+  "engine.runner_log_dir",
+];
+
+const isMapping = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** A copy of `doc` without the launcher's keys, and which of them it had. */
+export function withoutLauncherKeys(doc: Record<string, unknown>): {
+  kept: Record<string, unknown>;
+  dropped: string[];
+} {
+  const kept = structuredClone(doc);
+  const dropped: string[] = [];
+  for (const key of LAUNCHER_KEYS) {
+    const path = key.split(".");
+    const parent = path
+      .slice(0, -1)
+      .reduce<unknown>((o, k) => (isMapping(o) ? o[k] : undefined), kept);
+    const last = path.at(-1)!;
+    if (isMapping(parent) && last in parent) {
+      delete parent[last];
+      dropped.push(key);
+    }
+  }
+  return { kept, dropped };
+}
+
+/** An existing config file's keys, the launcher's own left out ({} when none or unreadable). */
 function keptSettings(configPath: string): Record<string, unknown> {
   if (!existsSync(configPath)) return {};
   let doc: unknown;
@@ -276,12 +325,7 @@ function keptSettings(configPath: string): Record<string, unknown> {
   } catch {
     return {};
   }
-  if (typeof doc !== "object" || doc === null) return {};
-  const d = doc as { model_store?: { staging?: unknown }; node_overrides?: unknown };
-  return {
-    ...(d.model_store?.staging ? { model_store: { staging: d.model_store.staging } } : {}),
-    ...(d.node_overrides ? { node_overrides: d.node_overrides } : {}),
-  };
+  return isMapping(doc) ? withoutLauncherKeys(doc).kept : {};
 }
 
 /** Writes the node's config file and returns an unstarted NodeProcess. */
@@ -303,9 +347,12 @@ export function prepareNode(spec: NodeSpec): NodeProcess {
     engine: { runner_log_dir: join(dataDir, "runners") },
   };
   const configPath = join(dataDir, "config.yaml");
-  // The staging settings an operator edited (the dashboard's settings editor writes this file)
-  // survive a relaunch on the same data directory; keys the caller sets still win.
-  const cfg = deepMerge(deepMerge(base, keptSettings(configPath)), spec.config ?? {});
+  // Settings an operator set (by hand, with --config, in the dashboard's settings editor) survive a
+  // relaunch on the same data directory; keys the caller sets still win.
+  const cfg = deepMerge(
+    deepMerge(deepMerge(base, keptSettings(configPath)), spec.userConfig ?? {}),
+    spec.config ?? {},
+  );
   writeFileSync(configPath, CONFIG_HEADER + stringifyYaml(cfg), { mode: 0o600 });
   return new NodeProcess({ ...spec, secret }, configPath, dataDir, owns);
 }

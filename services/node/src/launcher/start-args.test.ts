@@ -11,6 +11,12 @@ describe("npm start options", () => {
     [["--nodes=16", "--port", "9000"], { nodes: 16, port: 9000 }],
     [["--port", "65535"], { port: 65535 }],
     [["--data-dir", "/srv/ic", "--verbose"], { dataDir: "/srv/ic", verbose: true }],
+    [
+      ["--model", "Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M"],
+      { model: { model_id: "Qwen/Qwen2.5-0.5B-Instruct-GGUF", quant: "Q4_K_M" } },
+    ],
+    [["--model", "org/repo@v1"], { model: { model_id: "org/repo", revision: "v1" } }],
+    [["--config", "/etc/ic/local.yaml"], { configFile: "/etc/ic/local.yaml" }],
   ])("%j starts with %j", (argv, want) => {
     const r = parseStartArgs(argv, {}, HOME);
     expect(r.kind).toBe("start");
@@ -36,6 +42,9 @@ describe("npm start options", () => {
     [["--nodes", "2.5"], '--nodes must be a whole number, not "2.5"'],
     [["--port", "65535", "--nodes", "2"], "--port 65535 leaves no room for 2 nodes"],
     [["--data-dir", " "], "--data-dir must not be empty"],
+    [["--model", "../x"], '--model must be org/repo[:QUANT][@revision], not "../x"'],
+    [["--model", "org/repo:"], "--model must be org/repo[:QUANT][@revision]"],
+    [["--config", ""], "--config must name a YAML file"],
     [["--bogus"], "Unknown option '--bogus'"],
     [["stray"], "Unexpected argument 'stray'"],
     [["--port"], "Option '--port <value>' argument missing"],

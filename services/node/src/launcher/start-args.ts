@@ -3,6 +3,7 @@
 import { parseArgs } from "node:util";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
+import { parseModelRef, type PullBody } from "@ic/protocol";
 
 export interface StartOptions {
   /** Nodes of the local cluster (1-16). */
@@ -13,15 +14,26 @@ export interface StartOptions {
   readonly dataDir: string;
   /** Also copy every node's log lines to this terminal. */
   readonly verbose: boolean;
+  /** A YAML file merged over the launcher's defaults on every node (kept for later launches). */
+  readonly configFile?: string | undefined;
+  /** A hub model to pull into the store and place instead of the demo model. */
+  readonly model?: PullBody | undefined;
 }
 
 export const START_USAGE = `Usage: npm start [-- options]
        node --import tsx services/node/src/cli.ts start [options]
 
 Starts a local cluster on this machine (loopback only), generates the tiny demo model into the first
-node's store, places it, and prints the base URL. Ctrl-C stops every node.
+node's store, places it (or, with --model, pulls and places that one), and prints the base URL.
+Ctrl-C stops every node.
 
 Options:
+  --model REF      pull org/repo[:QUANT][@revision] from the model hub (model_store.hub_url, default
+                   https://huggingface.co; HF_TOKEN is sent) and place it instead of the demo model,
+                   e.g. --model Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M
+  --config FILE    YAML merged over the defaults on every node (engine.context_size,
+                   engine.extra_args, gpu_layers, model_store.hub_url, auth...); kept for later
+                   launches on the same --data-dir
   --nodes N        nodes of the local cluster, 1-16 (default 1)
   --port P         API port of the first node; node k gets P + k - 1, or any free port where that one
                    is taken (default 8080)
@@ -31,7 +43,10 @@ Options:
   -h, --help       this help
 
 Each node's log (pino JSON lines) goes to <data-dir>/node-<k>/node.log; the runners' logs to
-<data-dir>/node-<k>/runners/. The nodes run with the documented defaults (docs/operations.md).`;
+<data-dir>/node-<k>/runners/. Each node's config is <data-dir>/node-<k>/config.yaml: keys set there
+(by hand, by --config or in the dashboard) are kept across launches, except the ones the launcher
+owns (names, ports, peers, the secret, file locations). Every other key has its documented default
+(docs/operations.md).`;
 
 export type ParsedStart =
   | { readonly kind: "help" }
@@ -62,6 +77,8 @@ export function parseStartArgs(
         port: { type: "string" },
         "data-dir": { type: "string" },
         verbose: { type: "boolean" },
+        model: { type: "string" },
+        config: { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -80,8 +97,28 @@ export function parseStartArgs(
   const dataDir =
     values["data-dir"] ?? env["IC_DATA_DIR"] ?? join(home, ".service", "local-cluster");
   if (dataDir.trim() === "") return { kind: "error", message: "--data-dir must not be empty" };
+  let model: PullBody | undefined;
+  if (values.model !== undefined) {
+    try {
+      model = parseModelRef(values.model);
+    } catch {
+      return {
+        kind: "error",
+        message: `--model must be org/repo[:QUANT][@revision], not "${values.model}"`,
+      };
+    }
+  }
+  if (values.config !== undefined && values.config.trim() === "")
+    return { kind: "error", message: "--config must name a YAML file" };
   return {
     kind: "start",
-    options: { nodes, port, dataDir: resolve(dataDir), verbose: values.verbose ?? false },
+    options: {
+      nodes,
+      port,
+      dataDir: resolve(dataDir),
+      verbose: values.verbose ?? false,
+      ...(values.config !== undefined ? { configFile: resolve(values.config) } : {}),
+      ...(model ? { model } : {}),
+    },
   };
 }
