@@ -146,7 +146,7 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     await expect.poll(() => text("#pull-error")).toBe("");
     await expect
       .poll(() => text("#pulls-table"), { timeout: 30_000 })
-      .toMatch(/acme\/pulled[\s\S]*tiny-llama · main[\s\S]*done[\s\S]*100%[\s\S]*1 \/ 1/);
+      .toMatch(/acme\/pulled[\s\S]*main · tiny-llama\.gguf[\s\S]*done[\s\S]*100%[\s\S]*1 \/ 1/);
     // Registered with no restart: placeable.
     await expect.poll(() => text("#models-table"), { timeout: 15_000 }).toContain("acme/pulled");
     await expect

@@ -94,9 +94,13 @@ describe("selectHubFiles", () => {
     const one = [f("tiny-llama.gguf", 10), f("a-extra.json", 5)];
     expect(selectHubFiles(one)).toMatchObject({
       ok: true,
-      quant: "tiny-llama",
+      quant: null,
       servedFile: "tiny-llama.gguf",
     });
+    // Several untagged variants: the stem names the one chosen (and can be asked for).
+    const two = [f("model-a.gguf", 10), f("model-b.gguf", 5)];
+    expect(selectHubFiles(two)).toMatchObject({ ok: true, quant: "model-b" });
+    expect(selectHubFiles(two, { quant: "MODEL-A" })).toMatchObject({ ok: true, quant: "model-a" });
     expect(paths(selectHubFiles(one))).toEqual(["tiny-llama.gguf", "a-extra.json"]);
   });
 

@@ -17,7 +17,10 @@ export type HubSelection =
   | {
       readonly ok: true;
       readonly files: HubFile[];
-      /** The chosen variant's label; null when the repo has no GGUF weights (every file is taken). */
+      /**
+       * The chosen variant's quant tag (an untagged one's stem where the repo has several); null
+       * when there was nothing to choose: no GGUF weights (every file is taken), or one untagged.
+       */
       readonly quant: string | null;
       /** The GGUF the engine loads (the first part of a split), null without GGUF weights. */
       readonly servedFile: string | null;
@@ -154,7 +157,8 @@ export function selectHubFiles(files: readonly HubFile[], ask: SelectAsk = {}): 
   return {
     ok: true,
     files: files.filter((f) => take.has(f.path)),
-    quant: chosen!.label,
+    // An untagged file is named by its stem only where there was a choice to make.
+    quant: quantOf(chosen!.files[0]!) ?? (variants.length > 1 ? chosen!.label : null),
     servedFile: servedOf(chosen!, files),
     variants,
   };
