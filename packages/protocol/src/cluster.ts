@@ -55,6 +55,8 @@ export const ModelRecordSchema = z.object({
   drafter: ModelIdSchema.optional(),
   /** Split vision weights file in the model directory (run with --mmproj). */
   mmproj: z.string().optional(),
+  /** How an embedding instance pools token vectors (model.json `pooling`; default mean). */
+  pooling: z.enum(["mean", "cls", "last"]).optional(),
   /** Multi-token-prediction sidecar repository staged with the model. */
   mtp_sidecar: ModelIdSchema.optional(),
   registered_by: NodeIdSchema.optional(),
@@ -80,6 +82,8 @@ export const InstanceSchema = z.object({
   instance_id: InstanceIdSchema,
   model_id: ModelIdSchema,
   sharding: ShardingSchema,
+  /** An embedding instance (llama-server --embeddings): it serves /v1/embeddings, not chat. */
+  embeddings: z.boolean().optional(),
   created_at: z.number(),
   /** Rank 0 first; ranks form the cycle chosen by placement. */
   assignments: z.array(AssignmentSchema).min(1),
@@ -171,6 +175,8 @@ export const DeploymentSchema = z.object({
   model_id: ModelIdSchema,
   min_nodes: z.number().int().positive(),
   sharding: ShardingSchema,
+  /** Its instances serve embeddings (see InstanceSchema). */
+  embeddings: z.boolean().optional(),
   /** Exclusions by peer key: node ids are per session, peer keys survive failover. */
   excluded_peer_keys: z.array(z.string()),
   created_at: z.number(),
@@ -310,6 +316,7 @@ export const CommandSchema = z.discriminatedUnion("type", [
         min_nodes: z.number().int().positive(),
         sharding: ShardingSchema,
         excluded_nodes: z.array(z.string()),
+        embeddings: z.boolean().optional(),
       })
       .optional(),
   }),

@@ -69,6 +69,38 @@ export const CompletionRequestSchema = z
   })
   .passthrough();
 
+/**
+ * POST /v1/embeddings: the fields the gateway checks; the others (`encoding_format`, `dimensions`…)
+ * pass through to the engine. `input` is a string, an array of strings, or token ids.
+ */
+export const EmbeddingRequestSchema = z
+  .object({
+    model: z.string().min(1).max(300),
+    input: z.union([
+      z.string(),
+      z.array(z.string()).min(1).max(2048),
+      z.array(z.number().int().nonnegative()).min(1),
+      z.array(z.array(z.number().int().nonnegative()).min(1)).min(1).max(2048),
+    ]),
+    encoding_format: z.enum(["float", "base64"]).optional(),
+  })
+  .passthrough();
+
+/** The answer of POST /v1/embeddings (OpenAI's list; the engine's, passed through). */
+export const EmbeddingListSchema = z.object({
+  object: z.literal("list"),
+  model: z.string(),
+  data: z.array(
+    z.object({
+      object: z.literal("embedding"),
+      index: z.number().int(),
+      /** Floats, or base64 of little-endian float32 with encoding_format "base64". */
+      embedding: z.union([z.array(z.number()), z.string()]),
+    }),
+  ),
+  usage: z.object({ prompt_tokens: z.number().int(), total_tokens: z.number().int() }),
+});
+
 export const PlaceRequestSchema = z
   .object({
     model_id: ModelIdSchema,
@@ -76,6 +108,8 @@ export const PlaceRequestSchema = z
     excluded_nodes: z.array(z.string().max(128)).max(1024).default([]),
     sharding: ShardingSchema.default("Pipeline"),
     instance_type: z.enum(["llama"]).default("llama"),
+    /** Serve /v1/embeddings (llama-server --embeddings, pooled per the model's config) instead of chat. */
+    embeddings: z.boolean().default(false),
   })
   .strict();
 

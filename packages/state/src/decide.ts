@@ -101,6 +101,7 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
             model_id: cmd.instance.model_id,
             min_nodes: cmd.deployment.min_nodes,
             sharding: cmd.deployment.sharding,
+            ...(cmd.deployment.embeddings ? { embeddings: true } : {}),
             excluded_peer_keys: Object.values(s.members)
               .filter((m) => excluded.has(m.node_id))
               .map((m) => m.peer_key),

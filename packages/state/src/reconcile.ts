@@ -139,6 +139,7 @@ export function reconcile(
           instance_id: o.newInstanceId(),
           model_id: d.model_id as ModelId,
           sharding: d.sharding,
+          ...(d.embeddings ? { embeddings: true } : {}),
           created_at: o.now,
           assignments: assignmentsOf(view, r.shares),
         };

@@ -78,11 +78,15 @@ export const VERBS: Record<string, Verb> = {
   place: {
     summary: "place an instance of a model",
     usage:
-      "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE,...] [--wait]",
+      "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE,...] [--embeddings] [--wait]",
     options: {
       wait: {
         type: "boolean",
         help: "wait until it serves (staging, loading), or say why it failed",
+      },
+      embeddings: {
+        type: "boolean",
+        help: "serve /v1/embeddings (llama-server --embeddings) instead of chat",
       },
       "min-nodes": { type: "string", value: "N", help: "nodes to spread it over (default 1)" },
       sharding: { type: "string", value: "S", help: "Pipeline (default) or Tensor" },

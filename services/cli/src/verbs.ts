@@ -383,6 +383,7 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
         excluded_nodes: ((p.values["exclude"] as string | undefined) ?? "")
           .split(",")
           .filter(Boolean),
+        ...(p.values["embeddings"] ? { embeddings: true } : {}),
       };
       const r = await c.json<{
         instance: {

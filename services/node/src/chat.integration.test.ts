@@ -87,6 +87,55 @@ describe("chat completions on a 1-node cluster", () => {
     await expect(client.models.retrieve("test/none")).rejects.toMatchObject({ status: 404 });
   });
 
+  it("embeddings through the official client from an instance placed for them, the same vectors as the engine's own; chat stays on the chat instance", async () => {
+    const node = cluster.nodes[0]!;
+    const placed = await placeAndWait(node, { model_id: modelId, min_nodes: 1, embeddings: true });
+    const client = new OpenAI({ baseURL: `${node.apiUrl}/v1`, apiKey: "unused" });
+    const { data, response } = await client.embeddings
+      .create({ model: modelId, input: ["hello there", "general kenobi"] })
+      .withResponse();
+    expect(response.headers.get("x-instance-id")).toBe(placed.instance_id);
+    expect(data.object).toBe("list");
+    expect(data.data.map((d) => d.index)).toEqual([0, 1]);
+    // The tiny model's hidden size, pooled (mean) into one vector per input.
+    for (const d of data.data) expect(d.embedding).toHaveLength(64);
+    expect(data.usage.prompt_tokens).toBeGreaterThan(0);
+    // Differential: the engine asked directly gives the same vectors.
+    const s = await node.get<{
+      instances: { instance_id: string; runners: { rank: number; endpoint?: string }[] }[];
+    }>("/state");
+    const endpoint = s.instances
+      .find((i) => i.instance_id === placed.instance_id)!
+      .runners.find((r) => r.rank === 0)!.endpoint!;
+    const key = clusterCredentials(node.spec.secret!).engineKey(placed.instance_id);
+    const direct = (await (
+      await fetch(`${endpoint}/v1/embeddings`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${key}` },
+        body: JSON.stringify({ model: modelId, input: ["hello there", "general kenobi"] }),
+      })
+    ).json()) as { data: { embedding: number[] }[] };
+    expect(data.data.map((d) => d.embedding)).toEqual(direct.data.map((d) => d.embedding));
+    // base64: little-endian float32, the same vector.
+    const b64 = await client.embeddings.create({
+      model: modelId,
+      input: "hello there",
+      encoding_format: "base64",
+    });
+    const raw = Buffer.from(b64.data[0]!.embedding as unknown as string, "base64");
+    const floats = Array.from(new Float32Array(raw.buffer, raw.byteOffset, raw.length / 4));
+    expect(floats).toHaveLength(64);
+    floats.forEach((x, i) => expect(x).toBeCloseTo(data.data[0]!.embedding[i]!, 5));
+    // Chat keeps going to the chat instance, not to the embedding one.
+    const chat = await client.chat.completions
+      .create({ model: modelId, messages: [{ role: "user", content: "hi" }], max_tokens: 2 })
+      .withResponse();
+    expect(chat.response.headers.get("x-instance-id")).not.toBe(placed.instance_id);
+    expect(
+      (await fetch(`${node.apiUrl}/instance/${placed.instance_id}`, { method: "DELETE" })).status,
+    ).toBe(200);
+  });
+
   it("a 2-token completion works as the health checklist uses it", async () => {
     const r = await cluster.nodes[0]!.post("/v1/chat/completions", {
       model: modelId,

@@ -12,6 +12,8 @@ import {
   ClusterTraceListSchema,
   DeleteInstanceResponseSchema,
   DrainResponseSchema,
+  EmbeddingListSchema,
+  EmbeddingRequestSchema,
   HealthResponseSchema,
   InstanceListSchema,
   ModelEntrySchema,
@@ -143,6 +145,15 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
         schema: TextCompletionSchema,
       },
     },
+  },
+  {
+    method: "post",
+    path: "/v1/embeddings",
+    summary:
+      "OpenAI-compatible embeddings, from instances placed with embeddings: true (routed as chat is)",
+    scope: "inference",
+    body: EmbeddingRequestSchema,
+    responses: { "200": ok("the embedding list", EmbeddingListSchema) },
   },
   {
     method: "get",

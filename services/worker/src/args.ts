@@ -8,6 +8,8 @@ export interface ServerArgsInput {
   readonly modelPath: string;
   readonly drafterPath?: string | undefined;
   readonly mmprojPath?: string | undefined;
+  /** Pooling of an embedding instance (the model's `pooling`, else mean). */
+  readonly pooling?: "mean" | "cls" | "last" | undefined;
   readonly host: string;
   readonly port: number;
   readonly contextSize: number;
@@ -98,6 +100,8 @@ export function serverArgs(i: ServerArgsInput): string[] {
   if (i.drafterPath)
     a.push("-md", i.drafterPath, "-ngld", String(i.gpuLayers), "--spec-type", "draft-simple");
   if (i.mmprojPath) a.push("--mmproj", i.mmprojPath);
+  // An embedding instance: OpenAI's /v1/embeddings needs a pooled vector per input (not `none`).
+  if (i.instance.embeddings) a.push("--embeddings", "--pooling", i.pooling ?? "mean");
   a.push(...i.extraArgs);
   return a;
 }

@@ -24,6 +24,8 @@ const ModelJsonSchema = z
   .object({
     drafter: ModelIdSchema.optional(),
     mtp_sidecar: ModelIdSchema.optional(),
+    /** How an embedding instance pools token vectors (llama-server --pooling). */
+    pooling: z.enum(["mean", "cls", "last"]).optional(),
     file: z
       .string()
       .regex(/^[^/\\]+\.gguf$/)
@@ -103,5 +105,6 @@ export async function readModelDir(
     ...(meta.drafter ? { drafter: meta.drafter } : {}),
     ...(meta.mtp_sidecar ? { mtp_sidecar: meta.mtp_sidecar } : {}),
     ...(mmproj ? { mmproj } : {}),
+    ...(meta.pooling ? { pooling: meta.pooling } : {}),
   };
 }

@@ -180,6 +180,15 @@ describe("serverArgs", () => {
       "-md /s/d.gguf -ngld 999 --spec-type draft-simple --mmproj /s/mm.gguf",
     );
   });
+  it("an embedding instance runs with --embeddings and the model's pooling (mean by default)", () => {
+    const emb = { ...instance(1, "Pipeline", [4]), embeddings: true };
+    const a = serverArgs({ ...base, instance: emb, totalLayers: 4 });
+    expect(a.join(" ")).toContain("--embeddings --pooling mean");
+    const cls = serverArgs({ ...base, instance: emb, totalLayers: 4, pooling: "cls" });
+    expect(cls.join(" ")).toContain("--embeddings --pooling cls");
+    const chat = serverArgs({ ...base, instance: instance(1, "Pipeline", [4]), totalLayers: 4 });
+    expect(chat).not.toContain("--embeddings");
+  });
 });
 
 describe("logTail", () => {

@@ -351,6 +351,7 @@ export class Worker implements AsyncDisposable {
         modelPath: staged.modelPath,
         drafterPath: drafter?.modelPath,
         mmprojPath: staged.mmprojPath,
+        pooling: model.pooling,
         host: this.o.host,
         port,
         contextSize: Math.min(this.o.contextSize, model.context_length || this.o.contextSize),

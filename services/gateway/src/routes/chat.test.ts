@@ -55,7 +55,10 @@ function close(server: Server): Promise<void> {
 }
 
 /** A cluster view with one ready instance of MODEL at `endpoint`; tests emit events through it. */
-function cluster(endpoint: string, opts: { mmproj?: boolean; taskFailedFirst?: boolean } = {}) {
+function cluster(
+  endpoint: string,
+  opts: { mmproj?: boolean; taskFailedFirst?: boolean; embeddings?: boolean } = {},
+) {
   const state: ControlState = emptyState();
   const master = nodeIdFor(S, "p-0");
   state.session = {
@@ -82,6 +85,7 @@ function cluster(endpoint: string, opts: { mmproj?: boolean; taskFailedFirst?: b
     instance_id: INSTANCE,
     model_id: MODEL,
     sharding: "Pipeline",
+    ...(opts.embeddings ? { embeddings: true } : {}),
     created_at: 1,
     assignments: [
       { node_id: master, peer_key: "p-0", rank: 0, weight_bytes: 1, required_bytes: 1 },
@@ -724,6 +728,60 @@ describe("the rest of the OpenAI surface: text completions and one model", () =>
     // Without max_tokens, the configured default applies, as for chat.
     await post({ model: MODEL, prompt: ["a", "b"] });
     expect(e.bodies[1]).toMatchObject({ prompt: ["a", "b"], max_tokens: 2048 });
+  });
+
+  it("POST /v1/embeddings goes only to embedding instances, answers the engine's list as it is; chat does not go there", async () => {
+    const paths: string[] = [];
+    const list = {
+      object: "list",
+      model: MODEL,
+      data: [{ object: "embedding", index: 0, embedding: [0.25, -0.5] }],
+      usage: { prompt_tokens: 2, total_tokens: 2 },
+    };
+    const e = await engine((req, res) => {
+      paths.push(req.url ?? "");
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify(list));
+    });
+    const post = (app: ReturnType<typeof createGatewayApp>, path: string, body: unknown) =>
+      app.request(path, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    const emb = createGatewayApp({
+      cluster: cluster(e.url, { embeddings: true }).view,
+      log: silentLogger(),
+      name: "t",
+    });
+    const r = await post(emb, "/v1/embeddings", { model: MODEL, input: ["hi", "there"] });
+    expect(r.status).toBe(200);
+    expect(await r.json()).toEqual(list);
+    expect(r.headers.get("x-command-id")).toMatch(/^emb-[0-9a-f]{32}$/);
+    expect(paths).toEqual(["/v1/embeddings"]);
+    // No max_tokens is added to an embeddings request.
+    expect(e.bodies[0]).toEqual({ model: MODEL, input: ["hi", "there"] });
+    // Chat on an embeddings-only model, and embeddings on a chat model: a 400 saying what to place.
+    const chatOnEmb = await post(emb, "/v1/chat/completions", {
+      model: MODEL,
+      messages: [{ role: "user", content: "hi" }],
+    });
+    expect(chatOnEmb.status).toBe(400);
+    expect(errorOf(await chatOnEmb.text()).message).toContain("is placed for embeddings only");
+    const chatApp = createGatewayApp({
+      cluster: cluster(e.url).view,
+      log: silentLogger(),
+      name: "t",
+    });
+    const embOnChat = await post(chatApp, "/v1/embeddings", { model: MODEL, input: "hi" });
+    expect(embOnChat.status).toBe(400);
+    expect(errorOf(await embOnChat.text()).message).toContain(
+      `has no instance placed for embeddings: place one with "embeddings": true`,
+    );
+    // Its own schema.
+    const bad = await post(emb, "/v1/embeddings", { model: MODEL, input: [] });
+    expect(bad.status).toBe(400);
+    expect(paths).toHaveLength(1);
   });
 
   it("GET /v1/models/{id}: the model when it is ready (slash plain or encoded), the chat path's 404 otherwise", async () => {

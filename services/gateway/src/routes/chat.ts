@@ -15,6 +15,7 @@ import type { z } from "zod";
 import {
   ChatRequestSchema,
   CompletionRequestSchema,
+  EmbeddingRequestSchema,
   errorBody,
   httpStatusFor,
   ServiceError,
@@ -61,16 +62,45 @@ type InferenceRequest = {
 
 /** One OpenAI inference endpoint: how its body is checked and where it goes on the engine. */
 interface Endpoint {
-  readonly path: "/v1/chat/completions" | "/v1/completions";
+  readonly path: "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings";
   readonly schema: z.ZodType<InferenceRequest>;
-  /** The command id's prefix (OpenAI's: `chatcmpl-`, `cmpl-`). */
+  /** The command id's prefix (OpenAI's: `chatcmpl-`, `cmpl-`; `emb-` for the trace only). */
   readonly idPrefix: string;
+  /** Served by embedding instances (placed with `embeddings: true`), not by generating ones. */
+  readonly embeddings: boolean;
 }
 
 const ENDPOINTS: readonly Endpoint[] = [
-  { path: "/v1/chat/completions", schema: ChatRequestSchema, idPrefix: "chatcmpl-" },
-  { path: "/v1/completions", schema: CompletionRequestSchema, idPrefix: "cmpl-" },
+  {
+    path: "/v1/chat/completions",
+    schema: ChatRequestSchema,
+    idPrefix: "chatcmpl-",
+    embeddings: false,
+  },
+  {
+    path: "/v1/completions",
+    schema: CompletionRequestSchema,
+    idPrefix: "cmpl-",
+    embeddings: false,
+  },
+  {
+    path: "/v1/embeddings",
+    schema: EmbeddingRequestSchema,
+    idPrefix: "emb-",
+    embeddings: true,
+  },
 ];
+
+/** A model served, but not by instances of the kind this endpoint needs. */
+function wrongKind(model: string, endpoint: Endpoint): ServiceError {
+  return new ServiceError(
+    "invalid_request",
+    endpoint.embeddings
+      ? `${model} has no instance placed for embeddings: place one with "embeddings": true (ic place ${model} --embeddings)`
+      : `${model} is placed for embeddings only (its instances run with --embeddings): use /v1/embeddings, or place an instance without "embeddings"`,
+    { details: { model, embeddings: endpoint.embeddings } },
+  );
+}
 
 /** Bounds of one request; the config's `chat` section (defaults there). */
 export interface ChatLimits {
@@ -259,6 +289,8 @@ interface RequestContext {
   readonly body: InferenceRequest;
   /** The engine's endpoint for it (the same path as the request's). */
   readonly path: Endpoint["path"];
+  /** An embeddings request: only embedding instances serve it, and its answer keeps no id. */
+  readonly embeddings: boolean;
   /** The token, when it has limits: its task is admitted by the master before the engine sees it. */
   readonly limited: ApiToken | undefined;
   /** Whether the tokens a request used are reported (the token has tokens_per_minute). */
@@ -385,17 +417,26 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     const snap = cluster.snapshot();
     const ready = readiness(snap, body.model, Date.now());
     if (ready.kind !== "ready") throw notServableError(body.model, ready);
-    const open = routable(ready.instances);
-    if (open.length === 0) throw allDraining(body.model, ready.instances, snap);
+    const suited = ready.instances.filter(
+      (i) => (i.instance.embeddings === true) === endpoint.embeddings,
+    );
+    if (suited.length === 0) throw wrongKind(body.model, endpoint);
+    const open = routable(suited);
+    if (open.length === 0) throw allDraining(body.model, suited, snap);
     const problem = contentProblem(body, snap.models[ready.instances[0]!.instance.model_id]);
     if (problem) throw new ServiceError("invalid_request", problem);
-    if (body.max_tokens === undefined && body.max_completion_tokens === undefined)
+    if (
+      !endpoint.embeddings &&
+      body.max_tokens === undefined &&
+      body.max_completion_tokens === undefined
+    )
       body.max_tokens = limits.defaultMaxTokens;
     // One retry, on another ready instance, for a request that lost its instance before the client
     // got a byte (docs/api.md, "Retry before the first byte"); within the request's one total bound.
     const request: RequestContext = {
       body,
       path: endpoint.path,
+      embeddings: endpoint.embeddings,
       limited,
       countTokens,
       deadline: Date.now() + limits.totalTimeoutMs,
@@ -415,7 +456,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
           !request.clientGone &&
           RETRY_ON.has(e.error.code) &&
           Date.now() < request.deadline
-            ? readyOthers(body.model, tried)
+            ? readyOthers(body.model, tried, request.embeddings)
             : [];
         if (others.length === 0) {
           o.log.debug(
@@ -468,10 +509,16 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
   }
 
   /** The model's ready instances other than those tried (none when it is not ready at all). */
-  function readyOthers(model: string, tried: ReadonlySet<string>): ReadyInstance[] {
+  function readyOthers(
+    model: string,
+    tried: ReadonlySet<string>,
+    embeddings: boolean,
+  ): ReadyInstance[] {
     const ready = readiness(o.cluster.snapshot(), model, Date.now());
     if (ready.kind !== "ready") return [];
-    return routable(ready.instances).filter((i) => !tried.has(i.instance.instance_id));
+    return routable(ready.instances).filter(
+      (i) => !tried.has(i.instance.instance_id) && (i.instance.embeddings === true) === embeddings,
+    );
   }
 
   /** Instances with no rank on a draining node: a draining node takes no new request. */
@@ -673,7 +720,8 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
         if (j.timings) obs.event({ type: "engine", at, timings: j.timings, usage: j.usage });
         obs.event({ type: "end", at, ok: true, status: 200, code: undefined, message: undefined });
       }
-      return c.json({ ...json, id: commandId }, 200, headers);
+      // OpenAI's embedding list has no id; a completion's is the command id.
+      return c.json(request.embeddings ? json : { ...json, id: commandId }, 200, headers);
     }
 
     // Streaming: complete SSE events are forwarded as they arrive (id rewritten in place). Under

@@ -78,6 +78,7 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
             instance_id: `i-${randomUUID()}` as InstanceId,
             model_id: model.model_id,
             sharding: req.sharding,
+            ...(req.embeddings ? { embeddings: true } : {}),
             created_at: o.now(),
             assignments: result.assignments,
           };
@@ -88,6 +89,7 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
               min_nodes: req.min_nodes,
               sharding: req.sharding,
               excluded_nodes: excluded,
+              ...(req.embeddings ? { embeddings: true } : {}),
             },
           });
           o.log.info(
