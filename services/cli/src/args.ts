@@ -127,8 +127,13 @@ export const VERBS: Record<string, Verb> = {
   },
   logs: {
     summary: "a node's log lines, or a runner's with --instance",
-    usage: "logs [--tail N] [--level L] [-f] [--instance ID [--rank R]]",
+    usage: "logs [--node NAME] [--tail N] [--level L] [-f] [--instance ID [--rank R]]",
     options: {
+      node: {
+        type: "string",
+        value: "NAME",
+        help: "another node's log, by name or id (default: the node --url names)",
+      },
       tail: { type: "string", value: "N", help: "lines (default 50)" },
       follow: {
         type: "boolean",
@@ -141,7 +146,12 @@ export const VERBS: Record<string, Verb> = {
     },
     positionals: [0, 0],
   },
-  storage: { summary: "storage of every node", usage: "storage", options: {}, positionals: [0, 0] },
+  storage: {
+    summary: "storage of every node",
+    usage: "storage [--node NAME]",
+    options: { node: { type: "string", value: "NAME", help: "only this node, by name or id" } },
+    positionals: [0, 0],
+  },
   purge: {
     summary: "purge staged copies not in use, on every node",
     usage: "purge [--model org/name]",

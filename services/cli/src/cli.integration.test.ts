@@ -147,6 +147,17 @@ describe("ic", () => {
       ),
     );
     expect(logs.out).not.toMatch(/^\{/m);
+    // --node names the node by name (or id); an unknown one is an error listing the nodes.
+    const byName = await ic(["logs", "--node", self.name, "--tail", "5"], env);
+    expect(byName.code, byName.err).toBe(0);
+    expect(byName.out.trim().split("\n")).toHaveLength(5);
+    expect((await ic(["logs", "--node", self.node_id, "--tail", "1"], env)).code).toBe(0);
+    const noNode = await ic(["logs", "--node", "bogus"], env);
+    expect(noNode.code).toBe(2);
+    expect(noNode.err).toContain(`--node: no node is named bogus; the nodes are ${self.name} (`);
+    const oneNode = await ic(["storage", "--node", self.name, "--json"], env);
+    expect(oneNode.code, oneNode.err).toBe(0);
+    expect((JSON.parse(oneNode.out) as { node: string }[]).map((r) => r.node)).toEqual([self.name]);
     // -f: the tail, then what the node writes next (the runner stopping), until the user leaves.
     const follower = spawn(process.execPath, [BIN, "logs", "-f", "--tail", "1"], {
       env: { ...process.env, ...env },

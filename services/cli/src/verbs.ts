@@ -130,6 +130,30 @@ async function instanceId(c: Client, ref: string): Promise<string> {
 }
 
 /** Names nodes for output: `name (n-…)`, the id alone when the node is not a member. */
+/**
+ * The member a `--node` value names: its name, its node id, or a prefix of the id only one has; a
+ * usage error listing the nodes otherwise (never silently the node asked).
+ */
+async function memberOf(
+  c: Client,
+  ref: string,
+): Promise<{ node_id: string; name: string; api_url: string }> {
+  const s = await c.get<StateDoc>("/state");
+  const all = s.node_identities;
+  const byName = all.filter((m) => m.name === ref);
+  const byId = all.filter(
+    (m) => m.node_id === ref || (ref.length >= 4 && m.node_id.startsWith(ref)),
+  );
+  const found = byName.length > 0 ? byName : byId;
+  if (found.length === 1) return found[0]!;
+  const known = all.map((m) => `${m.name} (${m.node_id})`).join(", ");
+  throw new UsageError(
+    found.length === 0
+      ? `--node: no node is named ${ref}; the nodes are ${known}`
+      : `--node: ${ref} names several nodes (${found.map((m) => m.node_id).join(", ")}); use the id`,
+  );
+}
+
 async function nodeNamer(c: Client): Promise<(id: string) => string> {
   const s = await c.get<StateDoc>("/state");
   const names = new Map(s.node_identities.map((m) => [m.node_id, m.name]));
@@ -504,8 +528,12 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
       }
       const q = new URLSearchParams({ tail: String(tail) });
       if (p.values["level"]) q.set("level", p.values["level"] as string);
-      if (p.values["follow"]) return followLogs(c, io, p, q);
-      const r = await c.get<{ lines: Record<string, unknown>[] }>(`/logs?${q.toString()}`);
+      // Another node's own log: asked at its API (the runner logs above come through any node).
+      const at = p.values["node"]
+        ? c.at((await memberOf(c, p.values["node"] as string)).api_url)
+        : c;
+      if (p.values["follow"]) return followLogs(at, io, p, q);
+      const r = await at.get<{ lines: Record<string, unknown>[] }>(`/logs?${q.toString()}`);
       print(io, p, r, () => r.lines.map(formatLogLine).join("\n"));
       return 0;
     }
@@ -524,10 +552,13 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
         }[];
         unreachable: { node: string; error: string }[];
       }>("/store/storage/cluster", 10_000);
+      const only = p.values["node"]
+        ? (await memberOf(c, p.values["node"] as string)).name
+        : undefined;
       const reports = [
         ...s.nodes.map((n) => ({ node: n.name, ...n.report })),
         ...s.unreachable.map((u) => ({ node: u.node, error: u.error })),
-      ];
+      ].filter((r) => only === undefined || r.node === only);
       print(io, p, reports, () =>
         table(
           ["NODE", "STAGED", "MODELS", "EVENT LOG", "VOLUME FREE"],

@@ -151,6 +151,16 @@ describe("observability across hosts", () => {
     const engineFams = m2.fams.filter((f) => f.name.startsWith("llamacpp:"));
     expect(engineFams.length).toBeGreaterThan(3);
     expect(counter(m2.fams, "llamacpp:prompt_tokens_total", labels)).toBeGreaterThan(0);
+    // KV-cache use from the engine's /slots: the two chats left their tokens in the cache.
+    const held = counter(m2.fams, "ic_engine_kv_cache_tokens", labels);
+    const capacity = counter(m2.fams, "ic_engine_kv_cache_capacity_tokens", labels);
+    expect(held).toBeGreaterThan(0);
+    expect(capacity).toBeGreaterThanOrEqual(held);
+    expect(counter(m2.fams, "ic_engine_kv_cache_usage_ratio", labels)).toBeCloseTo(
+      held / capacity,
+      6,
+    );
+    expect(counter(m2.fams, "llamacpp:requests_deferred", labels)).toBe(0);
     expect(m2.fams.some((f) => f.name.startsWith("ic_cluster_"))).toBe(false);
 
     // The shipped Grafana dashboard asks only for metrics the nodes serve (master's and engine node's).

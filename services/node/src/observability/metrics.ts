@@ -637,17 +637,34 @@ export class NodeMetrics {
           ["rank", String(r.rank)],
         ];
         const started = performance.now();
+        const headers = this.o.engineHeaders(r.instance_id);
+        // KV-cache use is not in the engine's /metrics: its /slots says what each slot holds.
+        const kv = fetch(`${r.endpoint}/slots`, { headers, signal: AbortSignal.timeout(timeoutMs) })
+          .then(async (res) => (res.ok ? kvCacheUse(await res.json()) : undefined))
+          .catch(() => undefined);
         try {
           const res = await fetch(`${r.endpoint}/metrics`, {
-            headers: this.o.engineHeaders(r.instance_id),
+            headers,
             signal: AbortSignal.timeout(timeoutMs),
           });
           const text = await res.text();
           if (!res.ok) throw new Error(`HTTP ${res.status}: ${text.slice(0, 200)}`);
-          return { labels, families: parseExposition(text), up: 1, seconds: since(started) };
+          return {
+            labels,
+            families: parseExposition(text),
+            up: 1,
+            seconds: since(started),
+            kv: await kv,
+          };
         } catch (e) {
           this.o.log.debug({ err: e, instance: r.instance_id }, "engine metrics scrape failed");
-          return { labels, families: [] as PromFamily[], up: 0, seconds: since(started) };
+          return {
+            labels,
+            families: [] as PromFamily[],
+            up: 0,
+            seconds: since(started),
+            kv: await kv,
+          };
         }
       }),
     );
@@ -675,8 +692,65 @@ export class NodeMetrics {
         })),
       },
     ];
+    const withKv = results.filter((r) => r.kv !== undefined);
+    const kvFamily = (
+      name: string,
+      help: string,
+      value: (k: KvCacheUse) => number,
+    ): PromFamily => ({
+      name,
+      help,
+      type: "gauge",
+      samples: withKv.map((r) => ({
+        name,
+        labels: r.labels,
+        value: String(value(r.kv!)),
+        timestamp: undefined,
+      })),
+    });
+    meta.push(
+      kvFamily(
+        "ic_engine_kv_cache_tokens",
+        "Tokens held in a local llama-server's KV cache, over its slots (from its /slots).",
+        (k) => k.tokens,
+      ),
+      kvFamily(
+        "ic_engine_kv_cache_capacity_tokens",
+        "Tokens a local llama-server's KV cache holds at most (the context of its slots).",
+        (k) => k.capacity,
+      ),
+      kvFamily(
+        "ic_engine_kv_cache_usage_ratio",
+        "KV-cache use of a local llama-server: held tokens over capacity (0 to 1).",
+        (k) => (k.capacity > 0 ? k.tokens / k.capacity : 0),
+      ),
+    );
     return renderFamilies([...meta.filter((f) => f.samples.length > 0), ...mergeFamilies(results)]);
   }
 }
 
 const since = (startedMs: number): number => (performance.now() - startedMs) / 1000;
+
+export interface KvCacheUse {
+  readonly tokens: number;
+  readonly capacity: number;
+}
+
+/**
+ * KV-cache use from llama-server's GET /slots: each slot's context (`n_ctx`) and the tokens it holds
+ * (`n_prompt_tokens`, the cached sequence of its current or last task). Undefined for an answer of
+ * another shape. Pure.
+ */
+export function kvCacheUse(slots: unknown): KvCacheUse | undefined {
+  if (!Array.isArray(slots)) return undefined;
+  let tokens = 0;
+  let capacity = 0;
+  for (const s of slots as unknown[]) {
+    const slot = s as { n_ctx?: unknown; n_prompt_tokens?: unknown };
+    if (typeof slot.n_ctx !== "number") return undefined;
+    capacity += slot.n_ctx;
+    if (typeof slot.n_prompt_tokens === "number")
+      tokens += Math.min(slot.n_prompt_tokens, slot.n_ctx);
+  }
+  return { tokens, capacity };
+}

@@ -26,7 +26,7 @@ import type {
   Telemetry,
 } from "@ic/protocol";
 import { TelemetryCollector } from "@ic/worker";
-import { NodeMetrics } from "./metrics.ts";
+import { kvCacheUse, NodeMetrics } from "./metrics.ts";
 import { parseExposition } from "./prom-text.ts";
 import type { LocalRunnerView, MetricsSources } from "./metrics.ts";
 import { observabilityRoutes } from "./routes.ts";
@@ -148,6 +148,11 @@ async function fakeEngine(): Promise<{ url: string; scrapes: number; close(): Pr
   const server: Server = createServer((req, res) => {
     if (req.headers.authorization !== `Bearer key-${INST}`) {
       res.writeHead(401).end('{"error":{"code":401,"message":"Invalid API Key"}}');
+      return;
+    }
+    if (req.url === "/slots") {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify([{ id: 0, n_ctx: 256, n_prompt_tokens: 64 }]));
       return;
     }
     out.scrapes++;
@@ -752,5 +757,30 @@ describe("the observability routes", () => {
     ac.abort();
     await new Promise((res) => setTimeout(res, 50));
     expect(tail.stats.subscribers).toBe(0);
+  });
+});
+
+describe("kvCacheUse", () => {
+  it.each([
+    [
+      "idle slots hold nothing",
+      [
+        { id: 0, n_ctx: 512 },
+        { id: 1, n_ctx: 512 },
+      ],
+      { tokens: 0, capacity: 1024 },
+    ],
+    [
+      "each slot's cached sequence counts",
+      [
+        { id: 0, n_ctx: 512, n_prompt_tokens: 40 },
+        { id: 1, n_ctx: 512, n_prompt_tokens: 600 },
+      ],
+      { tokens: 552, capacity: 1024 },
+    ],
+    ["an answer of another shape", { error: "x" }, undefined],
+    ["a slot without n_ctx", [{ id: 0 }], undefined],
+  ])("%s", (_what, slots, want) => {
+    expect(kvCacheUse(slots)).toEqual(want);
   });
 });
