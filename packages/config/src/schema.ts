@@ -208,7 +208,11 @@ export const ConfigSchema = z
         server_bin: z.string().optional(),
         rpc_bin: z.string().optional(),
         warmup_deadline_seconds: z.number().positive().default(300),
-        context_size: z.number().int().positive().default(4096),
+        /**
+         * `-c` of every runner. Unset: each instance gets its model's trained context, halved while
+         * it does not fit the nodes' memory (down to 4096); set: this, capped by the model's.
+         */
+        context_size: z.number().int().positive().optional(),
         /** Layers offloaded to the GPU; the runner always passes an explicit -ngl. */
         gpu_layers: z.number().int().min(0).default(999),
         /** First port runners use; 0 picks free ports. */

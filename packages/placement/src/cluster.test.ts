@@ -232,6 +232,58 @@ describe("nodeCapacities", () => {
   });
 });
 
+describe("placeInCluster with no context configured (autoContext)", () => {
+  // 40,960 bytes of KV cache per token (10 layers x K and V x 8 KV heads x 128 x 2 bytes):
+  // 5.37 GB at the trained 131,072 tokens, 2.68 GB at 65,536, 0.34 GB at 8,192, 0.17 GB at 4,096.
+  const long: ModelRecord = { ...model, context_length: 131_072 };
+  const mem: Partial<MemoryModel> = { overheadFactor: 1, runnerBytes: 0, kvBytesPerElement: 2 };
+  it.each([
+    [16, 131_072],
+    [10, 65_536],
+    [6.4, 8192],
+    [6.2, 4096],
+  ])("a node with %d GB free gets the largest context that fits: %d", (freeGb, want) => {
+    const { state, reports } = cluster([{ id: "a", totalGb: 32, freeGb }]);
+    state.models[long.model_id] = long;
+    const r = placeInCluster(state, reports, {
+      model: long,
+      minNodes: 1,
+      sharding: "Pipeline",
+      memory: mem,
+      autoContext: true,
+    });
+    expect(r.ok && r.context_size).toBe(want);
+  });
+
+  it("refuses, as before, when not even 4096 tokens fit; a configured context is used as it is", () => {
+    const { state, reports } = cluster([{ id: "a", totalGb: 32, freeGb: 6 }]);
+    const req = { model: long, minNodes: 1, sharding: "Pipeline" as const };
+    const r = placeInCluster(state, reports, { ...req, memory: mem, autoContext: true });
+    expect(r.ok).toBe(false);
+    expect(!r.ok && r.code).toBe("insufficient_memory");
+    const fixed = placeInCluster(
+      cluster([{ id: "a", totalGb: 32, freeGb: 16 }]).state,
+      cluster([{ id: "a", totalGb: 32, freeGb: 16 }]).reports,
+      { ...req, memory: { ...mem, contextSize: 8192 } },
+    );
+    expect(fixed.ok && fixed.context_size).toBe(8192);
+  });
+
+  it("previews pick a context per entry the same way", () => {
+    const { state, reports } = cluster([
+      { id: "a", totalGb: 32, freeGb: 10 },
+      { id: "b", totalGb: 32, freeGb: 10 },
+    ]);
+    state.models[long.model_id] = long;
+    const p = previewCluster(state, reports, { model: long, memory: mem, autoContext: true });
+    const pipeline1 = p.previews.find((e) => e.sharding === "Pipeline" && e.nodes === 1)!;
+    const pipeline2 = p.previews.find((e) => e.sharding === "Pipeline" && e.nodes === 2)!;
+    expect(pipeline1.result.ok && pipeline1.result.context_size).toBe(65_536);
+    // Two nodes hold half of the weights and half of the KV cache each: the whole context fits.
+    expect(pipeline2.result.ok && pipeline2.result.context_size).toBe(131_072);
+  });
+});
+
 describe("placeInCluster", () => {
   it("sequential placements see earlier reservations", () => {
     const { state, reports } = cluster([{ id: "a", totalGb: 10, freeGb: 10 }]);

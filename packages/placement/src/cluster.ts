@@ -10,7 +10,15 @@ import type {
   ModelRecord,
   NodeId,
 } from "@ic/protocol";
-import { fits, gb, gpuLayerFit, kvCacheBytes, resolveMemoryModel } from "./memory.ts";
+import {
+  contextLadder,
+  effectiveContext,
+  fits,
+  gb,
+  gpuLayerFit,
+  kvCacheBytes,
+  resolveMemoryModel,
+} from "./memory.ts";
 import type { MemoryModel, ModelFacts } from "./memory.ts";
 import { place, previews } from "./place.ts";
 import type { CandidateNode, NodeShare, Placement, PreviewEntry, Sharding } from "./place.ts";
@@ -67,7 +75,10 @@ export interface ClusterRefusal {
   readonly health_code?: string;
 }
 
-export type ClusterPlacementResult = Placement | ClusterRefusal;
+/** A placement and the context its runner starts with (what the memory estimate counted). */
+export type ClusterPlacement = Placement & { readonly context_size: number };
+
+export type ClusterPlacementResult = ClusterPlacement | ClusterRefusal;
 
 /** A refusal as the error a client gets: one mapping for the API and the master's re-check. */
 export function refusalError(r: ClusterRefusal): ServiceError {
@@ -84,6 +95,11 @@ export interface ClusterRequest {
   readonly sharding: Sharding;
   readonly excluded?: readonly string[];
   readonly memory?: Partial<MemoryModel>;
+  /**
+   * No context is configured: choose the largest of contextLadder() that fits (the model's trained
+   * context when memory allows), instead of `memory.contextSize`.
+   */
+  readonly autoContext?: boolean;
 }
 
 /**
@@ -326,8 +342,12 @@ function reservationNote(node: NodeCapacity | undefined): string {
   );
 }
 
-function strip(r: ReturnType<typeof place>, caps: readonly NodeCapacity[]): ClusterPlacementResult {
-  if (r.ok) return r;
+function strip(
+  r: ReturnType<typeof place>,
+  caps: readonly NodeCapacity[],
+  contextSize: number,
+): ClusterPlacementResult {
+  if (r.ok) return { ...r, context_size: contextSize };
   const blamed = r.node_id !== undefined ? caps.find((c) => c.node_id === r.node_id) : undefined;
   return {
     ok: false,
@@ -346,15 +366,31 @@ export function placeInCluster(
   reports: readonly NodeReport[],
   req: ClusterRequest,
 ): ClusterPlacementResult {
+  if (!req.autoContext) return placeAt(state, reports, req);
+  // The largest context that fits: only a lack of memory makes a smaller one worth trying.
+  let last: ClusterPlacementResult | undefined;
+  for (const contextSize of contextLadder(modelFacts(req.model))) {
+    last = placeAt(state, reports, { ...req, memory: { ...req.memory, contextSize } });
+    if (last.ok || last.code !== "insufficient_memory") return last;
+  }
+  return last!;
+}
+
+function placeAt(
+  state: ControlState,
+  reports: readonly NodeReport[],
+  req: ClusterRequest,
+): ClusterPlacementResult {
   const b = baseInput(state, reports, req);
+  const ctx = effectiveContext(b.input.model, resolveMemoryModel(req.memory));
   if (req.sharding === "Tensor" && req.minNodes > 1) {
     const refused = tensorAcrossNodesRefusal(b.caps, new Set(b.excludedAll), req.minNodes);
     if (refused) return refused;
   }
   const k = { minNodes: req.minNodes, sharding: req.sharding };
-  const r1 = strip(place({ ...b.input, ...k, excluded: b.excludedAll }), b.caps);
+  const r1 = strip(place({ ...b.input, ...k, excluded: b.excludedAll }), b.caps, ctx);
   if (r1.ok) return r1;
-  return withUnhealthy(r1, b.unhealthy, () => strip(place({ ...b.input, ...k }), b.caps));
+  return withUnhealthy(r1, b.unhealthy, () => strip(place({ ...b.input, ...k }), b.caps, ctx));
 }
 
 export interface ClusterPreviewEntry {
@@ -363,13 +399,40 @@ export interface ClusterPreviewEntry {
   readonly result: ClusterPlacementResult;
 }
 
-/** previews() over the cluster, with the same capacity and health rules as placeInCluster. */
+/**
+ * previews() over the cluster, with the same capacity and health rules as placeInCluster (and, with
+ * autoContext, its choice of context per entry).
+ */
 export function previewCluster(
   state: ControlState,
   reports: readonly NodeReport[],
   req: Omit<ClusterRequest, "minNodes" | "sharding">,
 ): { capacities: NodeCapacity[]; previews: ClusterPreviewEntry[] } {
+  if (!req.autoContext) return previewAt(state, reports, req);
+  let out: ReturnType<typeof previewAt> | undefined;
+  for (const contextSize of contextLadder(modelFacts(req.model))) {
+    const at = previewAt(state, reports, { ...req, memory: { ...req.memory, contextSize } });
+    // Each entry keeps the largest context at which it was answered by more than a lack of memory.
+    out = out
+      ? {
+          capacities: out.capacities,
+          previews: out.previews.map((e, i) =>
+            !e.result.ok && e.result.code === "insufficient_memory" ? at.previews[i]! : e,
+          ),
+        }
+      : at;
+    if (out.previews.every((e) => e.result.ok || e.result.code !== "insufficient_memory")) break;
+  }
+  return out!;
+}
+
+function previewAt(
+  state: ControlState,
+  reports: readonly NodeReport[],
+  req: Omit<ClusterRequest, "minNodes" | "sharding">,
+): { capacities: NodeCapacity[]; previews: ClusterPreviewEntry[] } {
   const b = baseInput(state, reports, { ...req, minNodes: 1, sharding: "Pipeline" });
+  const ctx = effectiveContext(b.input.model, resolveMemoryModel(req.memory));
   const healthyOnly = previews({ ...b.input, excluded: b.excludedAll });
   let asIfHealthy: PreviewEntry[] | undefined;
   const excluded = new Set(b.excludedAll);
@@ -379,11 +442,11 @@ export function previewCluster(
         ? tensorAcrossNodesRefusal(b.caps, excluded, e.nodes)
         : null;
     if (tensor) return { sharding: e.sharding, nodes: e.nodes, result: tensor };
-    const r1 = strip(e.result, b.caps);
+    const r1 = strip(e.result, b.caps, ctx);
     if (r1.ok) return { sharding: e.sharding, nodes: e.nodes, result: r1 };
     const result = withUnhealthy(r1, b.unhealthy, () => {
       asIfHealthy ??= previews(b.input);
-      return strip(asIfHealthy[i]!.result, b.caps);
+      return strip(asIfHealthy[i]!.result, b.caps, ctx);
     });
     return { sharding: e.sharding, nodes: e.nodes, result };
   });
@@ -403,7 +466,12 @@ export function checkInstance(
   memory: Partial<MemoryModel> = {},
 ): ClusterRefusal | null {
   const caps = new Map(nodeCapacities(state, reports).map((c) => [c.node_id, c]));
-  const mem = resolveMemoryModel(memory);
+  // The context placement chose for it is what its memory was counted at.
+  const mem = resolveMemoryModel(
+    instance.context_size !== undefined
+      ? { ...memory, contextSize: instance.context_size }
+      : memory,
+  );
   const facts = modelFacts(model);
   const kv = kvCacheBytes(facts, mem);
   const n = instance.assignments.length;

@@ -3,6 +3,8 @@
 export {
   DEFAULT_MEMORY_MODEL,
   GB,
+  MIN_AUTO_CONTEXT,
+  contextLadder,
   effectiveContext,
   estimateNodeRequirement,
   fits,

@@ -3,6 +3,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
+  contextLadder,
   DEFAULT_MEMORY_MODEL,
   effectiveContext,
   estimateNodeRequirement,
@@ -293,5 +294,18 @@ describe("gpuLayerFit: a layer share over several GPUs, whole layers each", () =
         },
       ),
     );
+  });
+});
+
+describe("contextLadder", () => {
+  it.each([
+    [131_072, [131_072, 65_536, 32_768, 16_384, 8192, 4096]],
+    [32_768, [32_768, 16_384, 8192, 4096]],
+    [6000, [6000, 4096]],
+    [4096, [4096]],
+    [2048, [2048]],
+    [0, [4096]],
+  ])("a model trained on %d tokens tries %j", (trained, want) => {
+    expect(contextLadder({ context_length: trained })).toEqual(want);
   });
 });

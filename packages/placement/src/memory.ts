@@ -76,6 +76,23 @@ export function invalidModelFacts(m: ModelFacts): string | null {
   return null;
 }
 
+/** The smallest context an automatic choice goes down to (or the model's own, when smaller). */
+export const MIN_AUTO_CONTEXT = 4096;
+
+/**
+ * The contexts an automatic choice tries, largest first: the model's trained context, halved while
+ * above MIN_AUTO_CONTEXT, then MIN_AUTO_CONTEXT (or the trained one when smaller). A model whose
+ * context is unknown gets MIN_AUTO_CONTEXT. Pure.
+ */
+export function contextLadder(m: Pick<ModelFacts, "context_length">): number[] {
+  const trained = m.context_length;
+  if (!(trained > 0)) return [MIN_AUTO_CONTEXT];
+  const out: number[] = [];
+  for (let c = trained; c > MIN_AUTO_CONTEXT; c = Math.floor(c / 2)) out.push(c);
+  out.push(Math.min(trained, MIN_AUTO_CONTEXT));
+  return out;
+}
+
 /** Context the runner actually gets: the configured one, capped by the trained context when known. */
 export function effectiveContext(m: ModelFacts, mem: MemoryModel): number {
   return m.context_length > 0 ? Math.min(mem.contextSize, m.context_length) : mem.contextSize;

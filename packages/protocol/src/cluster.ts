@@ -84,6 +84,11 @@ export const InstanceSchema = z.object({
   sharding: ShardingSchema,
   /** An embedding instance (llama-server --embeddings): it serves /v1/embeddings, not chat. */
   embeddings: z.boolean().optional(),
+  /**
+   * The context its runner starts with (`-c`), chosen at placement: engine.context_size capped by
+   * the model's, or without one the model's own capped by memory. Absent in older records.
+   */
+  context_size: z.number().int().positive().optional(),
   created_at: z.number(),
   /** Rank 0 first; ranks form the cycle chosen by placement. */
   assignments: z.array(AssignmentSchema).min(1),

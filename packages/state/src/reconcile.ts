@@ -133,6 +133,7 @@ export function reconcile(
         sharding: d.sharding,
         excluded,
         ...(o.memory ? { memory: o.memory } : {}),
+        autoContext: o.memory?.contextSize === undefined,
       });
       if (r.ok) {
         const instance: Instance = {
@@ -140,6 +141,7 @@ export function reconcile(
           model_id: d.model_id as ModelId,
           sharding: d.sharding,
           ...(d.embeddings ? { embeddings: true } : {}),
+          context_size: r.context_size,
           created_at: o.now,
           assignments: assignmentsOf(view, r.shares),
         };

@@ -15,7 +15,9 @@ export function placementView(cluster: ClusterView): PlacementView {
   return { state: cluster.snapshot(), reports: cluster.livePeers().map((p) => p.heartbeat) };
 }
 
-export type Decision = { ok: true; assignments: Assignment[] } | { ok: false; error: ServiceError };
+export type Decision =
+  | { ok: true; assignments: Assignment[]; contextSize: number }
+  | { ok: false; error: ServiceError };
 
 export interface DecideRequest {
   readonly minNodes: number;
@@ -39,9 +41,11 @@ export function decide(
     sharding: req.sharding,
     excluded: req.excluded,
     memory,
+    // No context configured: the model's own, capped by memory.
+    autoContext: memory.contextSize === undefined,
   });
   return r.ok
-    ? { ok: true, assignments: toAssignments(view, r.shares) }
+    ? { ok: true, assignments: toAssignments(view, r.shares), contextSize: r.context_size }
     : { ok: false, error: refusalError(r) };
 }
 
@@ -65,7 +69,12 @@ export function previewAll(
   excluded: readonly string[],
   memory: Partial<MemoryModel> = {},
 ) {
-  const r = previewCluster(view.state, view.reports, { model, excluded, memory });
+  const r = previewCluster(view.state, view.reports, {
+    model,
+    excluded,
+    memory,
+    autoContext: memory.contextSize === undefined,
+  });
   return {
     nodes: r.capacities.map(capacityEntry),
     previews: r.previews.map((p) =>
@@ -74,6 +83,7 @@ export function previewAll(
             sharding: p.sharding,
             nodes: p.nodes,
             ok: true as const,
+            context_size: p.result.context_size,
             assignments: toAssignments(view, p.result.shares),
           }
         : {

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { engineEnvironment, logTail, nextRunnerAction } from "./runner.ts";
 import { serverArgs } from "./args.ts";
+import { runnerContext } from "./worker.ts";
 import type { Instance, InstanceId, ModelId, NodeId } from "@ic/protocol";
 
 const spec = { restartBackoffMs: 1000, healthyUptimeMs: 60_000, maxCrashes: 5 };
@@ -188,6 +189,23 @@ describe("serverArgs", () => {
     expect(cls.join(" ")).toContain("--embeddings --pooling cls");
     const chat = serverArgs({ ...base, instance: instance(1, "Pipeline", [4]), totalLayers: 4 });
     expect(chat).not.toContain("--embeddings");
+  });
+});
+
+describe("runnerContext", () => {
+  it.each([
+    ["what placement chose", 65_536, undefined, 131_072, 65_536],
+    [
+      "an older instance: the configured context, capped by the model's",
+      undefined,
+      8192,
+      2048,
+      2048,
+    ],
+    ["an older instance, nothing configured: 4096", undefined, undefined, 131_072, 4096],
+    ["a model whose context is unknown: the configured one", undefined, 8192, 0, 8192],
+  ])("%s", (_what, placed, configured, trained, want) => {
+    expect(runnerContext(placed, configured, trained)).toBe(want);
   });
 });
 

@@ -37,7 +37,8 @@ export interface WorkerOptions {
   /** The API key of an instance's llama-server (only gateways, which can derive it, talk to it). */
   readonly engineKey?: (instanceId: string) => string;
   readonly runnerLogDir: string;
-  readonly contextSize: number;
+  /** engine.context_size; unset: the model's own (placement chose and recorded it per instance). */
+  readonly contextSize?: number | undefined;
   readonly gpuLayers: number;
   readonly warmupDeadlineMs: number;
   readonly restartBackoffMs: number;
@@ -354,7 +355,7 @@ export class Worker implements AsyncDisposable {
         pooling: model.pooling,
         host: this.o.host,
         port,
-        contextSize: Math.min(this.o.contextSize, model.context_length || this.o.contextSize),
+        contextSize: runnerContext(inst.context_size, this.o.contextSize, model.context_length),
         gpuLayers: this.o.gpuLayers,
         totalLayers: model.layers,
         rpcEndpoints: rpc,
@@ -526,4 +527,19 @@ export class Worker implements AsyncDisposable {
 /** Progress of a staging that starts now: nothing on disk yet out of the model's bytes. */
 export function stagingStart(totalBytes: number, now: number): NonNullable<Runner["progress"]> {
   return { staged_bytes: 0, total_bytes: totalBytes, started_at: now };
+}
+
+/**
+ * The runner's `-c`: what placement chose for the instance (its memory was counted at it); for an
+ * instance placed before placement recorded one, the configured context (4096 when unset) capped by
+ * the model's trained context. Pure.
+ */
+export function runnerContext(
+  placed: number | undefined,
+  configured: number | undefined,
+  trained: number,
+): number {
+  if (placed !== undefined) return placed;
+  const c = configured ?? 4096;
+  return trained > 0 ? Math.min(c, trained) : c;
 }

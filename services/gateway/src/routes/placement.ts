@@ -79,6 +79,7 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
             model_id: model.model_id,
             sharding: req.sharding,
             ...(req.embeddings ? { embeddings: true } : {}),
+            context_size: result.contextSize,
             created_at: o.now(),
             assignments: result.assignments,
           };

@@ -97,6 +97,13 @@ describe("npm start", () => {
         data: { id: string }[];
       };
       expect(models.data.map((m) => m.id)).toContain("demo/tiny-llama");
+      // No context configured: the instance gets the model's own (the demo model's is 2048).
+      const placed = (await (await fetch(`${base}/state`)).json()) as {
+        instances: { model_id: string; context_size?: number }[];
+      };
+      expect(placed.instances.find((i) => i.model_id === "demo/tiny-llama")?.context_size).toBe(
+        2048,
+      );
       // The documented defaults, not the test kit's fast ones.
       const diag = (await (await fetch(`${base}/v1/diagnostics/telemetry`)).json()) as {
         heartbeat_ms: number;
@@ -176,6 +183,11 @@ describe("npm start -- --model org/repo:QUANT --config FILE", () => {
         }),
       });
       expect(chat.status).toBe(200);
+      // The configured context, capped by the model's (2048): 1024.
+      const st = (await (await fetch(`${base}/state`)).json()) as {
+        instances: { model_id: string; context_size?: number }[];
+      };
+      expect(st.instances.find((i) => i.model_id === "acme/tiny-GGUF")?.context_size).toBe(1024);
       // Only the chosen quantization crossed the wire.
       const ggufs = hub.requests
         .filter((r) => r.method === "GET" && r.path.includes(".gguf"))
