@@ -191,6 +191,13 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    dashboard: z
+      .object({
+        /** How often the dashboard's charts take a sample (they keep the last hour). */
+        sample_interval_ms: z.number().int().min(100).max(600_000).default(10_000),
+      })
+      .strict()
+      .prefault({}),
     event_log: z
       .object({
         dir: z.string().min(1).default("~/.service/events"),

@@ -42,6 +42,8 @@ export function prepareNode(spec: NodeSpec): NodeProcess {
     engine: { context_size: 512, restart_backoff_ms: 200 },
     // A test's stop does not wait a minute for generations it left running.
     node: { drain_timeout_ms: 3000 },
+    // The dashboard's charts take a sample a second (10 s by default).
+    dashboard: { sample_interval_ms: 1000 },
   };
   return prepareLaunchedNode({ ...spec, config: deepMerge(testDefaults, spec.config ?? {}) });
 }

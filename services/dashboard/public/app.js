@@ -862,33 +862,374 @@ function scheduleFollowUps() {
   }, wait);
 }
 
-function summary(ev) {
-  const { type, ...rest } = ev;
-  const text = JSON.stringify(rest);
-  return text.length > 160 ? `${text.slice(0, 160)}…` : text;
+/** The family of an event type, for its colour: InstancePlaced -> instance, RunnerFailed -> runner. */
+function eventKind(type) {
+  const m = /^(Instance|Runner|Node|Deployment|Model|Task|Session|Master|Member)/.exec(type);
+  return m ? m[1].toLowerCase() : "other";
+}
+
+/** Failures and losses stand out. */
+function eventTone(type) {
+  return /Failed|Lost|Left|Deleted|Deregistered|Refused/.test(type)
+    ? "bad"
+    : /Placed|Ready|Created|Registered|Joined|Started/.test(type)
+      ? "ok"
+      : "muted";
+}
+
+/** The fields of an event worth a glance, as key=value (the whole event is one click away). */
+function eventSummary(ev) {
+  const keys = ["model_id", "instance_id", "node_id", "name", "rank", "state", "reason", "status"];
+  const parts = [];
+  const visit = (o) => {
+    for (const [k, v] of Object.entries(o ?? {})) {
+      if (v !== null && typeof v === "object" && !Array.isArray(v)) visit(v);
+      else if (keys.includes(k) && parts.length < 6) {
+        const text = k === "node_id" ? nodeName(String(v)) : String(v);
+        parts.push(`${k.replace(/_id$/, "")}=${text.length > 80 ? `${text.slice(0, 80)}…` : text}`);
+      }
+    }
+  };
+  visit(ev);
+  return parts.join("  ");
+}
+
+let eventRecords = [];
+
+function renderEvents() {
+  const kind = $("events-kind").value;
+  const filter = $("events-filter").value.trim().toLowerCase();
+  const kinds = [...new Set(eventRecords.map((e) => eventKind(e.type)))].sort();
+  syncSelect($("events-kind"), [["", "every kind"], ...kinds.map((k) => [k, k])], true);
+  const rows = [...eventRecords]
+    .reverse()
+    .filter((e) => !kind || eventKind(e.type) === kind)
+    .filter((e) => !filter || JSON.stringify(e).toLowerCase().includes(filter))
+    .map((e) => [
+      String(e.seq),
+      when(e.at),
+      h("span", { class: `badge kind-${eventKind(e.type)} ${eventTone(e.type)}` }, e.type),
+      h(
+        "details",
+        null,
+        h("summary", { class: "mono" }, eventSummary(e.event) || "(details)"),
+        h("pre", null, JSON.stringify(e.event, null, 2)),
+      ),
+    ]);
+  table($("events-table"), ["seq", "at", "type", "event"], rows, "no events");
 }
 
 async function refreshEvents() {
   try {
-    const r = await api("GET", "/events?limit=30");
+    const r = await api("GET", "/events?limit=100");
     $("events-mode").textContent = `log mode: ${r.mode}`;
-    table(
-      $("events-table"),
-      ["seq", "at", "type", "event"],
-      [...r.records]
-        .reverse()
-        .map((e) => [
-          String(e.seq),
-          when(e.at),
-          h("code", null, e.type),
-          h("span", { class: "mono" }, summary(e.event)),
-        ]),
-      "no events",
-    );
+    eventRecords = r.records;
+    renderEvents();
   } catch (e) {
     $("events-mode").textContent = `event log: ${e.message}`;
   }
 }
+
+$("events-kind").addEventListener("change", renderEvents);
+$("events-filter").addEventListener("input", renderEvents);
+
+// ---------------------------------------------------------------- charts
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs ?? {})) el.setAttribute(k, String(v));
+  for (const c of children) if (c) el.append(c);
+  return el;
+}
+
+/**
+ * A line chart of `series` ([{ name, points: [[t, v]] }]) over the last hour, drawn as SVG (no
+ * library): one polyline per series, the largest value and the time span on the axes, a legend.
+ */
+function lineChart(el, series, format) {
+  const W = 600;
+  const H = 170;
+  const P = { l: 48, r: 8, t: 8, b: 20 };
+  const now = Date.now();
+  const from = now - 3600_000;
+  const max = Math.max(0, ...series.flatMap((s) => s.points.map((p) => p[1])));
+  const top = max > 0 ? max * 1.1 : 1;
+  const x = (t) => P.l + ((t - from) / 3600_000) * (W - P.l - P.r);
+  const y = (v) => H - P.b - (v / top) * (H - P.t - P.b);
+  const chart = svg(
+    "svg",
+    { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": el.id },
+    svg("line", { x1: P.l, y1: H - P.b, x2: W - P.r, y2: H - P.b, class: "axis" }),
+    svg("line", { x1: P.l, y1: P.t, x2: P.l, y2: H - P.b, class: "axis" }),
+  );
+  const label = (x0, y0, text, anchor) => {
+    const t = svg("text", { x: x0, y: y0, "text-anchor": anchor, class: "tick" });
+    t.textContent = text;
+    return t;
+  };
+  chart.append(
+    label(P.l - 4, P.t + 10, format(top), "end"),
+    label(P.l - 4, H - P.b, "0", "end"),
+    label(P.l, H - 4, "−60 min", "start"),
+    label(W - P.r, H - 4, "now", "end"),
+  );
+  series.forEach((s, i) => {
+    const pts = s.points.filter((p) => p[0] >= from);
+    if (pts.length === 0) return;
+    chart.append(
+      svg("polyline", {
+        points: pts.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" "),
+        class: `series s${i % 6}`,
+      }),
+    );
+  });
+  const legend = h(
+    "div",
+    { class: "legend" },
+    series.map((s, i) => {
+      const last = s.points.at(-1);
+      return h(
+        "span",
+        null,
+        h("i", { class: `swatch s${i % 6}` }),
+        `${s.name}${last ? ` ${format(last[1])}` : ""}`,
+      );
+    }),
+  );
+  el.replaceChildren(chart, legend);
+  // For tests and curious operators: how much the chart holds.
+  el.dataset.points = String(series.reduce((n, s) => n + s.points.length, 0));
+  el.dataset.max = String(max);
+}
+
+const perSecond = (v) => `${v >= 10 ? v.toFixed(0) : v.toFixed(2)}/s`;
+const msText = (v) => `${v.toFixed(0)} ms`;
+const gib = (v) => bytes(v);
+
+async function refreshCharts() {
+  try {
+    const r = await api("GET", "/v1/diagnostics/series?scope=cluster");
+    const step = r.interval_ms;
+    const bucket = (t) => Math.round(t / step) * step;
+    // Each gateway counts what it served: the cluster's rates are the sums per interval.
+    const sums = new Map();
+    for (const n of r.nodes)
+      for (const s of n.samples) {
+        const b = bucket(s.t);
+        const a = sums.get(b) ?? { ok: 0, c4: 0, c5: 0, tok: 0, p50w: 0, w: 0, p95: null };
+        a.ok += s.requests.ok;
+        a.c4 += s.requests.client_error;
+        a.c5 += s.requests.server_error;
+        a.tok += s.tokens_per_s;
+        if (s.ttft_p50_ms !== null) {
+          a.p50w += s.ttft_p50_ms * s.requests.ok;
+          a.w += s.requests.ok;
+        }
+        if (s.ttft_p95_ms !== null) a.p95 = Math.max(a.p95 ?? 0, s.ttft_p95_ms);
+        sums.set(b, a);
+      }
+    const times = [...sums.keys()].sort((a, b) => a - b);
+    const sec = step / 1000;
+    const pick = (f) => times.map((t) => [t, f(sums.get(t))]);
+    lineChart(
+      $("chart-requests"),
+      [
+        { name: "2xx/3xx", points: pick((a) => a.ok / sec) },
+        { name: "4xx", points: pick((a) => a.c4 / sec) },
+        { name: "5xx", points: pick((a) => a.c5 / sec) },
+      ],
+      perSecond,
+    );
+    lineChart($("chart-tokens"), [{ name: "cluster", points: pick((a) => a.tok) }], perSecond);
+    lineChart(
+      $("chart-ttft"),
+      [
+        {
+          name: "p50 (mean over gateways)",
+          points: times
+            .filter((t) => sums.get(t).w > 0)
+            .map((t) => [t, sums.get(t).p50w / sums.get(t).w]),
+        },
+        {
+          name: "p95 (worst gateway)",
+          points: times.filter((t) => sums.get(t).p95 !== null).map((t) => [t, sums.get(t).p95]),
+        },
+      ],
+      msText,
+    );
+    // Memory: this node's samples hold every node's, from the heartbeats.
+    const own = r.nodes[0]?.samples ?? [];
+    const byNode = new Map();
+    for (const s of own)
+      for (const m of s.memory) {
+        const pts = byNode.get(m.node) ?? [];
+        pts.push([s.t, m.used_bytes]);
+        byNode.set(m.node, pts);
+      }
+    lineChart(
+      $("chart-memory"),
+      [...byNode].map(([name, points]) => ({ name, points })),
+      gib,
+    );
+    $("charts-meta").textContent =
+      `· a sample every ${sec} s from ${r.nodes.length} node(s)` +
+      (r.unreachable.length
+        ? ` · unreachable: ${r.unreachable.map((u) => u.node).join(", ")}`
+        : "");
+    showError("charts-error", null);
+    return step;
+  } catch (e) {
+    showError("charts-error", e);
+    return 10_000;
+  }
+}
+
+async function chartLoop() {
+  const step = await refreshCharts();
+  setTimeout(
+    () => {
+      if (document.visibilityState === "visible") void chartLoop();
+      else document.addEventListener("visibilitychange", () => void chartLoop(), { once: true });
+    },
+    Math.max(1000, step),
+  );
+}
+
+// ---------------------------------------------------------------- playground
+
+let playAbort = null;
+
+async function refreshPlayModels() {
+  try {
+    const r = await api("GET", "/v1/models");
+    syncSelect(
+      $("play-model"),
+      r.data.map((m) => [m.id, m.id]),
+      false,
+    );
+    if (r.data.length === 0) showError("play-error", { message: "no model is ready yet" });
+    else if ($("play-error").textContent === "no model is ready yet") showError("play-error", null);
+    renderSnippets();
+  } catch (e) {
+    showError("play-error", e);
+  }
+}
+
+function renderSnippets() {
+  const model = $("play-model").value || "org/name";
+  const base = location.origin;
+  const content = $("play-prompt").value.trim() || "Hello!";
+  const body = JSON.stringify({
+    model,
+    messages: [{ role: "user", content }],
+    max_tokens: 256,
+  });
+  $("snippet-curl").textContent =
+    `curl -s ${base}/v1/chat/completions \\\n` +
+    `  -H "authorization: Bearer $IC_TOKEN" -H 'content-type: application/json' \\\n` +
+    `  -d '${body.replaceAll("'", "'\\''")}'`;
+  $("snippet-python").textContent = [
+    "from openai import OpenAI  # pip install openai",
+    "import os",
+    "",
+    `client = OpenAI(base_url="${base}/v1", api_key=os.environ["IC_TOKEN"])`,
+    "stream = client.chat.completions.create(",
+    `    model=${JSON.stringify(model)},`,
+    `    messages=[{"role": "user", "content": ${JSON.stringify(content)}}],`,
+    "    max_tokens=256,",
+    "    stream=True,",
+    ")",
+    "for chunk in stream:",
+    '    print(chunk.choices[0].delta.content or "", end="", flush=True)',
+  ].join("\n");
+}
+
+/** Streams one answer into the playground, chunk by chunk (the SSE the API sends). */
+async function playSend() {
+  const model = $("play-model").value;
+  if (!model) throw new Error("no model is ready yet");
+  playAbort = new AbortController();
+  $("play-stop").disabled = false;
+  $("play-output").textContent = "";
+  $("play-meta").textContent = "";
+  const started = performance.now();
+  let first = null;
+  let tokens = 0;
+  try {
+    const res = await fetch("/v1/chat/completions", {
+      method: "POST",
+      headers: { ...authHeaders(), "content-type": "application/json" },
+      body: JSON.stringify({
+        model,
+        messages: [{ role: "user", content: $("play-prompt").value }],
+        max_tokens: 256,
+        stream: true,
+      }),
+      signal: playAbort.signal,
+    });
+    if (!res.ok) {
+      const e = (await res.json().catch(() => ({}))).error ?? {};
+      throw new ApiError(res.status, e.code ?? `http_${res.status}`, e.message ?? res.statusText);
+    }
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let at;
+      while ((at = buf.indexOf("\n\n")) >= 0) {
+        const event = buf.slice(0, at);
+        buf = buf.slice(at + 2);
+        for (const line of event.split("\n")) {
+          if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
+          const chunk = JSON.parse(line.slice(6));
+          if (chunk.error) throw new ApiError(0, chunk.error.code, chunk.error.message);
+          const text = chunk.choices?.[0]?.delta?.content ?? "";
+          if (text) {
+            first ??= performance.now();
+            tokens++;
+            $("play-output").append(text);
+          }
+        }
+      }
+    }
+    const total = (performance.now() - started) / 1000;
+    $("play-meta").textContent =
+      `${tokens} chunk(s) in ${total.toFixed(2)} s` +
+      (first !== null ? ` · first token after ${(first - started).toFixed(0)} ms` : "") +
+      ` · x-instance-id ${res.headers.get("x-instance-id") ?? "?"}`;
+  } finally {
+    playAbort = null;
+    $("play-stop").disabled = true;
+  }
+}
+
+$("play-send").addEventListener("click", (ev) => act(ev.currentTarget, "play-error", playSend));
+$("play-stop").addEventListener("click", () => playAbort?.abort());
+$("play-model").addEventListener("change", renderSnippets);
+$("play-prompt").addEventListener("input", renderSnippets);
+
+/** The clipboard where the browser allows it (https or localhost); else the text is selected. */
+async function copyText(id) {
+  const text = $(id).textContent;
+  try {
+    await navigator.clipboard.writeText(text);
+    $("copy-result").textContent = "copied";
+  } catch {
+    const range = document.createRange();
+    range.selectNodeContents($(id));
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+    $("copy-result").textContent = "selected: press Ctrl-C (the clipboard needs https)";
+  }
+}
+$("copy-curl").addEventListener("click", () => void copyText("snippet-curl"));
+$("copy-python").addEventListener("click", () => void copyText("snippet-python"));
 
 // ---------------------------------------------------------------- traces
 
@@ -1028,13 +1369,16 @@ function refreshAll() {
   void refreshStorage();
   void loadSettings();
   void refreshTraces();
+  void refreshPlayModels();
 }
 
 void stream();
 refreshAll();
+void chartLoop();
 setInterval(() => {
   if (document.visibilityState === "visible") {
     void refreshStorage();
     void refreshTraces();
+    void refreshPlayModels();
   }
 }, 10_000);

@@ -134,6 +134,53 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     await shot("04-ready");
   });
 
+  it("the charts move under load, the playground streams an answer, and the page fits a phone", async () => {
+    // Load through node-2's gateway (the node serving the page): the charts' requests and tokens.
+    const sent = Array.from({ length: 6 }, () =>
+      n2.post("/v1/chat/completions", {
+        model: modelId,
+        messages: [{ role: "user", content: "hi" }],
+        max_tokens: 8,
+      }),
+    );
+    expect((await Promise.all(sent)).map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    const max = async (id: string) => Number(await page.locator(id).getAttribute("data-max"));
+    await expect.poll(() => max("#chart-requests"), { timeout: 20_000 }).toBeGreaterThan(0);
+    await expect.poll(() => max("#chart-tokens"), { timeout: 20_000 }).toBeGreaterThan(0);
+    await expect.poll(() => max("#chart-ttft"), { timeout: 20_000 }).toBeGreaterThan(0);
+    expect(await max("#chart-memory")).toBeGreaterThan(0);
+    expect(await text("#chart-memory")).toContain("node-1");
+    expect(await text("#chart-memory")).toContain("node-2");
+    await page.locator("#chart-requests svg polyline").first().waitFor();
+
+    // The playground: the model offered, an answer streamed chunk by chunk, a snippet to call it.
+    await expect
+      .poll(() => page.locator("#play-model option").allInnerTexts(), { timeout: 15_000 })
+      .toContain(modelId);
+    await page.selectOption("#play-model", modelId);
+    await page.click("#play-send");
+    await expect.poll(() => text("#play-meta"), { timeout: 30_000 }).toMatch(/chunk\(s\) in/);
+    expect((await text("#play-output")).length).toBeGreaterThan(0);
+    expect(await text("#play-error")).toBe("");
+    expect(await text("#snippet-curl")).toContain(`${n2.apiUrl}/v1/chat/completions`);
+    expect(await text("#snippet-curl")).toContain(`"model":"${modelId}"`);
+    expect(await text("#snippet-python")).toContain(`base_url="${n2.apiUrl}/v1"`);
+    expect(await page.content()).not.toContain(cluster.adminToken);
+    await shot("04b-charts-playground");
+
+    // A phone's width: one column, nothing wider than the screen.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await expect
+      .poll(() => page.evaluate("document.documentElement.scrollWidth"))
+      .toBeLessThanOrEqual(390);
+    await shot("04c-phone");
+    await page.setViewportSize({ width: 1400, height: 1000 });
+    // The icon is served (the tab shows it), public like the page.
+    const icon = await fetch(`${n2.apiUrl}/favicon.ico`);
+    expect(icon.status).toBe(200);
+    expect(icon.headers.get("content-type")).toBe("image/svg+xml");
+  });
+
   it("pulls a model from the hub with its progress, then removes it from the store", async () => {
     // An unknown quantization is refused with the ones the repo has.
     await page.fill("#pull-model", "acme/pulled:Q5_K_S");
@@ -189,6 +236,20 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     await expect.poll(() => text("#log-meta")).toContain("node-2");
     expect((await text("#log-text")).length).toBeGreaterThan(100);
     await expect.poll(() => text("#events-table"), { timeout: 10_000 }).toContain("InstancePlaced");
+    // Filtered by kind and text; a row opens to the whole event.
+    await page.selectOption("#events-kind", "instance");
+    await expect
+      .poll(async () => (await page.locator("#events-table tbody tr").allInnerTexts()).join("\n"))
+      .not.toMatch(/RunnerStatus|NodeJoined/);
+    expect(await page.locator("#events-table .badge.kind-instance").count()).toBeGreaterThan(0);
+    await page.locator("#events-table details summary").first().click();
+    expect(await page.locator("#events-table details[open] pre").first().innerText()).toContain(
+      '"instance_id"',
+    );
+    await page.fill("#events-filter", "no-such-thing-anywhere");
+    await expect.poll(() => text("#events-table")).toContain("no events");
+    await page.fill("#events-filter", "");
+    await page.selectOption("#events-kind", "");
     await page.click("#storage-refresh");
     await expect.poll(() => text("#storage-table")).toContain("in use");
     await shot("06-logs");

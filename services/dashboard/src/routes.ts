@@ -16,6 +16,7 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { file: string; type: str
   "/": { file: "index.html", type: "text/html; charset=utf-8" },
   "/dashboard/app.js": { file: "app.js", type: "text/javascript; charset=utf-8" },
   "/dashboard/style.css": { file: "style.css", type: "text/css; charset=utf-8" },
+  "/favicon.ico": { file: "favicon.svg", type: "image/svg+xml" },
 };
 
 /** Scripts, styles and requests from this origin only; no inline code, no framing, no forms. */

@@ -71,7 +71,7 @@ export interface AuthOptions {
  * Answered without a token (GET and HEAD only): the liveness ping, the health check, the API
  * document and the dashboard's static page (it holds no data; it asks the API with a token).
  */
-const PUBLIC = new Set(["/v1/ping", "/health", "/openapi.json", "/"]);
+const PUBLIC = new Set(["/v1/ping", "/health", "/openapi.json", "/", "/favicon.ico"]);
 const PUBLIC_PREFIX = "/dashboard/";
 const READ_V1 = /^\/v1\/(tracing|traces|diagnostics)(\/|$)/;
 

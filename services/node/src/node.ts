@@ -43,6 +43,7 @@ import { SecurityHealth } from "./security-health.ts";
 import { LoopMonitor } from "./loop-monitor.ts";
 import { processLogTail } from "@ic/log";
 import { NodeMetrics } from "./observability/metrics.ts";
+import { SeriesRecorder, seriesRoutes } from "./observability/series.ts";
 import { observabilityRoutes } from "./observability/routes.ts";
 import { serveRunnerLogs } from "./observability/runner-logs.ts";
 import type { RunnerLogSource } from "./observability/runner-logs.ts";
@@ -353,8 +354,27 @@ export class Node implements AsyncDisposable {
     this.stack.push({ name: "tracing", stop: () => tracing.stop() });
     this.tracing = tracing;
     chatObservers.push(tracing.observe);
+    // The dashboard's charts: what this gateway served and every node's memory, the last hour.
+    const series = new SeriesRecorder(cfg.dashboard.sample_interval_ms, Date.now());
+    const sampler = setInterval(() => {
+      const memory = agent.livePeers().flatMap((p) => {
+        const t = p.heartbeat.telemetry;
+        return t
+          ? [
+              {
+                node: p.heartbeat.name,
+                used_bytes: Math.max(0, t.memory_total_bytes - t.memory_free_bytes),
+                total_bytes: t.memory_total_bytes,
+              },
+            ]
+          : [];
+      });
+      series.sample(Date.now(), memory);
+    }, cfg.dashboard.sample_interval_ms);
+    this.stack.push({ name: "series", stop: () => clearInterval(sampler) });
     // GET /metrics: node and cluster gauges, chat counters (an observer), the local engines' metrics.
     const metrics = new NodeMetrics({
+      onRequest: (r) => series.record(r),
       name,
       peerKey: this.peerKey,
       cluster: agent,
@@ -406,6 +426,12 @@ export class Node implements AsyncDisposable {
       observeChat: (r) => combineObservers(chatObservers.map((f) => f(r))),
       extensions: [
         (a) => eventRoutes(a, eventLog),
+        (a) =>
+          seriesRoutes(a, {
+            node: name,
+            recorder: series,
+            peers: { token: peerApis.token, list: peerApis.list },
+          }),
         (a) =>
           observabilityRoutes(a, {
             name,

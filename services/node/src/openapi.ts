@@ -55,6 +55,7 @@ import { TracesQuerySchema, TraceStatsSchema } from "@ic/tracing";
 import { NodeLogsQuerySchema } from "./observability/node-logs.ts";
 import { RunnerLogsQuerySchema } from "./observability/runner-logs.ts";
 import { WatchQuerySchema } from "./peer-watch.ts";
+import { SeriesAnswerSchema, SeriesQuerySchema } from "./observability/series.ts";
 import { DASHBOARD_ASSETS, SettingsEditSchema, SettingsViewSchema } from "@ic/dashboard";
 
 const ok = (description: string, schema?: z.ZodType) => ({
@@ -344,6 +345,17 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     summary: "this node's telemetry-plane pressure",
     scope: "read",
     responses: { "200": ok("the diagnostics", TelemetryDiagnosticsSchema) },
+  },
+  {
+    method: "get",
+    path: "/v1/diagnostics/series",
+    summary:
+      "the dashboard's charts: the last hour of this node's requests, tokens/s, TTFT and every node's memory (scope=cluster: every live node's)",
+    scope: "read",
+    query: SeriesQuerySchema,
+    responses: {
+      "200": ok("this node's series, or with scope=cluster every node's", SeriesAnswerSchema),
+    },
   },
   {
     method: "get",

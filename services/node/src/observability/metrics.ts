@@ -13,6 +13,7 @@ import type { Pull, RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/pro
 import type { BusSendStats } from "@ic/bus";
 import { mergeFamilies, parseExposition, renderFamilies } from "./prom-text.ts";
 import type { PromFamily } from "./prom-text.ts";
+import type { RequestOutcome } from "./series.ts";
 
 /** A runner of this node, as the worker reports it. */
 export interface LocalRunnerView {
@@ -50,6 +51,8 @@ export interface MetricsSources {
   readonly openTasks?: () => number;
   /** The store host only: its pulls from the model hub. */
   readonly pulls?: () => readonly Pull[];
+  /** Each finished request, as the counters saw it (the dashboard's series). */
+  readonly onRequest?: (o: RequestOutcome) => void;
 }
 
 const SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -195,7 +198,10 @@ export class NodeMetrics {
             this.requests.inc({ model, status, code: e.code ?? "ok" });
             if (token !== undefined) this.tokenRequests.inc({ token, code: e.code ?? "ok" });
             this.duration.observe({ model, status }, Math.max(0, e.at - r.receivedAt) / 1000);
-            if (!e.ok) return;
+            if (!e.ok) {
+              this.o.onRequest?.({ status: e.status });
+              return;
+            }
             const t = engine?.timings;
             const ttftMs =
               firstChunkAt !== undefined
@@ -203,6 +209,11 @@ export class NodeMetrics {
                 : sentAt !== undefined && t?.prompt_ms !== undefined
                   ? sentAt - r.receivedAt + t.prompt_ms
                   : undefined;
+            this.o.onRequest?.({
+              status: e.status,
+              ttftMs: ttftMs === undefined ? undefined : Math.max(0, ttftMs),
+              completionTokens: engine?.usage?.completion_tokens ?? t?.predicted_n,
+            });
             if (ttftMs !== undefined) this.ttft.observe({ model }, Math.max(0, ttftMs) / 1000);
             this.tokens(model, t, engine?.usage);
             if (token !== undefined) {
