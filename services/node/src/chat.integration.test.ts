@@ -136,6 +136,52 @@ describe("chat completions on a 1-node cluster", () => {
     ).toBe(200);
   });
 
+  it("differential: the official client gets the same answers through the gateway as from llama-server asked directly", async () => {
+    const node = cluster.nodes[0]!;
+    const s = await node.get<{
+      instances: {
+        instance_id: string;
+        model_id: string;
+        embeddings?: boolean;
+        runners: { rank: number; endpoint?: string }[];
+      }[];
+    }>("/state");
+    const inst = s.instances.find((i) => i.model_id === modelId && !i.embeddings)!;
+    const endpoint = inst.runners.find((r) => r.rank === 0)!.endpoint!;
+    const key = clusterCredentials(node.spec.secret!).engineKey(inst.instance_id);
+    const gateway = new OpenAI({ baseURL: `${node.apiUrl}/v1`, apiKey: "unused" });
+    const direct = new OpenAI({ baseURL: `${endpoint}/v1`, apiKey: key });
+    const chat = {
+      model: modelId,
+      messages: [{ role: "user" as const, content: "tell me a story" }],
+      max_tokens: 12,
+      temperature: 0,
+    };
+    const [g, d] = [
+      await gateway.chat.completions.create(chat),
+      await direct.chat.completions.create(chat),
+    ];
+    expect(g.choices[0]!.message.content).toBe(d.choices[0]!.message.content);
+    expect(g.usage).toMatchObject({
+      prompt_tokens: d.usage!.prompt_tokens,
+      completion_tokens: d.usage!.completion_tokens,
+    });
+    const text = { model: modelId, prompt: "Once upon a time", max_tokens: 12, temperature: 0 };
+    const [gt, dt] = [
+      await gateway.completions.create(text),
+      await direct.completions.create(text),
+    ];
+    expect(gt.choices[0]!.text).toBe(dt.choices[0]!.text);
+    // Streamed through the gateway: the same text as the engine's own answer.
+    let streamed = "";
+    for await (const chunk of await gateway.completions.create({ ...text, stream: true }))
+      streamed += chunk.choices[0]?.text ?? "";
+    expect(streamed).toBe(dt.choices[0]!.text);
+    // models.retrieve: the engine serves its alias (the model id); the gateway the same id.
+    expect((await gateway.models.retrieve(modelId)).id).toBe(modelId);
+    expect((await direct.models.list()).data.map((m) => m.id)).toContain(modelId);
+  });
+
   it("a 2-token completion works as the health checklist uses it", async () => {
     const r = await cluster.nodes[0]!.post("/v1/chat/completions", {
       model: modelId,
