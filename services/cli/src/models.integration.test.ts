@@ -139,10 +139,30 @@ describe("models in: ic pull org/repo:QUANT, ic import", () => {
       { timeoutMs: 15_000, what: "the registry serving the F16 file" },
     );
 
+    // A model whose model.json names a drafter brings it along: pulled next, registered too.
+    const q8path = (repo.files["tiny-llama-Q8_0.gguf"] as { fromPath: string }).fromPath;
+    await hub.addRepo("acme/with-drafter", {
+      "tiny-llama-Q8_0.gguf": { fromPath: q8path },
+      "model.json": JSON.stringify({ drafter: "acme/its-drafter" }),
+    });
+    await hub.addRepo("acme/its-drafter", { "drafter.gguf": { fromPath: q8path } });
+    const withDrafter = await ic(["pull", "acme/with-drafter"], env);
+    expect(withDrafter.code, withDrafter.err).toBe(0);
+    await waitFor(
+      async () => {
+        const s = await node.get<StateDoc>("/state");
+        return s.models.some((m) => m.model_id === "acme/its-drafter") ? true : undefined;
+      },
+      { timeoutMs: 30_000, what: "the drafter pulled and registered along with its model" },
+    );
+    expect((await ic(["pulls"], env)).out).toMatch(/acme\/its-drafter\s+-\s+done/);
+
     // A finished pull can be dismissed from the list.
     const dismiss = await ic(["pulls", "--dismiss", "acme/tiny-GGUF"], env);
     expect(dismiss.code, dismiss.err).toBe(0);
     expect(dismiss.out).toBe("dismissed the done pull of acme/tiny-GGUF\n");
+    for (const id of ["acme/with-drafter", "acme/its-drafter"])
+      expect((await ic(["pulls", "--dismiss", id], env)).code).toBe(0);
     expect((await ic(["pulls"], env)).out).toBe("no pulls\n");
 
     // From disk: one file, then a folder; each registers and is placeable.

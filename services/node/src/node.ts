@@ -218,7 +218,12 @@ export class Node implements AsyncDisposable {
     /** What lies unserved at the top of store_path (a loose .gguf, a misnamed folder). */
     let looseInStore: LooseEntry[] = [];
     const pulls = storeHost
-      ? new PullManager({ target: storeHost, onDone: () => void storeVersion++ })
+      ? new PullManager({
+          target: storeHost,
+          onDone: () => void storeVersion++,
+          // A model whose model.json names a drafter or an MTP sidecar brings it along.
+          missingCompanions: (id) => storeHost.missingCompanions(id),
+        })
       : undefined;
     if (storeHost) {
       await storeHost.start();

@@ -205,3 +205,37 @@ describe("PullManager", () => {
     });
   });
 });
+
+describe("companions", () => {
+  it("a finished pull whose model names a drafter or sidecar the store lacks pulls it next", async () => {
+    const { target, calls } = scripted();
+    const asked: ModelId[] = [];
+    const m = new PullManager({
+      target,
+      missingCompanions: async (model) => {
+        asked.push(model);
+        return model === "a/main" ? [id("a/drafter"), id("a/sidecar")] : [];
+      },
+    });
+    m.start(id("a/main"));
+    calls[0]!.settle(ok(id("a/main"), 10));
+    await tick();
+    await tick();
+    expect(asked).toEqual(["a/main"]);
+    expect(m.list().map((p) => [p.model_id, p.state])).toEqual([
+      ["a/drafter", "running"],
+      ["a/sidecar", "queued"],
+      ["a/main", "done"],
+    ]);
+    // A failed pull brings nothing along.
+    calls[1]!.settle({
+      ok: false,
+      type: "DownloadFailed",
+      modelId: id("a/drafter"),
+      cause: "hub_error",
+      message: "gone",
+    });
+    await tick();
+    expect(asked).toEqual(["a/main"]);
+  });
+});

@@ -23,6 +23,11 @@ export interface PullManagerOptions {
   readonly target: PullTarget;
   /** A pull finished with its model registered in the store (the node then registers it in the cluster). */
   readonly onDone?: (modelId: ModelId) => void;
+  /**
+   * The models a pulled one names as its companions (its model.json's drafter or MTP sidecar) that
+   * the store does not have: each is pulled next, as a pull of its own.
+   */
+  readonly missingCompanions?: (modelId: ModelId) => Promise<ModelId[]>;
   readonly now?: () => number;
 }
 
@@ -197,6 +202,7 @@ export class PullManager {
         files_total: files,
       });
       this.o.onDone?.(e.pull.model_id);
+      void this.pullCompanions(e.pull.model_id);
       return;
     }
     if (e.controller?.signal.aborted || r.cause === "aborted") {
@@ -204,6 +210,21 @@ export class PullManager {
       return;
     }
     this.finish(e, { state: "failed", error: { code: r.cause, message: r.message } });
+  }
+
+  /** Queues pulls of the companions a finished pull named (never throws: each is a pull of its own). */
+  private async pullCompanions(modelId: ModelId): Promise<void> {
+    let ids: ModelId[];
+    try {
+      ids = (await this.o.missingCompanions?.(modelId)) ?? [];
+    } catch {
+      return;
+    }
+    for (const id of ids) {
+      const live = this.entries.get(id)?.pull.state;
+      if (live === "queued" || live === "running" || this.stopped) continue;
+      this.start(id);
+    }
   }
 
   private update(e: Entry, patch: Partial<Pull>): void {

@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { createHash } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import { Hono } from "hono";
+import { z } from "zod";
 import { routePath } from "hono/route";
 import { serve, type ServerType } from "@hono/node-server";
 import type { Logger } from "@ic/log";
@@ -54,6 +55,12 @@ export const MANIFEST_FILE = ".ic-manifest.json";
 export const DOWNLOAD_RECORD_FILE = ".ic-download.json";
 
 const DEFAULT_HEADROOM = 10 * 1024 ** 3;
+
+/** The companion fields of a model's model.json (the rest is the worker's: services/worker/registry.ts). */
+const CompanionsSchema = z.object({
+  drafter: ModelIdSchema.optional(),
+  mtp_sidecar: ModelIdSchema.optional(),
+});
 
 export interface StoreHostOptions {
   /** store_path, already expanded. */
@@ -247,6 +254,24 @@ export class StoreHost implements AsyncDisposable {
    */
   downloadFromHub(modelId: ModelId, options: HubDownloadOptions = {}): Promise<HubDownloadResult> {
     return this.serial.run(() => this.downloadNow(modelId, options));
+  }
+
+  /**
+   * The companions a model's model.json names (drafter, MTP sidecar) that the store does not hold:
+   * what a pull of it fetches next. [] without a readable model.json.
+   */
+  async missingCompanions(modelId: ModelId): Promise<ModelId[]> {
+    let doc: unknown;
+    try {
+      doc = JSON.parse(await readFile(join(this.modelPath(modelId), "model.json"), "utf8"));
+    } catch {
+      return [];
+    }
+    const parsed = CompanionsSchema.safeParse(doc);
+    if (!parsed.success) return [];
+    return [parsed.data.drafter, parsed.data.mtp_sidecar].filter(
+      (id): id is ModelId => id !== undefined && id !== modelId && !this.manifests.has(id),
+    );
   }
 
   /**
