@@ -1,7 +1,7 @@
 import { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
-import { authMiddleware, globToRegExp, mayUseModel, scopeFor } from "./auth.ts";
+import { authMiddleware, globToRegExp, mayUseModel, scopeFor, TokenSet } from "./auth.ts";
 import type { ApiToken } from "./auth.ts";
 import { toResponse } from "./errors.ts";
 
@@ -221,6 +221,29 @@ describe("auth middleware details", () => {
     expect((await req(json)).status).toBe(200);
     expect((await req({ "content-type": "text/plain" })).status).toBe(415);
     expect((await req({ ...json, origin: "http://evil.example" })).status).toBe(403);
+  });
+});
+
+describe("a TokenSet replaced while the node runs (reload)", () => {
+  it("takes effect on the next request: the old token refused, the new one accepted", async () => {
+    const set = new TokenSet([{ name: "old", token: "old-secret-0123456789", scopes: ["read"] }]);
+    const a = new Hono();
+    a.onError((e, c) => toResponse(c, e, silentLogger()));
+    a.use("*", authMiddleware({ tokens: set }));
+    a.get("/state", (c) => c.json({ ok: true }));
+    const get = (token: string) =>
+      a.request("/state", { headers: { authorization: `Bearer ${token}` } });
+    expect((await get("old-secret-0123456789")).status).toBe(200);
+    set.set([
+      { name: "old", token: "old-secret-0123456789", scopes: ["read"] },
+      { name: "new", token: "new-secret-9876543210", scopes: ["read"] },
+    ]);
+    expect((await get("old-secret-0123456789")).status).toBe(200);
+    expect((await get("new-secret-9876543210")).status).toBe(200);
+    set.set([{ name: "new", token: "new-secret-9876543210", scopes: ["read"] }]);
+    expect((await get("old-secret-0123456789")).status).toBe(401);
+    expect((await get("new-secret-9876543210")).status).toBe(200);
+    expect(set.names()).toEqual(["new"]);
   });
 });
 

@@ -62,9 +62,41 @@ export function modelForbidden(token: ApiToken, modelId: string): ServiceError {
   );
 }
 
+/**
+ * The tokens a node accepts, replaceable while it runs (SIGHUP, POST /admin/reload): a rotation
+ * lists the old and the new token until clients moved, then the old one goes. Each token's digest
+ * is computed once per change, so a request hashes only the token it presents.
+ */
+export class TokenSet {
+  private known: { token: ApiToken; digest: Buffer }[] = [];
+  constructor(tokens: readonly ApiToken[] = []) {
+    this.set(tokens);
+  }
+
+  set(tokens: readonly ApiToken[]): void {
+    this.known = tokens.map((token) => ({ token, digest: digest(token.token) }));
+  }
+
+  /** Empty: no token is checked (anonymous). */
+  get size(): number {
+    return this.known.length;
+  }
+
+  holder(presented: string): ApiToken | undefined {
+    return holderOf(this.known, presented);
+  }
+
+  names(): string[] {
+    return this.known.map((k) => k.token.name);
+  }
+}
+
 export interface AuthOptions {
-  /** Configured tokens plus the cluster's node token. Empty: no token is checked (anonymous). */
-  readonly tokens: readonly ApiToken[];
+  /**
+   * Configured tokens plus the cluster's node token (a TokenSet when they may change while the node
+   * runs). Empty: no token is checked (anonymous).
+   */
+  readonly tokens: readonly ApiToken[] | TokenSet;
 }
 
 /**
@@ -106,7 +138,7 @@ function hasBody(h: (name: string) => string | undefined): boolean {
 }
 
 export function authMiddleware(o: AuthOptions): MiddlewareHandler {
-  const known = o.tokens.map((token) => ({ token, digest: digest(token.token) }));
+  const known = o.tokens instanceof TokenSet ? o.tokens : new TokenSet(o.tokens);
   return async (c, next) => {
     const method = c.req.method;
     const scope = scopeFor(method, c.req.path);
@@ -127,14 +159,14 @@ export function authMiddleware(o: AuthOptions): MiddlewareHandler {
         throw new ServiceError("forbidden", "cross-origin request from an opaque origin refused");
       }
     }
-    if (scope !== null && o.tokens.length > 0) {
+    if (scope !== null && known.size > 0) {
       const auth = requestHeader(c, "authorization") ?? "";
       const m = /^Bearer\s+(\S+)\s*$/i.exec(auth);
       if (!m) {
         c.header("WWW-Authenticate", 'Bearer realm="inference-cluster"');
         throw new ServiceError("unauthorized", `a bearer token with scope ${scope} is required`);
       }
-      const holder = holderOf(known, m[1]!);
+      const holder = known.holder(m[1]!);
       if (!holder) {
         c.header("WWW-Authenticate", 'Bearer realm="inference-cluster", error="invalid_token"');
         throw new ServiceError("unauthorized", "unknown bearer token");

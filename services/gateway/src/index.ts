@@ -9,5 +9,5 @@ export { DEFAULT_CHAT_LIMITS, preciseNow } from "./routes/chat.ts";
 export type { ChatLimits } from "./routes/chat.ts";
 export { postUpstream } from "./upstream.ts";
 export type { UpstreamOptions } from "./upstream.ts";
-export { authMiddleware, scopeFor } from "./auth.ts";
+export { authMiddleware, scopeFor, TokenSet } from "./auth.ts";
 export type { ApiToken, AuthOptions } from "./auth.ts";

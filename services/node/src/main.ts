@@ -75,6 +75,15 @@ async function runNode(configFile: string | undefined): Promise<void> {
   process.on("SIGTERM", () => void shutdown(0, "SIGTERM", true));
   process.on("SIGINT", () => void shutdown(0, "SIGINT", true));
   process.on("disconnect", () => void shutdown(0, "supervisor gone"));
+  // SIGHUP: the API tokens from the config file again, nothing else (reload.ts); a refused reload
+  // keeps the tokens in force and says why in the log.
+  process.on("SIGHUP", () => {
+    node
+      .reloadTokens()
+      .catch((e: unknown) =>
+        log.warn({ err: e instanceof Error ? e.message : String(e) }, "SIGHUP reload refused"),
+      );
+  });
   try {
     await node.start();
   } catch (e) {
@@ -113,6 +122,8 @@ function supervise(): void {
   };
   process.on("SIGTERM", () => forward("SIGTERM"));
   process.on("SIGINT", () => forward("SIGINT"));
+  // A reload goes to the node as it is; the supervisor keeps running.
+  process.on("SIGHUP", () => child?.kill("SIGHUP"));
   start();
 }
 

@@ -12,8 +12,9 @@ import { engineCacheRoot, locateEngine, probeSplitSupport } from "@ic/engine";
 import { childrenDir, sweepOrphans } from "@ic/process";
 import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
+import { ServiceError } from "@ic/protocol";
 import type { EngineInfo, ModelId } from "@ic/protocol";
-import { createGatewayApp, RequestLoad } from "@ic/gateway";
+import { createGatewayApp, RequestLoad, TokenSet } from "@ic/gateway";
 import type { ChatObserver } from "@ic/protocol";
 import { EventLog, eventRoutes } from "@ic/eventlog";
 import { Tracing, tracingRoutes } from "@ic/tracing";
@@ -29,6 +30,8 @@ import {
   type LooseEntry,
 } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
+import { reloadRoutes, TokenReloader } from "./reload.ts";
+import type { ReloadResponse } from "./reload.ts";
 import {
   looseEntryHealth,
   missingModelHealth,
@@ -77,6 +80,7 @@ export class Node implements AsyncDisposable {
   private started = false;
   /** Set from the first drain(): the heartbeat says `draining` from then on. */
   private drainer: Drain | undefined;
+  private reloader: TokenReloader | undefined;
   private engineHeaders: ((instanceId: string) => Record<string, string>) | undefined;
   private engineInfo: EngineInfo | undefined;
   agent: ClusterAgent | undefined;
@@ -344,6 +348,20 @@ export class Node implements AsyncDisposable {
       return h;
     };
     this.engineHeaders = engineHeaders;
+    const apiTokens = new TokenSet(
+      anonymous
+        ? []
+        : [...cfg.auth.tokens, { name: "cluster-node", token: creds.nodeToken, scopes: ["read"] }],
+    );
+    const reloader = new TokenReloader({
+      file: this.o.configFile,
+      set: apiTokens,
+      initial: cfg.auth.tokens,
+      nodeToken: creds.nodeToken,
+      name,
+      log,
+    });
+    this.reloader = reloader;
     // Per-request observers of the chat path (tracing, metrics): each returns one or nothing.
     const chatObservers: ((r: {
       commandId: string;
@@ -418,19 +436,14 @@ export class Node implements AsyncDisposable {
         totalTimeoutMs: cfg.chat.total_timeout_ms,
       },
       // With tokens configured, peers present the cluster's node token (read scope: store downloads).
-      auth: {
-        tokens: anonymous
-          ? []
-          : [
-              ...cfg.auth.tokens,
-              { name: "cluster-node", token: creds.nodeToken, scopes: ["read"] },
-            ],
-      },
+      // The set is replaced on a reload (SIGHUP, POST /admin/reload).
+      auth: { tokens: apiTokens },
       engineHeaders,
       load: chatLoad,
       observeChat: (r) => combineObservers(chatObservers.map((f) => f(r))),
       extensions: [
         (a) => eventRoutes(a, eventLog),
+        (a) => reloadRoutes(a, reloader),
         (a) =>
           seriesRoutes(a, {
             node: name,
@@ -600,6 +613,12 @@ export class Node implements AsyncDisposable {
     }
     this.started = true;
     log.info({ api: this.apiUrl, nats: nats.clientUrl, peer_key: this.peerKey }, "node started");
+  }
+
+  /** SIGHUP: the API tokens from the config file again (reload.ts); throws a ServiceError when refused. */
+  async reloadTokens(): Promise<ReloadResponse> {
+    if (!this.reloader) throw new ServiceError("unavailable", "node starting");
+    return this.reloader.reload();
   }
 
   /** For GET /health: started once start() has finished, then draining, then stopping. */

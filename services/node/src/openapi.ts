@@ -55,6 +55,7 @@ import { TracesQuerySchema, TraceStatsSchema } from "@ic/tracing";
 import { NodeLogsQuerySchema } from "./observability/node-logs.ts";
 import { RunnerLogsQuerySchema } from "./observability/runner-logs.ts";
 import { WatchQuerySchema } from "./peer-watch.ts";
+import { ReloadResponseSchema } from "./reload.ts";
 import { SeriesAnswerSchema, SeriesQuerySchema } from "./observability/series.ts";
 import { DASHBOARD_ASSETS, SettingsEditSchema, SettingsViewSchema } from "@ic/dashboard";
 
@@ -183,6 +184,14 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     summary: "drain this node (no new requests; those in flight finish), then stop it",
     scope: "admin",
     responses: { "202": ok("draining", DrainResponseSchema) },
+  },
+  {
+    method: "post",
+    path: "/admin/reload",
+    summary:
+      "read the config file again and put its auth.tokens in force at once (as SIGHUP does); a file that does not load changes nothing",
+    scope: "admin",
+    responses: { "200": ok("the token names in force and what changed", ReloadResponseSchema) },
   },
   {
     method: "get",

@@ -191,6 +191,17 @@ export class NodeProcess implements AsyncDisposable {
   }
 
   /** Sends a signal to the whole process group (node, nats-server, runners). */
+  /** Sends `signal` to the node's main process only (SIGHUP: reload), not to its process group. */
+  signal(signal: NodeJS.Signals): void {
+    const pid = this.child?.pid;
+    if (!pid || !this.running) return;
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // already gone
+    }
+  }
+
   kill(signal: NodeJS.Signals = "SIGKILL"): void {
     const pid = this.child?.pid;
     if (!pid || !this.running) return;
