@@ -182,6 +182,11 @@ export const DeploymentSchema = z.object({
   sharding: ShardingSchema,
   /** Its instances serve embeddings (see InstanceSchema). */
   embeddings: z.boolean().optional(),
+  /**
+   * One replica of a placement asked with `replicas` > 1: the deployments of one set keep their
+   * instances on distinct nodes (a re-placement avoids the nodes its siblings' instances hold).
+   */
+  replica_set: z.string().min(1).max(64).optional(),
   /** Exclusions by peer key: node ids are per session, peer keys survive failover. */
   excluded_peer_keys: z.array(z.string()),
   created_at: z.number(),
@@ -322,6 +327,7 @@ export const CommandSchema = z.discriminatedUnion("type", [
         sharding: ShardingSchema,
         excluded_nodes: z.array(z.string()),
         embeddings: z.boolean().optional(),
+        replica_set: z.string().min(1).max(64).optional(),
       })
       .optional(),
   }),

@@ -110,8 +110,14 @@ export const PlaceRequestSchema = z
     instance_type: z.enum(["llama"]).default("llama"),
     /** Serve /v1/embeddings (llama-server --embeddings, pooled per the model's config) instead of chat. */
     embeddings: z.boolean().default(false),
+    /**
+     * Instances of the model to keep, each on nodes none of the others uses (anti-affinity); the
+     * master re-places a lost one away from its siblings. All are placed now, or none is.
+     */
+    replicas: z.number().int().min(1).max(16).default(1),
   })
   .strict();
+export type PlaceRequest = z.infer<typeof PlaceRequestSchema>;
 
 export const PreviewQuerySchema = z.object({
   model_id: ModelIdSchema,
@@ -135,7 +141,10 @@ export const ErrorEnvelopeSchema = z.object({
 export const PlaceResponseSchema = z.object({
   ok: z.literal(true),
   index: z.number().int(),
+  /** The (first) instance placed. */
   instance: InstanceSchema,
+  /** With `replicas` > 1: every replica placed, the first included. */
+  instances: z.array(InstanceSchema).optional(),
 });
 
 const PreviewNodeSchema = z

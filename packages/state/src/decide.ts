@@ -102,6 +102,7 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
             min_nodes: cmd.deployment.min_nodes,
             sharding: cmd.deployment.sharding,
             ...(cmd.deployment.embeddings ? { embeddings: true } : {}),
+            ...(cmd.deployment.replica_set ? { replica_set: cmd.deployment.replica_set } : {}),
             excluded_peer_keys: Object.values(s.members)
               .filter((m) => excluded.has(m.node_id))
               .map((m) => m.peer_key),

@@ -88,6 +88,24 @@ describe("reconcile", () => {
       want: ["place d1 n-b", "place d2 n-c"],
     },
     {
+      name: "two lost replicas of a set land on distinct nodes, even where one node has room for both",
+      nodes: [
+        { id: "b", gb: 30 },
+        { id: "c", gb: 10 },
+      ],
+      deps: [dep("d1", { replica_set: "rs-1" }), dep("d2", { replica_set: "rs-1" })],
+      want: ["place d1 n-b", "place d2 n-c"],
+    },
+    {
+      name: "replicas of another set, or no set, share nodes as before",
+      nodes: [
+        { id: "b", gb: 30 },
+        { id: "c", gb: 10 },
+      ],
+      deps: [dep("d1", { replica_set: "rs-1" }), dep("d2", { replica_set: "rs-2" })],
+      want: ["place d1 n-b", "place d2 n-b"],
+    },
+    {
       name: "no room: pending with the typed refusal",
       nodes: [{ id: "b", gb: 4 }],
       deps: [dep("d1")],
@@ -109,6 +127,43 @@ describe("reconcile", () => {
           : `fail ${a.deployment_id}`,
     );
     expect(got).toEqual(want);
+  });
+
+  it("a lost replica avoids the nodes its live siblings hold; with none left it is pending", () => {
+    const sibling = (node: string) => ({
+      instance_id: "i-sib" as InstanceId,
+      model_id: model.model_id,
+      sharding: "Pipeline" as const,
+      created_at: 0,
+      assignments: [
+        {
+          node_id: `n-${node}` as NodeId,
+          peer_key: `p-${node}`,
+          rank: 0,
+          layers: 10,
+          weight_bytes: 6 * G,
+          required_bytes: 6 * G,
+        },
+      ],
+    });
+    const deps = [
+      dep("d1", { replica_set: "rs-1" }),
+      dep("d2", { replica_set: "rs-1", instance_id: "i-sib" as InstanceId }),
+    ];
+    const two = world(
+      [
+        { id: "b", gb: 40 },
+        { id: "c", gb: 10 },
+      ],
+      deps,
+    );
+    two.state.instances["i-sib"] = sibling("b");
+    const [a] = reconcile(two.state, two.reports, opts());
+    expect(a?.kind === "place" && a.instance.assignments.map((x) => x.node_id)).toEqual(["n-c"]);
+    const one = world([{ id: "b", gb: 40 }], deps);
+    one.state.instances["i-sib"] = sibling("b");
+    const [p] = reconcile(one.state, one.reports, opts());
+    expect(p).toMatchObject({ kind: "pending", refusal: { code: "all_excluded" } });
   });
 
   it("a pending deployment with the same refusal gives no new event; not due gives nothing", () => {

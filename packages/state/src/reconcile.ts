@@ -89,6 +89,16 @@ export function failingInstances(
   return out;
 }
 
+/** The nodes the instances of `d`'s sibling replicas (same replica_set) hold now. */
+function siblingNodes(state: ControlState, d: Deployment): string[] {
+  const out = new Set<string>();
+  for (const s of Object.values(state.deployments)) {
+    if (s.replica_set !== d.replica_set || s.deployment_id === d.deployment_id) continue;
+    for (const a of state.instances[s.instance_id]?.assignments ?? []) out.add(a.node_id);
+  }
+  return [...out];
+}
+
 function sameRefusal(a: DeploymentRefusal | undefined, b: DeploymentRefusal): boolean {
   return a !== undefined && a.code === b.code && a.message === b.message;
 }
@@ -126,7 +136,12 @@ export function reconcile(
       const byPeer = new Map(Object.values(view.members).map((m) => [m.peer_key, m.node_id]));
       // The nodes it already failed on are left out while it is Failing.
       const tried = d.status === "Failing" ? failures.map((f) => f.peer_key) : [];
-      const excluded = [...d.excluded_peer_keys, ...tried].flatMap((k) => byPeer.get(k) ?? []);
+      // A replica stays off the nodes its siblings' instances hold (earlier actions included).
+      const siblings = d.replica_set ? siblingNodes(view, d) : [];
+      const excluded = [
+        ...[...d.excluded_peer_keys, ...tried].flatMap((k) => byPeer.get(k) ?? []),
+        ...siblings,
+      ];
       const r = placeInCluster(view, reports, {
         model,
         minNodes: d.min_nodes,
@@ -146,7 +161,15 @@ export function reconcile(
           assignments: assignmentsOf(view, r.shares),
         };
         out.push({ kind: "place", deployment_id: d.deployment_id, instance, reason });
-        view = { ...view, instances: { ...view.instances, [instance.instance_id]: instance } };
+        view = {
+          ...view,
+          instances: { ...view.instances, [instance.instance_id]: instance },
+          // Its siblings placed later in this call see where it went.
+          deployments: {
+            ...view.deployments,
+            [d.deployment_id]: { ...d, instance_id: instance.instance_id },
+          },
+        };
         continue;
       }
       refusal = {

@@ -78,7 +78,7 @@ export const VERBS: Record<string, Verb> = {
   place: {
     summary: "place an instance of a model",
     usage:
-      "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE,...] [--embeddings] [--wait]",
+      "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE,...] [--replicas N] [--embeddings] [--wait]",
     options: {
       wait: {
         type: "boolean",
@@ -87,6 +87,11 @@ export const VERBS: Record<string, Verb> = {
       embeddings: {
         type: "boolean",
         help: "serve /v1/embeddings (llama-server --embeddings) instead of chat",
+      },
+      replicas: {
+        type: "string",
+        value: "N",
+        help: "instances to keep, each on nodes the others do not use (default 1)",
       },
       "min-nodes": { type: "string", value: "N", help: "nodes to spread it over (default 1)" },
       sharding: { type: "string", value: "S", help: "Pipeline (default) or Tensor" },

@@ -408,22 +408,29 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
           .split(",")
           .filter(Boolean),
         ...(p.values["embeddings"] ? { embeddings: true } : {}),
+        replicas: intOption("replicas", p.values["replicas"], 1, 16, 1),
       };
-      const r = await c.json<{
-        instance: {
-          instance_id: string;
-          assignments: { node_id: string; rank: number; layers: number }[];
-        };
-      }>("POST", "/place_instance", body, 60_000);
-      const named = p.json ? String : await nodeNamer(c);
-      print(
-        io,
-        p,
-        r,
-        () =>
-          `placed ${r.instance.instance_id}: ${r.instance.assignments.map((a) => `rank ${a.rank} on ${named(a.node_id)}, ${a.layers} layers`).join("; ")}`,
+      type Placed = {
+        instance_id: string;
+        assignments: { node_id: string; rank: number; layers: number }[];
+      };
+      const r = await c.json<{ instance: Placed; instances?: Placed[] }>(
+        "POST",
+        "/place_instance",
+        body,
+        60_000,
       );
-      if (p.values["wait"]) await waitServing(c, r.instance.instance_id, io, p);
+      const named = p.json ? String : await nodeNamer(c);
+      const all = r.instances ?? [r.instance];
+      print(io, p, r, () =>
+        all
+          .map(
+            (i) =>
+              `placed ${i.instance_id}: ${i.assignments.map((a) => `rank ${a.rank} on ${named(a.node_id)}, ${a.layers} layers`).join("; ")}`,
+          )
+          .join("\n"),
+      );
+      if (p.values["wait"]) for (const i of all) await waitServing(c, i.instance_id, io, p);
       return 0;
     }
     case "previews": {

@@ -447,12 +447,27 @@ function renderInstances(doc) {
   table(
     $("deployments-table"),
     ["deployment", "model", "nodes", "status"],
-    doc.deployments.map((d) => [
-      h("code", null, d.deployment_id),
-      d.model_id,
-      `${d.min_nodes}+ ${d.sharding}`,
-      deploymentStatus(d),
-    ]),
+    doc.deployments.map((d) => {
+      // Replicas of one placement: how many the set has, kept on distinct nodes.
+      const set = d.replica_set
+        ? doc.deployments.filter((x) => x.replica_set === d.replica_set).length
+        : 0;
+      return [
+        h("code", null, d.deployment_id),
+        d.model_id,
+        [
+          `${d.min_nodes}+ ${d.sharding}`,
+          set > 0
+            ? h(
+                "div",
+                { class: "muted", title: d.replica_set },
+                `replica of ${set}, distinct nodes`,
+              )
+            : null,
+        ],
+        deploymentStatus(d),
+      ];
+    }),
     "no deployments",
   );
 }

@@ -9,12 +9,12 @@ import {
   PreviewQuerySchema,
   ServiceError,
 } from "@ic/protocol";
-import type { Instance, InstanceId, ModelRecord } from "@ic/protocol";
+import type { Instance, InstanceId, ModelRecord, PlaceRequest } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { parseJson, validationError } from "../errors.ts";
 import type { ClusterView } from "../ports.ts";
 import { placementView, decide, previewAll } from "../placement-adapter.ts";
-import type { PlacementView } from "../placement-adapter.ts";
+import type { Decision, PlacementView } from "../placement-adapter.ts";
 import type { MemoryModel } from "@ic/placement";
 import { resolveNodeRefs } from "../node-refs.ts";
 
@@ -74,40 +74,109 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
           o.memory,
         );
         if (result.ok) {
-          const instance: Instance = {
-            instance_id: `i-${randomUUID()}` as InstanceId,
-            model_id: model.model_id,
-            sharding: req.sharding,
-            ...(req.embeddings ? { embeddings: true } : {}),
-            context_size: result.contextSize,
-            created_at: o.now(),
-            assignments: result.assignments,
-          };
-          const reply = await cluster.command({
-            type: "PlaceInstance",
-            instance,
-            deployment: {
-              min_nodes: req.min_nodes,
-              sharding: req.sharding,
-              excluded_nodes: excluded,
-              ...(req.embeddings ? { embeddings: true } : {}),
-            },
-          });
-          o.log.info(
+          const placed = await placeReplicas(req, model, excluded, result);
+          const first = placed[0]!;
+          return c.json(
             {
-              instance: instance.instance_id,
-              model: model.model_id,
-              nodes: instance.assignments.map((a) => a.node_id),
+              ok: true,
+              index: first.index,
+              instance: first.instance,
+              ...(req.replicas > 1 ? { instances: placed.map((p) => p.instance) } : {}),
             },
-            "instance placed",
+            200,
           );
-          return c.json({ ok: true, index: reply.index, instance }, 200);
         }
         if (result.error.code !== "info_pending" || o.now() >= deadline) throw result.error;
       }
       await new Promise((r) => setTimeout(r, 200));
     }
   });
+
+  /**
+   * Places the request's instances: the first as decided, each further replica on nodes none of the
+   * earlier ones uses. All or none: a replica that does not fit takes back the ones placed, and the
+   * refusal says which replica it was.
+   */
+  async function placeReplicas(
+    req: PlaceRequest,
+    model: ModelRecord,
+    excluded: readonly string[],
+    first: Extract<Decision, { ok: true }>,
+  ): Promise<{ index: number; instance: Instance }[]> {
+    const set = req.replicas > 1 ? `rs-${randomUUID()}` : undefined;
+    const placed: { index: number; instance: Instance }[] = [];
+    const used = new Set<string>();
+    let decision: Decision = first;
+    for (let k = 0; k < req.replicas; k++) {
+      if (k > 0)
+        decision = decide(
+          placementView(cluster),
+          model,
+          { minNodes: req.min_nodes, sharding: req.sharding, excluded: [...excluded, ...used] },
+          o.memory,
+        );
+      if (!decision.ok) {
+        await takeBack(placed);
+        const e = decision.error;
+        throw new ServiceError(
+          e.code,
+          `replica ${k + 1} of ${req.replicas} (each on nodes the others do not use): ${e.message}`,
+          { details: { ...(e.details ?? {}), replica: k + 1, replicas: req.replicas } },
+        );
+      }
+      const instance: Instance = {
+        instance_id: `i-${randomUUID()}` as InstanceId,
+        model_id: model.model_id,
+        sharding: req.sharding,
+        ...(req.embeddings ? { embeddings: true } : {}),
+        context_size: decision.contextSize,
+        created_at: o.now(),
+        assignments: decision.assignments,
+      };
+      let reply;
+      try {
+        reply = await cluster.command({
+          type: "PlaceInstance",
+          instance,
+          deployment: {
+            min_nodes: req.min_nodes,
+            sharding: req.sharding,
+            excluded_nodes: excluded as string[],
+            ...(req.embeddings ? { embeddings: true } : {}),
+            ...(set ? { replica_set: set } : {}),
+          },
+        });
+      } catch (e) {
+        await takeBack(placed);
+        throw e;
+      }
+      for (const a of instance.assignments) used.add(a.node_id);
+      placed.push({ index: reply.index, instance });
+      o.log.info(
+        {
+          instance: instance.instance_id,
+          model: model.model_id,
+          nodes: instance.assignments.map((a) => a.node_id),
+          ...(set ? { replica: k + 1, replicas: req.replicas, replica_set: set } : {}),
+        },
+        "instance placed",
+      );
+    }
+    return placed;
+  }
+
+  /** Deletes the replicas of a placement that could not be completed (best effort, logged). */
+  async function takeBack(placed: readonly { instance: Instance }[]): Promise<void> {
+    for (const p of placed)
+      await cluster
+        .command({ type: "DeleteInstance", instance_id: p.instance.instance_id })
+        .catch((e: unknown) =>
+          o.log.warn(
+            { err: e, instance: p.instance.instance_id },
+            "could not take back a replica of a refused placement",
+          ),
+        );
+  }
 
   app.get("/instance/previews", (c) => {
     const parsed = PreviewQuerySchema.safeParse(c.req.query());
