@@ -15,28 +15,10 @@ import type {
   TaskId,
 } from "@ic/protocol";
 import { decide } from "./decide.ts";
-import { BARE, G, model, replicaWith, report } from "./test-support.ts";
+import { BARE, G, instanceOn as instance, model, replicaWith, report } from "./test-support.ts";
 import type { DecideContext, IdKind } from "./decide.ts";
 
 const other = { ...model, model_id: "org/other" as ModelId };
-
-/** An instance of `model` wholly on one node: 6 GB required. */
-const instance = (id: string, node = "b", model_id = model.model_id): Instance => ({
-  instance_id: id as InstanceId,
-  model_id,
-  sharding: "Pipeline",
-  created_at: 0,
-  assignments: [
-    {
-      node_id: `n-${node}` as NodeId,
-      peer_key: `p-${node}`,
-      rank: 0,
-      layers: 10,
-      weight_bytes: 6 * G,
-      required_bytes: 6 * G,
-    },
-  ],
-});
 
 const runner = (over: Partial<Runner> = {}): Runner => ({
   instance_id: "i-1" as InstanceId,

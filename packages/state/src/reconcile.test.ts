@@ -5,7 +5,7 @@ import { runnerKey } from "@ic/protocol";
 import type { ControlState, Deployment, DeploymentFailure, InstanceId, NodeId } from "@ic/protocol";
 import type { NodeReport } from "@ic/placement";
 import { failingInstances, lostDeployments, reconcile } from "./reconcile.ts";
-import { BARE, G, model, replicaWith, report } from "./test-support.ts";
+import { BARE, G, instanceOn, model, replicaWith, report } from "./test-support.ts";
 
 function world(nodes: { id: string; gb: number; usable?: boolean }[], deployments: Deployment[]) {
   const state: ControlState = replicaWith(nodes.map((n) => n.id));
@@ -130,22 +130,7 @@ describe("reconcile", () => {
   });
 
   it("a lost replica avoids the nodes its live siblings hold; with none left it is pending", () => {
-    const sibling = (node: string) => ({
-      instance_id: "i-sib" as InstanceId,
-      model_id: model.model_id,
-      sharding: "Pipeline" as const,
-      created_at: 0,
-      assignments: [
-        {
-          node_id: `n-${node}` as NodeId,
-          peer_key: `p-${node}`,
-          rank: 0,
-          layers: 10,
-          weight_bytes: 6 * G,
-          required_bytes: 6 * G,
-        },
-      ],
-    });
+    const sibling = (node: string) => instanceOn("i-sib", node);
     const deps = [
       dep("d1", { replica_set: "rs-1" }),
       dep("d2", { replica_set: "rs-1", instance_id: "i-sib" as InstanceId }),

@@ -1,7 +1,15 @@
 // Test-only fixtures shared by this package's table tests: a model record, a replica with a session
 // and members, and node reports (heartbeat telemetry) with a given memory. Not exported by index.ts.
 import { emptyState } from "@ic/protocol";
-import type { ControlState, ModelId, ModelRecord, NodeId, SessionId } from "@ic/protocol";
+import type {
+  ControlState,
+  Instance,
+  InstanceId,
+  ModelId,
+  ModelRecord,
+  NodeId,
+  SessionId,
+} from "@ic/protocol";
 import type { NodeReport } from "@ic/placement";
 
 export const G = 1e9;
@@ -73,3 +81,21 @@ export function report(
     links: (o.links ?? []).map((other) => ({ peer_key: `p-${other}`, rtt_ms: 1 })),
   };
 }
+
+/** An instance of `model` wholly on one node: 6 GB required. */
+export const instanceOn = (id: string, node = "b", model_id = model.model_id): Instance => ({
+  instance_id: id as InstanceId,
+  model_id,
+  sharding: "Pipeline",
+  created_at: 0,
+  assignments: [
+    {
+      node_id: `n-${node}` as NodeId,
+      peer_key: `p-${node}`,
+      rank: 0,
+      layers: 10,
+      weight_bytes: 6 * G,
+      required_bytes: 6 * G,
+    },
+  ],
+});

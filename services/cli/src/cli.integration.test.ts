@@ -5,7 +5,6 @@ import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import {
   freePort,
@@ -15,25 +14,8 @@ import {
   startHubEmulator,
   waitForConvergence,
 } from "@ic/testkit";
+import { BIN, ic } from "./test-support.ts";
 
-const BIN = fileURLToPath(new URL("../bin/ic.mjs", import.meta.url));
-
-function ic(
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, ...args], {
-      env: { ...process.env, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
-    child.stderr.on("data", (c: Buffer) => (err += c.toString()));
-    child.on("exit", (code) => resolve({ code, out, err }));
-  });
-}
 async function until(ok: () => boolean, ms = 20_000): Promise<void> {
   const end = Date.now() + ms;
   while (!ok()) {

@@ -3,11 +3,9 @@
 // it answers; an unknown quantization is a 400 naming the available ones; pulling another
 // quantization replaces the first; finished pulls can be dismissed. From disk, `ic import` sends a
 // GGUF file or a folder to the store host, where it registers; an id already in the store is refused.
-import { spawn } from "node:child_process";
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import {
   startCluster,
@@ -16,25 +14,7 @@ import {
   waitFor,
   waitForConvergence,
 } from "@ic/testkit";
-
-const BIN = fileURLToPath(new URL("../bin/ic.mjs", import.meta.url));
-
-function ic(
-  args: string[],
-  env: Record<string, string>,
-): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, ...args], {
-      env: { ...process.env, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
-    child.stderr.on("data", (c: Buffer) => (err += c.toString()));
-    child.on("exit", (code) => resolve({ code, out, err }));
-  });
-}
+import { ic } from "./test-support.ts";
 
 interface StateDoc {
   models: { model_id: string; file: string }[];

@@ -121,6 +121,33 @@ function showError(id, e) {
 
 // ---------------------------------------------------------------- API
 
+/**
+ * Reads a text/event-stream answer to its end, calling `onEvent(event, data)` for each event that
+ * has data (the data lines joined; the event name "message" when none is given).
+ */
+async function readSse(res, onEvent) {
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let event = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      if (data.length > 0) onEvent(event, data.join("\n"));
+    }
+  }
+}
+
 class ApiError extends Error {
   constructor(status, code, message) {
     super(message);
@@ -231,26 +258,9 @@ async function stream() {
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       setLive("live", "ok");
       backoff = 500;
-      const reader = res.body.getReader();
-      const decoder = new TextDecoder();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += decoder.decode(value, { stream: true });
-        let end;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          let event = "message";
-          const data = [];
-          for (const line of block.split("\n")) {
-            if (line.startsWith("event:")) event = line.slice(6).trim();
-            else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-          }
-          if (event === "state" && data.length > 0) render(JSON.parse(data.join("\n")));
-        }
-      }
+      await readSse(res, (event, data) => {
+        if (event === "state") render(JSON.parse(data));
+      });
     } catch (e) {
       if (abort.signal.aborted) return;
       console.warn("state stream", e);
@@ -1188,30 +1198,17 @@ async function playSend() {
       const e = (await res.json().catch(() => ({}))).error ?? {};
       throw new ApiError(res.status, e.code ?? `http_${res.status}`, e.message ?? res.statusText);
     }
-    const reader = res.body.getReader();
-    const decoder = new TextDecoder();
-    let buf = "";
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      buf += decoder.decode(value, { stream: true });
-      let at;
-      while ((at = buf.indexOf("\n\n")) >= 0) {
-        const event = buf.slice(0, at);
-        buf = buf.slice(at + 2);
-        for (const line of event.split("\n")) {
-          if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
-          const chunk = JSON.parse(line.slice(6));
-          if (chunk.error) throw new ApiError(0, chunk.error.code, chunk.error.message);
-          const text = chunk.choices?.[0]?.delta?.content ?? "";
-          if (text) {
-            first ??= performance.now();
-            tokens++;
-            $("play-output").append(text);
-          }
-        }
+    await readSse(res, (_event, data) => {
+      if (data === "[DONE]") return;
+      const chunk = JSON.parse(data);
+      if (chunk.error) throw new ApiError(0, chunk.error.code, chunk.error.message);
+      const text = chunk.choices?.[0]?.delta?.content ?? "";
+      if (text) {
+        first ??= performance.now();
+        tokens++;
+        $("play-output").append(text);
       }
-    }
+    });
     const total = (performance.now() - started) / 1000;
     $("play-meta").textContent =
       `${tokens} chunk(s) in ${total.toFixed(2)} s` +

@@ -17,6 +17,25 @@ const run = (file: string, args: string[]) =>
     timeout: 60_000,
   });
 
+/** `npm start` with `args` as an operator runs it: its output so far, and its exit once it ends. */
+async function npmStart(args: string[]) {
+  const child = spawn(process.execPath, ["--import", "tsx", CLI, "start", ...args], {
+    cwd: REPO_ROOT,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  child.stdout.on("data", (c: Buffer) => (out += c.toString()));
+  child.stderr.on("data", (c: Buffer) => (out += c.toString()));
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  const output = () => out;
+  const ready = () =>
+    waitFor(() => (out.includes("Press Ctrl-C to stop.") ? true : undefined), {
+      timeoutMs: 150_000,
+      what: `the local cluster to be ready; output so far:\n${out}`,
+    });
+  return { child, output, exited, ready };
+}
+
 describe("the entry points answer before starting anything", () => {
   it("start --help prints every option and exits 0", () => {
     const r = run(CLI, ["start", "--help"]);
@@ -64,20 +83,15 @@ describe("npm start", () => {
 
   it("starts a node with the documented defaults, places the demo model, says where logs live, and stops on Ctrl-C", async () => {
     const port = await freePort();
-    const child = spawn(
-      process.execPath,
-      ["--import", "tsx", CLI, "start", "--port", String(port), "--data-dir", dataDir],
-      { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"] },
-    );
-    let out = "";
-    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
-    child.stderr.on("data", (c: Buffer) => (out += c.toString()));
-    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    const { child, output, exited, ready } = await npmStart([
+      "--port",
+      String(port),
+      "--data-dir",
+      dataDir,
+    ]);
     try {
-      await waitFor(() => (out.includes("Press Ctrl-C to stop.") ? true : undefined), {
-        timeoutMs: 150_000,
-        what: `the local cluster to be ready; output so far:\n${out}`,
-      });
+      await ready();
+      const out = output();
       const base = `http://127.0.0.1:${port}`;
       expect(out).toContain(`Base URL: ${base}`);
       expect(out).toContain(`Dashboard: ${base}/`);
@@ -116,7 +130,7 @@ describe("npm start", () => {
       child.kill("SIGINT");
     }
     expect(await exited).toBe(0);
-    expect(out).toContain("stopping the local cluster");
+    expect(output()).toContain("stopping the local cluster");
     // Nothing listens any more.
     await expect(fetch(`http://127.0.0.1:${port}/v1/ping`)).rejects.toThrow();
     expect(existsSync(join(dataDir, "cluster.secret"))).toBe(true);
@@ -147,23 +161,16 @@ describe("npm start -- --model org/repo:QUANT --config FILE", () => {
     );
     const port = await freePort();
     const args = ["--port", String(port), "--data-dir", dataDir];
-    const child = spawn(
-      process.execPath,
-      ["--import", "tsx", CLI, "start", ...args, "--model", "acme/tiny-GGUF:Q8_0"].concat([
-        "--config",
-        configFile,
-      ]),
-      { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"] },
-    );
-    let out = "";
-    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
-    child.stderr.on("data", (c: Buffer) => (out += c.toString()));
-    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+    const { child, output, exited, ready } = await npmStart([
+      ...args,
+      "--model",
+      "acme/tiny-GGUF:Q8_0",
+      "--config",
+      configFile,
+    ]);
     try {
-      await waitFor(() => (out.includes("Press Ctrl-C to stop.") ? true : undefined), {
-        timeoutMs: 150_000,
-        what: `the local cluster to be ready; output so far:\n${out}`,
-      });
+      await ready();
+      const out = output();
       expect(out).toContain(
         "--config: ignoring node.api_port: the local-cluster launcher sets it for every node",
       );
