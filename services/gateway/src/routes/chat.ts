@@ -41,7 +41,7 @@ import {
   UpstreamAbort,
   UpstreamConnectTimeout,
 } from "../upstream.ts";
-import type { ClusterView } from "../ports.ts";
+import type { ClusterView, PeerView } from "../ports.ts";
 import { chooseInstance } from "../balancing.ts";
 import { outstandingByInstance, RequestLoad } from "../request-load.ts";
 import { notServableError, readiness, readyModels } from "../readiness.ts";
@@ -421,7 +421,9 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       (i) => (i.instance.embeddings === true) === endpoint.embeddings,
     );
     if (suited.length === 0) throw wrongKind(body.model, endpoint);
-    const open = routable(suited);
+    // One look at the live peers per request: draining nodes and balancing read the same one.
+    let live = o.cluster.livePeers();
+    const open = routable(suited, live);
     if (open.length === 0) throw allDraining(body.model, suited, snap);
     const problem = contentProblem(body, snap.models[ready.instances[0]!.instance.model_id]);
     if (problem) throw new ServiceError("invalid_request", problem);
@@ -445,18 +447,20 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     let candidates: readonly ReadyInstance[] = open;
     const tried = new Set<string>();
     for (;;) {
-      const target = pick(candidates);
+      const target = pick(candidates, live);
       tried.add(target.instance.instance_id);
       try {
         return await attempt(c, commandId, obs, request, target);
       } catch (e) {
         if (!(e instanceof BeforeFirstByte)) throw e;
+        // The retry looks at the cluster as it is now (a node may have left or started draining).
+        live = o.cluster.livePeers();
         const others =
           tried.size === 1 &&
           !request.clientGone &&
           RETRY_ON.has(e.error.code) &&
           Date.now() < request.deadline
-            ? readyOthers(body.model, tried, request.embeddings)
+            ? readyOthers(body.model, tried, request.embeddings, live)
             : [];
         if (others.length === 0) {
           o.log.debug(
@@ -493,9 +497,8 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
   }
 
   /** The least-loaded of the ready instances (balancing.ts), as this node sees the cluster now. */
-  function pick(instances: readonly ReadyInstance[]) {
+  function pick(instances: readonly ReadyInstance[], live: readonly PeerView[]) {
     const cluster = o.cluster;
-    const live = cluster.livePeers();
     const self = live.find((p) => p.heartbeat.peer_key === cluster.peerKey);
     return chooseInstance(instances, {
       outstanding: outstandingByInstance(
@@ -513,21 +516,22 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     model: string,
     tried: ReadonlySet<string>,
     embeddings: boolean,
+    live: readonly PeerView[],
   ): ReadyInstance[] {
     const ready = readiness(o.cluster.snapshot(), model, Date.now());
     if (ready.kind !== "ready") return [];
-    return routable(ready.instances).filter(
+    return routable(ready.instances, live).filter(
       (i) => !tried.has(i.instance.instance_id) && (i.instance.embeddings === true) === embeddings,
     );
   }
 
   /** Instances with no rank on a draining node: a draining node takes no new request. */
-  function routable(instances: readonly ReadyInstance[]): ReadyInstance[] {
+  function routable(
+    instances: readonly ReadyInstance[],
+    live: readonly PeerView[],
+  ): ReadyInstance[] {
     const draining = new Set(
-      o.cluster
-        .livePeers()
-        .filter((p) => p.heartbeat.draining)
-        .map((p) => p.heartbeat.peer_key),
+      live.filter((p) => p.heartbeat.draining).map((p) => p.heartbeat.peer_key),
     );
     if (draining.size === 0) return [...instances];
     return instances.filter((i) => !i.instance.assignments.some((a) => draining.has(a.peer_key)));
