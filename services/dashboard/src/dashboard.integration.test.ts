@@ -260,7 +260,15 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     await page.fill("#set-base-staging_keep_recent_gb", "-3");
     await page.click("#settings-save");
     await expect.poll(() => text("#settings-error")).toContain("staging_keep_recent_gb");
-    expect(readFileSync(n2.configPath, "utf8")).not.toContain("-3");
+    // The refused value never reached the file (the parsed value, not the text: a temp path may
+    // hold "-3" by chance).
+    expect(
+      (
+        parseYaml(readFileSync(n2.configPath, "utf8")) as {
+          model_store?: { staging?: { staging_keep_recent_gb?: number } };
+        }
+      ).model_store?.staging?.staging_keep_recent_gb,
+    ).not.toBe(-3);
     await page.fill("#set-base-staging_keep_recent_gb", "0.5");
     await page.click("#settings-save");
     await expect.poll(() => text("#settings-message")).toContain("applied");
