@@ -284,7 +284,8 @@ export class StoreHost implements AsyncDisposable {
     if (!hub) return;
     let listing;
     try {
-      listing = await hub.list(modelId, AbortSignal.timeout(10_000), revision);
+      // Within the 10 s the asking node waits for the store host's answer on the bus.
+      listing = await hub.list(modelId, AbortSignal.timeout(5000), revision);
     } catch {
       return;
     }
