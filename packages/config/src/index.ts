@@ -8,6 +8,7 @@ export {
   expandHome,
   isLoopback,
   loadConfig,
+  readConfigFile,
   stagingFor,
 } from "./load.ts";
 export { clusterCredentials, deriveKey } from "./credentials.ts";

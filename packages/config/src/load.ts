@@ -91,25 +91,31 @@ function envOverrides(env: NodeJS.ProcessEnv): ConfigInput {
   return out as ConfigInput;
 }
 
+/**
+ * A config file's YAML as a mapping (nothing checked against the schema yet); a ConfigError naming
+ * the file when it cannot be read, is not YAML, or its top level is not a mapping.
+ */
+export function readConfigFile(file: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(expandHome(file), "utf8");
+  } catch (e) {
+    throw new ConfigError(`config file ${file}: ${(e as Error).message}`);
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text) ?? {};
+  } catch (e) {
+    throw new ConfigError(`config file ${file}: invalid YAML: ${(e as Error).message}`);
+  }
+  if (!isObject(doc)) throw new ConfigError(`config file ${file}: top level must be a mapping`);
+  return doc;
+}
+
 export function loadConfig(options: LoadOptions = {}): Config {
   const env = options.env ?? process.env;
-  let fileDoc: unknown = {};
   const file = options.file ?? env.SERVICE_CONFIG;
-  if (file) {
-    let text: string;
-    try {
-      text = readFileSync(expandHome(file), "utf8");
-    } catch (e) {
-      throw new ConfigError(`config file ${file}: ${(e as Error).message}`);
-    }
-    try {
-      fileDoc = parseYaml(text) ?? {};
-    } catch (e) {
-      throw new ConfigError(`config file ${file}: invalid YAML: ${(e as Error).message}`);
-    }
-    if (!isObject(fileDoc))
-      throw new ConfigError(`config file ${file}: top level must be a mapping`);
-  }
+  const fileDoc = file ? readConfigFile(file) : {};
   const merged = deepMerge(deepMerge(fileDoc, options.overrides ?? {}), envOverrides(env));
   const parsed = ConfigSchema.safeParse(merged);
   if (!parsed.success) {

@@ -232,7 +232,7 @@ describe("nodeCapacities", () => {
   });
 });
 
-describe("placeInCluster with no context configured (autoContext)", () => {
+describe("placeInCluster with no context configured", () => {
   // 40,960 bytes of KV cache per token (10 layers x K and V x 8 KV heads x 128 x 2 bytes):
   // 5.37 GB at the trained 131,072 tokens, 2.68 GB at 65,536, 0.34 GB at 8,192, 0.17 GB at 4,096.
   const long: ModelRecord = { ...model, context_length: 131_072 };
@@ -250,7 +250,6 @@ describe("placeInCluster with no context configured (autoContext)", () => {
       minNodes: 1,
       sharding: "Pipeline",
       memory: mem,
-      autoContext: true,
     });
     expect(r.ok && r.context_size).toBe(want);
   });
@@ -258,7 +257,7 @@ describe("placeInCluster with no context configured (autoContext)", () => {
   it("refuses, as before, when not even 4096 tokens fit; a configured context is used as it is", () => {
     const { state, reports } = cluster([{ id: "a", totalGb: 32, freeGb: 6 }]);
     const req = { model: long, minNodes: 1, sharding: "Pipeline" as const };
-    const r = placeInCluster(state, reports, { ...req, memory: mem, autoContext: true });
+    const r = placeInCluster(state, reports, { ...req, memory: mem });
     expect(r.ok).toBe(false);
     expect(!r.ok && r.code).toBe("insufficient_memory");
     const fixed = placeInCluster(
@@ -275,7 +274,7 @@ describe("placeInCluster with no context configured (autoContext)", () => {
       { id: "b", totalGb: 32, freeGb: 10 },
     ]);
     state.models[long.model_id] = long;
-    const p = previewCluster(state, reports, { model: long, memory: mem, autoContext: true });
+    const p = previewCluster(state, reports, { model: long, memory: mem });
     const pipeline1 = p.previews.find((e) => e.sharding === "Pipeline" && e.nodes === 1)!;
     const pipeline2 = p.previews.find((e) => e.sharding === "Pipeline" && e.nodes === 2)!;
     expect(pipeline1.result.ok && pipeline1.result.context_size).toBe(65_536);

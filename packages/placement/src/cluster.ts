@@ -94,12 +94,11 @@ export interface ClusterRequest {
   readonly minNodes: number;
   readonly sharding: Sharding;
   readonly excluded?: readonly string[];
-  readonly memory?: Partial<MemoryModel>;
   /**
-   * No context is configured: choose the largest of contextLadder() that fits (the model's trained
-   * context when memory allows), instead of `memory.contextSize`.
+   * Without `contextSize` (none configured), the context is the largest of contextLadder() that
+   * fits: the model's trained one when memory allows.
    */
-  readonly autoContext?: boolean;
+  readonly memory?: Partial<MemoryModel>;
 }
 
 /**
@@ -366,7 +365,7 @@ export function placeInCluster(
   reports: readonly NodeReport[],
   req: ClusterRequest,
 ): ClusterPlacementResult {
-  if (!req.autoContext) return placeAt(state, reports, req);
+  if (req.memory?.contextSize !== undefined) return placeAt(state, reports, req);
   // The largest context that fits: only a lack of memory makes a smaller one worth trying.
   let last: ClusterPlacementResult | undefined;
   for (const contextSize of contextLadder(modelFacts(req.model))) {
@@ -400,15 +399,15 @@ export interface ClusterPreviewEntry {
 }
 
 /**
- * previews() over the cluster, with the same capacity and health rules as placeInCluster (and, with
- * autoContext, its choice of context per entry).
+ * previews() over the cluster, with the same capacity and health rules as placeInCluster (and,
+ * without a configured context, its choice of context per entry).
  */
 export function previewCluster(
   state: ControlState,
   reports: readonly NodeReport[],
   req: Omit<ClusterRequest, "minNodes" | "sharding">,
 ): { capacities: NodeCapacity[]; previews: ClusterPreviewEntry[] } {
-  if (!req.autoContext) return previewAt(state, reports, req);
+  if (req.memory?.contextSize !== undefined) return previewAt(state, reports, req);
   let out: ReturnType<typeof previewAt> | undefined;
   for (const contextSize of contextLadder(modelFacts(req.model))) {
     const at = previewAt(state, reports, { ...req, memory: { ...req.memory, contextSize } });

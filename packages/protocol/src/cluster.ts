@@ -37,6 +37,30 @@ export const MemberSchema = z.object({
 });
 export type Member = z.infer<typeof MemberSchema>;
 
+/** How an embedding instance pools token vectors (llama-server --pooling); mean when unset. */
+export const PoolingSchema = z.enum(["mean", "cls", "last"]);
+export type Pooling = z.infer<typeof PoolingSchema>;
+
+/**
+ * A model directory's optional `model.json`: its companions (a drafter, an MTP sidecar), the pooling
+ * of its embedding instances, the GGUF to load. The worker reads it to describe the model; the store
+ * host to pull the companions it names.
+ */
+export const ModelJsonSchema = z
+  .object({
+    drafter: ModelIdSchema.optional(),
+    mtp_sidecar: ModelIdSchema.optional(),
+    pooling: PoolingSchema.optional(),
+    file: z
+      .string()
+      .regex(/^[^/\\]+\.gguf$/)
+      .optional(),
+  })
+  .strict();
+
+/** A part of a split GGUF: `<stem>-00001-of-00003.gguf` (stem, part, count). */
+export const SPLIT_GGUF = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/i;
+
 /** Facts about a registered model, read from its GGUF header by the node that registers it. */
 export const ModelRecordSchema = z.object({
   model_id: ModelIdSchema,
@@ -56,7 +80,7 @@ export const ModelRecordSchema = z.object({
   /** Split vision weights file in the model directory (run with --mmproj). */
   mmproj: z.string().optional(),
   /** How an embedding instance pools token vectors (model.json `pooling`; default mean). */
-  pooling: z.enum(["mean", "cls", "last"]).optional(),
+  pooling: PoolingSchema.optional(),
   /** Multi-token-prediction sidecar repository staged with the model. */
   mtp_sidecar: ModelIdSchema.optional(),
   registered_by: NodeIdSchema.optional(),

@@ -148,7 +148,6 @@ export function reconcile(
         sharding: d.sharding,
         excluded,
         ...(o.memory ? { memory: o.memory } : {}),
-        autoContext: o.memory?.contextSize === undefined,
       });
       if (r.ok) {
         const instance: Instance = {

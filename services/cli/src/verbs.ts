@@ -129,7 +129,6 @@ async function instanceId(c: Client, ref: string): Promise<string> {
   );
 }
 
-/** Names nodes for output: `name (n-…)`, the id alone when the node is not a member. */
 /**
  * The member a `--node` value names: its name, its node id, or a prefix of the id only one has; a
  * usage error listing the nodes otherwise (never silently the node asked).
@@ -154,6 +153,7 @@ async function memberOf(
   );
 }
 
+/** Names nodes for output: `name (n-…)`, the id alone when the node is not a member. */
 async function nodeNamer(c: Client): Promise<(id: string) => string> {
   const s = await c.get<StateDoc>("/state");
   const names = new Map(s.node_identities.map((m) => [m.node_id, m.name]));

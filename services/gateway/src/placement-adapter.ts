@@ -16,8 +16,7 @@ export function placementView(cluster: ClusterView): PlacementView {
 }
 
 export type Decision =
-  | { ok: true; assignments: Assignment[]; contextSize: number }
-  | { ok: false; error: ServiceError };
+  { ok: true; assignments: Assignment[]; contextSize: number } | { ok: false; error: ServiceError };
 
 export interface DecideRequest {
   readonly minNodes: number;
@@ -41,8 +40,6 @@ export function decide(
     sharding: req.sharding,
     excluded: req.excluded,
     memory,
-    // No context configured: the model's own, capped by memory.
-    autoContext: memory.contextSize === undefined,
   });
   return r.ok
     ? { ok: true, assignments: toAssignments(view, r.shares), contextSize: r.context_size }
@@ -69,12 +66,7 @@ export function previewAll(
   excluded: readonly string[],
   memory: Partial<MemoryModel> = {},
 ) {
-  const r = previewCluster(view.state, view.reports, {
-    model,
-    excluded,
-    memory,
-    autoContext: memory.contextSize === undefined,
-  });
+  const r = previewCluster(view.state, view.reports, { model, excluded, memory });
   return {
     nodes: r.capacities.map(capacityEntry),
     previews: r.previews.map((p) =>

@@ -30,7 +30,7 @@ import {
   type LooseEntry,
 } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
-import { reloadRoutes, TokenReloader } from "./reload.ts";
+import { reloadRoutes, TokenReloader, withNodeToken } from "./reload.ts";
 import type { ReloadResponse } from "./reload.ts";
 import {
   looseEntryHealth,
@@ -348,11 +348,7 @@ export class Node implements AsyncDisposable {
       return h;
     };
     this.engineHeaders = engineHeaders;
-    const apiTokens = new TokenSet(
-      anonymous
-        ? []
-        : [...cfg.auth.tokens, { name: "cluster-node", token: creds.nodeToken, scopes: ["read"] }],
-    );
+    const apiTokens = new TokenSet(withNodeToken(cfg.auth.tokens, creds.nodeToken));
     const reloader = new TokenReloader({
       file: this.o.configFile,
       set: apiTokens,

@@ -8,7 +8,7 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import { ConfigError, loadConfig } from "@ic/config";
 import type { ResolvedToken } from "@ic/config";
-import type { TokenSet } from "@ic/gateway";
+import type { ApiToken, TokenSet } from "@ic/gateway";
 import type { Logger } from "@ic/log";
 import { ServiceError } from "@ic/protocol";
 
@@ -41,6 +41,16 @@ export function tokenChanges(
   };
 }
 
+/**
+ * The tokens the API accepts: the configured ones plus the cluster's node token (read scope: peers'
+ * store downloads and fan-outs), or none at all (anonymous) when none is configured.
+ */
+export function withNodeToken(tokens: readonly ApiToken[], nodeToken: string): ApiToken[] {
+  return tokens.length === 0
+    ? []
+    : [...tokens, { name: "cluster-node", token: nodeToken, scopes: ["read"] }];
+}
+
 export interface TokenReloaderOptions {
   /** The file the node started from; without one there is nothing to reload. */
   readonly file: string | undefined;
@@ -57,19 +67,13 @@ export interface TokenReloaderOptions {
 export class TokenReloader {
   private current: readonly ResolvedToken[];
   /** One reload at a time: a second waits for the first. */
-  private running: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly o: TokenReloaderOptions) {
     this.current = o.initial;
   }
 
-  reload(): Promise<ReloadResponse> {
-    const next = this.running.then(() => this.reloadNow());
-    this.running = next.catch(() => undefined);
-    return next;
-  }
-
-  private reloadNow(): ReloadResponse {
+  /** The file is read and the set swapped synchronously: two reloads never interleave. */
+  async reload(): Promise<ReloadResponse> {
     if (!this.o.file)
       throw new ServiceError(
         "conflict",
@@ -84,11 +88,7 @@ export class TokenReloader {
       throw new ServiceError("invalid_request", `reload refused, nothing changed: ${why}`);
     }
     const diff = tokenChanges(this.current, tokens);
-    this.o.set.set(
-      tokens.length === 0
-        ? []
-        : [...tokens, { name: "cluster-node", token: this.o.nodeToken, scopes: ["read"] }],
-    );
+    this.o.set.set(withNodeToken(tokens, this.o.nodeToken));
     this.current = tokens;
     // Names only: a token is never logged.
     this.o.log.info({ file: this.o.file, ...diff }, "API tokens reloaded");

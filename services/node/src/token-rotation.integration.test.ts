@@ -71,7 +71,8 @@ describe("token rotation under load", () => {
 
     // 1. The new token beside the old one, on every node: node-1 by SIGHUP, the others by the API.
     setTokens([app("app", OLD), app("app-next", NEW)]);
-    nodes[0]!.signal("SIGHUP");
+    // To the node's main process only: its process group also holds llama-server.
+    nodes[0]!.killProcess("SIGHUP");
     for (const n of nodes.slice(1)) {
       const r = await reload(n);
       expect(r.status).toBe(200);

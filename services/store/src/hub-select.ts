@@ -3,6 +3,7 @@
 // together), one multimodal projector when the repo has any, and the small metadata files, never
 // the other quantizations or other weight formats. Pure: the store host and the direct hub
 // fallback select the same way.
+import { SPLIT_GGUF } from "@ic/protocol";
 import type { HubFile } from "./hub.ts";
 
 /** One quantization of the model: its label (the quant tag, or the file's stem when untagged). */
@@ -49,15 +50,13 @@ const WEIGHT_EXT =
 const QUANT_TAG =
   /(?:^|[-_.])((?:UD-)?(?:I?Q[1-8](?:_[A-Z0-9]+)*|TQ[12]_0|MXFP4(?:_MOE)?|BF16|F16|F32|FP16|FP8))(?=[-_.]|$)/i;
 
-const SPLIT = /-(\d{5})-of-(\d{5})\.gguf$/i;
-
 const base = (path: string) => path.slice(path.lastIndexOf("/") + 1);
 
 /** The quant tag a GGUF's name (or, for `Q4_K_M/part-00001-of-00002.gguf` layouts, folder) carries. */
 export function quantOf(path: string): string | null {
   const parts = path.split("/");
   for (let i = parts.length - 1; i >= 0; i--) {
-    const name = parts[i]!.replace(SPLIT, "").replace(/\.gguf$/i, "");
+    const name = parts[i]!.replace(SPLIT_GGUF, "$1").replace(/\.gguf$/i, "");
     const m = QUANT_TAG.exec(name);
     if (m) return m[1]!.toUpperCase();
   }
@@ -68,7 +67,7 @@ export function quantOf(path: string): string | null {
 const labelOf = (path: string) =>
   quantOf(path) ??
   base(path)
-    .replace(SPLIT, "")
+    .replace(SPLIT_GGUF, "$1")
     .replace(/\.gguf$/i, "");
 
 const isGguf = (path: string) => /\.gguf$/i.test(path);
@@ -108,7 +107,7 @@ function pickProjector(files: readonly HubFile[], quant: string): HubFile | unde
 
 /** The variant's file the engine loads: the first part of a split, else its only (or largest) file. */
 function servedOf(v: QuantVariant, files: readonly HubFile[]): string {
-  const first = v.files.find((p) => SPLIT.exec(p)?.[1] === "00001");
+  const first = v.files.find((p) => SPLIT_GGUF.exec(p)?.[2] === "00001");
   if (first) return first;
   const bytes = new Map(files.map((f) => [f.path, f.bytes]));
   return [...v.files].sort((a, b) => (bytes.get(b) ?? 0) - (bytes.get(a) ?? 0))[0]!;

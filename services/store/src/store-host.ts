@@ -11,7 +11,6 @@ import { join } from "node:path";
 import { createHash } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import { Hono } from "hono";
-import { z } from "zod";
 import { routePath } from "hono/route";
 import { serve, type ServerType } from "@hono/node-server";
 import type { Logger } from "@ic/log";
@@ -20,6 +19,7 @@ import {
   errorBody,
   httpStatusFor,
   ModelIdSchema,
+  ModelJsonSchema,
   modelIdFromDirName,
   ServiceError,
   StoreManifestSchema,
@@ -55,12 +55,6 @@ export const MANIFEST_FILE = ".ic-manifest.json";
 export const DOWNLOAD_RECORD_FILE = ".ic-download.json";
 
 const DEFAULT_HEADROOM = 10 * 1024 ** 3;
-
-/** The companion fields of a model's model.json (the rest is the worker's: services/worker/registry.ts). */
-const CompanionsSchema = z.object({
-  drafter: ModelIdSchema.optional(),
-  mtp_sidecar: ModelIdSchema.optional(),
-});
 
 export interface StoreHostOptions {
   /** store_path, already expanded. */
@@ -267,7 +261,7 @@ export class StoreHost implements AsyncDisposable {
     } catch {
       return [];
     }
-    const parsed = CompanionsSchema.safeParse(doc);
+    const parsed = ModelJsonSchema.safeParse(doc);
     if (!parsed.success) return [];
     return [parsed.data.drafter, parsed.data.mtp_sidecar].filter(
       (id): id is ModelId => id !== undefined && id !== modelId && !this.manifests.has(id),
@@ -294,6 +288,12 @@ export class StoreHost implements AsyncDisposable {
       throw new ServiceError("invalid_request", `${modelId}: ${sel.message}`, {
         details: { available: sel.variants.map((v) => v.label) },
       });
+  }
+
+  /** Free bytes store_path keeps after a write, as configured now (the settings editor may change it). */
+  private headroomBytes(): number {
+    const h = this.opts.headroomBytes ?? DEFAULT_HEADROOM;
+    return typeof h === "number" ? h : h.headroomBytes;
   }
 
   // ---- registration ----
@@ -434,8 +434,7 @@ export class StoreHost implements AsyncDisposable {
       }));
       const prior = await this.priorForDownload(modelId, dir, files);
       const plan = await planFill(dir, files, prior);
-      const h = this.opts.headroomBytes ?? DEFAULT_HEADROOM;
-      const headroom = typeof h === "number" ? h : h.headroomBytes;
+      const headroom = this.headroomBytes();
       const space = await this.disk.space(this.opts.storePath);
       if (space.freeBytes < plan.additionalBytes + headroom) {
         const arithmetic: NoFitMessageInput = {
@@ -587,10 +586,7 @@ export class StoreHost implements AsyncDisposable {
     const uploads = new Uploads({
       storePath: this.opts.storePath,
       disk: this.disk,
-      headroomBytes: () => {
-        const h = this.opts.headroomBytes ?? DEFAULT_HEADROOM;
-        return typeof h === "number" ? h : h.headroomBytes;
-      },
+      headroomBytes: () => this.headroomBytes(),
       inStore: (id) => this.manifests.has(id),
     });
     const uploadId = (org: string, name: string): ModelId => {

@@ -1,7 +1,7 @@
 // Pure: the exact llama.cpp command line for one rank of an instance.
 // Rank 0 runs llama-server (explicit host, port, -ngl, -c, -fit off, --metrics; --rpc and a split for
 // multi-node); every other rank runs ggml-rpc-server.
-import type { Instance } from "@ic/protocol";
+import type { Instance, Pooling } from "@ic/protocol";
 
 export interface ServerArgsInput {
   readonly instance: Instance;
@@ -9,7 +9,7 @@ export interface ServerArgsInput {
   readonly drafterPath?: string | undefined;
   readonly mmprojPath?: string | undefined;
   /** Pooling of an embedding instance (the model's `pooling`, else mean). */
-  readonly pooling?: "mean" | "cls" | "last" | undefined;
+  readonly pooling?: Pooling | undefined;
   readonly host: string;
   readonly port: number;
   readonly contextSize: number;

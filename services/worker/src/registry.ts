@@ -2,9 +2,9 @@
 // Layout: `<root>/<org>--<name>/*.gguf` (+ optional `model.json` naming companions).
 import { readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { z } from "zod";
+import type { z } from "zod";
 import { readGgufHeader } from "@ic/gguf";
-import { ModelIdSchema, modelIdFromDirName } from "@ic/protocol";
+import { ModelJsonSchema, modelIdFromDirName, SPLIT_GGUF } from "@ic/protocol";
 import type { ModelRecord } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 
@@ -20,21 +20,6 @@ const ROW_SPLIT_ARCHS = new Set([
   "phi3",
 ]);
 
-const ModelJsonSchema = z
-  .object({
-    drafter: ModelIdSchema.optional(),
-    mtp_sidecar: ModelIdSchema.optional(),
-    /** How an embedding instance pools token vectors (llama-server --pooling). */
-    pooling: z.enum(["mean", "cls", "last"]).optional(),
-    file: z
-      .string()
-      .regex(/^[^/\\]+\.gguf$/)
-      .optional(),
-  })
-  .strict();
-
-const SPLIT = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/i;
-
 /**
  * The GGUF the engine loads when model.json names none: the largest model in the directory, a split
  * one counted whole and loaded from its first part (llama.cpp finds the others beside it). A pull
@@ -46,7 +31,7 @@ export function servedGguf(
 ): string {
   const totals = new Map<string, number>();
   for (const n of candidates) {
-    const m = SPLIT.exec(n);
+    const m = SPLIT_GGUF.exec(n);
     const key = m ? `${m[1]}-00001-of-${m[3]}.gguf` : n;
     totals.set(key, (totals.get(key) ?? 0) + (sizes.get(n) ?? 0));
   }

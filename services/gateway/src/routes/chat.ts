@@ -91,6 +91,10 @@ const ENDPOINTS: readonly Endpoint[] = [
   },
 ];
 
+/** Whether an instance is of the kind an endpoint needs (embedding instances serve embeddings only). */
+const servesKind = (i: ReadyInstance, embeddings: boolean) =>
+  (i.instance.embeddings === true) === embeddings;
+
 /** A model served, but not by instances of the kind this endpoint needs. */
 function wrongKind(model: string, endpoint: Endpoint): ServiceError {
   return new ServiceError(
@@ -417,9 +421,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     const snap = cluster.snapshot();
     const ready = readiness(snap, body.model, Date.now());
     if (ready.kind !== "ready") throw notServableError(body.model, ready);
-    const suited = ready.instances.filter(
-      (i) => (i.instance.embeddings === true) === endpoint.embeddings,
-    );
+    const suited = ready.instances.filter((i) => servesKind(i, endpoint.embeddings));
     if (suited.length === 0) throw wrongKind(body.model, endpoint);
     // One look at the live peers per request: draining nodes and balancing read the same one.
     let live = o.cluster.livePeers();
@@ -521,7 +523,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     const ready = readiness(o.cluster.snapshot(), model, Date.now());
     if (ready.kind !== "ready") return [];
     return routable(ready.instances, live).filter(
-      (i) => !tried.has(i.instance.instance_id) && (i.instance.embeddings === true) === embeddings,
+      (i) => !tried.has(i.instance.instance_id) && servesKind(i, embeddings),
     );
   }
 

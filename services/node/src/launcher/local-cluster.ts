@@ -5,8 +5,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
-import { parse as parseYaml } from "yaml";
-import { ConfigError, loadConfig } from "@ic/config";
+import { ConfigError, loadConfig, readConfigFile } from "@ic/config";
 import { writeTinyModel } from "@ic/gguf";
 import type { Pull, PullBody } from "@ic/protocol";
 import {
@@ -38,15 +37,7 @@ const modelDirHint = (store: string) => join(store, "<org>--<name>/");
 
 /** The operator's --config file, the launcher's own keys left out (with a line for each). */
 function operatorConfig(file: string): Record<string, unknown> {
-  let doc: unknown;
-  try {
-    doc = parseYaml(readFileSync(file, "utf8")) ?? {};
-  } catch (e) {
-    throw new ConfigError(`--config ${file}: ${e instanceof Error ? e.message : String(e)}`);
-  }
-  if (typeof doc !== "object" || doc === null || Array.isArray(doc))
-    throw new ConfigError(`--config ${file}: the top level must be a mapping`);
-  const { kept, dropped } = withoutLauncherKeys(doc as Record<string, unknown>);
+  const { kept, dropped } = withoutLauncherKeys(readConfigFile(file));
   for (const key of dropped)
     complain(`--config: ignoring ${key}: the local-cluster launcher sets it for every node`);
   return kept;

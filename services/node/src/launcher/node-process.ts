@@ -5,20 +5,13 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import type { ChildProcess } from "node:child_process";
-import {
-  createWriteStream,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from "node:fs";
+import { createWriteStream, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import type { WriteStream } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
+import { stringify as stringifyYaml } from "yaml";
+import { readConfigFile } from "@ic/config";
 import { waitFor } from "@ic/process";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
@@ -191,17 +184,6 @@ export class NodeProcess implements AsyncDisposable {
   }
 
   /** Sends a signal to the whole process group (node, nats-server, runners). */
-  /** Sends `signal` to the node's main process only (SIGHUP: reload), not to its process group. */
-  signal(signal: NodeJS.Signals): void {
-    const pid = this.child?.pid;
-    if (!pid || !this.running) return;
-    try {
-      process.kill(pid, signal);
-    } catch {
-      // already gone
-    }
-  }
-
   kill(signal: NodeJS.Signals = "SIGKILL"): void {
     const pid = this.child?.pid;
     if (!pid || !this.running) return;
@@ -329,14 +311,11 @@ export function withoutLauncherKeys(doc: Record<string, unknown>): {
 
 /** An existing config file's keys, the launcher's own left out ({} when none or unreadable). */
 function keptSettings(configPath: string): Record<string, unknown> {
-  if (!existsSync(configPath)) return {};
-  let doc: unknown;
   try {
-    doc = parseYaml(readFileSync(configPath, "utf8"));
+    return withoutLauncherKeys(readConfigFile(configPath)).kept;
   } catch {
     return {};
   }
-  return isMapping(doc) ? withoutLauncherKeys(doc).kept : {};
 }
 
 /** Writes the node's config file and returns an unstarted NodeProcess. */

@@ -653,6 +653,7 @@ export class NodeMetrics {
         const kv = fetch(`${r.endpoint}/slots`, { headers, signal: AbortSignal.timeout(timeoutMs) })
           .then(async (res) => (res.ok ? kvCacheUse(await res.json()) : undefined))
           .catch(() => undefined);
+        let families: PromFamily[] = [];
         try {
           const res = await fetch(`${r.endpoint}/metrics`, {
             headers,
@@ -660,23 +661,12 @@ export class NodeMetrics {
           });
           const text = await res.text();
           if (!res.ok) throw new Error(`HTTP ${res.status}: ${text.slice(0, 200)}`);
-          return {
-            labels,
-            families: parseExposition(text),
-            up: 1,
-            seconds: since(started),
-            kv: await kv,
-          };
+          families = parseExposition(text);
         } catch (e) {
           this.o.log.debug({ err: e, instance: r.instance_id }, "engine metrics scrape failed");
-          return {
-            labels,
-            families: [] as PromFamily[],
-            up: 0,
-            seconds: since(started),
-            kv: await kv,
-          };
+          return { labels, families, up: 0, seconds: since(started), kv: await kv };
         }
+        return { labels, families, up: 1, seconds: since(started), kv: await kv };
       }),
     );
     const meta: PromFamily[] = [
