@@ -171,6 +171,12 @@ describe("runners", () => {
     expect(h).toMatchObject({ code: "invalid_engine_binary", severity: "warn" });
     expect(h.message).toContain("/nonexistent/llama-server");
     expect(h.remediation).toContain("SERVICE_ENGINE_SERVER_BIN");
-    expect(doc.nodeHealth.filter((x) => x.node_name === "node-1")).toEqual([]);
+    // node-1's own engine is the managed build: nothing about it. (Only engine codes are checked:
+    // a fresh 2-node cluster on a loaded runner once took over 5 s to open its intent store, which
+    // node-1 then rightly reported as intent_store_unavailable for a moment.)
+    const engineCodes = ["invalid_engine_binary", "gpu_serving_disabled", "engine_plaintext"];
+    expect(
+      doc.nodeHealth.filter((x) => x.node_name === "node-1" && engineCodes.includes(x.code)),
+    ).toEqual([]);
   });
 });
