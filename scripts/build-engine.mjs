@@ -100,7 +100,8 @@ export function cmakeArgs({ backend, portable = false, allVariants = false, arch
     `-DBUILD_SHARED_LIBS=${portable && allVariants ? "ON" : "OFF"}`,
     "-DGGML_RPC=ON",
     "-DLLAMA_CURL=OFF",
-    "-DLLAMA_OPENSSL=OFF",
+    // HTTPS for llama-server (engine traffic between nodes); without OpenSSL found, a plain build.
+    "-DLLAMA_OPENSSL=ON",
     "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
@@ -311,7 +312,8 @@ export async function ensureEngine({ quiet = false, env = process.env } = {}) {
   const variant = engineVariant({ backend, portable });
   const bundle = fetchBundle(root);
   const commit = bundleCommit(bundle);
-  const key = `${commit.slice(0, 12)}-${variant}`;
+  // `-ssl`: built with OpenSSL (LLAMA_OPENSSL=ON), so a build cached before that is not reused.
+  const key = `${commit.slice(0, 12)}-${variant}-ssl`;
   const dir = join(root, key);
   const manifestPath = join(dir, "manifest.json");
   if (existsSync(manifestPath)) {

@@ -8,7 +8,7 @@ export const MODES = ["start", "test", "publisher"];
 export const USAGE = `usage: node scripts/setup.mjs [--for=start|test|publisher] [--no-engine] [--no-browser]
 
 Installs, only when missing, what the chosen use needs (default: start):
-  start      nats-server; cmake, g++ and git for the engine build; pnpm and the workspace
+  start      nats-server and openssl; cmake, g++, git and libssl-dev for the engine build; pnpm and the workspace
              dependencies; the llama.cpp engine build (cached per bundle commit)
   test       start's, plus chromium for the GUI tests (skipped when CHROMIUM_PATH is set)
   publisher  pnpm and the workspace dependencies only
@@ -21,12 +21,19 @@ ENGINE_BACKEND=cpu|cuda forces the backend; ENGINE_CACHE_DIR moves the engine ca
 NATS_SERVER_BIN / CHROMIUM_PATH name binaries to use instead of the Debian packages.
 `;
 
-/** [command looked up on PATH, Debian package, environment variable that names it instead]. */
+/**
+ * [command looked up on PATH (or an absolute file that must exist), Debian package, environment
+ * variable that names it instead].
+ */
 const NATS = ["nats-server", "nats-server", "NATS_SERVER_BIN"];
+/** make-secrets.mjs makes the cluster CA and node certificates with it; the TLS tests too. */
+const OPENSSL = ["openssl", "openssl"];
 const BUILD_TOOLS = [
   ["cmake", "cmake"],
   ["g++", "g++"],
   ["git", "git"],
+  // llama-server serves HTTPS (engine traffic between nodes) only when built against OpenSSL.
+  ["/usr/include/openssl/ssl.h", "libssl-dev"],
 ];
 const BROWSER = ["chromium", "chromium", "CHROMIUM_PATH"];
 
@@ -53,7 +60,7 @@ export function setupPlan(argv, env = process.env) {
   const engine = mode !== "publisher" && !values["no-engine"];
   const browser = mode === "test" && !values["no-browser"];
   const wanted = [
-    ...(mode === "publisher" ? [] : [NATS]),
+    ...(mode === "publisher" ? [] : [NATS, OPENSSL]),
     ...(engine ? BUILD_TOOLS : []),
     ...(browser ? [BROWSER] : []),
   ];

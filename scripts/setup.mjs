@@ -43,6 +43,7 @@ function sh(cmd, opts = {}) {
 }
 
 function has(cmd) {
+  if (cmd.startsWith("/")) return existsSync(cmd);
   return spawnSync("sh", ["-c", `command -v ${cmd}`], { stdio: "ignore" }).status === 0;
 }
 

@@ -24,7 +24,12 @@ export interface Credentials {
 
 /** A peer refused our route credentials (outbound) or someone presented wrong ones to us (inbound). */
 export interface AuthFailure {
-  readonly direction: "route-refused-by-peer" | "route-rejected" | "client-rejected";
+  readonly direction:
+    | "route-refused-by-peer"
+    | "route-rejected"
+    | "client-rejected"
+    /** The TLS handshake of a route failed (a certificate from another CA, or none), either way. */
+    | "route-tls-failed";
   /** The remote address as nats-server logged it (host:port). */
   readonly remote: string;
   readonly at: number;
@@ -49,6 +54,15 @@ export interface NatsServerOptions {
   readonly clientAuth: Credentials;
   /** Credentials every route (ours to peers, peers' to us) must carry. */
   readonly routeAuth: Credentials;
+  /**
+   * TLS on the routes, both ways: this server's certificate and key, and the CA a peer's certificate
+   * must be signed by (`verify`: a route without such a certificate is refused). Absent: clear text.
+   */
+  readonly routeTls?: {
+    readonly certFile: string;
+    readonly keyFile: string;
+    readonly caFile: string;
+  };
   readonly log: Logger;
   readonly readyTimeoutMs?: number;
   /** First restart delay (doubling per death in a row, jittered, at most 5 s). */
@@ -79,7 +93,7 @@ export interface NatsServerOptions {
 }
 
 const AUTH_LINE =
-  /\[ERR\] (\S+) - (rid|cid):\d+ - (?:(Route Error 'Authorization Violation')|authentication error|(Authorization Violation))/;
+  /\[ERR\] (\S+) - (rid|cid):\d+ - (?:(Route Error 'Authorization Violation')|authentication error|(Authorization Violation)|(TLS route handshake error))/;
 
 /** Parses one nats-server log line into an authentication failure, if it is one. */
 export function parseAuthFailure(line: string, now: number): AuthFailure | undefined {
@@ -87,6 +101,7 @@ export function parseAuthFailure(line: string, now: number): AuthFailure | undef
   if (!m) return undefined;
   const remote = m[1]!;
   if (m[3]) return { direction: "route-refused-by-peer", remote, at: now };
+  if (m[5]) return { direction: "route-tls-failed", remote, at: now };
   return { direction: m[2] === "rid" ? "route-rejected" : "client-rejected", remote, at: now };
 }
 
@@ -255,6 +270,17 @@ export class NatsServer implements AsyncDisposable {
         // Peers learn routes only from their own seed lists: a gossiped address may be unreachable.
         "  no_advertise: true",
         `  authorization { user: ${q(o.routeAuth.user)}, password: ${q(o.routeAuth.password)} }`,
+        ...(o.routeTls
+          ? [
+              "  tls {",
+              `    cert_file: ${q(o.routeTls.certFile)}`,
+              `    key_file: ${q(o.routeTls.keyFile)}`,
+              `    ca_file: ${q(o.routeTls.caFile)}`,
+              "    verify: true",
+              "    timeout: 5",
+              "  }",
+            ]
+          : []),
         `  routes: [${o.routes.map((r) => q(`nats-route://${routeUser}:${routePass}@${r}`)).join(", ")}]`,
         "}",
       );

@@ -1,6 +1,13 @@
 // Front door of the config package: schema, loader and per-node staging resolution.
 export { API_SCOPES, ConfigSchema, MAX_STAGING_GB, StagingSchema } from "./schema.ts";
-export type { ApiScope, Config, ConfigInput, ResolvedToken, StagingConfig } from "./schema.ts";
+export type {
+  ApiScope,
+  Config,
+  ConfigInput,
+  ResolvedTls,
+  ResolvedToken,
+  StagingConfig,
+} from "./schema.ts";
 export {
   ConfigError,
   GiB,

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -174,7 +175,11 @@ describe("cluster secret and API tokens", () => {
       loadConfig({ overrides: { node: { host: "127.0.0.1", bind: "0.0.0.0" } }, env: {} }),
     ).toThrowError(/auth\.tokens/);
     const anon = loadConfig({
-      overrides: { node: { host: "10.0.0.5" }, auth: { allow_anonymous: true } },
+      overrides: {
+        node: { host: "10.0.0.5" },
+        auth: { allow_anonymous: true },
+        tls: { allow_plaintext: true },
+      },
       env: {},
     });
     expect(anon.node.bind).toBe("10.0.0.5");
@@ -187,6 +192,7 @@ describe("cluster secret and API tokens", () => {
     const c = loadConfig({
       overrides: {
         node: { host: "10.0.0.5" },
+        tls: { allow_plaintext: true },
         auth: {
           tokens: [
             { name: "ops", token: "inline-token-0123456789", scopes: ["admin"] },
@@ -246,9 +252,7 @@ describe("cluster secret and API tokens", () => {
   });
 
   it("the shipped example and compose configs load once their secret files exist", () => {
-    const dir = mkdtempSync(join(tmpdir(), "deploy-"));
-    for (const name of ["cluster.secret", "admin.token", "read.token", "inference.token"])
-      writeFileSync(join(dir, name), "0123456789abcdef0123456789abcdef\n", { mode: 0o600 });
+    const dir = makeSecrets("node-1=node-1", "node-2=node-2", "node-3=node-3");
     const root = join(import.meta.dirname, "../../../deploy");
     for (const f of [
       "config.example.yaml",
@@ -264,6 +268,81 @@ describe("cluster secret and API tokens", () => {
       expect(c.cluster.peers).toHaveLength(2);
       expect(c.auth.tokens.map((t) => t.scopes.length)).toEqual([3, 1, 1]);
       expect(c.node.bind).toBe("0.0.0.0");
+      expect(c.tls?.cert).toContain("BEGIN CERTIFICATE");
     }
+  });
+});
+
+/** `scripts/make-secrets.mjs` into a new directory, with a certificate for each NAME=HOST. */
+function makeSecrets(...nodes: string[]): string {
+  const dir = mkdtempSync(join(tmpdir(), "secrets-"));
+  execFileSync(
+    process.execPath,
+    [
+      join(import.meta.dirname, "../../../scripts/make-secrets.mjs"),
+      dir,
+      ...nodes.flatMap((n) => ["--node", n]),
+    ],
+    { stdio: "ignore" },
+  );
+  return dir;
+}
+
+describe("tls", () => {
+  const dir = makeSecrets("n1=10.0.0.5", "n2=n2.lan");
+  const other = makeSecrets("n1=10.0.0.5");
+  const files = (d: string, n: string) => ({
+    ca_file: join(d, "ca.crt"),
+    cert_file: join(d, `${n}.crt`),
+    key_file: join(d, `${n}.key`),
+  });
+  const load = (host: string, tls: Record<string, unknown>) =>
+    loadConfig({ overrides: { node: { host }, auth: { allow_anonymous: true }, tls }, env: {} });
+
+  it("is required beyond loopback unless allow_plaintext; optional on loopback", () => {
+    expect(() => load("10.0.0.5", {})).toThrowError(
+      /tls: the node listens on 10\.0\.0\.5 \(beyond loopback\) without certificates.*make-secrets/,
+    );
+    expect(load("10.0.0.5", { allow_plaintext: true }).tls).toBeNull();
+    expect(loadConfig({ env: {} }).tls).toBeNull();
+  });
+
+  it("loads the CA, the certificate and its key, checked against each other and node.host", () => {
+    const c = load("10.0.0.5", files(dir, "n1"));
+    expect(c.tls).toMatchObject({ ca_file: join(dir, "ca.crt"), cert_file: join(dir, "n1.crt") });
+    expect(c.tls!.key).toContain("PRIVATE KEY");
+    expect(load("n2.lan", files(dir, "n2")).tls).not.toBeNull();
+    expect(load("127.0.0.1", files(dir, "n2")).tls).not.toBeNull();
+  });
+
+  it("refuses a partial set, another CA's certificate, another host's, the wrong key, a readable key", () => {
+    expect(() => load("10.0.0.5", { ca_file: join(dir, "ca.crt") })).toThrowError(
+      /tls: set all of tls\.ca_file, tls\.cert_file and tls\.key_file, or none/,
+    );
+    expect(() =>
+      load("10.0.0.5", { ...files(other, "n1"), ca_file: join(dir, "ca.crt") }),
+    ).toThrowError(/tls\.cert_file: .* is not signed by the cluster CA/);
+    expect(() => load("10.0.0.6", files(dir, "n1"))).toThrowError(
+      /tls\.cert_file: .* is not valid for node\.host 10\.0\.0\.6 \(IP Address:10\.0\.0\.5/,
+    );
+    expect(() =>
+      load("10.0.0.5", { ...files(dir, "n1"), key_file: join(dir, "n2.key") }),
+    ).toThrowError(/tls\.key_file: .* is not the key of the certificate/);
+    expect(() =>
+      load("10.0.0.5", { ...files(dir, "n1"), ca_file: join(dir, "n1.crt") }),
+    ).toThrowError(/tls\.ca_file: .* holds a certificate that is not a CA.s/);
+    chmodSync(join(dir, "n2.key"), 0o644);
+    expect(() => load("n2.lan", files(dir, "n2"))).toThrowError(/tls\.key_file: .* chmod 600/);
+    chmodSync(join(dir, "n2.key"), 0o600);
+  });
+
+  it("accepts a CA bundle (old and new CA while the CA is rotated) when either signed the certificate", () => {
+    const bundle = join(other, "bundle.crt");
+    writeFileSync(
+      bundle,
+      readFileSync(join(dir, "ca.crt"), "utf8") + readFileSync(join(other, "ca.crt"), "utf8"),
+    );
+    expect(load("10.0.0.5", { ...files(other, "n1"), ca_file: bundle }).tls).not.toBeNull();
+    expect(load("10.0.0.5", { ...files(dir, "n1"), ca_file: bundle }).tls).not.toBeNull();
   });
 });

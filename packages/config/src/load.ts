@@ -1,13 +1,13 @@
 // Loads the YAML file and environment into a frozen, fully defaulted Config.
 // Called from main(), never at import time; every error names the offending key.
-import { randomBytes } from "node:crypto";
+import { createPrivateKey, randomBytes, X509Certificate } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { homedir, hostname } from "node:os";
 import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import type { z } from "zod";
 import { ConfigSchema } from "./schema.ts";
-import type { Config, ConfigInput, ResolvedToken, StagingConfig } from "./schema.ts";
+import type { Config, ConfigInput, ResolvedTls, ResolvedToken, StagingConfig } from "./schema.ts";
 
 export class ConfigError extends Error {
   readonly code = "invalid_config" as const;
@@ -138,8 +138,10 @@ export function loadConfig(options: LoadOptions = {}): Config {
         "add auth.tokens (see docs/operations.md) or set auth.allow_anonymous: true",
     );
   }
+  const tls = resolveTls(p.tls, p.node.host, bind);
   const cfg: Config = {
     ...p,
+    tls,
     node: { ...p.node, bind },
     cluster: { ...p.cluster, secret },
     auth: { tokens, allow_anonymous: p.auth.allow_anonymous },
@@ -200,6 +202,85 @@ function resolveSecret(
     );
   }
   return randomBytes(32).toString("hex");
+}
+
+/**
+ * The node's certificate, key and cluster CA, read and checked: all three or none; the key in a 0600
+ * file; the certificate signed by the CA, in its validity period and valid for `node.host`. Without
+ * them a node listening beyond loopback refuses to start unless `tls.allow_plaintext` says so.
+ */
+function resolveTls(
+  t: z.output<typeof ConfigSchema>["tls"],
+  host: string,
+  bind: string,
+): ResolvedTls | null {
+  const given = [t.ca_file, t.cert_file, t.key_file].filter((f) => f !== undefined).length;
+  if (given === 0) {
+    if (!t.allow_plaintext && !isLoopback(bind))
+      throw new ConfigError(
+        `tls: the node listens on ${bind} (beyond loopback) without certificates; make them with ` +
+          "`node scripts/make-secrets.mjs <dir> --node <name>=<host>` and set tls.ca_file, " +
+          "tls.cert_file and tls.key_file (docs/operations.md), or set tls.allow_plaintext: true",
+      );
+    return null;
+  }
+  if (given !== 3)
+    throw new ConfigError("tls: set all of tls.ca_file, tls.cert_file and tls.key_file, or none");
+  const read = (file: string, key: string) => {
+    try {
+      return readFileSync(expandHome(file), "utf8");
+    } catch (e) {
+      throw new ConfigError(`${key}: ${(e as Error).message}`);
+    }
+  };
+  const files = {
+    ca_file: expandHome(t.ca_file!),
+    cert_file: expandHome(t.cert_file!),
+    key_file: expandHome(t.key_file!),
+  };
+  const ca = read(files.ca_file, "tls.ca_file");
+  const cert = read(files.cert_file, "tls.cert_file");
+  const key = readSecretFile(files.key_file, "tls.key_file");
+  const parse = (pem: string, k: string) => {
+    try {
+      return new X509Certificate(pem);
+    } catch (e) {
+      throw new ConfigError(`${k}: not a PEM certificate (${(e as Error).message})`);
+    }
+  };
+  // A bundle may hold several CAs (an old and a new one while the CA is rotated): any may sign.
+  const blocks = ca.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [ca];
+  const cas = blocks.map((b) => parse(b, "tls.ca_file"));
+  const own = parse(cert, "tls.cert_file");
+  if (!cas.every((c) => c.ca))
+    throw new ConfigError(`tls.ca_file: ${files.ca_file} holds a certificate that is not a CA's`);
+  if (!cas.some((c) => own.verify(c.publicKey)))
+    throw new ConfigError(
+      `tls.cert_file: ${files.cert_file} is not signed by the cluster CA in ${files.ca_file}`,
+    );
+  const now = Date.now();
+  if (Date.parse(own.validTo) < now || Date.parse(own.validFrom) > now)
+    throw new ConfigError(
+      `tls.cert_file: ${files.cert_file} is valid from ${own.validFrom} to ${own.validTo} only`,
+    );
+  const forHost = /^[\d.]+$|:/.test(host) ? own.checkIP(host) : own.checkHost(host);
+  if (forHost === undefined)
+    throw new ConfigError(
+      `tls.cert_file: ${files.cert_file} is not valid for node.host ${host} (${own.subjectAltName ?? "no subjectAltName"})`,
+    );
+  let matches: boolean;
+  try {
+    matches = own.checkPrivateKey(createPrivateKey(key));
+  } catch (e) {
+    throw new ConfigError(
+      `tls.key_file: ${files.key_file}: not a PEM private key (${(e as Error).message})`,
+    );
+  }
+  if (!matches)
+    throw new ConfigError(
+      `tls.key_file: ${files.key_file} is not the key of the certificate in ${files.cert_file}`,
+    );
+  return { ...files, ca, cert, key };
 }
 
 /** The staging section for one node: the base section with that node's override applied. */

@@ -132,6 +132,22 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    tls: z
+      .object({
+        /** The cluster CA (PEM): peers' routes, peers' APIs and engines must show a certificate it signed. */
+        ca_file: z.string().min(1).optional(),
+        /** This node's certificate (PEM), signed by the cluster CA and valid for `node.host`. */
+        cert_file: z.string().min(1).optional(),
+        /** Its private key (PEM, mode 0600). */
+        key_file: z.string().min(1).optional(),
+        /**
+         * Lets a node that listens beyond loopback run without certificates: bus routes, API calls and
+         * engine traffic then cross the network in clear text (nodeHealth warns).
+         */
+        allow_plaintext: z.boolean().default(false),
+      })
+      .strict()
+      .prefault({}),
     node_cache_path: z.string().min(1).default("~/.service/staging"),
     store_path: z.string().min(1).optional(),
     model_store: z
@@ -256,10 +272,23 @@ export interface ResolvedToken {
   readonly models?: readonly string[];
   readonly limits?: TokenLimits;
 }
-/** The loaded configuration: bind address, cluster secret and tokens are resolved by the loader. */
-export type Config = Omit<Parsed, "node" | "cluster" | "auth"> & {
+/** The node's TLS material as loaded: absolute paths and the PEM text of each file. */
+export interface ResolvedTls {
+  readonly ca_file: string;
+  readonly cert_file: string;
+  readonly key_file: string;
+  readonly ca: string;
+  readonly cert: string;
+  readonly key: string;
+}
+/**
+ * The loaded configuration: bind address, cluster secret, tokens and TLS files are resolved by the
+ * loader (`tls` is null when the node runs without certificates).
+ */
+export type Config = Omit<Parsed, "node" | "cluster" | "auth" | "tls"> & {
   node: Parsed["node"] & { bind: string };
   cluster: Parsed["cluster"] & { secret: string };
   auth: { tokens: ResolvedToken[]; allow_anonymous: boolean };
+  tls: ResolvedTls | null;
 };
 export type StagingConfig = z.output<typeof StagingSchema>;

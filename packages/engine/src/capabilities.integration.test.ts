@@ -1,11 +1,12 @@
 // The capability probe against the real engine build: what llama.cpp of this build can split across
 // rpc devices, in its own words, cached per binary.
+import { execFileSync } from "node:child_process";
 import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { locateEngine } from "./locate.ts";
-import { lastError, probeSplitSupport } from "./capabilities.ts";
+import { lastError, probeSplitSupport, probeTls } from "./capabilities.ts";
 
 describe("probeSplitSupport", () => {
   it("this build: -sm row cannot split over rpc (its own error line), -sm tensor can and answers as a layer split does; the answer is cached", async () => {
@@ -40,6 +41,43 @@ describe("probeSplitSupport", () => {
       tensor_over_rpc: false,
       evidence: "the engine is not usable, or has no ggml-rpc-server",
     });
+  });
+});
+
+describe("probeTls", () => {
+  const certs = mkdtempSync(join(tmpdir(), "eng-tls-"));
+  execFileSync(process.execPath, [
+    join(import.meta.dirname, "../../../scripts/make-secrets.mjs"),
+    certs,
+    "--node",
+    "n1=127.0.0.1",
+    "--node",
+    "n2=127.0.0.1",
+  ]);
+  const files = { certFile: join(certs, "n1.crt"), keyFile: join(certs, "n1.key") };
+
+  it("this build serves HTTPS with a node's certificate, and refuses a key that is not the certificate's", async () => {
+    const engine = await locateEngine();
+    expect(await probeTls(engine.server_bin!, files)).toEqual({
+      supported: true,
+      evidence: "llama-server took the certificate and key",
+    });
+    const wrong = await probeTls(engine.server_bin!, { ...files, keyFile: join(certs, "n2.key") });
+    expect(wrong.supported).toBe(false);
+  });
+
+  it("an engine built without OpenSSL says so in its own words", async () => {
+    const fake = join(certs, "llama-server");
+    writeFileSync(
+      fake,
+      "#!/bin/sh\necho '0.00.009 E srv  init_listene: the server is built without SSL support' >&2\nexit 1\n",
+    );
+    chmodSync(fake, 0o755);
+    expect(await probeTls(fake, files)).toEqual({
+      supported: false,
+      evidence: "llama-server is built without SSL support",
+    });
+    expect((await probeTls(undefined, files)).supported).toBe(false);
   });
 });
 

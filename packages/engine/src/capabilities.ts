@@ -179,6 +179,59 @@ async function runOverRpc(
   }
 }
 
+/**
+ * Whether llama-server serves HTTPS with this certificate and key, asked of the engine: it is started
+ * with them and a model path that does not exist. Its HTTP listener (TLS context included) starts
+ * before the model loads, so an engine built without OpenSSL, or one that rejects the files, fails
+ * first with its own words; one that gets as far as the missing model serves TLS. Never throws.
+ */
+export async function probeTls(
+  serverBin: string | undefined,
+  files: { readonly certFile: string; readonly keyFile: string },
+  timeoutMs = 20_000,
+): Promise<ModeResult> {
+  if (!serverBin) return { supported: false, evidence: "no llama-server" };
+  const work = await mkdtemp(join(tmpdir(), "ic-engine-tls-"));
+  try {
+    const child = spawnChild({
+      bin: serverBin,
+      args: ["--ssl-key-file", files.keyFile, "--ssl-cert-file", files.certFile].concat([
+        "-m",
+        join(work, "absent.gguf"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+      ]),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    let output = "";
+    const collect = (c: Buffer) => {
+      if (output.length < 64_000) output += c.toString();
+    };
+    child.stdout?.on("data", collect);
+    child.stderr?.on("data", collect);
+    const timer = setTimeout(() => void child.stop(1000), timeoutMs);
+    await child.exited;
+    clearTimeout(timer);
+    if (/built without SSL support/.test(output))
+      return { supported: false, evidence: "llama-server is built without SSL support" };
+    if (/failed to initialize HTTP server/.test(output))
+      return { supported: false, evidence: lastError(output) };
+    if (/absent\.gguf|load(ing)? model/i.test(output))
+      return { supported: true, evidence: "llama-server took the certificate and key" };
+    return { supported: false, evidence: `unexpected output: ${lastError(output)}` };
+  } catch (e) {
+    return {
+      supported: false,
+      evidence: `probe failed: ${e instanceof Error ? e.message : String(e)}`,
+    };
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
 /** llama.cpp error lines that only restate the cause given on an earlier line. */
 const WRAPPERS = [/exiting due to model loading error/, /failed to load model\b/, /^main: exiting/];
 

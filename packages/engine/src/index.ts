@@ -3,5 +3,5 @@ export { engineCacheRoot, locateEngine, managedBuild } from "./locate.ts";
 export type { LocateOptions, ManagedBuild } from "./locate.ts";
 export { nodeHealth } from "./health.ts";
 export type { Observations } from "./health.ts";
-export { lastError, probeSplitSupport } from "./capabilities.ts";
+export { lastError, probeSplitSupport, probeTls } from "./capabilities.ts";
 export type { ProbeOptions } from "./capabilities.ts";

@@ -39,22 +39,22 @@ describe("icLinkDir: where setup links the ic command", () => {
 
 describe("setupPlan: what each use installs", () => {
   it.each([
-    [[], ["nats-server", "cmake", "g++", "git"]],
-    [["--for=start"], ["nats-server", "cmake", "g++", "git"]],
+    [[], ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev"]],
+    [["--for=start"], ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev"]],
     [
       ["--for", "start"],
-      ["nats-server", "cmake", "g++", "git"],
+      ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev"],
     ],
-    [["--for=test"], ["nats-server", "cmake", "g++", "git", "chromium"]],
+    [["--for=test"], ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev", "chromium"]],
     [
       ["--for=test", "--no-browser"],
-      ["nats-server", "cmake", "g++", "git"],
+      ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev"],
     ],
     [
       ["--for=test", "--no-engine"],
-      ["nats-server", "chromium"],
+      ["nats-server", "openssl", "chromium"],
     ],
-    [["--no-engine"], ["nats-server"]],
+    [["--no-engine"], ["nats-server", "openssl"]],
     [["--for=publisher"], []],
   ])("%j -> %j", (argv, want) => {
     expect(packages(argv)).toEqual(want);
@@ -81,7 +81,7 @@ describe("setupPlan: what each use installs", () => {
   it("a binary named by its variable replaces the Debian package", () => {
     expect(
       packages(["--for=test"], { CHROMIUM_PATH: "/opt/chrome", NATS_SERVER_BIN: "/x" }),
-    ).toEqual(["cmake", "g++", "git"]);
+    ).toEqual(["openssl", "cmake", "g++", "git", "libssl-dev"]);
   });
 
   it("ENGINE_PORTABLE makes the engine portable (the Dockerfile's path)", () => {

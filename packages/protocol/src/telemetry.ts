@@ -16,6 +16,14 @@ export const HEALTH_CODES = [
   "bus_auth_failures",
   /** The HTTP API listens beyond loopback with no tokens (auth.allow_anonymous). */
   "anonymous_api",
+  /** Bus routes failed their TLS handshake with some peers (a certificate from another CA, or none). */
+  "bus_tls_failures",
+  /** Every peer fails this node's route TLS handshake: its certificate or CA is not the cluster's. */
+  "cluster_tls_rejected",
+  /** The node has certificates, but llama-server cannot serve HTTPS: engine traffic is in clear text. */
+  "engine_plaintext",
+  /** The node listens beyond loopback without TLS (tls.allow_plaintext). */
+  "plaintext_network",
   /** A model directory was removed from store_path by hand while an instance or deployment uses it. */
   "store_model_missing",
   "store_loose_file",

@@ -1,6 +1,7 @@
 // Headless Chromium for the GUI tests (the publisher's page, the dashboard): the Debian `chromium`
 // driven by playwright-core, in a throwaway profile, with the page's errors collected.
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createHash, X509Certificate } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
@@ -21,6 +22,11 @@ export async function launchChromium(
     viewport?: { width: number; height: number };
     /** Console errors to leave out of `errors` (e.g. failed loads the page handles itself). */
     ignoreConsole?: RegExp;
+    /**
+     * Certificate files (PEM) this browser accepts although no CA it knows signed them: an HTTPS
+     * cluster's node certificates. Only these are accepted (Chromium's SPKI pin list), nothing else.
+     */
+    trustCertFiles?: readonly string[];
   } = {},
 ): Promise<TestBrowser> {
   if (!existsSync(CHROMIUM))
@@ -40,6 +46,9 @@ export async function launchChromium(
       "--disable-background-networking",
       "--disable-component-update",
       "--disable-sync",
+      ...(o.trustCertFiles && o.trustCertFiles.length > 0
+        ? [`--ignore-certificate-errors-spki-list=${o.trustCertFiles.map(spkiPin).join(",")}`]
+        : []),
     ],
     viewport: o.viewport ?? { width: 1100, height: 900 },
   });
@@ -54,4 +63,12 @@ export async function launchChromium(
     rmSync(profile, { recursive: true, force: true });
   };
   return { context, page, errors, close, [Symbol.asyncDispose]: close };
+}
+
+/** The base64 SHA-256 of a certificate's public key (SubjectPublicKeyInfo), as Chromium pins it. */
+function spkiPin(file: string): string {
+  const key = new X509Certificate(readFileSync(file)).publicKey;
+  return createHash("sha256")
+    .update(key.export({ type: "spki", format: "der" }))
+    .digest("base64");
 }

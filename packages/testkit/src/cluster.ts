@@ -13,6 +13,8 @@ import {
 import type { NodeProcess, NodeSpec } from "@ic/node/launcher";
 import { waitFor } from "./ports.ts";
 import { DelayRelay, NetLab } from "./netns/index.ts";
+import { makeClusterCerts } from "./certs.ts";
+import type { ClusterCerts } from "./certs.ts";
 
 export {
   deepMerge,
@@ -118,6 +120,8 @@ export interface HostCluster extends LocalCluster {
   readonly adminToken: string;
   /** Relays between hosts when `routeDelayMs` is set (closed with the cluster). */
   readonly relays: readonly DelayRelay[];
+  /** The cluster CA and node certificates (null with `tls: false`): trusted by this process. */
+  readonly certs: ClusterCerts | null;
   /** The node on a lab host. */
   node(name: string): NodeProcess;
 }
@@ -135,7 +139,9 @@ export const HOST_PORTS = { api: 8080, client: 4222, cluster: 6222 } as const;
 /**
  * Starts `n` nodes, each on its own lab host (`node-1` ... in its own network namespace), configured
  * as deployed: `node.host` is the host's name, the API and route port listen on every interface
- * (bind 0.0.0.0) behind bearer tokens, the peers are named `node-k:6222`, one shared cluster secret.
+ * (bind 0.0.0.0) behind bearer tokens and TLS (a cluster CA and node certificates from
+ * scripts/make-secrets.mjs, trusted by this process), the peers are named `node-k:6222`, one shared
+ * cluster secret.
  * With `routeDelayMs`, every route dials its peer through a user-space relay that adds that delay
  * each way (the kernel here has no netem).
  */
@@ -147,11 +153,24 @@ export async function startHostCluster(
     routeDelayMs?: number;
     /** Start only these (0-based) nodes; the others stay prepared but stopped. */
     startOnly?: readonly number[];
+    /**
+     * TLS between the nodes, as deployed (default true): a cluster CA and a certificate per node
+     * from scripts/make-secrets.mjs; false runs them with `tls.allow_plaintext`.
+     */
+    tls?: boolean;
     verbose?: boolean;
   } = {},
 ): Promise<HostCluster> {
   const lab = await NetLab.create({ hosts: n });
   const secret = newClusterSecret();
+  // Each certificate is valid for the host's name and address, and the root namespace's address
+  // (where delay relays listen: a route dialled through one checks the peer's certificate by it).
+  const certs =
+    opts.tls === false
+      ? null
+      : makeClusterCerts(
+          lab.hosts.map((h) => ({ name: h.name, hosts: [h.name, h.address, lab.rootAddress] })),
+        );
   const adminToken = `adm_${randomBytes(18).toString("hex")}`;
   const relays: DelayRelay[] = [];
   const nodes: NodeProcess[] = [];
@@ -160,6 +179,7 @@ export async function startHostCluster(
     secret,
     adminToken,
     relays,
+    certs,
     nodes,
     node: (name) => {
       const found = nodes.find((x) => x.spec.name === name);
@@ -205,6 +225,7 @@ export async function startHostCluster(
               {
                 node: { host: h.name, bind: "0.0.0.0", api_port: HOST_PORTS.api },
                 bus: { client_port: HOST_PORTS.client },
+                tls: certs ? certs.tlsConfig(h.name) : { allow_plaintext: true },
               },
               opts.config?.(i) ?? {},
             ),

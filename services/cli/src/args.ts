@@ -15,6 +15,11 @@ const GLOBAL: Record<string, Opt> = {
     value: "TOKEN",
     help: "bearer token (default $IC_TOKEN); never printed",
   },
+  "ca-file": {
+    type: "string",
+    value: "FILE",
+    help: "the cluster CA (ca.crt) an https:// node's certificate is checked against (default $IC_CA_FILE)",
+  },
   json: { type: "boolean", help: "machine-readable output" },
   help: { type: "boolean", short: "h", help: "help for the verb" },
   version: { type: "boolean", help: "the ic command's version" },
@@ -187,6 +192,8 @@ export interface Parsed {
   readonly verb: string;
   readonly url: string;
   readonly token: string | undefined;
+  /** The cluster CA file to trust for https:// nodes. */
+  readonly caFile: string | undefined;
   readonly json: boolean;
   readonly help: boolean;
   /** `--version` (before any verb): print the version and stop. */
@@ -262,6 +269,7 @@ export function parse(
     verb: verb ?? "",
     url: (values["url"] as string | undefined) ?? env["IC_URL"] ?? "http://127.0.0.1:8080",
     token: (values["token"] as string | undefined) ?? env["IC_TOKEN"],
+    caFile: (values["ca-file"] as string | undefined) ?? (env["IC_CA_FILE"] || undefined),
     json: values["json"] === true,
     help,
     version,

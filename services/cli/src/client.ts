@@ -12,13 +12,24 @@ export class ApiError extends Error {
   }
 }
 
+/** TLS errors of a certificate nobody told this process to trust (OpenSSL's codes, as Node names them). */
+const UNTRUSTED = new Set([
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+]);
+
 export class UnreachableError extends Error {
   constructor(url: string, cause: unknown) {
-    const why =
-      cause instanceof Error
-        ? ((cause.cause as Error | undefined)?.message ?? cause.message)
-        : String(cause);
-    super(`cannot reach ${url}: ${why}`);
+    const inner = cause instanceof Error ? (cause.cause as Error | undefined) : undefined;
+    const why = cause instanceof Error ? (inner?.message ?? cause.message) : String(cause);
+    const code = (inner as { code?: string } | undefined)?.code;
+    const hint =
+      code !== undefined && UNTRUSTED.has(code)
+        ? " (the node's certificate is from the cluster CA: pass --ca-file ca.crt or set IC_CA_FILE)"
+        : "";
+    super(`cannot reach ${url}: ${why}${hint}`);
     this.name = "UnreachableError";
   }
 }

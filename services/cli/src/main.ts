@@ -30,6 +30,17 @@ async function main(): Promise<number> {
     return 0;
   }
   try {
+    if (parsed.caFile !== undefined) {
+      // Loaded only when asked: the TLS client setup costs the other calls nothing.
+      const { readFileSync } = await import("node:fs");
+      let ca: string;
+      try {
+        ca = readFileSync(parsed.caFile, "utf8");
+      } catch (e) {
+        throw new UsageError(`--ca-file: ${(e as Error).message}`);
+      }
+      (await import("@ic/tls")).trustClusterCa(ca);
+    }
     return await run(parsed, new Client({ url: parsed.url, token: parsed.token }), io);
   } catch (e) {
     if (e instanceof UsageError) {

@@ -80,9 +80,11 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     await waitForConvergence(cluster.nodes, 2);
     // Refusals the page shows in its panels (the first requests without a token, the invalid
     // setting) are logged by Chromium as failed loads: not page errors. CSP violations are.
+    // The nodes serve HTTPS with certificates of the cluster's CA: the browser accepts exactly those.
     browser = await launchChromium({
       viewport: { width: 1400, height: 1000 },
       ignoreConsole: /Failed to load resource: .* status of 4\d\d/,
+      trustCertFiles: ["node-1", "node-2"].map((n) => cluster.certs!.tlsConfig(n).cert_file),
     });
     page = browser.page;
     page.on("dialog", (d) => void d.accept());

@@ -2,6 +2,8 @@
 // and the in-place rewrite of the engine's completion id into the API command id.
 import { Agent, request } from "node:http";
 import type { IncomingMessage } from "node:http";
+import { request as httpsRequest } from "node:https";
+import { clusterHttpsAgent, trustedCas } from "@ic/tls";
 
 const agent = new Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
 
@@ -82,13 +84,20 @@ export async function postUpstream(
 }
 
 /** Parsed engine URLs: a gateway talks to a handful of engines, over and over. */
-const targets = new Map<string, { hostname: string; port: string; pathname: string }>();
+interface Target {
+  readonly hostname: string;
+  readonly port: string;
+  readonly pathname: string;
+  /** An `https://` engine (TLS between nodes): the cluster CA must have signed its certificate. */
+  readonly tls: boolean;
+}
+const targets = new Map<string, Target>();
 
-function target(url: string): { hostname: string; port: string; pathname: string } {
+function target(url: string): Target {
   let t = targets.get(url);
   if (!t) {
     const u = new URL(url);
-    t = { hostname: u.hostname, port: u.port, pathname: u.pathname };
+    t = { hostname: u.hostname, port: u.port, pathname: u.pathname, tls: u.protocol === "https:" };
     if (targets.size >= 1024) targets.clear();
     targets.set(url, t);
   }
@@ -104,9 +113,11 @@ function postOnce(
   const { abort, onSent, connectTimeoutMs } = o;
   return new Promise((resolve, reject) => {
     const u = target(url);
-    const req = request(
+    const send = u.tls ? httpsRequest : request;
+    const req = send(
       {
-        agent: fresh ? false : agent,
+        agent: fresh ? false : u.tls ? clusterHttpsAgent() : agent,
+        ...(u.tls && fresh ? { ca: trustedCas() } : {}),
         host: u.hostname,
         port: u.port,
         path: u.pathname,

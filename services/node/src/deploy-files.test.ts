@@ -1,6 +1,7 @@
 // The shipped deploy files agree with each other and with the config schema: compose's health check
 // asks the node's public GET /health on its API port, every path a node writes is on a named volume
 // of its own (compose) or writable in the systemd unit's sandbox, and the unit keeps what engines need.
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
@@ -48,9 +49,17 @@ const inside = (path: string, root: string) => {
   return r === "" || (!r.startsWith("..") && !r.startsWith("/"));
 };
 
+// The secrets, tokens, cluster CA and node certificates, as the deploy files' comments make them.
 const secrets = mkdtempSync(join(tmpdir(), "ic-deploy-files-"));
-for (const name of ["cluster.secret", "admin.token", "read.token", "inference.token"])
-  writeFileSync(join(secrets, name), "0123456789abcdef0123456789abcdef\n", { mode: 0o600 });
+execFileSync(
+  process.execPath,
+  [
+    join(ROOT, "scripts/make-secrets.mjs"),
+    secrets,
+    ...["1", "2", "3"].flatMap((i) => ["--node", `node-${i}=node-${i}`]),
+  ],
+  { stdio: "ignore" },
+);
 afterAll(() => rmSync(secrets, { recursive: true, force: true }));
 
 /** A shipped config as a node loads it (the secret files made elsewhere). */
@@ -117,7 +126,12 @@ describe("deploy/docker-compose.yml", () => {
     const { cfg } = composeConfig(n);
     const test = compose.services[n]!.healthcheck?.test ?? [];
     expect(test[0]).toBe("CMD");
-    const url = new URL(test.find((a) => a.startsWith("http://"))!);
+    // The API answers HTTPS with the node's certificate (valid for 127.0.0.1): curl trusts the CA.
+    expect(cfg.tls).not.toBeNull();
+    const url = new URL(test.find((a) => a.startsWith("https://"))!);
+    expect(test[test.indexOf("--cacert") + 1]).toBe(
+      cfg.tls!.ca_file.replace(secrets, SECRETS_IN_CONFIG),
+    );
     expect(url.pathname).toBe(HEALTH_PATH);
     expect(scopeFor("GET", url.pathname)).toBeNull();
     expect(["127.0.0.1", "localhost"]).toContain(url.hostname);

@@ -7,6 +7,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { trustClusterCa } from "@ic/tls";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import {
   NetLab,
@@ -31,8 +32,14 @@ beforeAll(async () => {
   lab = await NetLab.create({ hosts: ["node-1", "node-2", "node-3"] });
   work = mkdtempSync(join(tmpdir(), "ic-deploy-"));
   secrets = join(work, "secrets");
-  // The operator's step, as the compose file's header says.
-  execFileSync(process.execPath, [join(REPO_ROOT, "scripts/make-secrets.mjs"), secrets]);
+  // The operator's step, as the compose file's header says (each certificate also names the host's
+  // lab address, which this test process dials), and this process trusts the cluster CA as a client.
+  execFileSync(process.execPath, [
+    join(REPO_ROOT, "scripts/make-secrets.mjs"),
+    secrets,
+    ...lab.hosts.flatMap((h) => ["--node", `${h.name}=${h.name},${h.address}`]),
+  ]);
+  trustClusterCa(readFileSync(join(secrets, "ca.crt"), "utf8"));
   store = join(work, "models");
   ({ modelId } = await seedStore(store));
 });

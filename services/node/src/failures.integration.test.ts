@@ -107,7 +107,11 @@ describe("a model that cannot load", () => {
     expect(body.error.message).toMatch(/token_embd\.weight/);
 
     // The operator's checklist fails and names it.
-    const doctor = await ic(["doctor"], { IC_URL: n1.apiUrl, IC_TOKEN: n1.spec.apiToken! });
+    const doctor = await ic(["doctor"], {
+      IC_URL: n1.apiUrl,
+      IC_TOKEN: n1.spec.apiToken!,
+      IC_CA_FILE: cluster.certs!.caFile,
+    });
     expect(doctor.code, doctor.out).toBe(1);
     expect(doctor.out).toMatch(/models.*test\/broken-llama failed/s);
     expect(doctor.out).toMatch(/token_embd\.weight/);

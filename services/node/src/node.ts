@@ -5,10 +5,12 @@ import { lookup } from "node:dns/promises";
 import { basename, dirname } from "node:path";
 import type { Server } from "node:http";
 import { createServer } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import type { Hono } from "hono";
 import { Bus, NatsServer } from "@ic/bus";
 import type { Config } from "@ic/config";
-import { engineCacheRoot, locateEngine, probeSplitSupport } from "@ic/engine";
+import { engineCacheRoot, locateEngine, probeSplitSupport, probeTls } from "@ic/engine";
+import { serverTlsOptions, trustClusterCa } from "@ic/tls";
 import { childrenDir, sweepOrphans } from "@ic/process";
 import type { Logger } from "@ic/log";
 import { ClusterAgent, systemClock } from "@ic/master";
@@ -94,7 +96,7 @@ export class Node implements AsyncDisposable {
   constructor(private readonly o: NodeOptions) {}
 
   get apiUrl(): string {
-    return `http://${this.o.config.node.host}:${this.apiPort}`;
+    return `${this.o.config.tls ? "https" : "http"}://${this.o.config.node.host}:${this.apiPort}`;
   }
 
   async start(): Promise<void> {
@@ -109,7 +111,11 @@ export class Node implements AsyncDisposable {
       log: log.child({ component: "security" }),
       now: Date.now,
       anonymousApi: anonymous && !isLoopback(cfg.node.bind) ? { bind: cfg.node.bind } : undefined,
+      plaintext: !cfg.tls && !isLoopback(cfg.node.bind) ? { bind: cfg.node.bind } : undefined,
     });
+    // With certificates, this process's HTTPS clients (peer fan-outs, store downloads, the cluster
+    // watch, link pings, the relay to engines) accept the cluster CA's certificates.
+    if (cfg.tls) trustClusterCa(cfg.tls.ca);
     const engineHost = await resolveAddress(cfg.node.host);
     // Children a previous run left behind (killed -9 before it could stop them) go first.
     const children = childrenDir(cfg.engine.runner_log_dir);
@@ -129,6 +135,9 @@ export class Node implements AsyncDisposable {
       routes: cfg.cluster.peers,
       clientAuth: creds.busClient,
       routeAuth: creds.busRoute,
+      routeTls: cfg.tls
+        ? { certFile: cfg.tls.cert_file, keyFile: cfg.tls.key_file, caFile: cfg.tls.ca_file }
+        : undefined,
       log: log.child({ component: "nats-server" }),
       onAuthFailure: (f) => security.record(f),
       childrenDir: children,
@@ -160,6 +169,14 @@ export class Node implements AsyncDisposable {
     const split = { ...probed, tensor_opt_in: cfg.engine.experimental_tensor_split };
     this.engineInfo = { ...located, split };
     log.info({ split }, "engine split modes across nodes (capability probe)");
+    // With certificates, engines serve HTTPS where the engine can (asked of it, not assumed).
+    let engineTls: { certFile: string; keyFile: string } | undefined;
+    if (cfg.tls && located.usable) {
+      const files = { certFile: cfg.tls.cert_file, keyFile: cfg.tls.key_file };
+      const tls = await probeTls(located.server_bin ?? undefined, files);
+      security.engineTls(tls);
+      if (tls.supported) engineTls = files;
+    }
     if (!this.engineInfo.usable)
       log.warn({ engine: this.engineInfo }, "engine unusable; this node cannot run instances");
     const telemetry = new TelemetryCollector({
@@ -182,7 +199,9 @@ export class Node implements AsyncDisposable {
     let app: Hono | undefined;
     const listener = apiListener(() => app, log);
     const server = await new Promise<Server>((resolve, reject) => {
-      const s = createServer(listener);
+      const s = cfg.tls
+        ? createHttpsServer(serverTlsOptions(cfg.tls), listener)
+        : createServer(listener);
       // A model upload (PUT /store/uploads) may take longer than Node's 5-minute default to arrive.
       s.requestTimeout = 60 * 60_000;
       s.once("error", reject);
@@ -522,6 +541,7 @@ export class Node implements AsyncDisposable {
       host: engineHost,
       advertiseHost: cfg.node.host,
       engineKey: creds.engineKey,
+      engineTls,
       runnerLogDir: cfg.engine.runner_log_dir,
       contextSize: cfg.engine.context_size,
       gpuLayers: cfg.engine.gpu_layers,

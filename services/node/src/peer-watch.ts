@@ -5,6 +5,8 @@
 // A cut network or a frozen host closes nothing: those are still found by the liveness timeouts.
 import { request as httpRequest } from "node:http";
 import type { ClientRequest } from "node:http";
+import { request as httpsRequest } from "node:https";
+import { trustedCas } from "@ic/tls";
 import type { Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { z } from "zod";
@@ -137,16 +139,25 @@ export class PeerWatch {
     this.close();
     if (!target) return;
     if ((this.retryAt.get(target.peer_key) ?? 0) > Date.now()) return;
-    this.open(target.peer_key, target.started_at, target.api_url);
+    try {
+      this.open(target.peer_key, target.started_at, target.api_url);
+    } catch (e) {
+      // A URL it cannot dial (a peer's malformed api_url): retried later, never thrown out of the timer.
+      this.retryAt.set(target.peer_key, Date.now() + (this.o.retryMs ?? 1000));
+      this.log.warn({ err: e, api_url: target.api_url }, "watch not opened");
+    }
   }
 
   private open(peerKey: string, startedAt: number, apiUrl: string): void {
     const url = new URL(WATCH_PATH, apiUrl);
     url.searchParams.set("peer_key", this.o.self.peerKey);
     url.searchParams.set("started_at", String(this.o.self.startedAt));
-    const req = httpRequest(url, {
+    // Over TLS with the cluster CA when the master's API is https (agent: false, so it says which CAs).
+    const tls = url.protocol === "https:";
+    const req = (tls ? httpsRequest : httpRequest)(url, {
       method: "GET",
       agent: false,
+      ...(tls ? { ca: trustedCas() } : {}),
       headers: {
         accept: "text/event-stream",
         ...(this.o.token ? { authorization: `Bearer ${this.o.token}` } : {}),

@@ -120,7 +120,7 @@ describe("runners", () => {
     const ep1 = runners.find((r) => r.rank === 1)!.endpoint!;
     expect(ep1).toMatch(new RegExp(`^${host1}:\\d+$`));
     expect(runners.find((r) => r.rank === 0)!.endpoint).toMatch(
-      new RegExp(`^http://${host0}:\\d+$`),
+      new RegExp(`^https://${host0}:\\d+$`),
     );
     const servers = pidsOf("llama-server", "--host", cluster.lab.host(host0).address);
     expect(servers).toHaveLength(1);

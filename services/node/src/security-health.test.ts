@@ -76,4 +76,43 @@ describe("SecurityHealth", () => {
       }),
     ]);
   });
+
+  it("failed route TLS handshakes: a warning naming the peers while others accept, an error alone", () => {
+    const { log, lines } = logCapture();
+    const h = new SecurityHealth({ log, now: () => 0 });
+    h.record({ direction: "route-tls-failed", remote: "10.0.0.4:6222", at: 0 });
+    h.record({ direction: "route-tls-failed", remote: "10.0.0.4:41000", at: 0 });
+    expect(lines[0]!.msg).toMatch(/failed its TLS handshake/);
+    expect(h.entries(2)).toEqual([
+      expect.objectContaining({
+        code: "bus_tls_failures",
+        severity: "warn",
+        message: expect.stringMatching(/2 failed TLS handshake\(s\) with 10\.0\.0\.4$/) as unknown,
+      }),
+    ]);
+    expect(h.entries(0)).toEqual([
+      expect.objectContaining({
+        code: "cluster_tls_rejected",
+        severity: "error",
+        remediation: expect.stringMatching(/tls\.ca_file/) as unknown,
+      }),
+    ]);
+  });
+
+  it("plaintext beyond loopback is a standing warning; an engine without TLS on a TLS node an error", () => {
+    const { log } = logCapture();
+    const h = new SecurityHealth({ log, now: () => 0, plaintext: { bind: "0.0.0.0" } });
+    expect(h.entries().map((e) => [e.code, e.severity])).toEqual([["plaintext_network", "warn"]]);
+    const t = new SecurityHealth({ log, now: () => 0 });
+    t.engineTls({ supported: true, evidence: "llama-server took the certificate and key" });
+    expect(t.entries()).toEqual([]);
+    t.engineTls({ supported: false, evidence: "llama-server is built without SSL support" });
+    expect(t.entries()).toEqual([
+      expect.objectContaining({
+        code: "engine_plaintext",
+        severity: "error",
+        message: expect.stringContaining("built without SSL support") as unknown,
+      }),
+    ]);
+  });
 });

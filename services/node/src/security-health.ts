@@ -1,5 +1,6 @@
 // nodeHealth entries for the node's security posture: bus authentication failures reported by the
-// embedded nats-server (ours refused, or strangers refused) and an API that runs without tokens.
+// embedded nats-server (ours refused, strangers refused, TLS handshakes failed), an API that runs
+// without tokens, and a node that listens beyond loopback without TLS.
 import type { AuthFailure } from "@ic/bus";
 import type { Logger } from "@ic/log";
 import type { HealthEntry } from "@ic/protocol";
@@ -11,13 +12,29 @@ export interface SecurityHealthOptions {
   readonly windowMs?: number;
   /** The API listens beyond loopback without tokens (auth.allow_anonymous). */
   readonly anonymousApi?: { readonly bind: string } | undefined;
+  /** The node listens beyond loopback without TLS (tls.allow_plaintext). */
+  readonly plaintext?: { readonly bind: string } | undefined;
 }
 
 /** Collects failures; logs the first of each kind and remote once per window (retries are every second). */
 export class SecurityHealth {
   private readonly seen = new Map<string, AuthFailure & { count: number }>();
+  private engineWithoutTls: string | undefined;
 
   constructor(private readonly o: SecurityHealthOptions) {}
+
+  /**
+   * What the engine's TLS probe found on a node with certificates: when llama-server cannot serve
+   * HTTPS, its traffic (prompts, answers, the engine key) crosses the network in clear text.
+   */
+  engineTls(result: { readonly supported: boolean; readonly evidence: string }): void {
+    this.engineWithoutTls = result.supported ? undefined : result.evidence;
+    if (!result.supported)
+      this.o.log.error(
+        { evidence: result.evidence },
+        "the node has TLS certificates but llama-server cannot serve HTTPS: engine traffic is in clear text",
+      );
+  }
 
   record(f: AuthFailure): void {
     const key = `${f.direction} ${f.remote}`;
@@ -36,7 +53,12 @@ export class SecurityHealth {
       );
     this.seen.set(key, { ...f, count: 1 });
     if (quiet) return;
-    if (f.direction === "route-refused-by-peer")
+    if (f.direction === "route-tls-failed")
+      this.o.log.warn(
+        { remote: f.remote, kind: f.direction },
+        `a bus route with ${f.remote} failed its TLS handshake: one side's certificate is not signed by the other's cluster CA`,
+      );
+    else if (f.direction === "route-refused-by-peer")
       this.o.log.error(
         { remote: f.remote },
         `the peer at ${f.remote} refused this node's cluster secret; this node cannot join it ` +
@@ -80,7 +102,23 @@ export class SecurityHealth {
         remediation:
           "give this node the cluster's secret (cluster.secret_file, mode 0600, same content on every node) and restart it",
       });
-    const rejected = live.filter((f) => f.direction !== "route-refused-by-peer");
+    const tls = live.filter((f) => f.direction === "route-tls-failed");
+    if (tls.length > 0)
+      out.push({
+        code: joinedPeers > 0 ? "bus_tls_failures" : "cluster_tls_rejected",
+        severity: joinedPeers > 0 ? "warn" : "error",
+        message:
+          `declared: bus routes only between certificates of the cluster CA; observed: ${tls.reduce((s, f) => s + f.count, 0)} ` +
+          `failed TLS handshake(s) with ${[...new Set(tls.map((f) => f.remote.replace(/:\d+$/, "")))].join(", ")}` +
+          (joinedPeers > 0 ? "" : ", and this node runs alone"),
+        remediation:
+          joinedPeers > 0
+            ? "if that address is one of your nodes, give it a certificate from the cluster CA (scripts/make-secrets.mjs --node); otherwise find out who it is"
+            : "give this node the cluster's ca.crt and a certificate that CA signed for node.host (tls.ca_file, tls.cert_file, tls.key_file) and restart it",
+      });
+    const rejected = live.filter(
+      (f) => f.direction !== "route-refused-by-peer" && f.direction !== "route-tls-failed",
+    );
     if (rejected.length > 0)
       out.push({
         code: "bus_auth_failures",
@@ -98,6 +136,22 @@ export class SecurityHealth {
         message: `declared: auth.allow_anonymous; observed: the API listens on ${this.o.anonymousApi.bind} and anyone who reaches it can place, delete and restart`,
         remediation:
           "add auth.tokens with admin, read and inference scopes and remove auth.allow_anonymous (docs/operations.md)",
+      });
+    if (this.engineWithoutTls !== undefined)
+      out.push({
+        code: "engine_plaintext",
+        severity: "error",
+        message: `declared: TLS between nodes (tls.cert_file); observed: llama-server cannot serve HTTPS (${this.engineWithoutTls}), so gateways reach this node's engines in clear text`,
+        remediation:
+          "rebuild the engine with OpenSSL (apt-get install libssl-dev, then node scripts/build-engine.mjs), or set engine.server_bin to a llama-server built with it",
+      });
+    if (this.o.plaintext)
+      out.push({
+        code: "plaintext_network",
+        severity: "warn",
+        message: `declared: tls.allow_plaintext; observed: the API and the bus routes listen on ${this.o.plaintext.bind} without TLS, so tokens, prompts and answers cross the network in clear text`,
+        remediation:
+          "make a cluster CA and node certificates (node scripts/make-secrets.mjs <dir> --node <name>=<host>), set tls.ca_file, tls.cert_file and tls.key_file, and remove tls.allow_plaintext",
       });
     return out;
   }

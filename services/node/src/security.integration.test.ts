@@ -100,7 +100,10 @@ describe("the bus across hosts", () => {
   it("refuses raw TCP clients without the secret on the route and client ports", async () => {
     const n1 = cluster.lab.host("node-1").address;
     const n2 = cluster.lab.host("node-2").address;
-    expect(await rawLogin(n1, HOST_PORTS.cluster, {})).toMatch(/-ERR 'Authorization Violation'/);
+    // The route port waits for a TLS handshake (with a client certificate from the cluster CA):
+    // a clear-text client gets not even the server's INFO.
+    const route = await rawLogin(n1, HOST_PORTS.cluster, {});
+    expect(route).not.toMatch(/INFO|PONG/);
     expect(await rawLogin(n2, HOST_PORTS.client, {})).toMatch(/-ERR 'Authorization Violation'/);
     expect(await rawLogin(n2, HOST_PORTS.client, { user: "ic-node", pass: "guess" })).toMatch(
       /-ERR 'Authorization Violation'/,
@@ -114,9 +117,12 @@ describe("the bus across hosts", () => {
     ).toMatch(/PONG/);
   });
 
-  it("a foreign nats-server cannot route in, and the cluster reports the attempt", async () => {
+  it("a foreign nats-server cannot route in, even with a certificate of the cluster CA, and the cluster reports the attempt", async () => {
     const stranger = clusterCredentials("a-different-clusters-secret");
+    // node-4's certificate (valid for the root namespace's address too): TLS passes, the secret does not.
+    const tls = cluster.certs!.tlsConfig("node-4");
     await using foreign = new NatsServer({
+      routeTls: { certFile: tls.cert_file, keyFile: tls.key_file, caFile: tls.ca_file },
       bind: cluster.lab.rootAddress,
       host: cluster.lab.rootAddress,
       clientBind: "127.0.0.1",
@@ -308,7 +314,8 @@ describe("engines", () => {
       .map((l) => l.trim().split(/\s+/)[3]);
     expect(locals).toEqual([`${host.address}:${u.port}`]);
     // Direct access without the key is refused; through any node's gateway it answers.
-    const direct = await fetch(`http://${host.address}:${u.port}/v1/chat/completions`, {
+    expect(u.protocol).toBe("https:");
+    const direct = await fetch(`https://${host.address}:${u.port}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({

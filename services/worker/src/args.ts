@@ -28,6 +28,8 @@ export interface ServerArgsInput {
    */
   readonly tensorMode: "tensor" | "row";
   readonly extraArgs: readonly string[];
+  /** Serve HTTPS with this certificate and key (PEM files). */
+  readonly tls?: { readonly certFile: string; readonly keyFile: string } | undefined;
 }
 
 /** `share` divided among devices in proportion to `weights` (equal when they are all 0). */
@@ -54,6 +56,7 @@ export function serverArgs(i: ServerArgsInput): string[] {
   // -lv 4: the runner log then shows each device's buffers (RPC0[...], CPU_Mapped), per-request
   // timings and speculative-decoding statistics -- what the health checklist reads.
   a.push("-fit", "off", "--metrics", "--no-webui", "-lv", "4");
+  if (i.tls) a.push("--ssl-key-file", i.tls.keyFile, "--ssl-cert-file", i.tls.certFile);
   const ranks = i.instance.assignments;
   const gpus = i.localGpus;
   if (ranks.length > 1) {

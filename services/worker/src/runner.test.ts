@@ -94,6 +94,15 @@ describe("serverArgs", () => {
       "-m /s/m.gguf --alias org/m --host 127.0.0.1 --port 9000 -c 512 -fit off --metrics --no-webui -lv 4 -ngl 999",
     );
   });
+  it("with TLS: the node's certificate and key files (paths only; the key stays in its file)", () => {
+    const a = serverArgs({
+      ...base,
+      instance: instance(1, "Pipeline", [4]),
+      totalLayers: 4,
+      tls: { certFile: "/s/n.crt", keyFile: "/s/n.key" },
+    });
+    expect(a.join(" ")).toContain("--ssl-key-file /s/n.key --ssl-cert-file /s/n.crt");
+  });
   it("Pipeline over rpc on a CPU rank 0: remote layers offloaded in rank order, rank 0 keeps its own", () => {
     const a = serverArgs({
       ...base,

@@ -33,6 +33,8 @@ export interface RunnerSpec {
   /** The address other nodes use for the endpoint (the node's `node.host`, a name or an IP). */
   readonly advertiseHost?: string;
   readonly port: number;
+  /** llama-server serves HTTPS (`--ssl-*-file` in args): the endpoint and readiness probe use it. */
+  readonly tls?: boolean;
   /** Variables the process gets on top of the allow-listed ones (see `engineEnvironment`). */
   readonly env?: Readonly<Record<string, string>>;
   readonly warmupDeadlineMs: number;
@@ -126,7 +128,7 @@ export class RunnerSupervisor implements AsyncDisposable {
   get endpoint(): string {
     const host = this.spec.advertiseHost ?? this.spec.host;
     return this.spec.role === "server"
-      ? `http://${host}:${this.spec.port}`
+      ? `${this.spec.tls ? "https" : "http"}://${host}:${this.spec.port}`
       : `${host}:${this.spec.port}`;
   }
   /** The last lines the process printed (stdout and stderr), from its log file. */
@@ -253,8 +255,10 @@ export class RunnerSupervisor implements AsyncDisposable {
   private async ready(): Promise<boolean> {
     const { host, port } = this.spec;
     if (this.spec.role === "rpc") return canConnect(host, port);
+    // Over TLS through the advertised name, the one the node's certificate is made for.
+    const url = this.spec.tls ? `${this.endpoint}/health` : `http://${host}:${port}/health`;
     try {
-      const r = await fetch(`http://${host}:${port}/health`, { signal: AbortSignal.timeout(1000) });
+      const r = await fetch(url, { signal: AbortSignal.timeout(1000) });
       await r.arrayBuffer();
       return r.status === 200;
     } catch {

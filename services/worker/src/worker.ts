@@ -36,6 +36,11 @@ export interface WorkerOptions {
   readonly advertiseHost?: string;
   /** The API key of an instance's llama-server (only gateways, which can derive it, talk to it). */
   readonly engineKey?: (instanceId: string) => string;
+  /**
+   * llama-server serves HTTPS with the node's certificate (the engine's probe found it can): its
+   * endpoint is `https://`, and only clients that trust the cluster CA talk to it. Absent: HTTP.
+   */
+  readonly engineTls?: { readonly certFile: string; readonly keyFile: string } | undefined;
   readonly runnerLogDir: string;
   /** engine.context_size; unset: the model's own (placement chose and recorded it per instance). */
   readonly contextSize?: number | undefined;
@@ -364,13 +369,17 @@ export class Worker implements AsyncDisposable {
         // mode only where the probe found it working and the operator allowed it.
         tensorMode: engine.split?.row_over_rpc ? "row" : "tensor",
         extraArgs: this.o.extraArgs,
+        tls: this.o.engineTls,
       });
       // The key goes in the environment (LLAMA_API_KEY), not argv, which `ps` shows to everyone.
       const env: Record<string, string> = this.o.engineKey
         ? { LLAMA_API_KEY: this.o.engineKey(inst.instance_id) }
         : {};
-      sup = new RunnerSupervisor({ ...common, role: "server", bin, args, env }, this.log, (s) =>
-        this.onStatus(slot, s),
+      const tls = this.o.engineTls !== undefined;
+      sup = new RunnerSupervisor(
+        { ...common, role: "server", bin, args, env, tls },
+        this.log,
+        (s) => this.onStatus(slot, s),
       );
     }
     if (slot.abort.signal.aborted) return;

@@ -3,4 +3,5 @@
 export { NETLAB_PREFIX, NETLAB_STATE_DIR, NetLab } from "./lab.ts";
 export type { BandwidthLimit, LabHost, NetLabOptions } from "./lab.ts";
 export { DelayRelay } from "./delay-relay.ts";
+export { PacketCapture } from "./capture.ts";
 export type { DelayRelayOptions } from "./delay-relay.ts";
