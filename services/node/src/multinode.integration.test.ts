@@ -35,7 +35,7 @@ function openai(node: NodeProcess, opts: { maxRetries?: number } = {}) {
 
 /**
  * Asserts that every ready runner of the instance advertises the host of the node it runs on
- * (`http://node-k:port` for rank 0's llama-server, `node-k:port` for a ggml-rpc-server), never
+ * (`https://node-k:port` for rank 0's llama-server (TLS), `node-k:port` for a ggml-rpc-server), never
  * loopback; returns the advertised endpoints by rank.
  */
 function expectHostEndpoints(doc: StateDoc, instanceId: string): Map<number, string> {
@@ -45,7 +45,7 @@ function expectHostEndpoints(doc: StateDoc, instanceId: string): Map<number, str
     const host = nameOf(doc, a.node_id);
     expect(host).toMatch(/^node-\d+$/);
     const ep = inst.runners.find((r) => r.rank === a.rank)?.endpoint;
-    expect(ep).toMatch(new RegExp(`^${a.rank === 0 ? "http://" : ""}${host}:\\d+$`));
+    expect(ep).toMatch(new RegExp(`^${a.rank === 0 ? "https://" : ""}${host}:\\d+$`));
     out.set(a.rank, ep!);
   }
   return out;
@@ -164,7 +164,7 @@ describe("chat across a 3-node cluster", () => {
         await readyState(node, placed.instance_id),
         placed.instance_id,
       );
-      expect(eps.get(0)).toMatch(/^http:\/\/node-3:\d+$/);
+      expect(eps.get(0)).toMatch(/^https:\/\/node-3:\d+$/);
     }
     // node-3 staged its copy from the store host on node-1, across hosts.
     const staged = await n3.get<{ staged_models: { model_id: string; in_use: boolean }[] }>(
@@ -234,7 +234,7 @@ describe("chat across a 3-node cluster", () => {
     expect(s.instances.map((i) => i.instance_id)).toEqual([inst.instance_id]);
     // The carried instance keeps its host-named endpoint in the new session, and keeps serving.
     const eps = expectHostEndpoints(await readyState(n2, inst.instance_id), inst.instance_id);
-    expect(eps.get(0)).toMatch(/^http:\/\/node-3:\d+$/);
+    expect(eps.get(0)).toMatch(/^https:\/\/node-3:\d+$/);
     const client = openai(n3);
     const r = await client.chat.completions.create({
       model: modelId,

@@ -5,7 +5,7 @@ import { lookup } from "node:dns/promises";
 import { basename, dirname } from "node:path";
 import type { Server } from "node:http";
 import { createServer } from "node:http";
-import { createServer as createHttpsServer } from "node:https";
+import { createServer as createHttpsServer, Server as HttpsServer } from "node:https";
 import type { Hono } from "hono";
 import { Bus, NatsServer } from "@ic/bus";
 import type { Config } from "@ic/config";
@@ -32,7 +32,7 @@ import {
   type LooseEntry,
 } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
-import { reloadRoutes, TokenReloader, withNodeToken } from "./reload.ts";
+import { ConfigReloader, reloadRoutes, withNodeToken } from "./reload.ts";
 import type { ReloadResponse } from "./reload.ts";
 import {
   looseEntryHealth,
@@ -82,7 +82,7 @@ export class Node implements AsyncDisposable {
   private started = false;
   /** Set from the first drain(): the heartbeat says `draining` from then on. */
   private drainer: Drain | undefined;
-  private reloader: TokenReloader | undefined;
+  private reloader: ConfigReloader | undefined;
   private engineHeaders: ((instanceId: string) => Record<string, string>) | undefined;
   private engineInfo: EngineInfo | undefined;
   agent: ClusterAgent | undefined;
@@ -368,11 +368,22 @@ export class Node implements AsyncDisposable {
     };
     this.engineHeaders = engineHeaders;
     const apiTokens = new TokenSet(withNodeToken(cfg.auth.tokens, creds.nodeToken));
-    const reloader = new TokenReloader({
+    const reloader = new ConfigReloader({
       file: this.o.configFile,
       set: apiTokens,
       initial: cfg.auth.tokens,
       nodeToken: creds.nodeToken,
+      // Renewed certificates: the API's new connections and this process's clients. nats-server
+      // keeps its route certificate until the node restarts: its config reload re-checks the routes'
+      // authorization and dropped them for seconds when tried (the routes' certificate, from the
+      // same CA, stays valid meanwhile).
+      tls: {
+        initial: cfg.tls,
+        apply: (next) => {
+          if (server instanceof HttpsServer) server.setSecureContext(serverTlsOptions(next));
+          trustClusterCa(next.ca);
+        },
+      },
       name,
       log,
     });

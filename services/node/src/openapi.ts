@@ -189,9 +189,14 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     method: "post",
     path: "/admin/reload",
     summary:
-      "read the config file again and put its auth.tokens in force at once (as SIGHUP does); a file that does not load changes nothing",
+      "read the config file again and put its auth.tokens and renewed TLS files in force at once (as SIGHUP does); a file that does not load changes nothing",
     scope: "admin",
-    responses: { "200": ok("the token names in force and what changed", ReloadResponseSchema) },
+    responses: {
+      "200": ok(
+        "the token names in force, what changed, and whether the TLS files were reloaded",
+        ReloadResponseSchema,
+      ),
+    },
   },
   {
     method: "get",

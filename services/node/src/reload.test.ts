@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import type { ResolvedToken } from "@ic/config";
-import { tokenChanges } from "./reload.ts";
+import type { ResolvedTls, ResolvedToken } from "@ic/config";
+import { tlsChanged, tokenChanges } from "./reload.ts";
 
 const t = (name: string, token: string, extra: Partial<ResolvedToken> = {}): ResolvedToken => ({
   name,
@@ -42,5 +42,25 @@ describe("tokenChanges", () => {
     ],
   ])("%s", (_what, before, after, want) => {
     expect(tokenChanges(before, after)).toEqual(want);
+  });
+});
+
+describe("tlsChanged", () => {
+  const a: ResolvedTls = {
+    ca_file: "/s/ca.crt",
+    cert_file: "/s/n1.crt",
+    key_file: "/s/n1.key",
+    ca: "CA",
+    cert: "CERT",
+    key: "KEY",
+  };
+  it.each([
+    [{}, false],
+    [{ cert: "CERT2" }, true],
+    [{ key: "KEY2" }, true],
+    [{ ca: "CA+CA2" }, true],
+    [{ cert_file: "/s/n1-2026.crt" }, true],
+  ] as const)("%j -> %s", (change, want) => {
+    expect(tlsChanged(a, { ...a, ...change })).toBe(want);
   });
 });

@@ -1,13 +1,17 @@
-// Reloading the API tokens while the node runs (SIGHUP, POST /admin/reload): the config file is read
-// and checked again exactly as at start, and its `auth.tokens` replace the ones in force at once,
-// between two requests. A rotation without downtime: list the new token beside the old one and
-// reload every node, move the clients, then drop the old one and reload again. A file that does not
-// load changes nothing (the answer says why). Only `auth.tokens` is applied; the other keys still
-// need a restart (the answer names none of them: it does not diff the rest of the file).
+// Reloading the API tokens and the TLS files while the node runs (SIGHUP, POST /admin/reload): the
+// config file is read and checked again exactly as at start; its `auth.tokens` replace the ones in
+// force at once, between two requests, and renewed certificate, key or CA files (new contents, or
+// other paths) go into force for the API's new connections and this node's HTTPS clients. A token
+// rotation without downtime: list the new token
+// beside the old one and reload every node, move the clients, then drop the old one and reload
+// again. A file that does not load changes nothing (the answer says why). Only `auth.tokens` and
+// `tls.*` files are applied; the other keys, and turning TLS on or off, still need a restart (the
+// answer names none of them: it does not diff the rest of the file). Running engines and the bus
+// routes keep the certificate they started with until the node restarts (same CA: still valid).
 import type { Hono } from "hono";
 import { z } from "zod";
 import { ConfigError, loadConfig } from "@ic/config";
-import type { ResolvedToken } from "@ic/config";
+import type { ResolvedTls, ResolvedToken } from "@ic/config";
 import type { ApiToken, TokenSet } from "@ic/gateway";
 import type { Logger } from "@ic/log";
 import { ServiceError } from "@ic/protocol";
@@ -21,6 +25,11 @@ export const ReloadResponseSchema = z.object({
   removed: z.array(z.string()),
   /** Same name, another secret, scopes, models or limits. */
   changed: z.array(z.string()),
+  /**
+   * The TLS files: `reloaded` (a certificate, key or CA changed and is in force now), `unchanged`,
+   * or `off` (the node runs without TLS).
+   */
+  tls: z.enum(["reloaded", "unchanged", "off"]),
 });
 export type ReloadResponse = z.infer<typeof ReloadResponseSchema>;
 
@@ -51,7 +60,7 @@ export function withNodeToken(tokens: readonly ApiToken[], nodeToken: string): A
     : [...tokens, { name: "cluster-node", token: nodeToken, scopes: ["read"] }];
 }
 
-export interface TokenReloaderOptions {
+export interface ConfigReloaderOptions {
   /** The file the node started from; without one there is nothing to reload. */
   readonly file: string | undefined;
   /** The set the API's auth checks (TokenSet in the gateway). */
@@ -60,16 +69,25 @@ export interface TokenReloaderOptions {
   readonly initial: readonly ResolvedToken[];
   /** The cluster's node token (read scope), in force whenever any token is. */
   readonly nodeToken: string;
+  /** The TLS files in force at start (null: no TLS), and what puts renewed ones in force (synchronous). */
+  readonly tls: { readonly initial: ResolvedTls | null; apply(next: ResolvedTls): void };
   readonly name: string;
   readonly log: Logger;
 }
 
-export class TokenReloader {
-  private current: readonly ResolvedToken[];
-  /** One reload at a time: a second waits for the first. */
+/** Whether two loads of the TLS files differ (paths or contents). Pure. */
+export function tlsChanged(a: ResolvedTls, b: ResolvedTls): boolean {
+  const keys = ["ca_file", "cert_file", "key_file", "ca", "cert", "key"] as const;
+  return keys.some((k) => a[k] !== b[k]);
+}
 
-  constructor(private readonly o: TokenReloaderOptions) {
+export class ConfigReloader {
+  private current: readonly ResolvedToken[];
+  private currentTls: ResolvedTls | null;
+
+  constructor(private readonly o: ConfigReloaderOptions) {
     this.current = o.initial;
+    this.currentTls = o.tls.initial;
   }
 
   /** The file is read and the set swapped synchronously: two reloads never interleave. */
@@ -80,23 +98,42 @@ export class TokenReloader {
         "this node started without a config file (--config or SERVICE_CONFIG): nothing to reload",
       );
     let tokens: readonly ResolvedToken[];
+    let tls: ResolvedTls | null;
+    const refuse = (why: string) => {
+      this.o.log.warn({ file: this.o.file, err: why }, "reload refused; what is in force stays");
+      return new ServiceError("invalid_request", `reload refused, nothing changed: ${why}`);
+    };
     try {
-      tokens = loadConfig({ file: this.o.file }).auth.tokens;
+      ({
+        auth: { tokens },
+        tls,
+      } = loadConfig({ file: this.o.file }));
     } catch (e) {
-      const why = e instanceof ConfigError ? e.message : String(e);
-      this.o.log.warn({ file: this.o.file, err: why }, "reload refused; the tokens in force stay");
-      throw new ServiceError("invalid_request", `reload refused, nothing changed: ${why}`);
+      throw refuse(e instanceof ConfigError ? e.message : String(e));
     }
+    if ((tls === null) !== (this.currentTls === null))
+      throw refuse(`tls: turning TLS ${tls ? "on" : "off"} needs a restart of the node`);
     const diff = tokenChanges(this.current, tokens);
+    const tlsState = !tls ? "off" : tlsChanged(this.currentTls!, tls) ? "reloaded" : "unchanged";
     this.o.set.set(withNodeToken(tokens, this.o.nodeToken));
     this.current = tokens;
+    if (tls && tlsState === "reloaded") {
+      this.o.tls.apply(tls);
+      this.currentTls = tls;
+    }
     // Names only: a token is never logged.
-    this.o.log.info({ file: this.o.file, ...diff }, "API tokens reloaded");
-    return { ok: true, node: this.o.name, tokens: tokens.map((t) => t.name), ...diff };
+    this.o.log.info({ file: this.o.file, ...diff, tls: tlsState }, "config reloaded");
+    return {
+      ok: true,
+      node: this.o.name,
+      tokens: tokens.map((t) => t.name),
+      ...diff,
+      tls: tlsState,
+    };
   }
 }
 
 /** POST /admin/reload (admin scope): the reload as SIGHUP does it, with what changed. */
-export function reloadRoutes(app: Hono, reloader: TokenReloader): void {
+export function reloadRoutes(app: Hono, reloader: ConfigReloader): void {
   app.post("/admin/reload", async (c) => c.json(await reloader.reload()));
 }

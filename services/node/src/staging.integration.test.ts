@@ -98,6 +98,6 @@ describe("staging through a cluster across hosts", () => {
     const rank0 = s.instances
       .find((i) => i.instance_id === inst.instance_id)
       ?.runners.find((x) => x.rank === 0);
-    expect(rank0?.endpoint).toMatch(/^http:\/\/node-2:\d+$/);
+    expect(rank0?.endpoint).toMatch(/^https:\/\/node-2:\d+$/);
   });
 });
