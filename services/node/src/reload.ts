@@ -2,12 +2,12 @@
 // config file is read and checked again exactly as at start; its `auth.tokens` replace the ones in
 // force at once, between two requests, and renewed certificate, key or CA files (new contents, or
 // other paths) go into force for the API's new connections and this node's HTTPS clients. A token
-// rotation without downtime: list the new token
-// beside the old one and reload every node, move the clients, then drop the old one and reload
-// again. A file that does not load changes nothing (the answer says why). Only `auth.tokens` and
-// `tls.*` files are applied; the other keys, and turning TLS on or off, still need a restart (the
-// answer names none of them: it does not diff the rest of the file). Running engines and the bus
-// routes keep the certificate they started with until the node restarts (same CA: still valid).
+// rotation without downtime: list the new token beside the old one and reload every node, move the
+// clients, then drop the old one and reload again. A file that does not load changes nothing (the
+// answer says why). Only `auth.tokens` and `tls.*` files are applied; the other keys, and turning
+// TLS on or off, still need a restart (the answer names none of them: it does not diff the rest of
+// the file). Running engines and the bus routes keep the certificate they started with until the
+// node restarts (same CA: still valid).
 import type { Hono } from "hono";
 import { z } from "zod";
 import { ConfigError, loadConfig } from "@ic/config";
