@@ -12,8 +12,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { connect as tcpConnect } from "node:net";
-import { supervise } from "@ic/process";
+import { canConnect, supervise } from "@ic/process";
 import type { Child, RestartPolicy, RunOutcome } from "@ic/process";
 import type { Logger } from "@ic/log";
 
@@ -360,19 +359,4 @@ function hostForListen(address: string): string {
 /** An address a local client can dial to reach a listener bound to `bind`. */
 function dialable(bind: string): string {
   return bind === "0.0.0.0" ? "127.0.0.1" : bind === "::" ? "::1" : bind;
-}
-
-function canConnect(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = tcpConnect({ host, port });
-    s.setTimeout(1000, () => {
-      s.destroy();
-      resolve(false);
-    });
-    s.once("connect", () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once("error", () => resolve(false));
-  });
 }

@@ -8,4 +8,4 @@ export { deathSignalAvailable, spawnChild } from "./spawn.ts";
 export type { Child, ChildExit, Command, Output, SpawnOptions } from "./spawn.ts";
 export { childrenDir, procStat, sweepOrphans, writeChildRecord } from "./children.ts";
 export type { ChildRecord, ProcessIdentity, SweepReport } from "./children.ts";
-export { freePort, freePorts, waitFor } from "./ports.ts";
+export { canConnect, freePort, freePorts, waitFor } from "./ports.ts";

@@ -1,6 +1,6 @@
 // Free loopback ports and polling: the local-cluster launcher, the engine probe and (through @ic/testkit) tests.
 // The kernel picks a port for a throwaway listener; reserved ones are never handed out twice in a process.
-import { createServer } from "node:net";
+import { createServer, connect as tcpConnect } from "node:net";
 
 const handedOut = new Set<number>();
 
@@ -48,4 +48,20 @@ export async function waitFor<T>(
   throw new Error(
     `timed out after ${opts.timeoutMs} ms waiting for ${opts.what ?? "condition"}${last ? `: ${String(last)}` : ""}`,
   );
+}
+
+/** Whether a TCP connection to host:port opens within a second (a listener's readiness check). */
+export function canConnect(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = tcpConnect({ host, port });
+    s.setTimeout(1000, () => {
+      s.destroy();
+      resolve(false);
+    });
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once("error", () => resolve(false));
+  });
 }

@@ -11,8 +11,7 @@
 import { mkdirSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { dirname } from "node:path";
-import { connect as tcpConnect } from "node:net";
-import { childrenDir, nextAction, supervise } from "@ic/process";
+import { canConnect, childrenDir, nextAction, supervise } from "@ic/process";
 import type { NextAction, RestartPolicy, RunOutcome } from "@ic/process";
 import type { RunnerState } from "@ic/protocol";
 import type { Logger } from "@ic/log";
@@ -292,19 +291,4 @@ export function engineEnvironment(
   for (const [k, v] of Object.entries(parent))
     if (v !== undefined && ENGINE_ENV_ALLOWED.test(k)) out[k] = v;
   return { ...out, ...own };
-}
-
-function canConnect(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = tcpConnect({ host, port });
-    s.setTimeout(1000, () => {
-      s.destroy();
-      resolve(false);
-    });
-    s.once("connect", () => {
-      s.destroy();
-      resolve(true);
-    });
-    s.once("error", () => resolve(false));
-  });
 }
