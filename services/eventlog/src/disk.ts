@@ -25,12 +25,6 @@ export class FakeDisk implements Disk {
   }
 }
 
-export interface Clock {
-  now(): number;
-}
-
-export const systemClock: Clock = { now: () => Date.now() };
-
 /** An open append-only file: writes land at the end, in call order. */
 export interface AppendHandle {
   /** Writes every byte (looping over short writes) or rejects; a rejection may leave a partial write. */

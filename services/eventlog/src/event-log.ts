@@ -13,8 +13,10 @@ import { mkdir, open, stat, truncate as truncateFile, unlink } from "node:fs/pro
 import { join } from "node:path";
 import type { IndexedEvent } from "@ic/protocol";
 import type { Logger } from "@ic/log";
-import type { AppendHandle, Clock, Disk, EventFiles } from "./disk.ts";
-import { nodeFiles, statfsDisk, systemClock } from "./disk.ts";
+import { systemClock } from "@ic/protocol";
+import type { Clock } from "@ic/protocol";
+import type { AppendHandle, Disk, EventFiles } from "./disk.ts";
+import { nodeFiles, statfsDisk } from "./disk.ts";
 import type { Mode } from "./policy.ts";
 import {
   GIB,

@@ -25,8 +25,8 @@ export type {
   Mode,
   RotationPlan,
 } from "./policy.ts";
-export { FakeDisk, nodeFiles, statfsDisk, systemClock } from "./disk.ts";
-export type { AppendHandle, Clock, Disk, EventFiles } from "./disk.ts";
+export { FakeDisk, nodeFiles, statfsDisk } from "./disk.ts";
+export type { AppendHandle, Disk, EventFiles } from "./disk.ts";
 export { EVENT_TYPES, EventsQuerySchema, eventRoutes } from "./routes.ts";
 export type { EventsQuery, EventsResponse } from "./routes.ts";
 export { ACTIVE_FILE } from "./ring-file.ts";

@@ -44,7 +44,7 @@ import type { MemoryModel } from "@ic/placement";
 import type { HeardPeer, IdKind, Peer, TaskBounds } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
-import type { Clock } from "./clock.ts";
+import type { Clock } from "@ic/protocol";
 import { DEFAULT_LOG_BOUNDS, MasterLog } from "./master-log.ts";
 import type { LogBounds } from "./master-log.ts";
 import { defaultSyncBudget, SnapshotAssembler, SyncServer } from "./replica-sync.ts";

@@ -10,5 +10,3 @@ export type {
   SelfInfo,
 } from "./cluster-agent.ts";
 export { MasterLog } from "./master-log.ts";
-export { systemClock } from "./clock.ts";
-export type { Clock } from "./clock.ts";

@@ -13,8 +13,8 @@ import { engineCacheRoot, locateEngine, probeSplitSupport, probeTls } from "@ic/
 import { serverTlsOptions, trustClusterCa } from "@ic/tls";
 import { childrenDir, sweepOrphans } from "@ic/process";
 import type { Logger } from "@ic/log";
-import { ClusterAgent, systemClock } from "@ic/master";
-import { ServiceError } from "@ic/protocol";
+import { ClusterAgent } from "@ic/master";
+import { ServiceError, systemClock } from "@ic/protocol";
 import type { EngineInfo, ModelId } from "@ic/protocol";
 import { createGatewayApp, RequestLoad, TokenSet } from "@ic/gateway";
 import type { ChatObserver } from "@ic/protocol";

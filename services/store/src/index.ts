@@ -17,7 +17,6 @@ export {
   type StagingClientOptions,
   type StagingSettings,
   type ModelUsage,
-  type Clock,
   type HubFallback,
   type StageOptions,
   type StageProgress,

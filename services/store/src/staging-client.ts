@@ -8,6 +8,7 @@
 import { mkdir, readdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "@ic/log";
+import type { Clock } from "@ic/protocol";
 import {
   modelIdFromDirName,
   StoreManifestSchema,
@@ -102,10 +103,6 @@ export interface ModelUsage {
   readonly live: ReadonlySet<ModelId>;
   /** Companions (MTP sidecar, drafter, split vision weights) of active models. */
   readonly companions: ReadonlySet<ModelId>;
-}
-
-export interface Clock {
-  now(): number;
 }
 
 export interface HubFallback {

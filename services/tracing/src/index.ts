@@ -22,8 +22,8 @@ export {
   traceFileName,
 } from "./files.ts";
 export type { TraceEntry } from "./files.ts";
-export { DAY_MS, expiredFiles, HOUR_MS, Janitor, systemClock } from "./janitor.ts";
-export type { Clock, JanitorOptions } from "./janitor.ts";
+export { DAY_MS, expiredFiles, HOUR_MS, Janitor } from "./janitor.ts";
+export type { JanitorOptions } from "./janitor.ts";
 export { clusterTraces, clusterTraceStats } from "./cluster.ts";
 export type {
   ClusterTraceEntry,

@@ -2,14 +2,9 @@
 // the creation time in their name) and temporary files an interrupted write left behind.
 // Only names this package writes are ever touched; the decision is pure, the class owns the timer.
 import type { Logger } from "@ic/log";
+import type { Clock } from "@ic/protocol";
 import { parseTempFileName, parseTraceFileName } from "./files.ts";
 import type { TraceFiles } from "./files.ts";
-
-export interface Clock {
-  now(): number;
-}
-
-export const systemClock: Clock = { now: () => Date.now() };
 
 export const DAY_MS = 86_400_000;
 export const HOUR_MS = 3_600_000;

@@ -8,8 +8,9 @@
 import type { ChatEvent, ChatObserver } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { TraceFiles, traceFileName } from "./files.ts";
-import { Janitor, systemClock } from "./janitor.ts";
-import type { Clock } from "./janitor.ts";
+import { systemClock } from "@ic/protocol";
+import type { Clock } from "@ic/protocol";
+import { Janitor } from "./janitor.ts";
 import { buildTrace } from "./trace.ts";
 import type { TraceRecord } from "./trace.ts";
 import { TraceWriter } from "./writer.ts";

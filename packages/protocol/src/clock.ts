@@ -1,4 +1,4 @@
-// The Clock seam: real time in production, a settable clock in unit tests.
+// The one clock the services take (tests pass a fake): milliseconds since the epoch.
 export interface Clock {
   now(): number;
 }
