@@ -141,17 +141,12 @@ async function runOverRpc(
       stderr: "pipe",
     });
     children.push(server);
-    let output = "";
-    const collect = (c: Buffer) => {
-      if (output.length < 64_000) output += c.toString();
-    };
-    server.stdout?.on("data", collect);
-    server.stderr?.on("data", collect);
+    const output = collectOutput(server);
     const base = `http://127.0.0.1:${port}`;
     let exited = false;
     void server.exited.then(() => (exited = true));
     while (Date.now() < deadline) {
-      if (exited) return { ok: false, evidence: lastError(output) };
+      if (exited) return { ok: false, evidence: lastError(output()) };
       const health = await fetch(`${base}/health`, { signal: AbortSignal.timeout(1000) }).catch(
         () => undefined,
       );
@@ -173,7 +168,7 @@ async function runOverRpc(
       }
       await new Promise((res) => setTimeout(res, 100));
     }
-    return { ok: false, evidence: `no answer within the probe's bound; ${lastError(output)}` };
+    return { ok: false, evidence: `no answer within the probe's bound; ${lastError(output())}` };
   } finally {
     await Promise.all(children.map((c) => c.stop(2000)));
   }
@@ -206,22 +201,18 @@ export async function probeTls(
       stdout: "pipe",
       stderr: "pipe",
     });
-    let output = "";
-    const collect = (c: Buffer) => {
-      if (output.length < 64_000) output += c.toString();
-    };
-    child.stdout?.on("data", collect);
-    child.stderr?.on("data", collect);
+    const output = collectOutput(child);
     const timer = setTimeout(() => void child.stop(1000), timeoutMs);
     await child.exited;
     clearTimeout(timer);
-    if (/built without SSL support/.test(output))
+    const text = output();
+    if (/built without SSL support/.test(text))
       return { supported: false, evidence: "llama-server is built without SSL support" };
-    if (/failed to initialize HTTP server/.test(output))
-      return { supported: false, evidence: lastError(output) };
-    if (/absent\.gguf|load(ing)? model/i.test(output))
+    if (/failed to initialize HTTP server/.test(text))
+      return { supported: false, evidence: lastError(text) };
+    if (/absent\.gguf|load(ing)? model/i.test(text))
       return { supported: true, evidence: "llama-server took the certificate and key" };
-    return { supported: false, evidence: `unexpected output: ${lastError(output)}` };
+    return { supported: false, evidence: `unexpected output: ${lastError(text)}` };
   } catch (e) {
     return {
       supported: false,
@@ -230,6 +221,17 @@ export async function probeTls(
   } finally {
     await rm(work, { recursive: true, force: true });
   }
+}
+
+/** What a child prints on stdout and stderr, kept up to 64 kB: read it with the returned function. */
+function collectOutput(child: Child): () => string {
+  let output = "";
+  const collect = (c: Buffer) => {
+    if (output.length < 64_000) output += c.toString();
+  };
+  child.stdout?.on("data", collect);
+  child.stderr?.on("data", collect);
+  return () => output;
 }
 
 /** llama.cpp error lines that only restate the cause given on an earlier line. */

@@ -1,9 +1,7 @@
 // The shipped deploy files agree with each other and with the config schema: compose's health check
 // asks the node's public GET /health on its API port, every path a node writes is on a named volume
 // of its own (compose) or writable in the systemd unit's sandbox, and the unit keeps what engines need.
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
@@ -11,6 +9,7 @@ import { z } from "zod";
 import { ConfigSchema, expandHome, loadConfig } from "@ic/config";
 import type { Config } from "@ic/config";
 import { scopeFor } from "@ic/gateway";
+import { makeClusterCerts } from "@ic/testkit";
 import { HEALTH_PATH } from "./health-route.ts";
 
 const ROOT = resolve(import.meta.dirname, "../../..");
@@ -50,16 +49,10 @@ const inside = (path: string, root: string) => {
 };
 
 // The secrets, tokens, cluster CA and node certificates, as the deploy files' comments make them.
-const secrets = mkdtempSync(join(tmpdir(), "ic-deploy-files-"));
-execFileSync(
-  process.execPath,
-  [
-    join(ROOT, "scripts/make-secrets.mjs"),
-    secrets,
-    ...["1", "2", "3"].flatMap((i) => ["--node", `node-${i}=node-${i}`]),
-  ],
-  { stdio: "ignore" },
-);
+const secrets = makeClusterCerts(
+  ["1", "2", "3"].map((i) => ({ name: `node-${i}`, hosts: [`node-${i}`] })),
+  { trust: false },
+).dir;
 afterAll(() => rmSync(secrets, { recursive: true, force: true }));
 
 /** A shipped config as a node loads it (the secret files made elsewhere). */

@@ -2,14 +2,13 @@
 // example config the systemd unit points at) run unchanged except for paths, each in a network
 // namespace named like its compose service, with secrets made by scripts/make-secrets.mjs. Compose's
 // health check (GET /health without a token) passes on each of them once the cluster has formed.
-import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { trustClusterCa } from "@ic/tls";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import {
+  makeClusterCerts,
   NetLab,
   NodeProcess,
   REPO_ROOT,
@@ -31,15 +30,12 @@ const token = (name: string) => readFileSync(join(secrets, name), "utf8").trim()
 beforeAll(async () => {
   lab = await NetLab.create({ hosts: ["node-1", "node-2", "node-3"] });
   work = mkdtempSync(join(tmpdir(), "ic-deploy-"));
-  secrets = join(work, "secrets");
-  // The operator's step, as the compose file's header says (each certificate also names the host's
-  // lab address, which this test process dials), and this process trusts the cluster CA as a client.
-  execFileSync(process.execPath, [
-    join(REPO_ROOT, "scripts/make-secrets.mjs"),
-    secrets,
-    ...lab.hosts.flatMap((h) => ["--node", `${h.name}=${h.name},${h.address}`]),
-  ]);
-  trustClusterCa(readFileSync(join(secrets, "ca.crt"), "utf8"));
+  // The operator's step, as the compose file's header says (scripts/make-secrets.mjs; each
+  // certificate also names the host's lab address, which this test process dials, and this process
+  // trusts the cluster CA as a client).
+  secrets = makeClusterCerts(
+    lab.hosts.map((h) => ({ name: h.name, hosts: [h.name, h.address] })),
+  ).dir;
   store = join(work, "models");
   ({ modelId } = await seedStore(store));
 });
@@ -47,6 +43,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await lab?.dispose();
   if (work) rmSync(work, { recursive: true, force: true });
+  if (secrets) rmSync(secrets, { recursive: true, force: true });
 });
 
 /**

@@ -109,7 +109,7 @@ export class SecurityHealth {
         severity: joinedPeers > 0 ? "warn" : "error",
         message:
           `declared: bus routes only between certificates of the cluster CA; observed: ${tls.reduce((s, f) => s + f.count, 0)} ` +
-          `failed TLS handshake(s) with ${[...new Set(tls.map((f) => f.remote.replace(/:\d+$/, "")))].join(", ")}` +
+          `failed TLS handshake(s) with ${addresses(tls)}` +
           (joinedPeers > 0 ? "" : ", and this node runs alone"),
         remediation:
           joinedPeers > 0
@@ -125,7 +125,7 @@ export class SecurityHealth {
         severity: "warn",
         message:
           `declared: only holders of the cluster secret use the bus; observed: ${rejected.reduce((s, f) => s + f.count, 0)} ` +
-          `refused login(s) from ${[...new Set(rejected.map((f) => f.remote.replace(/:\d+$/, "")))].join(", ")}`,
+          `refused login(s) from ${addresses(rejected)}`,
         remediation:
           "if that address is one of your nodes, give it the cluster secret; otherwise find out who it is and keep the cluster network private",
       });
@@ -155,4 +155,9 @@ export class SecurityHealth {
       });
     return out;
   }
+}
+
+/** The distinct addresses (ports dropped) failures came from, comma-separated. */
+function addresses(failures: readonly AuthFailure[]): string {
+  return [...new Set(failures.map((f) => f.remote.replace(/:\d+$/, "")))].join(", ");
 }
