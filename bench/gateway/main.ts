@@ -10,8 +10,13 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
-import { clusterCredentials } from "@ic/config";
-import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
+import {
+  engineKeyOf,
+  placeAndWait,
+  seedStore,
+  startCluster,
+  waitForConvergence,
+} from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
 import {
   batch,
@@ -113,10 +118,9 @@ async function main(): Promise<void> {
     floor = await startFloorProxy(direct);
     const floorPid = floor.proc.pid!;
     const nodePgid = node.pid!;
-    // The engine takes only its API key (derived from the cluster secret); the gateway adds it itself.
-    const engineAuth = {
-      authorization: `Bearer ${clusterCredentials(node.spec.secret!).engineKey(inst.instance_id)}`,
-    };
+    // The engine takes only its API key (its node made it; the gateway adds it itself): read off
+    // the engine's process.
+    const engineAuth = { authorization: `Bearer ${engineKeyOf(new URL(direct).port)}` };
     const paths = [
       { name: "direct llama-server", url: direct, headers: engineAuth },
       { name: "bare Node proxy (floor)", url: floor.url, headers: engineAuth },

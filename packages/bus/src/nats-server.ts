@@ -51,11 +51,13 @@ export interface NatsServerOptions {
   readonly routes: readonly string[];
   /** Credentials clients must present on the client port. */
   readonly clientAuth: Credentials;
-  /** Credentials every route (ours to peers, peers' to us) must carry. */
+  /** Credentials every route (ours to peers, peers' to us) must carry; not used with `routeTls`. */
   readonly routeAuth: Credentials;
   /**
    * TLS on the routes, both ways: this server's certificate and key, and the CA a peer's certificate
-   * must be signed by (`verify`: a route without such a certificate is refused). Absent: clear text.
+   * must be signed by (`verify`: a route without such a certificate is refused). Routes are then
+   * authenticated by their certificates alone: no route password, so a rotation of the cluster
+   * secret never touches them. Absent: clear text, and `routeAuth`.
    */
   readonly routeTls?: {
     readonly certFile: string;
@@ -259,8 +261,9 @@ export class NatsServer implements AsyncDisposable {
       );
     }
     if (this.clustered) {
-      const routeUser = encodeURIComponent(o.routeAuth.user);
-      const routePass = encodeURIComponent(o.routeAuth.password);
+      const creds = o.routeTls
+        ? ""
+        : `${encodeURIComponent(o.routeAuth.user)}:${encodeURIComponent(o.routeAuth.password)}@`;
       lines.push(
         "cluster {",
         `  name: ${q(o.clusterName)}`,
@@ -268,7 +271,11 @@ export class NatsServer implements AsyncDisposable {
         `  advertise: ${q(`${o.host}:${o.clusterPort}`)}`,
         // Peers learn routes only from their own seed lists: a gossiped address may be unreachable.
         "  no_advertise: true",
-        `  authorization { user: ${q(o.routeAuth.user)}, password: ${q(o.routeAuth.password)} }`,
+        ...(o.routeTls
+          ? []
+          : [
+              `  authorization { user: ${q(o.routeAuth.user)}, password: ${q(o.routeAuth.password)} }`,
+            ]),
         ...(o.routeTls
           ? [
               "  tls {",
@@ -280,7 +287,7 @@ export class NatsServer implements AsyncDisposable {
               "  }",
             ]
           : []),
-        `  routes: [${o.routes.map((r) => q(`nats-route://${routeUser}:${routePass}@${r}`)).join(", ")}]`,
+        `  routes: [${o.routes.map((r) => q(`nats-route://${creds}${r}`)).join(", ")}]`,
         "}",
       );
     }

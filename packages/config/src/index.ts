@@ -18,5 +18,5 @@ export {
   readConfigFile,
   stagingFor,
 } from "./load.ts";
-export { clusterCredentials, deriveKey } from "./credentials.ts";
-export type { ClusterCredentials } from "./credentials.ts";
+export { ClusterSecret, clusterCredentials, deriveKey } from "./credentials.ts";
+export type { ClusterCredentials, SecretChange } from "./credentials.ts";

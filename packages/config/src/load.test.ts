@@ -243,12 +243,12 @@ describe("cluster secret and API tokens", () => {
   it("derived credentials differ by purpose and by secret, and never contain the secret", () => {
     const a = clusterCredentials(secret);
     const b = clusterCredentials(`${secret}x`);
-    const all = [a.busClient.password, a.busRoute.password, a.nodeToken, a.engineKey("i-1")];
-    expect(new Set(all).size).toBe(4);
+    const all = [a.busClient.password, a.busRoute.password, a.nodeToken];
+    expect(new Set(all).size).toBe(3);
     expect(all.some((k) => k.includes(secret))).toBe(false);
-    expect(a.engineKey("i-1")).not.toBe(a.engineKey("i-2"));
     expect(b.busRoute.password).not.toBe(a.busRoute.password);
-    expect(clusterCredentials(secret).engineKey("i-1")).toBe(a.engineKey("i-1"));
+    expect(b.nodeToken).not.toBe(a.nodeToken);
+    expect(clusterCredentials(secret).nodeToken).toBe(a.nodeToken);
   });
 
   it("the shipped example and compose configs load once their secret files exist", () => {
@@ -334,6 +334,34 @@ describe("tls", () => {
     chmodSync(join(dir, "n2.key"), 0o644);
     expect(() => load("n2.lan", files(dir, "n2"))).toThrowError(/tls\.key_file: .* chmod 600/);
     chmodSync(join(dir, "n2.key"), 0o600);
+  });
+
+  it("a rotation secret: the other one of a rotation, only with TLS, never the secret itself", () => {
+    const secret = "0123456789abcdef0123456789abcdef";
+    const rotating = (tls: Record<string, unknown>, rotation_secret: string) =>
+      loadConfig({
+        overrides: {
+          node: { host: "10.0.0.5" },
+          auth: { allow_anonymous: true },
+          cluster: { secret, rotation_secret },
+          tls,
+        },
+        env: {},
+      });
+    const other = "the-other-secret-0123456789";
+    expect(rotating(files(dir, "n1"), other).cluster).toMatchObject({
+      rotation_secret: other,
+      secret_generated: false,
+    });
+    // A lone node without a configured secret makes one at each load (a reload keeps its own).
+    expect(loadConfig({ env: {} }).cluster.secret_generated).toBe(true);
+    expect(load("10.0.0.5", files(dir, "n1")).cluster.rotation_secret).toBeUndefined();
+    expect(() => rotating({ allow_plaintext: true }, other)).toThrowError(
+      /cluster\.rotation_secret: rotating the cluster secret without a restart needs TLS/,
+    );
+    expect(() => rotating(files(dir, "n1"), secret)).toThrowError(
+      /cluster\.rotation_secret: it is the cluster secret itself/,
+    );
   });
 
   it("accepts a CA bundle (old and new CA while the CA is rotated) when either signed the certificate", () => {

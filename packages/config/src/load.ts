@@ -139,11 +139,17 @@ export function loadConfig(options: LoadOptions = {}): Config {
     );
   }
   const tls = resolveTls(p.tls, p.node.host, bind);
+  const rotation = resolveRotationSecret(p.cluster, secret, tls !== null);
   const cfg: Config = {
     ...p,
     tls,
     node: { ...p.node, bind },
-    cluster: { ...p.cluster, secret },
+    cluster: {
+      ...p.cluster,
+      secret,
+      rotation_secret: rotation,
+      secret_generated: p.cluster.secret === undefined && p.cluster.secret_file === undefined,
+    },
     auth: { tokens, allow_anonymous: p.auth.allow_anonymous },
   };
   cfg.node.name ??= hostname();
@@ -202,6 +208,37 @@ function resolveSecret(
     );
   }
   return randomBytes(32).toString("hex");
+}
+
+/**
+ * The second secret of a rotation window, when one is configured: not the secret itself, and only
+ * with TLS, where bus routes authenticate by certificate (their password would follow the secret,
+ * and nats-server accepts one route password only, so a rolling rotation would split the routes).
+ */
+function resolveRotationSecret(
+  c: { rotation_secret?: string | undefined; rotation_secret_file?: string | undefined },
+  secret: string,
+  tls: boolean,
+): string | undefined {
+  if (c.rotation_secret !== undefined && c.rotation_secret_file !== undefined)
+    throw new ConfigError(
+      "cluster.rotation_secret_file: set either cluster.rotation_secret or cluster.rotation_secret_file",
+    );
+  const other =
+    c.rotation_secret_file !== undefined
+      ? readSecretFile(c.rotation_secret_file, "cluster.rotation_secret_file")
+      : c.rotation_secret;
+  if (other === undefined) return undefined;
+  if (other === secret)
+    throw new ConfigError(
+      "cluster.rotation_secret: it is the cluster secret itself; during a rotation it holds the other one",
+    );
+  if (!tls)
+    throw new ConfigError(
+      "cluster.rotation_secret: rotating the cluster secret without a restart needs TLS (tls.*: bus " +
+        "routes then authenticate by certificate); without it, restart every node with the new secret",
+    );
+  return other;
 }
 
 /**

@@ -108,6 +108,13 @@ export const ConfigSchema = z
          */
         secret: z.string().min(16, "at least 16 characters").optional(),
         secret_file: z.string().min(1).optional(),
+        /**
+         * A second cluster secret, accepted but never presented, while the secret is rotated
+         * (docs/security.md): first the new one here, then the old one once `secret` is the new one;
+         * the operator ends the window by removing it. Needs TLS (routes authenticate by certificate).
+         */
+        rotation_secret: z.string().min(16, "at least 16 characters").optional(),
+        rotation_secret_file: z.string().min(1).optional(),
         heartbeat_ms: z.number().int().min(50).default(2000),
         /** A node silent this long is removed from the session. */
         liveness_timeout_ms: z.number().int().min(100).default(4000),
@@ -287,7 +294,12 @@ export interface ResolvedTls {
  */
 export type Config = Omit<Parsed, "node" | "cluster" | "auth" | "tls"> & {
   node: Parsed["node"] & { bind: string };
-  cluster: Parsed["cluster"] & { secret: string };
+  cluster: Parsed["cluster"] & {
+    secret: string;
+    rotation_secret: string | undefined;
+    /** No secret was configured (a lone node): each load makes another, so a reload keeps its own. */
+    secret_generated: boolean;
+  };
   auth: { tokens: ResolvedToken[]; allow_anonymous: boolean };
   tls: ResolvedTls | null;
 };

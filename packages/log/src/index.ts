@@ -44,6 +44,8 @@ const REDACT = [
   "*.password",
   "pass",
   "*.pass",
+  "engine_key",
+  "*.engine_key",
 ];
 
 /** Bounds of the ingest buffer: lines wait here while the sink is slow or down, then are dropped. */

@@ -10,8 +10,11 @@ export interface PeerApi {
 }
 
 export interface PeerAskOptions {
-  /** Bearer token presented to peers (the cluster's node token, read scope); none when anonymous. */
-  readonly token?: string | undefined;
+  /**
+   * The bearer token presented to peers (the cluster's node token, read scope), read at each ask:
+   * a reload may rotate the cluster secret. Absent: none (anonymous).
+   */
+  readonly token?: (() => string) | undefined;
   /** Per-peer timeout (default 2000 ms). */
   readonly timeoutMs?: number;
 }
@@ -51,8 +54,9 @@ export async function askPeer<T>(
 ): Promise<PeerAnswer<T>> {
   const timeoutMs = o.timeoutMs ?? 2000;
   try {
+    const token = o.token?.();
     const res = await fetch(`${peer.apiUrl}${path}`, {
-      headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
+      headers: token ? { authorization: `Bearer ${token}` } : {},
       signal: AbortSignal.timeout(timeoutMs),
     });
     const text = await res.text();

@@ -24,6 +24,8 @@ export const HEALTH_CODES = [
   "engine_plaintext",
   /** The node listens beyond loopback without TLS (tls.allow_plaintext). */
   "plaintext_network",
+  /** A live peer presents a cluster secret this node does not accept (a rotation left unfinished). */
+  "cluster_secret_mismatch",
   /** A model directory was removed from store_path by hand while an instance or deployment uses it. */
   "store_model_missing",
   "store_loose_file",
@@ -117,6 +119,17 @@ export const HeartbeatSchema = z.object({
   master_peer_key: z.string().nullable(),
   is_master: z.boolean(),
   last_index: z.number().int().nonnegative(),
+  /**
+   * The API key of the sender's engines (made at its start, random): gateways present it to the
+   * llama-server of an instance whose rank 0 runs there. Bus members only; never in an API answer.
+   */
+  engine_key: z.string().min(16).max(128).optional(),
+  /**
+   * Which cluster secret the sender presents: an HMAC of its peer key under a key derived from the
+   * secret. Receivers check it against their secret and the other one of an open rotation window
+   * and report `cluster_secret_mismatch` when neither matches (it proves nothing else).
+   */
+  secret_proof: z.string().min(16).max(64).optional(),
   /** Null until the first telemetry reading completes (placement then reports info_pending). */
   telemetry: TelemetrySchema.nullable(),
   /**

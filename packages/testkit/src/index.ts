@@ -2,6 +2,7 @@
 export * from "./ports.ts";
 export * from "./cluster.ts";
 export * from "./certs.ts";
+export * from "./engines.ts";
 export * from "./hub/index.ts";
 export * from "./netns/index.ts";
 export * from "./census.ts";

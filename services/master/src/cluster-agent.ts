@@ -221,6 +221,10 @@ export class ClusterAgent implements AsyncDisposable {
     const m = this.current?.master.peer_key;
     return m === undefined || m === this.o.self.peerKey ? undefined : this.peers.get(m);
   }
+  /** A peer as last heard, by its peer key (self included; live or not). */
+  peer(peerKey: string): PeerView | undefined {
+    return this.peers.get(peerKey);
+  }
   /** Peers heard within the liveness timeout, self included. */
   livePeers(): PeerView[] {
     const now = this.o.clock.now();

@@ -4,8 +4,8 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { clusterCredentials } from "@ic/config";
 import {
+  engineKeyOf,
   placeAndWait,
   seedStore,
   startHostCluster,
@@ -112,13 +112,13 @@ describe("load balancing across the ready instances of a model", () => {
     expect(state.instances.map((i) => i.instance_id)).toContain(second.instance_id);
 
     // Each engine's /metrics, by the address of its host (the test runs outside the lab hosts).
-    const creds = clusterCredentials(cluster.secret);
     const engines = state.instances.map((i) => {
       const r0 = i.runners.find((r) => r.rank === 0)!;
       const host = state.node_identities.find((n) => n.node_id === r0.node_id)!.name;
       const url = new URL(r0.endpoint!);
       url.hostname = cluster.lab.host(host).address;
-      return { id: i.instance_id, host, url: url.origin, key: creds.engineKey(i.instance_id) };
+      const key = engineKeyOf(url.port, url.hostname);
+      return { id: i.instance_id, host, url: url.origin, key };
     });
     const predicted = async (e: (typeof engines)[number]) => {
       const text = await (

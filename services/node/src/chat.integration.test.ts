@@ -3,8 +3,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { clusterCredentials } from "@ic/config";
-import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
+import {
+  engineKeyOf,
+  placeAndWait,
+  seedStore,
+  startCluster,
+  waitForConvergence,
+} from "@ic/testkit";
 import type { LocalCluster } from "@ic/testkit";
 
 let cluster: LocalCluster;
@@ -107,7 +112,7 @@ describe("chat completions on a 1-node cluster", () => {
     const endpoint = s.instances
       .find((i) => i.instance_id === placed.instance_id)!
       .runners.find((r) => r.rank === 0)!.endpoint!;
-    const key = clusterCredentials(node.spec.secret!).engineKey(placed.instance_id);
+    const key = engineKeyOf(new URL(endpoint).port);
     const direct = (await (
       await fetch(`${endpoint}/v1/embeddings`, {
         method: "POST",
@@ -148,7 +153,7 @@ describe("chat completions on a 1-node cluster", () => {
     }>("/state");
     const inst = s.instances.find((i) => i.model_id === modelId && !i.embeddings)!;
     const endpoint = inst.runners.find((r) => r.rank === 0)!.endpoint!;
-    const key = clusterCredentials(node.spec.secret!).engineKey(inst.instance_id);
+    const key = engineKeyOf(new URL(endpoint).port);
     const gateway = new OpenAI({ baseURL: `${node.apiUrl}/v1`, apiKey: "unused" });
     const direct = new OpenAI({ baseURL: `${endpoint}/v1`, apiKey: key });
     const chat = {
@@ -265,8 +270,8 @@ describe("chat completions on a 1-node cluster", () => {
     }>("/state");
     const instance = state.instances.find((i) => i.model_id === slowModelId)!;
     const endpoint = instance.runners.find((r) => r.rank === 0)!.endpoint!;
-    // Only gateways talk to engines: the test derives the engine's key from the cluster secret.
-    const key = clusterCredentials(cluster.nodes[0]!.spec.secret!).engineKey(instance.instance_id);
+    // Only gateways talk to engines: the test reads the engine's key off its process.
+    const key = engineKeyOf(new URL(endpoint).port);
     expect((await fetch(`${endpoint}/metrics`)).status).toBe(401);
     const metric = async (name: string): Promise<number> => {
       const text = await (

@@ -2829,7 +2829,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
       purgeWaitMs: 2_000,
       // The cluster storage view's one peer refuses connections (port 1): it is named unreachable.
       peers: {
-        token: TOKENS.read,
+        token: () => TOKENS.read,
         timeoutMs: 1000,
         list: () => [{ name: "peer", apiUrl: "http://127.0.0.1:1" }],
       },
@@ -2938,7 +2938,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
               tracing,
               node: "self",
               fanOut: {
-                token: TOKENS.read,
+                token: () => TOKENS.read,
                 timeoutMs: 1000,
                 peers: () => [{ name: "peer", apiUrl: "http://127.0.0.1:1" }],
               },

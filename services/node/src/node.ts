@@ -1,6 +1,6 @@
 // One node: its embedded nats-server, the bus, telemetry, the cluster agent, the worker and the HTTP API.
 // Components start in dependency order and stop in reverse order; stop() is idempotent.
-import { randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { lookup } from "node:dns/promises";
 import { basename, dirname } from "node:path";
 import type { Server } from "node:http";
@@ -21,7 +21,7 @@ import type { ChatObserver } from "@ic/protocol";
 import { EventLog, eventRoutes } from "@ic/eventlog";
 import { Tracing, tracingRoutes } from "@ic/tracing";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
-import { clusterCredentials, isLoopback, stagingFor } from "@ic/config";
+import { ClusterSecret, clusterCredentials, isLoopback, stagingFor } from "@ic/config";
 import {
   createHubSource,
   LiveStagingSettings,
@@ -106,6 +106,13 @@ export class Node implements AsyncDisposable {
 
     // 0. Credentials, all derived from the cluster secret; the address engines listen on.
     const creds = clusterCredentials(cfg.cluster.secret);
+    // The secret in force for what nodes present to each other (node token, heartbeat proof): a
+    // reload may rotate it; the bus credentials above stay those the node started with.
+    const clusterSecret = new ClusterSecret(cfg.cluster.secret, cfg.cluster.rotation_secret);
+    // The API key of this node's engines: random, made at each start (its engines start with it),
+    // told to the other members in heartbeats. Not derived from the cluster secret, so rotating the
+    // secret leaves running engines reachable; nor from an instance id (one node, one key).
+    const engineKey = `ice_${randomBytes(24).toString("base64url")}`;
     const anonymous = cfg.auth.tokens.length === 0;
     const security = new SecurityHealth({
       log: log.child({ component: "security" }),
@@ -285,6 +292,8 @@ export class Node implements AsyncDisposable {
           ...(outstanding ? { outstanding } : {}),
           ...(this.drainer ? { draining: true as const } : {}),
           loop_delay: loopMonitor.sample(),
+          engine_key: engineKey,
+          secret_proof: clusterSecret.proof(this.peerKey),
           telemetry: part.telemetry,
           links: part.links,
           runners: worker?.runners() ?? [],
@@ -292,7 +301,18 @@ export class Node implements AsyncDisposable {
           // Other nodes in this node's session (the agent exists once heartbeats are sent).
           health: [
             ...part.health,
-            ...security.entries(Math.max(0, (this.agent?.livePeers().length ?? 1) - 1)),
+            ...security.entries(
+              Math.max(0, (this.agent?.livePeers().length ?? 1) - 1),
+              (this.agent?.livePeers() ?? [])
+                .filter(
+                  ({ heartbeat: h }) =>
+                    h.peer_key !== this.peerKey &&
+                    h.secret_proof !== undefined &&
+                    !clusterSecret.accepts(h.peer_key, h.secret_proof),
+                )
+                .map((p) => p.heartbeat.name)
+                .sort(),
+            ),
             ...missingModelHealth(missingModels),
             ...looseEntryHealth(looseInStore),
             ...(worker?.health() ?? []),
@@ -324,7 +344,7 @@ export class Node implements AsyncDisposable {
       log,
       cluster: agent,
       storeLocalPath: cfg.store_path,
-      storeToken: creds.nodeToken,
+      storeToken: () => clusterSecret.token(),
       hub: hubUrl
         ? {
             source: createHubSource({ hubUrl, accessToken: process.env.HF_TOKEN }),
@@ -337,7 +357,7 @@ export class Node implements AsyncDisposable {
     // Live peers' APIs (this node excluded) for the cluster-wide views (traces, storage), asked
     // with the cluster's node token (read scope).
     const peerApis = {
-      token: creds.nodeToken,
+      token: () => clusterSecret.token(),
       list: () =>
         agent
           .livePeers()
@@ -355,24 +375,33 @@ export class Node implements AsyncDisposable {
       name,
       log,
     };
-    // An engine's API key is an HMAC of the cluster secret: derived once per instance, not per request.
+    // An engine answers to the key its node made at start (engineKey above), which that node's
+    // heartbeats tell the other members: the key of an instance is its rank-0 node's.
     const engineAuth = new Map<string, Record<string, string>>();
     const engineHeaders = (instanceId: string): Record<string, string> => {
-      let h = engineAuth.get(instanceId);
+      const rank0 = agent.snapshot().instances[instanceId]?.assignments.find((a) => a.rank === 0);
+      const key =
+        rank0 === undefined
+          ? undefined
+          : rank0.peer_key === this.peerKey
+            ? engineKey
+            : agent.peer(rank0.peer_key)?.heartbeat.engine_key;
+      if (key === undefined) return {};
+      let h = engineAuth.get(key);
       if (!h) {
         if (engineAuth.size >= 1024) engineAuth.clear();
-        h = Object.freeze({ authorization: `Bearer ${creds.engineKey(instanceId)}` });
-        engineAuth.set(instanceId, h);
+        h = Object.freeze({ authorization: `Bearer ${key}` });
+        engineAuth.set(key, h);
       }
       return h;
     };
     this.engineHeaders = engineHeaders;
-    const apiTokens = new TokenSet(withNodeToken(cfg.auth.tokens, creds.nodeToken));
+    const apiTokens = new TokenSet(withNodeToken(cfg.auth.tokens, clusterSecret.acceptedTokens()));
     const reloader = new ConfigReloader({
       file: this.o.configFile,
       set: apiTokens,
       initial: cfg.auth.tokens,
-      nodeToken: creds.nodeToken,
+      secret: clusterSecret,
       // Renewed certificates: the API's new connections and this process's clients. nats-server
       // keeps its route certificate until the node restarts: its config reload re-checks the routes'
       // authorization and dropped them for seconds when tried (the routes' certificate, from the
@@ -521,7 +550,7 @@ export class Node implements AsyncDisposable {
       agent,
       log,
       self: { peerKey: this.peerKey, startedAt: this.startedAt },
-      token: anonymous ? undefined : creds.nodeToken,
+      token: anonymous ? undefined : () => clusterSecret.token(),
     });
     this.stack.push({ name: "peer-watch", stop: () => peerWatch.stop() });
     agent.start();
@@ -551,7 +580,7 @@ export class Node implements AsyncDisposable {
       gpus: () => telemetry.telemetry?.gpus ?? [],
       host: engineHost,
       advertiseHost: cfg.node.host,
-      engineKey: creds.engineKey,
+      engineKey,
       engineTls,
       runnerLogDir: cfg.engine.runner_log_dir,
       contextSize: cfg.engine.context_size,

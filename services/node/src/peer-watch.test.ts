@@ -114,7 +114,7 @@ describe("the watching end (a follower)", () => {
       agent,
       log: silentLogger(),
       self: { peerKey: agent.peerKey, startedAt: 7 },
-      token,
+      token: token === undefined ? undefined : () => token,
       checkMs: 20,
       retryMs: 100,
     });

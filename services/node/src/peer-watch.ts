@@ -76,8 +76,8 @@ export interface PeerWatchOptions {
   readonly agent: WatchAgent;
   readonly log: Logger;
   readonly self: { readonly peerKey: string; readonly startedAt: number };
-  /** The cluster's node token, when the API checks tokens. */
-  readonly token?: string | undefined;
+  /** The cluster's node token, read at each connection (a reload may rotate it); absent when anonymous. */
+  readonly token?: (() => string) | undefined;
   /** How often the target (the current master) is checked. */
   readonly checkMs?: number;
   /** Pause before a dropped or refused watch is opened again. */
@@ -160,7 +160,7 @@ export class PeerWatch {
       ...(tls ? { ca: trustedCas() } : {}),
       headers: {
         accept: "text/event-stream",
-        ...(this.o.token ? { authorization: `Bearer ${this.o.token}` } : {}),
+        ...(this.o.token ? { authorization: `Bearer ${this.o.token()}` } : {}),
       },
     });
     const w: Watch = { peerKey, startedAt, req, dropped: false };

@@ -1,17 +1,19 @@
-// Reloading the API tokens and the TLS files while the node runs (SIGHUP, POST /admin/reload): the
-// config file is read and checked again exactly as at start; its `auth.tokens` replace the ones in
-// force at once, between two requests, and renewed certificate, key or CA files (new contents, or
-// other paths) go into force for the API's new connections and this node's HTTPS clients. A token
-// rotation without downtime: list the new token beside the old one and reload every node, move the
-// clients, then drop the old one and reload again. A file that does not load changes nothing (the
-// answer says why). Only `auth.tokens` and `tls.*` files are applied; the other keys, and turning
-// TLS on or off, still need a restart (the answer names none of them: it does not diff the rest of
-// the file). Running engines and the bus routes keep the certificate they started with until the
-// node restarts (same CA: still valid).
+// Reloading the API tokens, the cluster secret and the TLS files while the node runs (SIGHUP, POST
+// /admin/reload): the config file is read and checked again exactly as at start; its `auth.tokens`
+// replace the ones in force at once, between two requests; its `cluster.secret` and
+// `cluster.rotation_secret` become the node token it presents and the ones it accepts; renewed
+// certificate, key or CA files (new contents, or other paths) go into force for the API's new
+// connections and this node's HTTPS clients. A token rotation without downtime: list the new token
+// beside the old one and reload every node, move the clients, then drop the old one and reload
+// again; the cluster secret rotates in three such rounds (docs/security.md). A file that does not
+// load changes nothing (the answer says why). Only these keys are applied; the other keys, and
+// turning TLS on or off, still need a restart (the answer names none of them: it does not diff the
+// rest of the file). Running engines and the bus routes keep the certificate they started with
+// until the node restarts (same CA: still valid).
 import type { Hono } from "hono";
 import { z } from "zod";
 import { ConfigError, loadConfig } from "@ic/config";
-import type { ResolvedTls, ResolvedToken } from "@ic/config";
+import type { ClusterSecret, Config, ResolvedTls, ResolvedToken } from "@ic/config";
 import type { ApiToken, TokenSet } from "@ic/gateway";
 import type { Logger } from "@ic/log";
 import { ServiceError } from "@ic/protocol";
@@ -30,6 +32,12 @@ export const ReloadResponseSchema = z.object({
    * or `off` (the node runs without TLS).
    */
   tls: z.enum(["reloaded", "unchanged", "off"]),
+  /**
+   * The cluster secret this node presents: `rotated` (the file names another one, in force now) or
+   * `unchanged`; and whether a rotation window is open (`cluster.rotation_secret` accepted too).
+   */
+  cluster_secret: z.enum(["rotated", "unchanged"]),
+  rotation_window: z.enum(["open", "closed"]),
 });
 export type ReloadResponse = z.infer<typeof ReloadResponseSchema>;
 
@@ -51,13 +59,20 @@ export function tokenChanges(
 }
 
 /**
- * The tokens the API accepts: the configured ones plus the cluster's node token (read scope: peers'
- * store downloads and fan-outs), or none at all (anonymous) when none is configured.
+ * The tokens the API accepts: the configured ones plus the cluster's node tokens (read scope: peers'
+ * store downloads and fan-outs; two during a rotation window), or none at all (anonymous) when none
+ * is configured.
  */
-export function withNodeToken(tokens: readonly ApiToken[], nodeToken: string): ApiToken[] {
+export function withNodeToken(
+  tokens: readonly ApiToken[],
+  nodeTokens: readonly string[],
+): ApiToken[] {
   return tokens.length === 0
     ? []
-    : [...tokens, { name: "cluster-node", token: nodeToken, scopes: ["read"] }];
+    : [
+        ...tokens,
+        ...nodeTokens.map((token) => ({ name: "cluster-node", token, scopes: ["read" as const] })),
+      ];
 }
 
 export interface ConfigReloaderOptions {
@@ -67,8 +82,8 @@ export interface ConfigReloaderOptions {
   readonly set: TokenSet;
   /** The tokens in force at start. */
   readonly initial: readonly ResolvedToken[];
-  /** The cluster's node token (read scope), in force whenever any token is. */
-  readonly nodeToken: string;
+  /** The cluster secret in force (node token presented and accepted, heartbeat proof). */
+  readonly secret: ClusterSecret;
   /** The TLS files in force at start (null: no TLS), and what puts renewed ones in force (synchronous). */
   readonly tls: { readonly initial: ResolvedTls | null; apply(next: ResolvedTls): void };
   readonly name: string;
@@ -99,6 +114,7 @@ export class ConfigReloader {
       );
     let tokens: readonly ResolvedToken[];
     let tls: ResolvedTls | null;
+    let cluster: Config["cluster"];
     const refuse = (why: string) => {
       this.o.log.warn({ file: this.o.file, err: why }, "reload refused; what is in force stays");
       return new ServiceError("invalid_request", `reload refused, nothing changed: ${why}`);
@@ -107,28 +123,49 @@ export class ConfigReloader {
       ({
         auth: { tokens },
         tls,
+        cluster,
       } = loadConfig({ file: this.o.file }));
     } catch (e) {
       throw refuse(e instanceof ConfigError ? e.message : String(e));
     }
     if ((tls === null) !== (this.currentTls === null))
       throw refuse(`tls: turning TLS ${tls ? "on" : "off"} needs a restart of the node`);
+    // A lone node without a configured secret makes one at each load: it keeps its own. Without TLS
+    // the secret is also the bus routes' password, which a running nats-server cannot change.
+    const secret = cluster.secret_generated ? undefined : cluster.secret;
+    if (secret !== undefined && !this.o.secret.presents(secret) && !tls)
+      throw refuse(
+        "cluster.secret: without TLS the cluster secret is also the bus routes' password, which a " +
+          "running node cannot change; restart every node with the new secret (or set up TLS first)",
+      );
     const diff = tokenChanges(this.current, tokens);
     const tlsState = !tls ? "off" : tlsChanged(this.currentTls!, tls) ? "reloaded" : "unchanged";
-    this.o.set.set(withNodeToken(tokens, this.o.nodeToken));
+    const secretState = this.o.secret.set(secret, cluster.rotation_secret);
+    this.o.set.set(withNodeToken(tokens, this.o.secret.acceptedTokens()));
     this.current = tokens;
     if (tls && tlsState === "reloaded") {
       this.o.tls.apply(tls);
       this.currentTls = tls;
     }
-    // Names only: a token is never logged.
-    this.o.log.info({ file: this.o.file, ...diff, tls: tlsState }, "config reloaded");
+    // Names only: a token or secret is never logged.
+    this.o.log.info(
+      {
+        file: this.o.file,
+        ...diff,
+        tls: tlsState,
+        cluster_secret: secretState.secret,
+        rotation_window: secretState.window,
+      },
+      "config reloaded",
+    );
     return {
       ok: true,
       node: this.o.name,
       tokens: tokens.map((t) => t.name),
       ...diff,
       tls: tlsState,
+      cluster_secret: secretState.secret,
+      rotation_window: secretState.window,
     };
   }
 }

@@ -115,4 +115,31 @@ describe("SecurityHealth", () => {
       }),
     ]);
   });
+
+  it("peers that present another secret: named in a warning, or an error on the odd one out", () => {
+    const { log } = logCapture();
+    const h = new SecurityHealth({ log, now: () => 0 });
+    expect(h.entries(2, [])).toEqual([]);
+    // One stray peer among two: named in a warning (this node stays a placement candidate).
+    expect(h.entries(2, ["node-3"])).toEqual([
+      expect.objectContaining({
+        code: "cluster_secret_mismatch",
+        severity: "warn",
+        message: expect.stringMatching(
+          /observed: node-3 present\(s\) a secret this node does not accept, .*fail\)$/,
+        ) as unknown,
+        remediation: expect.stringContaining("POST /admin/reload") as unknown,
+      }),
+    ]);
+    // No peer shares this node's secret: the odd one out is in error.
+    expect(h.entries(2, ["node-1", "node-2"])).toEqual([
+      expect.objectContaining({
+        code: "cluster_secret_mismatch",
+        severity: "error",
+        message: expect.stringMatching(
+          /node-1, node-2 present.*; no peer shares this node's secret$/,
+        ) as unknown,
+      }),
+    ]);
+  });
 });

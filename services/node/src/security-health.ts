@@ -1,6 +1,7 @@
 // nodeHealth entries for the node's security posture: bus authentication failures reported by the
-// embedded nats-server (ours refused, strangers refused, TLS handshakes failed), an API that runs
-// without tokens, and a node that listens beyond loopback without TLS.
+// embedded nats-server (ours refused, strangers refused, TLS handshakes failed), peers that present
+// another cluster secret, an API that runs without tokens, and a node that listens beyond loopback
+// without TLS.
 import type { AuthFailure } from "@ic/bus";
 import type { Logger } from "@ic/log";
 import type { HealthEntry } from "@ic/protocol";
@@ -75,12 +76,30 @@ export class SecurityHealth {
    * `joinedPeers`: how many other nodes this node is in a session with. A refusal is symmetric (both
    * sides of a route with different secrets see it), so it means this node has the wrong secret
    * only when nobody accepts it; a node in a cluster that one peer refuses is reporting that peer.
+   * `otherSecret`: names of live peers whose heartbeats prove a secret this node does not accept
+   * (with TLS, routes authenticate by certificate, so such a peer is on the bus).
    */
-  entries(joinedPeers = 0): HealthEntry[] {
+  entries(joinedPeers = 0, otherSecret: readonly string[] = []): HealthEntry[] {
     const now = this.o.now();
     const window = this.o.windowMs ?? 60_000;
     const live = [...this.seen.values()].filter((f) => now - f.at <= window);
     const out: HealthEntry[] = [];
+    // The odd one out (no peer shares its secret) is in error and stops being a placement
+    // candidate; the others only name it, so one stray node does not stop placement everywhere.
+    const alone = otherSecret.length >= joinedPeers;
+    if (otherSecret.length > 0)
+      out.push({
+        code: "cluster_secret_mismatch",
+        severity: alone ? "error" : "warn",
+        message:
+          "declared: every node presents the cluster secret (or the other one of an open rotation window); " +
+          `observed: ${otherSecret.join(", ")} present(s) a secret this node does not accept, so each side ` +
+          "refuses the other's node token (store downloads and cluster-wide views between them fail)" +
+          (alone ? "; no peer shares this node's secret" : ""),
+        remediation:
+          "give every node the same cluster.secret_file and cluster.rotation_secret_file and reload each " +
+          "(POST /admin/reload or SIGHUP); during a rotation, close the window only once every node presents the new secret",
+      });
     const refused = live.filter((f) => f.direction === "route-refused-by-peer");
     if (refused.length > 0 && joinedPeers > 0)
       out.push({

@@ -16,16 +16,16 @@ export interface StoreStagerOptions {
   /** This node's own store_path (hardlinks instead of copies when on the same filesystem). */
   readonly storeLocalPath?: string | undefined;
   readonly hub?: HubFallback | undefined;
-  /** Bearer token for the store host's API (the cluster's node token). */
-  readonly storeToken?: string | undefined;
+  /** Bearer token for the store host's API (the cluster's node token), read at each request. */
+  readonly storeToken?: (() => string) | undefined;
 }
 
 /** fetch with the node's bearer token on every request (store downloads only, never the hub). */
-function withToken(token: string | undefined): typeof fetch | undefined {
+function withToken(token: (() => string) | undefined): typeof fetch | undefined {
   if (token === undefined) return undefined;
   return (input, init) => {
     const headers = new Headers(init?.headers);
-    headers.set("authorization", `Bearer ${token}`);
+    headers.set("authorization", `Bearer ${token()}`);
     return fetch(input, { ...init, headers });
   };
 }

@@ -15,6 +15,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clusterCredentials } from "@ic/config";
 import {
+  engineKeyOf,
   HOST_PORTS,
   makeClusterCerts,
   PacketCapture,
@@ -42,6 +43,7 @@ let capture: PacketCapture;
 let frames: Buffer;
 let answer = "";
 let instanceId = "";
+let engineKey = "";
 
 beforeAll(async () => {
   const { store, modelId } = await seedStore(mkdtempSync(join(tmpdir(), "ic-tls-store-")));
@@ -63,6 +65,12 @@ beforeAll(async () => {
     excluded_nodes: [node1],
   });
   instanceId = placed.instance_id;
+  // The engine's key (its node made it; heartbeats carry it over the routes): read off the process.
+  const running = await nodes[0]!.get<StateDoc>("/state");
+  const endpoint = new URL(
+    running.instances.find((i) => i.instance_id === instanceId)!.runners[0]!.endpoint!,
+  );
+  engineKey = engineKeyOf(endpoint.port, cluster.lab.host(endpoint.hostname).address);
   const client = new OpenAI({
     baseURL: `${nodes[0]!.apiUrl}/v1`,
     apiKey: cluster.adminToken,
@@ -122,7 +130,7 @@ describe("TLS between nodes", () => {
       "cluster secret": cluster.secret,
       "bus route password": creds.busRoute.password,
       "node token": creds.nodeToken,
-      "engine key": creds.engineKey(instanceId),
+      "engine key": engineKey,
       prompt: PROMPT,
       ...(answer.length >= 8 ? { answer: answer.slice(0, 16) } : {}),
     };

@@ -86,7 +86,7 @@ function makeApp(timeoutMs = 300): Hono {
   tracingRoutes(a, {
     tracing,
     node: "node-1",
-    fanOut: { peers: () => peers, token: "node-token", timeoutMs },
+    fanOut: { peers: () => peers, token: () => "node-token", timeoutMs },
   });
   return a;
 }

@@ -34,8 +34,11 @@ export interface WorkerOptions {
   readonly host: string;
   /** Address in runner endpoints (the node's advertised `node.host`); defaults to `host`. */
   readonly advertiseHost?: string;
-  /** The API key of an instance's llama-server (only gateways, which can derive it, talk to it). */
-  readonly engineKey?: (instanceId: string) => string;
+  /**
+   * The API key this node's llama-servers start with (made at the node's start; gateways learn it
+   * from its heartbeats, and only they talk to engines).
+   */
+  readonly engineKey?: string;
   /**
    * llama-server serves HTTPS with the node's certificate (the engine's probe found it can): its
    * endpoint is `https://`, and only clients that trust the cluster CA talk to it. Absent: HTTP.
@@ -373,7 +376,7 @@ export class Worker implements AsyncDisposable {
       });
       // The key goes in the environment (LLAMA_API_KEY), not argv, which `ps` shows to everyone.
       const env: Record<string, string> = this.o.engineKey
-        ? { LLAMA_API_KEY: this.o.engineKey(inst.instance_id) }
+        ? { LLAMA_API_KEY: this.o.engineKey }
         : {};
       const tls = this.o.engineTls !== undefined;
       sup = new RunnerSupervisor(
