@@ -275,6 +275,16 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
   }),
   /** The master brought the replica to the intent store (see ControlState.intent_restored). */
   z.object({ type: z.literal("IntentRestored") }),
+  /**
+   * A planned hand-off (the master drains): the named member is the session's master from the
+   * next event on. The session, its id and every node id stay; only a lost master changes them.
+   */
+  z.object({
+    type: z.literal("MasterHandedOff"),
+    master_node_id: NodeIdSchema,
+    master_peer_key: z.string(),
+    master_started_at: z.number(),
+  }),
   z.object({ type: z.literal("NodeJoined"), member: MemberSchema }),
   z.object({ type: z.literal("NodeLeft"), node_id: NodeIdSchema, reason: z.string() }),
   z.object({ type: z.literal("ModelRegistered"), model: ModelRecordSchema }),

@@ -80,6 +80,23 @@ describe("apply", () => {
     expect(s.index).toBe(2);
   });
 
+  it("a hand-off names the new master and keeps the session, its start and its members", () => {
+    const s = run([
+      start,
+      { type: "NodeJoined", member: member(n2, "p2") },
+      { type: "MasterHandedOff", master_node_id: n2, master_peer_key: "p2", master_started_at: 1 },
+    ]);
+    expect(s.session).toEqual({
+      session_id: S,
+      master_node_id: n2,
+      master_peer_key: "p2",
+      master_started_at: 1,
+      started_at: 1,
+    });
+    expect(Object.keys(s.members).sort()).toEqual([n1, n2]);
+    expect(s.index).toBe(3);
+  });
+
   it("rejects gaps and events from another session", () => {
     const s = run([start]);
     expect(() =>

@@ -139,6 +139,17 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
     }
     case "IntentRestored":
       return { ...next, intent_restored: true };
+    case "MasterHandedOff":
+      if (!next.session) return next;
+      return {
+        ...next,
+        session: {
+          ...next.session,
+          master_node_id: e.master_node_id,
+          master_peer_key: e.master_peer_key,
+          master_started_at: e.master_started_at,
+        },
+      };
     // Notifications: the gateway holding the task, and the operator's log, read them.
     case "TaskFailed":
     case "DownloadFailed":

@@ -171,6 +171,16 @@ async function waitUntil(cond: () => boolean): Promise<void> {
   for (let i = 0; i < 1000 && !cond(); i++) await advance(1);
   expect(cond()).toBe(true);
 }
+/** Advances fake time until `p` settles (at most a second), then gives its outcome. */
+async function settled<T>(p: Promise<T>): Promise<T> {
+  let done = false;
+  p.then(
+    () => (done = true),
+    () => (done = true),
+  );
+  await waitUntil(() => done);
+  return p;
+}
 const memberNames = (a: ClusterAgent) =>
   Object.values(a.snapshot().members)
     .map((m) => m.name)
@@ -363,6 +373,62 @@ describe("failover", () => {
     expect(memberNames(b)).toEqual(["b", "c"]);
     await waitUntil(() => c.sessionId === b.sessionId && c.synced);
     expect(memberNames(c)).toEqual(["b", "c"]);
+  });
+});
+
+describe("planned hand-off of the master", () => {
+  const report = (reason: string) =>
+    ({ type: "ReportDownloadFailed", model_id: "org/m" as ModelId, reason }) as const;
+
+  it("the master hands its session to the most senior member: same session, no session change, commands go on, and its stop elects nobody", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1);
+    const b = start(hub, "b", 2);
+    const c = start(hub, "c", 3);
+    await advance(1000);
+    const s1 = a.sessionId;
+    expect(a.isMaster).toBe(true);
+    const changes: unknown[] = [];
+    for (const x of [a, b, c]) x.on({ session: (prev, next) => changes.push([prev, next]) });
+
+    // A command sent while the hand-off starts: the old master answers no_master naming the
+    // successor, and the sender asks the successor once its replica has the hand-off.
+    const handing = a.handOff();
+    const early = c.command(report("early"));
+    expect(await settled(handing)).toBe("p-b");
+    expect((await settled(early)).ok).toBe(true);
+    await waitUntil(() => b.isMaster && !a.isMaster);
+    for (const x of [a, b, c]) {
+      expect(x.sessionId).toBe(s1);
+      expect(x.snapshot().session?.master_peer_key).toBe("p-b");
+    }
+    // Every node's commands go to the new master, the old one's included.
+    await settled(a.command(report("from the old master")));
+    await settled(c.command(report("from a follower")));
+    await settled(b.command(report("from the new master")));
+    await waitUntil(() => a.snapshot().index === b.snapshot().index);
+    await waitUntil(() => c.snapshot().index === b.snapshot().index);
+    // The old master stops (as after its drain): it leaves, and nobody elects.
+    await a.stop();
+    await advance(2000);
+    expect(b.isMaster).toBe(true);
+    expect([b.sessionId, c.sessionId]).toEqual([s1, s1]);
+    expect(memberNames(b)).toEqual(["b", "c"]);
+    await waitUntil(() => memberNames(c).join() === "b,c");
+    expect(changes).toEqual([]);
+  });
+
+  it("nobody to hand to (a lone master, or a follower asked): nothing changes", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1);
+    await advance(1000);
+    expect(a.isMaster).toBe(true);
+    expect(await settled(a.handOff())).toBeUndefined();
+    expect(a.isMaster).toBe(true);
+    await settled(a.command(report("still the master")));
+    const b = start(hub, "b", 2);
+    await waitUntil(() => b.synced);
+    expect(await settled(b.handOff())).toBeUndefined();
   });
 });
 

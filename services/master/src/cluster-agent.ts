@@ -24,6 +24,7 @@ import type {
 } from "@ic/protocol";
 import {
   apply,
+  compareSeniority,
   decide,
   elect,
   lostDeployments,
@@ -172,6 +173,13 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly listeners = new Set<AgentListener>();
   private readonly subs: Unsubscribe[] = [];
   private masterSubs: Unsubscribe[] = [];
+  /**
+   * A planned hand-off of this node's session (see handOff): from when it starts, commands are
+   * answered `no_master` naming the successor; the subscriptions of the master role stay a while
+   * after it, so a follower that asked this node, or that lags, still gets an answer.
+   */
+  private handingOff: { session_id: SessionId; to: Peer } | undefined;
+  private retiredSubs: { subs: Unsubscribe[]; timer: NodeJS.Timeout } | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
   private hbTimer: NodeJS.Timeout | undefined;
   private syncing = false;
@@ -225,6 +233,15 @@ export class ClusterAgent implements AsyncDisposable {
   peer(peerKey: string): PeerView | undefined {
     return this.peers.get(peerKey);
   }
+  /**
+   * Members of this node's session it has not heard a heartbeat from since it started (names):
+   * their engine keys and loads are not known here yet.
+   */
+  unheardMembers(): string[] {
+    return Object.values(this.state.members)
+      .filter((m) => m.peer_key !== this.o.self.peerKey && !this.peers.has(m.peer_key))
+      .map((m) => m.name);
+  }
   /** Peers heard within the liveness timeout, self included. */
   livePeers(): PeerView[] {
     const now = this.o.clock.now();
@@ -269,6 +286,65 @@ export class ClusterAgent implements AsyncDisposable {
     clearInterval(this.hbTimer);
     for (const u of [...this.subs, ...this.masterSubs]) u();
     this.masterSubs = [];
+    this.retireNow();
+  }
+
+  /**
+   * A planned stop of the master: hands its session to the most senior live member that is caught
+   * up and not draining, so the cluster keeps its session (no `session_changed` for anyone's open
+   * requests). Commands are refused with `no_master` naming the successor from now on (a follower's
+   * `command` waits for the hand-off and asks the successor); intent writes in flight end first
+   * (bounded by `waitMs`); then `MasterHandedOff` is sequenced and this node becomes a follower.
+   * Returns the successor's peer key, or undefined when this node is not the master or no member
+   * can take over (the cluster then elects a new master once this node is gone, as for a loss).
+   */
+  async handOff(waitMs = 5000): Promise<string | undefined> {
+    const cur = this.current;
+    if (this.role !== "master" || !cur || this.handingOff || this.stopped) return undefined;
+    const to = this.successor();
+    if (!to) return undefined;
+    this.handingOff = { session_id: cur.session_id, to: to.peer };
+    this.log.info({ session: cur.session_id, to: to.peer.peer_key }, "handing the session off");
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.intentChain.catch(() => {}),
+      new Promise<void>((r) => (timer = setTimeout(r, waitMs))),
+    ]);
+    clearTimeout(timer);
+    if (this.role !== "master" || this.current?.session_id !== cur.session_id || this.stopped) {
+      this.handingOff = undefined;
+      return undefined;
+    }
+    this.emit({
+      type: "MasterHandedOff",
+      master_node_id: to.nodeId,
+      master_peer_key: to.peer.peer_key,
+      master_started_at: to.peer.started_at,
+    });
+    return to.peer.peer_key;
+  }
+
+  /** The member a planned hand-off goes to: live, in this session, caught up, not draining. */
+  private successor(): { peer: Peer; nodeId: NodeId } | undefined {
+    const cur = this.current!;
+    const now = this.o.clock.now();
+    const candidates = Object.values(this.state.members).flatMap((m) => {
+      const p = this.peers.get(m.peer_key);
+      const hb = p?.heartbeat;
+      if (!p || !hb || m.peer_key === this.o.self.peerKey || p.lostAt !== undefined) return [];
+      if (now - p.lastHeard > this.o.timings.livenessTimeoutMs || hb.draining) return [];
+      if (hb.session_id !== cur.session_id || hb.started_at !== m.started_at) return [];
+      return [{ peer: { peer_key: m.peer_key, started_at: m.started_at }, nodeId: m.node_id }];
+    });
+    return candidates.sort((a, b) => compareSeniority(a.peer, b.peer))[0];
+  }
+
+  /** After a hand-off: the master role's subscriptions, kept a while for late askers, go now. */
+  private retireNow(): void {
+    if (!this.retiredSubs) return;
+    clearTimeout(this.retiredSubs.timer);
+    for (const u of this.retiredSubs.subs) u();
+    this.retiredSubs = undefined;
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -517,7 +593,8 @@ export class ClusterAgent implements AsyncDisposable {
       case "wait":
         break;
     }
-    if (this.role === "master") {
+    // While handing off, the master sequences nothing of its own: the successor takes over.
+    if (this.role === "master" && !this.handingOff) {
       this.superviseMembers(now, opts.departures ?? true);
       this.reconcileDeployments(now);
       this.tasks.expire(now);
@@ -732,7 +809,41 @@ export class ClusterAgent implements AsyncDisposable {
       const p = this.peers.get(left);
       if (p && p.lostAt === undefined) this.peers.set(left, { ...p, lostAt: this.o.clock.now() });
     }
+    if (ev.event.type === "MasterHandedOff") this.handedOff(ev.session_id, ev.event);
     for (const l of this.listeners) l.event?.(ev, this.state);
+  }
+
+  /**
+   * Every replica, at the hand-off event: the session stays, its master changes. The old master
+   * becomes a follower (keeping its master subscriptions a while for late askers); the successor
+   * becomes the master of the same session, at the index reached.
+   */
+  private handedOff(
+    sessionId: SessionId,
+    e: Extract<ControlEvent, { type: "MasterHandedOff" }>,
+  ): void {
+    if (this.current?.session_id !== sessionId) return;
+    const master: Peer = { peer_key: e.master_peer_key, started_at: e.master_started_at };
+    this.log.info({ session: sessionId, master: master.peer_key }, "master handed off");
+    if (this.role === "master") {
+      this.retireNow();
+      this.retiredSubs = {
+        subs: this.masterSubs,
+        timer: setTimeout(() => this.retireNow(), HANDOFF_GRACE_MS),
+      };
+      this.masterSubs = [];
+      this.role = "follower";
+      this.tasks.clear();
+      this.tokenWindows.clear();
+    }
+    this.current = { session_id: sessionId, master };
+    if (master.peer_key === this.o.self.peerKey) {
+      this.becomeMaster(sessionId);
+      this.publishHeartbeat();
+    } else if (this.handingOff) {
+      // Says at once that this node is no longer the master.
+      this.publishHeartbeat();
+    }
   }
 
   /**
@@ -807,6 +918,8 @@ export class ClusterAgent implements AsyncDisposable {
 
   private becomeMaster(sessionId: SessionId): void {
     this.stepDown();
+    this.retireNow();
+    this.handingOff = undefined;
     this.role = "master";
     this.masterLog.reset();
     this.syncServer.reset();
@@ -1025,6 +1138,7 @@ export class ClusterAgent implements AsyncDisposable {
     from: NodeId,
     cmd: Command,
   ): CommandReply | Promise<CommandReply> {
+    if (this.handingOff?.session_id === sessionId) return handedOffReply(this.handingOff.to);
     if (this.role !== "master" || sessionId !== this.current?.session_id) return SESSION_CHANGED;
     try {
       const d = this.decideNow(from, cmd, newId);
@@ -1205,6 +1319,28 @@ export class ClusterAgent implements AsyncDisposable {
 
   /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */
   async command(cmd: Command): Promise<Extract<CommandReply, { ok: true }>> {
+    try {
+      return await this.commandOnce(cmd);
+    } catch (e) {
+      // The master handed the session off (a planned stop): once this replica has the hand-off
+      // (bounded), the command goes to the successor. Only once: a second hand-off is a new error.
+      const to = e instanceof ServiceError ? e.details?.handed_off_to : undefined;
+      if (typeof to !== "string") throw e;
+      const session = this.current?.session_id;
+      const deadline = this.o.clock.now() + (this.o.commandTimeoutMs ?? 5000);
+      while (
+        this.current?.master.peer_key !== to ||
+        (to === this.o.self.peerKey && !this.isMaster)
+      ) {
+        if (this.stopped || this.current?.session_id !== session || this.o.clock.now() > deadline)
+          throw e;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      return await this.commandOnce(cmd);
+    }
+  }
+
+  private async commandOnce(cmd: Command): Promise<Extract<CommandReply, { ok: true }>> {
     const cur = this.current;
     if (!cur || !this.synced)
       throw new ServiceError("no_master", "this node has not joined a cluster session yet");
@@ -1255,6 +1391,20 @@ const INTENT_COMMANDS: ReadonlySet<Command["type"]> = new Set([
   "RegisterModel",
   "DeregisterModel",
 ]);
+
+/** After a hand-off, commands to the old master go to the successor (`command` retries there). */
+const HANDOFF_GRACE_MS = 10_000;
+
+function handedOffReply(to: Peer): CommandReply {
+  return {
+    ok: false,
+    error: {
+      code: "no_master",
+      message: "the master handed the session off; retry with the new master",
+      details: { handed_off_to: to.peer_key },
+    },
+  };
+}
 
 const SESSION_CHANGED: CommandReply = {
   ok: false,

@@ -129,6 +129,8 @@ describe("healthOf", () => {
     ["draining", synced, "draining"],
     ["started", { synced: false, sessionId: null, isMaster: false }, "no_session"],
     ["started", { synced: false, sessionId: "s-1", isMaster: false }, "syncing"],
+    ["started", { ...synced, unheardMembers: () => ["node-3"] }, "syncing"],
+    ["started", { ...synced, unheardMembers: () => [] }, "healthy"],
     ["started", synced, "healthy"],
   ] as const)("%s, %j -> %s", (phase, agent, want) => {
     const h = healthOf(phase, agent, "n");

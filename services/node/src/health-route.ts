@@ -12,6 +12,11 @@ export type NodePhase = "starting" | "started" | "draining" | "stopping";
 export interface HealthAgent {
   /** The replica holds the state of the session this node is in. */
   readonly synced: boolean;
+  /**
+   * Members of the session this node has not heard a heartbeat from yet (names): it cannot reach
+   * their engines (their keys come in heartbeats), so it is not ready to serve until none is left.
+   */
+  unheardMembers?(): string[];
   readonly sessionId: string | null;
   readonly isMaster: boolean;
 }
@@ -56,6 +61,12 @@ export function healthOf(
     return {
       reason: "syncing",
       message: `node ${name} is joining session ${agent.sessionId} (its state is not synced yet)`,
+    };
+  const unheard = agent.unheardMembers?.() ?? [];
+  if (unheard.length > 0)
+    return {
+      reason: "syncing",
+      message: `node ${name} is joining session ${agent.sessionId} (not heard from ${unheard.join(", ")} yet)`,
     };
   return {
     healthy: { ok: true, node: name, session_id: agent.sessionId, is_master: agent.isMaster },

@@ -3,7 +3,7 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import { lookup } from "node:dns/promises";
 import { basename, dirname } from "node:path";
-import type { Server } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { createServer } from "node:http";
 import { createServer as createHttpsServer, Server as HttpsServer } from "node:https";
 import type { Hono } from "hono";
@@ -82,6 +82,8 @@ export class Node implements AsyncDisposable {
   private started = false;
   /** Set from the first drain(): the heartbeat says `draining` from then on. */
   private drainer: Drain | undefined;
+  /** Chat requests this node's gateway has in flight (a drain waits for them too). */
+  private chatLoad: RequestLoad | undefined;
   private reloader: ConfigReloader | undefined;
   private engineHeaders: ((instanceId: string) => Record<string, string>) | undefined;
   private engineInfo: EngineInfo | undefined;
@@ -204,7 +206,13 @@ export class Node implements AsyncDisposable {
 
     // 4. HTTP API. It listens first (so heartbeats can advertise its port); requests get 503 until the app is wired.
     let app: Hono | undefined;
-    const listener = apiListener(() => app, log);
+    const serve = apiListener(() => app, log);
+    // While draining, every answer closes its connection (`Connection: close`): clients and load
+    // balancers open their next request elsewhere instead of reusing a socket this node will close.
+    const listener = (req: IncomingMessage, res: ServerResponse) => {
+      if (this.drainer) res.shouldKeepAlive = false;
+      return serve(req, res);
+    };
     const server = await new Promise<Server>((resolve, reject) => {
       const s = cfg.tls
         ? createHttpsServer(serverTlsOptions(cfg.tls), listener)
@@ -262,6 +270,7 @@ export class Node implements AsyncDisposable {
     }
     // This node's chat requests in flight: the gateway balances on it, heartbeats tell the others.
     const chatLoad = new RequestLoad();
+    this.chatLoad = chatLoad;
     const agent = new ClusterAgent({
       bus,
       log,
@@ -686,8 +695,10 @@ export class Node implements AsyncDisposable {
 
   /**
    * Before a planned stop: says `draining` in the heartbeat (gateways route around this node's
-   * instances at once) and waits, up to node.drain_timeout_ms, for the requests in flight on their
-   * engines to end (docs/operations.md, "Draining"). Undefined when there is nothing to drain.
+   * instances at once), hands the session to a successor when this node is the master (open
+   * requests cluster-wide keep their session), and waits, up to node.drain_timeout_ms, for the
+   * requests in flight on its engines and through its gateway to end (docs/operations.md,
+   * "Draining"). Undefined when there is nothing to drain.
    */
   async drain(): Promise<DrainResult | undefined> {
     const agent = this.agent;
@@ -696,9 +707,23 @@ export class Node implements AsyncDisposable {
       Object.values(agent.snapshot().instances).filter((i) =>
         i.assignments.some((a) => a.peer_key === this.peerKey),
       );
+    const relaying = () => {
+      let n = 0;
+      for (const v of this.chatLoad?.local().values() ?? []) n += v;
+      return n;
+    };
+    const log = this.o.log.child({ node: this.o.config.node.name, component: "drain" });
+    const handOff = this.drainer
+      ? undefined
+      : agent.handOff().then(
+          (to) => {
+            if (to) log.info({ successor: to }, "handed the master role off");
+          },
+          (e: unknown) => log.warn({ err: (e as Error).message }, "master hand-off failed"),
+        );
     this.drainer ??= new Drain({
       announce: () => agent.publishHeartbeat(),
-      hasInstances: () => mine().length > 0,
+      hasInstances: () => mine().length > 0 || relaying() > 0,
       busy: async () => {
         const runners = agent.snapshot().runners;
         const counts = await Promise.all(
@@ -716,13 +741,13 @@ export class Node implements AsyncDisposable {
             }
           }),
         );
-        return counts.reduce((a, b) => a + b, 0);
+        return counts.reduce((a, b) => a + b, 0) + relaying();
       },
       settleMs: 500,
       timeoutMs: this.o.config.node.drain_timeout_ms,
-      log: this.o.log.child({ node: this.o.config.node.name, component: "drain" }),
+      log,
     });
-    const r = await this.drainer.run();
+    const [r] = await Promise.all([this.drainer.run(), handOff]);
     this.o.log.info({ ...r }, "drained");
     return r;
   }

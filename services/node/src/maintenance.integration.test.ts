@@ -1,0 +1,205 @@
+// Planned maintenance across 3 hosts (network namespaces) with real llama-servers: two replicas of a
+// model and four clients behind a load balancer (the test's own: it sends to nodes whose GET
+// /health answers 200, as compose, nginx or HAProxy health checks do, and tries another node only
+// when a connection is refused, when nothing was sent), streaming and non-streaming in turn. Then
+// every node is restarted in turn with SIGTERM, the master included. No request fails, the session
+// never changes (the draining master hands it off), and both replicas are back after each restart.
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { seedStore, startHostCluster, waitFor, waitForConvergence } from "@ic/testkit";
+import type { HostCluster } from "@ic/testkit";
+import type { NodeProcess } from "./launcher/node-process.ts";
+
+interface StateDoc {
+  session: { session_id: string; master_peer_key: string } | null;
+  node_identities: { node_id: string; name: string; is_master: boolean }[];
+  instances: { instance_id: string; runners: { rank: number; state: string }[] }[];
+}
+
+let cluster: HostCluster;
+let modelId: string;
+
+beforeAll(async () => {
+  const store = mkdtempSync(join(tmpdir(), "ic-store-"));
+  ({ modelId } = await seedStore(store, { modelId: "test/maintenance-slow", slow: true }));
+  cluster = await startHostCluster(3, {
+    config: (i) => ({
+      node: { drain_timeout_ms: 30_000 },
+      engine: { context_size: 4096, extra_args: ["-np", "4"] },
+      ...(i === 0 ? { store_path: store } : {}),
+    }),
+  });
+  await waitForConvergence(cluster.nodes, 3);
+}, 180_000);
+
+afterAll(async () => {
+  await cluster?.[Symbol.asyncDispose]();
+});
+
+/** The test's load balancer: the nodes whose /health said 200 at the last check (every 100 ms). */
+class Balancer {
+  private healthy = new Set<NodeProcess>();
+  private turn = 0;
+  private stopped = false;
+  private readonly loop: Promise<void>;
+  /** Requests sent again to another node because a connection was refused. */
+  refused = 0;
+
+  constructor(private readonly nodes: readonly NodeProcess[]) {
+    this.loop = (async () => {
+      while (!this.stopped) {
+        const up = await Promise.all(
+          nodes.map(async (n) => {
+            try {
+              const r = await fetch(`${n.apiUrl}/health`, { signal: AbortSignal.timeout(1000) });
+              await r.arrayBuffer();
+              return r.status === 200;
+            } catch {
+              return false;
+            }
+          }),
+        );
+        this.healthy = new Set(nodes.filter((_, i) => up[i]));
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.loop;
+  }
+
+  /** One request through a healthy node; a refused connection (nothing sent) goes to another. */
+  async send(body: unknown): Promise<Response> {
+    for (let tries = 0; ; tries++) {
+      const healthy = this.nodes.filter((n) => this.healthy.has(n));
+      const node = healthy[this.turn++ % Math.max(1, healthy.length)] ?? this.nodes[0]!;
+      try {
+        return await fetch(`${node.apiUrl}/v1/chat/completions`, {
+          method: "POST",
+          headers: { ...node.authHeaders, "content-type": "application/json" },
+          body: JSON.stringify(body),
+        });
+      } catch (e) {
+        const code = (e as { cause?: { code?: string } }).cause?.code;
+        if (code !== "ECONNREFUSED" || tries >= 5) throw e;
+        this.refused++;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  }
+}
+
+/** One client sending request after request (streaming and not, in turn) until `until` resolves. */
+async function client(lb: Balancer, until: Promise<void>) {
+  const outcomes: { ok: boolean; stream: boolean; status: number; detail: string }[] = [];
+  let done = false;
+  void until.then(() => (done = true));
+  for (let i = 0; !done; i++) {
+    const stream = i % 2 === 0;
+    try {
+      const r = await lb.send({
+        model: modelId,
+        messages: [{ role: "user", content: "Tell me a story." }],
+        max_tokens: 60,
+        stream,
+      });
+      const text = await r.text();
+      const ok =
+        r.status === 200 && (!stream || (text.includes("[DONE]") && !text.includes('"error"')));
+      outcomes.push({ ok, stream, status: r.status, detail: ok ? "" : text.slice(0, 300) });
+    } catch (e) {
+      outcomes.push({ ok: false, stream, status: 0, detail: String(e) });
+    }
+  }
+  return outcomes;
+}
+
+describe("maintenance", () => {
+  it("a rolling SIGTERM restart of every node, the master included, under load with two replicas: no failed request, one session", async () => {
+    const nodes = cluster.nodes as NodeProcess[];
+    // The store host registers its models shortly after joining the session.
+    await waitFor(
+      async () =>
+        (await nodes[0]!.get<{ models: { model_id: string }[] }>("/state")).models.some(
+          (m) => m.model_id === modelId,
+        )
+          ? true
+          : undefined,
+      { timeoutMs: 30_000, what: "the model registered" },
+    );
+    const placed = await nodes[0]!.post("/place_instance", { model_id: modelId, replicas: 2 });
+    expect(placed.status).toBe(200);
+    const state = (n: NodeProcess) => n.get<StateDoc>("/state");
+    const twoReady = (live: readonly NodeProcess[]) =>
+      waitFor(
+        async () => {
+          const s = await state(live[0]!);
+          const ready = s.instances.filter((i) =>
+            i.runners.some((r) => r.rank === 0 && r.state === "RunnerReady"),
+          );
+          return ready.length === 2 ? s : undefined;
+        },
+        { timeoutMs: 90_000, what: "two ready replicas" },
+      );
+    const before = await twoReady(nodes);
+    const session = before.session!.session_id;
+
+    const lb = new Balancer(nodes);
+    let stopLoad!: () => void;
+    const until = new Promise<void>((r) => (stopLoad = r));
+    const clients = Array.from({ length: 4 }, () => client(lb, until));
+    await new Promise((r) => setTimeout(r, 2000));
+
+    // The master first, then the others; each back (and both replicas ready) before the next.
+    const masterName = before.node_identities.find((n) => n.is_master)!.name;
+    const order = [...nodes].sort(
+      (a, b) => Number(b.spec.name === masterName) - Number(a.spec.name === masterName),
+    );
+    const restarts: { node: string; stopMs: number; wasMaster: boolean }[] = [];
+    for (const n of order) {
+      const others = nodes.filter((x) => x !== n);
+      const wasMaster = (await state(others[0]!)).node_identities.find(
+        (x) => x.name === n.spec.name,
+      )!.is_master;
+      const t0 = Date.now();
+      await n.stop(40_000);
+      restarts.push({ node: n.spec.name, stopMs: Date.now() - t0, wasMaster });
+      await n.start();
+      await waitForConvergence(nodes, 3, 30_000);
+      await twoReady(nodes);
+      await new Promise((r) => setTimeout(r, 1500));
+    }
+
+    stopLoad();
+    const outcomes = (await Promise.all(clients)).flat();
+    await lb.stop();
+    const failed = outcomes.filter((o) => !o.ok);
+    const after = await state(nodes[0]!);
+    process.stderr.write(
+      `maintenance: ${outcomes.length} requests (${outcomes.filter((o) => o.stream).length} streaming), ` +
+        `${failed.length} failed, ${lb.refused} connection(s) refused and sent elsewhere; restarts ` +
+        restarts
+          .map((r) => `${r.node}${r.wasMaster ? " (master)" : ""} ${r.stopMs} ms`)
+          .join(", ") +
+        "\n",
+    );
+    expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
+    expect(outcomes.length).toBeGreaterThan(20);
+    expect(restarts[0]!.wasMaster).toBe(true);
+    // One session throughout: the masters handed it off rather than losing it.
+    expect(after.session!.session_id).toBe(session);
+    const leftSession = nodes.flatMap((n) =>
+      n.logLines.filter(
+        (l) => l.includes('"msg":"session changed"') && l.includes(`"previous":"${session}"`),
+      ),
+    );
+    expect(leftSession).toEqual([]);
+    expect(
+      nodes.some((n) => n.logLines.some((l) => l.includes("handed the master role off"))),
+    ).toBe(true);
+  }, 420_000);
+});
