@@ -3,6 +3,7 @@ export * from "./ports.ts";
 export * from "./cluster.ts";
 export * from "./certs.ts";
 export * from "./engines.ts";
+export * from "./balancer.ts";
 export * from "./hub/index.ts";
 export * from "./netns/index.ts";
 export * from "./census.ts";

@@ -1,14 +1,20 @@
 // Planned maintenance across 3 hosts (network namespaces) with real llama-servers: two replicas of a
-// model and four clients behind a load balancer (the test's own: it sends to nodes whose GET
-// /health answers 200, as compose, nginx or HAProxy health checks do, and tries another node only
-// when a connection is refused, when nothing was sent), streaming and non-streaming in turn. Then
-// every node is restarted in turn with SIGTERM, the master included. No request fails, the session
-// never changes (the draining master hands it off), and both replicas are back after each restart.
+// model and four clients behind a health-checking load balancer (testkit's: it sends to nodes whose
+// GET /health answers 200 and tries another node only when a connection is refused), streaming and
+// non-streaming in turn. Then every node is restarted in turn with SIGTERM, the master included.
+// No request fails, the session never changes (the draining master hands it off), and both replicas
+// are back after each restart. bench/maintenance measures the same at length, with latencies.
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { seedStore, startHostCluster, waitFor, waitForConvergence } from "@ic/testkit";
+import {
+  HealthCheckedBalancer,
+  seedStore,
+  startHostCluster,
+  waitFor,
+  waitForConvergence,
+} from "@ic/testkit";
 import type { HostCluster } from "@ic/testkit";
 import type { NodeProcess } from "./launcher/node-process.ts";
 
@@ -38,70 +44,15 @@ afterAll(async () => {
   await cluster?.[Symbol.asyncDispose]();
 });
 
-/** The test's load balancer: the nodes whose /health said 200 at the last check (every 100 ms). */
-class Balancer {
-  private healthy = new Set<NodeProcess>();
-  private turn = 0;
-  private stopped = false;
-  private readonly loop: Promise<void>;
-  /** Requests sent again to another node because a connection was refused. */
-  refused = 0;
-
-  constructor(private readonly nodes: readonly NodeProcess[]) {
-    this.loop = (async () => {
-      while (!this.stopped) {
-        const up = await Promise.all(
-          nodes.map(async (n) => {
-            try {
-              const r = await fetch(`${n.apiUrl}/health`, { signal: AbortSignal.timeout(1000) });
-              await r.arrayBuffer();
-              return r.status === 200;
-            } catch {
-              return false;
-            }
-          }),
-        );
-        this.healthy = new Set(nodes.filter((_, i) => up[i]));
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    })();
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    await this.loop;
-  }
-
-  /** One request through a healthy node; a refused connection (nothing sent) goes to another. */
-  async send(body: unknown): Promise<Response> {
-    for (let tries = 0; ; tries++) {
-      const healthy = this.nodes.filter((n) => this.healthy.has(n));
-      const node = healthy[this.turn++ % Math.max(1, healthy.length)] ?? this.nodes[0]!;
-      try {
-        return await fetch(`${node.apiUrl}/v1/chat/completions`, {
-          method: "POST",
-          headers: { ...node.authHeaders, "content-type": "application/json" },
-          body: JSON.stringify(body),
-        });
-      } catch (e) {
-        const code = (e as { cause?: { code?: string } }).cause?.code;
-        if (code !== "ECONNREFUSED" || tries >= 5) throw e;
-        this.refused++;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
-  }
-}
-
 /** One client sending request after request (streaming and not, in turn) until `until` resolves. */
-async function client(lb: Balancer, until: Promise<void>) {
+async function client(lb: HealthCheckedBalancer, until: Promise<void>) {
   const outcomes: { ok: boolean; stream: boolean; status: number; detail: string }[] = [];
   let done = false;
   void until.then(() => (done = true));
   for (let i = 0; !done; i++) {
     const stream = i % 2 === 0;
     try {
-      const r = await lb.send({
+      const r = await lb.post("/v1/chat/completions", {
         model: modelId,
         messages: [{ role: "user", content: "Tell me a story." }],
         max_tokens: 60,
@@ -148,7 +99,7 @@ describe("maintenance", () => {
     const before = await twoReady(nodes);
     const session = before.session!.session_id;
 
-    const lb = new Balancer(nodes);
+    const lb = new HealthCheckedBalancer(nodes);
     let stopLoad!: () => void;
     const until = new Promise<void>((r) => (stopLoad = r));
     const clients = Array.from({ length: 4 }, () => client(lb, until));

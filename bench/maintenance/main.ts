@@ -1,0 +1,344 @@
+// Requests through maintenance and crashes (issue 30): 3 hosts (network namespaces, TLS on), a
+// model with two replicas, and clients behind a health-checking load balancer (testkit's: it sends
+// to nodes whose GET /health answers 200 and tries another node only when a connection is refused),
+// streaming and non-streaming requests in turn. Phases, on one cluster:
+//   1. baseline: steady load, latencies of every request;
+//   2. rolling restart: every node in turn (the master first) gets SIGTERM, is started again and
+//      the run waits for it to rejoin and for two ready replicas before the next;
+//   3. kill -9 of a replica's engine (llama-server; its node restarts it) under load, stream
+//      migration off, then on (request header x-ic-migrate: 1);
+//   4. kill -9 of a replica's whole node (its process group: node, nats-server, engines), migration
+//      off, then on; the node is started again after each.
+// It reports requests served, failed (by kind and error) and migrated per phase, and the p99
+// latency of the requests that started during each restart against the baseline's p99 from the
+// same run. Reports only; nothing is asserted. BENCH_CLIENTS, BENCH_BASE_S and BENCH_MAX_TOKENS
+// change the load.
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  enginePidOf,
+  HealthCheckedBalancer,
+  seedStore,
+  startHostCluster,
+  waitFor,
+  waitForConvergence,
+} from "@ic/testkit";
+import type { HostCluster, NodeProcess } from "@ic/testkit";
+import { machineLine, quantile, writeSection } from "../lib/report.ts";
+
+const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 4);
+const BASE_S = Number(process.env.BENCH_BASE_S ?? 20);
+const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 60);
+
+interface StateDoc {
+  session: { session_id: string } | null;
+  node_identities: { name: string; is_master: boolean; node_id: string }[];
+  instances: {
+    instance_id: string;
+    assignments: { node_id: string; rank: number }[];
+    runners: { rank: number; state: string; endpoint?: string }[];
+  }[];
+}
+
+/** One request as the client saw it. */
+interface Outcome {
+  readonly stream: boolean;
+  readonly start: number;
+  readonly end: number;
+  readonly ok: boolean;
+  /** "200", or the status and error code, or how the stream ended. */
+  readonly result: string;
+  /** A stream that moved to another replica (its final chunk says x_ic.migrated_from). */
+  readonly migrated: boolean;
+  /** The longest gap between two chunks of a stream (ms): a migration's pause shows here. */
+  readonly maxGapMs: number;
+  /** The node whose gateway the balancer sent it to. */
+  readonly via: string;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function one(
+  lb: HealthCheckedBalancer,
+  model: string,
+  stream: boolean,
+  migrate: boolean,
+): Promise<Outcome> {
+  const start = Date.now();
+  let via = "";
+  const done = (ok: boolean, result: string, migrated = false, maxGapMs = 0): Outcome => ({
+    via,
+    stream,
+    start,
+    end: Date.now(),
+    ok,
+    result,
+    migrated,
+    maxGapMs,
+  });
+  try {
+    const r = await lb.post(
+      "/v1/chat/completions",
+      {
+        model,
+        stream,
+        max_tokens: MAX_TOKENS,
+        messages: [{ role: "user", content: "Tell me a story about the sea." }],
+      },
+      migrate ? { "x-ic-migrate": "1" } : {},
+      (n) => (via = n.spec.name),
+    );
+    if (!stream || r.status !== 200 || !r.body) {
+      const body = (await r.json().catch(() => ({}))) as { error?: { code?: string } };
+      return done(r.status === 200, r.status === 200 ? "200" : `${r.status} ${body.error?.code}`);
+    }
+    let text = "";
+    let last = Date.now();
+    let maxGapMs = 0;
+    const decoder = new TextDecoder();
+    for await (const chunk of r.body) {
+      const now = Date.now();
+      if (text.length > 0) maxGapMs = Math.max(maxGapMs, now - last);
+      last = now;
+      text += decoder.decode(chunk as Uint8Array, { stream: true });
+    }
+    const code = /"error":\{[^}]*"code":"([a-z_]+)"/.exec(text)?.[1];
+    const migrated = text.includes('"migrated_from"');
+    if (code) return done(false, `stream error ${code}`, migrated, maxGapMs);
+    if (!text.includes("[DONE]")) return done(false, "stream cut", migrated, maxGapMs);
+    return done(true, "200", migrated, maxGapMs);
+  } catch (e) {
+    return done(false, `client error ${(e as { cause?: { code?: string } }).cause?.code ?? e}`);
+  }
+}
+
+/** Clients sending request after request (streaming and not, in turn) until stopped. */
+function load(lb: HealthCheckedBalancer, model: string, migrate: () => boolean) {
+  const outcomes: Outcome[] = [];
+  let stopped = false;
+  const clients = Array.from({ length: CLIENTS }, async (_, k) => {
+    for (let i = k; !stopped; i++) outcomes.push(await one(lb, model, i % 2 === 0, migrate()));
+  });
+  return {
+    outcomes,
+    async stop() {
+      stopped = true;
+      await Promise.all(clients);
+    },
+  };
+}
+
+async function twoReady(nodes: readonly NodeProcess[]): Promise<StateDoc> {
+  return waitFor(
+    async () => {
+      for (const n of nodes) {
+        if (!n.running) continue;
+        const s = await n.get<StateDoc>("/state").catch(() => undefined);
+        if (!s) continue;
+        const ready = s.instances.filter((i) =>
+          i.runners.some((r) => r.rank === 0 && r.state === "RunnerReady"),
+        );
+        return ready.length === 2 ? s : undefined;
+      }
+      return undefined;
+    },
+    { timeoutMs: 120_000, intervalMs: 100, what: "two ready replicas" },
+  );
+}
+
+const ms = (v: number) => (Number.isFinite(v) ? `${Math.round(v)} ms` : "n/a");
+const p99 = (os: readonly Outcome[]) =>
+  quantile(
+    os.map((o) => o.end - o.start).sort((a, b) => a - b),
+    0.99,
+  );
+const p50 = (os: readonly Outcome[]) =>
+  quantile(
+    os.map((o) => o.end - o.start).sort((a, b) => a - b),
+    0.5,
+  );
+
+/** Requests that started in [from, to). */
+const within = (os: readonly Outcome[], from: number, to: number) =>
+  os.filter((o) => o.start >= from && o.start < to);
+
+function tally(os: readonly Outcome[]): string {
+  const failed = os.filter((o) => !o.ok);
+  const why = new Map<string, number>();
+  for (const o of failed) {
+    const k = `${o.stream ? "stream" : "plain"}: ${o.result}`;
+    why.set(k, (why.get(k) ?? 0) + 1);
+  }
+  return (
+    `${os.length} served (${os.filter((o) => o.stream).length} streaming), ${failed.length} failed` +
+    (failed.length ? ` (${[...why].map(([k, n]) => `${n}× ${k}`).join("; ")})` : "") +
+    `, ${os.filter((o) => o.migrated).length} migrated`
+  );
+}
+
+async function main(): Promise<void> {
+  const store = await mkdtemp(join(tmpdir(), "ic-bench-maint-"));
+  const { modelId } = await seedStore(store, { modelId: "bench/maintenance", slow: true });
+  let cluster: HostCluster | undefined;
+  const lines: string[] = [];
+  const say = (l: string) => {
+    console.log(l);
+    lines.push(l);
+  };
+  /** What each phase measures, read once the load has stopped (every request then has its end). */
+  const reports: ((all: readonly Outcome[]) => string)[] = [];
+  try {
+    cluster = await startHostCluster(3, {
+      config: (i) => ({
+        node: { drain_timeout_ms: 30_000 },
+        engine: { context_size: 4096, extra_args: ["-np", "4"] },
+        ...(i === 0 ? { store_path: store } : {}),
+      }),
+    });
+    const nodes = cluster.nodes;
+    await waitForConvergence(nodes, 3);
+    await waitFor(
+      async () =>
+        (await nodes[0]!.get<{ models: { model_id: string }[] }>("/state")).models.length > 0
+          ? true
+          : undefined,
+      { timeoutMs: 30_000, what: "the model registered" },
+    );
+    const placed = await nodes[0]!.post("/place_instance", { model_id: modelId, replicas: 2 });
+    if (placed.status !== 200) throw new Error(`place_instance ${placed.status}`);
+    const first = await twoReady(nodes);
+    const session = first.session!.session_id;
+
+    const lb = new HealthCheckedBalancer(nodes);
+    let migrate = false;
+    const run = load(lb, modelId, () => migrate);
+
+    // 1. Baseline.
+    await sleep(2000);
+    const baseFrom = Date.now();
+    await sleep(BASE_S * 1000);
+    const baseTo = Date.now();
+    const base = (all: readonly Outcome[]) => within(all, baseFrom, baseTo);
+    reports.push(
+      (all) =>
+        `baseline (${BASE_S} s): ${tally(base(all))}; latency p50 ${ms(p50(base(all)))}, p99 ${ms(p99(base(all)))}`,
+    );
+
+    // 2. Rolling SIGTERM restart, the master first.
+    const masterName = first.node_identities.find((n) => n.is_master)!.name;
+    const order = [...nodes].sort(
+      (a, b) => Number(b.spec.name === masterName) - Number(a.spec.name === masterName),
+    );
+    const rollFrom = Date.now();
+    for (const n of order) {
+      const view = await nodes.find((x) => x !== n)!.get<StateDoc>("/state");
+      const wasMaster = view.node_identities.find((x) => x.name === n.spec.name)!.is_master;
+      const t0 = Date.now();
+      await n.stop(40_000);
+      const stopMs = Date.now() - t0;
+      await n.start();
+      await waitForConvergence(nodes, 3, 60_000);
+      await twoReady(nodes);
+      const t1 = Date.now();
+      reports.push((all) => {
+        const w = within(all, t0, t1);
+        return (
+          `restart ${n.spec.name}${wasMaster ? " (master)" : ""}: drained and stopped in ${ms(stopMs)}, ` +
+          `back with two replicas in ${ms(t1 - t0)}; ${tally(w)}; p99 ${ms(p99(w))} ` +
+          `(${ms(p99(w) - p99(base(all)))} over the baseline's p99)`
+        );
+      });
+      await sleep(2000);
+    }
+    const rollTo = Date.now();
+    const after = await nodes[0]!.get<StateDoc>("/state");
+    const same = after.session?.session_id === session;
+    reports.push(
+      (all) =>
+        `rolling restart, all: ${tally(within(all, rollFrom, rollTo))}; session ${same ? "unchanged" : "CHANGED"}`,
+    );
+
+    // 3 to 6. kill -9 of a replica's engine (llama-server; its node restarts it), then of a
+    // replica's whole node (node, nats-server, engines), each with stream migration off and on.
+    // The victim holds a replica and is neither the store host nor the master when avoidable.
+    for (const target of ["engine", "node"] as const) {
+      for (const migrating of [false, true]) {
+        migrate = migrating;
+        await sleep(3000);
+        const s = await twoReady(nodes);
+        const rank0 = s.instances.map((i) => ({
+          node: s.node_identities.find(
+            (n) => n.node_id === i.assignments.find((a) => a.rank === 0)!.node_id,
+          )!,
+          endpoint: i.runners.find((r) => r.rank === 0)?.endpoint,
+        }));
+        const pick =
+          rank0.find((r) => r.node.name !== nodes[0]!.spec.name && !r.node.is_master) ??
+          rank0.find((r) => r.node.name !== nodes[0]!.spec.name) ??
+          rank0[0]!;
+        const victim = nodes.find((n) => n.spec.name === pick.node.name)!;
+        const t0 = Date.now();
+        if (target === "engine") {
+          const url = new URL(pick.endpoint!);
+          process.kill(
+            enginePidOf(url.port, cluster.lab.host(victim.spec.name).address),
+            "SIGKILL",
+          );
+        } else {
+          victim.kill("SIGKILL");
+          await victim.waitExit();
+        }
+        // Requests that started before the kill and ended after it were in flight at the kill.
+        await sleep(8000);
+        const t1 = Date.now();
+        const what = `kill -9 of ${pick.node.name}'s ${target === "engine" ? "engine" : "whole node"}, migration ${migrating ? "on" : "off"}`;
+        reports.push((all) => {
+          const hit = all.filter((o) => o.start < t0 && o.end >= t0);
+          const w = within(all, t0, t1);
+          // A killed node's own gateway dies with it: what the client sent there is lost on the
+          // client's connection, which nothing behind it can mend (counted apart).
+          const own = (o: Outcome) => target === "node" && o.via === victim.spec.name;
+          const moved = [...hit, ...w].filter((o) => o.migrated);
+          const gaps = moved.map((o) => o.maxGapMs).sort((a, b) => a - b);
+          return (
+            `${what}: in flight at the kill through the other gateways: ${tally(hit.filter((o) => !own(o)))}` +
+            (target === "node" ? `; through its own gateway: ${tally(hit.filter(own))}` : "") +
+            `; started in the next 8 s: ${tally(w)}` +
+            (moved.length
+              ? `; migrated streams paused at most ${ms(gaps.at(-1)!)} (median ${ms(quantile(gaps, 0.5))})`
+              : "")
+          );
+        });
+        if (target === "node") await victim.start();
+        await waitForConvergence(nodes, 3, 60_000);
+      }
+    }
+    await run.stop();
+    await lb.stop();
+    for (const r of reports) say(r(run.outcomes));
+    say(
+      `whole run: ${tally(run.outcomes)}; ${lb.refused} connection(s) refused and sent to another node`,
+    );
+  } finally {
+    await cluster?.[Symbol.asyncDispose]();
+    await rm(store, { recursive: true, force: true });
+  }
+  await writeSection(
+    "Maintenance and crashes: requests through restarts (bench/maintenance)",
+    [
+      "`npm run bench maintenance`: 3 hosts (network namespaces, TLS), a ~30 MB model with " +
+        `two replicas, ${CLIENTS} clients behind a health-checking load balancer (testkit's ` +
+        "`HealthCheckedBalancer`: GET /health every 100 ms; a refused connection goes to another " +
+        `node), streaming and non-streaming in turn, ${MAX_TOKENS} tokens each. The latency ` +
+        "figures of each restart are the requests that started between its SIGTERM and two ready " +
+        "replicas again, against the baseline's p99 from the same run.",
+      "",
+      machineLine(),
+      "",
+      ...lines.map((l) => `- ${l}`),
+    ].join("\n"),
+  );
+}
+
+await main();
