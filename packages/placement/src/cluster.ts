@@ -27,7 +27,8 @@ import type { RefusalCode } from "./refusals.ts";
 import type { LinkEdge } from "./topology.ts";
 
 /** What placement reads from one live peer's latest heartbeat. */
-export type NodeReport = Pick<Heartbeat, "peer_key" | "telemetry" | "health" | "links">;
+export type NodeReport = Pick<Heartbeat, "peer_key" | "telemetry" | "health" | "links"> &
+  Partial<Pick<Heartbeat, "draining">>;
 
 /** Why a member cannot take instances: the nodeHealth code and its message. */
 export interface Unavailable {
@@ -113,8 +114,18 @@ export function availableBytes(total: number, reportedFree: number, reserved: nu
   return Math.max(0, Math.min(reportedFree, total - reserved));
 }
 
-/** Why a node cannot take instances, or null: an unusable engine, or an error-level health entry. */
-export function unavailableReason(r: Pick<NodeReport, "telemetry" | "health">): Unavailable | null {
+/**
+ * Why a node cannot take instances, or null: it is draining (it leaves once its requests end), an
+ * unusable engine, or an error-level health entry.
+ */
+export function unavailableReason(
+  r: Pick<NodeReport, "telemetry" | "health" | "draining">,
+): Unavailable | null {
+  if (r.draining)
+    return {
+      health_code: "draining",
+      message: "the node is draining: it leaves the cluster once its requests in flight end",
+    };
   const engine = r.telemetry?.engine;
   if (engine && !engine.usable) {
     const entry = r.health.find((h) => h.code === "invalid_engine_binary");

@@ -3,7 +3,13 @@
 export { apply, OutOfOrderEvent } from "./apply.ts";
 export { decide } from "./decide.ts";
 export type { CommandDecision, DecideContext, IdKind } from "./decide.ts";
-export { failingInstances, lostDeployments, MAX_FAILURE_ATTEMPTS, reconcile } from "./reconcile.ts";
+export {
+  evacuatingDeployments,
+  failingInstances,
+  lostDeployments,
+  MAX_FAILURE_ATTEMPTS,
+  reconcile,
+} from "./reconcile.ts";
 export type { ReconcileAction, ReconcileOptions } from "./reconcile.ts";
 export { compareSeniority, elect, mostSenior, nodeIdFor } from "./election.ts";
 export type { ElectionDecision, ElectionInput, HeardPeer, Peer } from "./election.ts";

@@ -161,6 +161,75 @@ describe("reconcile", () => {
     expect(reconcile(state, reports, opts({ due: () => false }))).toEqual([]);
   });
 
+  it("a deployment on a draining node is placed elsewhere first, away from its siblings; with no room it stays", () => {
+    const deps = [
+      dep("d1", { replica_set: "rs-1", instance_id: "i-1" as InstanceId }),
+      dep("d2", { replica_set: "rs-1", instance_id: "i-2" as InstanceId }),
+    ];
+    const w = world(
+      [
+        { id: "a", gb: 40 },
+        { id: "b", gb: 40 },
+        { id: "c", gb: 10 },
+      ],
+      deps,
+    );
+    w.state.instances["i-1"] = instanceOn("i-1", "a");
+    w.state.instances["i-2"] = instanceOn("i-2", "b");
+    expect(reconcile(w.state, w.reports, opts())).toEqual([]);
+    // a drains: d1 goes to c (b holds its sibling), and nothing else is placed on a.
+    const draining = w.reports.map((r) => (r.peer_key === "p-a" ? { ...r, draining: true } : r));
+    const [move, ...rest] = reconcile(w.state, draining, opts());
+    expect(rest).toEqual([]);
+    expect(move).toMatchObject({
+      kind: "place",
+      deployment_id: "d1",
+      reason:
+        "instance i-1 of deployment d1 is on a draining node; placed elsewhere before it leaves",
+    });
+    expect(move?.kind === "place" && move.instance.assignments.map((x) => x.node_id)).toEqual([
+      "n-c",
+    ]);
+    // c cannot take it: nothing (no Pending for a deployment that still serves).
+    const full = world(
+      [
+        { id: "a", gb: 40 },
+        { id: "b", gb: 40 },
+        { id: "c", gb: 4 },
+      ],
+      deps,
+    );
+    full.state.instances["i-1"] = instanceOn("i-1", "a");
+    full.state.instances["i-2"] = instanceOn("i-2", "b");
+    const fullDraining = full.reports.map((r) =>
+      r.peer_key === "p-a" ? { ...r, draining: true } : r,
+    );
+    expect(reconcile(full.state, fullDraining, opts())).toEqual([]);
+  });
+
+  it("a lost deployment is not placed on a draining node", () => {
+    const w = world(
+      [
+        { id: "b", gb: 40 },
+        { id: "c", gb: 10 },
+      ],
+      [dep("d1")],
+    );
+    const draining = w.reports.map((r) => (r.peer_key === "p-b" ? { ...r, draining: true } : r));
+    const [a] = reconcile(w.state, draining, opts());
+    expect(a?.kind === "place" && a.instance.assignments.map((x) => x.node_id)).toEqual(["n-c"]);
+    const only = world([{ id: "b", gb: 40 }], [dep("d1")]);
+    const [p] = reconcile(
+      only.state,
+      only.reports.map((r) => ({ ...r, draining: true })),
+      opts(),
+    );
+    expect(p).toMatchObject({
+      kind: "pending",
+      refusal: { code: "node_unhealthy", health_code: "draining" },
+    });
+  });
+
   it("the new instance is the deployment's model, sharding and a fresh id", () => {
     const { state, reports } = world([{ id: "b", gb: 10 }], [dep("d1")]);
     const [a] = reconcile(state, reports, opts({ newInstanceId: () => "i-x" as InstanceId }));

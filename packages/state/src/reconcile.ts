@@ -48,7 +48,30 @@ export interface ReconcileOptions {
 export function lostDeployments(state: ControlState): Deployment[] {
   return Object.values(state.deployments)
     .filter((d) => d.status !== "Failed" && !state.instances[d.instance_id])
-    .sort((a, b) => a.created_at - b.created_at || a.deployment_id.localeCompare(b.deployment_id));
+    .sort(byAge);
+}
+
+function byAge(a: Deployment, b: Deployment): number {
+  return a.created_at - b.created_at || a.deployment_id.localeCompare(b.deployment_id);
+}
+
+/**
+ * Placed deployments whose instance has a rank on a draining node (its report says `draining`):
+ * they are placed elsewhere first, while the draining node still serves what it holds.
+ */
+export function evacuatingDeployments(
+  state: ControlState,
+  reports: readonly Pick<NodeReport, "peer_key" | "draining">[],
+): Deployment[] {
+  const draining = new Set(reports.filter((r) => r.draining).map((r) => r.peer_key));
+  if (draining.size === 0) return [];
+  return Object.values(state.deployments)
+    .filter(
+      (d) =>
+        d.status === "Placed" &&
+        state.instances[d.instance_id]?.assignments.some((a) => draining.has(a.peer_key)),
+    )
+    .sort(byAge);
 }
 
 /** "it failed to run on node-1 (<engine line>) and node-2 (<engine line>)". */
@@ -107,6 +130,9 @@ function sameRefusal(a: DeploymentRefusal | undefined, b: DeploymentRefusal): bo
  * One action per lost deployment that is due: `place` (a new instance, decided as POST /place_instance
  * decides it, against the instances already placed, earlier actions of this call included) or
  * `pending` with the typed refusal, only when the refusal differs from the one already recorded.
+ * Then one per deployment on a draining node that another node can take now: `place` (its instance
+ * on the draining node stays until that node leaves; nothing new is sent to it); when none can,
+ * nothing (it is placed again once the node has left, as a lost one).
  */
 export function reconcile(
   state: ControlState,
@@ -115,10 +141,15 @@ export function reconcile(
 ): ReconcileAction[] {
   const out: ReconcileAction[] = [];
   let view = state;
-  for (const d of lostDeployments(state)) {
+  const todo = [
+    ...lostDeployments(state).map((d) => ({ d, moving: false })),
+    ...evacuatingDeployments(state, reports).map((d) => ({ d, moving: true })),
+  ];
+  for (const { d, moving } of todo) {
     if (o.due && !o.due(d)) continue;
-    const reason =
-      d.status === "Pending"
+    const reason = moving
+      ? `instance ${d.instance_id} of deployment ${d.deployment_id} is on a draining node; placed elsewhere before it leaves`
+      : d.status === "Pending"
         ? `deployment ${d.deployment_id} is pending; retrying`
         : d.status === "Failing"
           ? `instance ${d.instance_id} of deployment ${d.deployment_id} failed to run; trying another node`
@@ -129,6 +160,7 @@ export function reconcile(
       continue;
     }
     const model = state.models[d.model_id];
+    if (moving && !model) continue;
     let refusal: DeploymentRefusal;
     if (!model) {
       refusal = { code: "model_not_found", message: `model ${d.model_id} is not registered` };
@@ -171,6 +203,7 @@ export function reconcile(
         };
         continue;
       }
+      if (moving) continue;
       refusal = {
         code: r.code,
         message: r.message,

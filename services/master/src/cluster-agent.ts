@@ -27,6 +27,7 @@ import {
   compareSeniority,
   decide,
   elect,
+  evacuatingDeployments,
   lostDeployments,
   nodeIdFor,
   OutOfOrderEvent,
@@ -1062,12 +1063,13 @@ export class ClusterAgent implements AsyncDisposable {
         reason: `failed to run on ${f.failure.node_name}: ${f.failure.error}`,
       });
     }
-    const lost = lostDeployments(this.state);
+    const reports = this.livePeers().map((p) => p.heartbeat);
+    // Lost deployments, and those on a draining node (placed elsewhere before it leaves).
+    const lost = [...lostDeployments(this.state), ...evacuatingDeployments(this.state, reports)];
     if (lost.length === 0) {
       this.retries.clear();
       return;
     }
-    const reports = this.livePeers().map((p) => p.heartbeat);
     const view = nodeCapacities(this.state, reports)
       .map(
         (c) =>

@@ -695,10 +695,11 @@ export class Node implements AsyncDisposable {
 
   /**
    * Before a planned stop: says `draining` in the heartbeat (gateways route around this node's
-   * instances at once), hands the session to a successor when this node is the master (open
-   * requests cluster-wide keep their session), and waits, up to node.drain_timeout_ms, for the
-   * requests in flight on its engines and through its gateway to end (docs/operations.md,
-   * "Draining"). Undefined when there is nothing to drain.
+   * instances at once, and the master places its deployments elsewhere when a node can take them),
+   * hands the session to a successor when this node is the master (open requests cluster-wide keep
+   * their session), and waits, up to node.drain_timeout_ms, for the requests in flight on its
+   * engines and through its gateway to end and for its deployments' new instances to be ready
+   * (docs/operations.md, "Draining"). Undefined when there is nothing to drain.
    */
   async drain(): Promise<DrainResult | undefined> {
     const agent = this.agent;
@@ -710,6 +711,23 @@ export class Node implements AsyncDisposable {
     const relaying = () => {
       let n = 0;
       for (const v of this.chatLoad?.local().values() ?? []) n += v;
+      return n;
+    };
+    // The deployments served here when the drain began: the master places each elsewhere first
+    // when a node can take it; the drain then also waits for those new instances to be ready.
+    const here = new Set(
+      Object.values(agent.snapshot().deployments)
+        .filter((d) => mine().some((i) => i.instance_id === d.instance_id))
+        .map((d) => d.deployment_id),
+    );
+    const movingElsewhere = () => {
+      const s = agent.snapshot();
+      let n = 0;
+      for (const id of here) {
+        const inst = s.instances[s.deployments[id]?.instance_id ?? ""];
+        if (!inst || inst.assignments.some((a) => a.peer_key === this.peerKey)) continue;
+        if (s.runners[`${inst.instance_id}/0`]?.state !== "RunnerReady") n++;
+      }
       return n;
     };
     const log = this.o.log.child({ node: this.o.config.node.name, component: "drain" });
@@ -741,7 +759,7 @@ export class Node implements AsyncDisposable {
             }
           }),
         );
-        return counts.reduce((a, b) => a + b, 0) + relaying();
+        return counts.reduce((a, b) => a + b, 0) + relaying() + movingElsewhere();
       },
       settleMs: 500,
       timeoutMs: this.o.config.node.drain_timeout_ms,
