@@ -203,6 +203,12 @@ export const ConfigSchema = z
         idle_timeout_ms: z.number().int().positive().default(75_000),
         /** Longest a request may take from start to end, queueing and generation included. */
         total_timeout_ms: z.number().int().positive().default(900_000),
+        /**
+         * A chat stream whose instance is lost after it sent tokens continues on another ready
+         * instance of the model (docs/api.md, "Stream migration"); a request's `x-ic-migrate: 1`
+         * or `0` overrides this.
+         */
+        migrate_streams: z.boolean().default(false),
       })
       .strict()
       .prefault({}),

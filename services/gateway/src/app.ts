@@ -32,6 +32,8 @@ export interface GatewayOptions {
   readonly engineHeaders?: ChatOptions["engineHeaders"];
   /** Chat bounds: default max_tokens and the engine timeouts (config `chat`). */
   readonly chatLimits?: ChatOptions["limits"];
+  /** Each chat stream migration's outcome and duration (metrics). */
+  readonly onChatMigration?: ChatOptions["onMigration"];
   /** GET /state/stream sends a document at least this often (default 2000 ms). */
   readonly stateStreamPeriodMs?: number;
   /** This gateway's requests in flight, shared with the node's heartbeat (`outstanding`). */
@@ -72,6 +74,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
     limits: o.chatLimits,
     load,
+    ...(o.onChatMigration ? { onMigration: o.onChatMigration } : {}),
   });
   for (const ext of o.extensions ?? []) ext(app);
   return app;

@@ -498,7 +498,9 @@ export class Node implements AsyncDisposable {
         connectTimeoutMs: cfg.chat.connect_timeout_ms,
         idleTimeoutMs: cfg.chat.idle_timeout_ms,
         totalTimeoutMs: cfg.chat.total_timeout_ms,
+        migrateStreams: cfg.chat.migrate_streams,
       },
+      onChatMigration: (m) => metrics.migration(m),
       // With tokens configured, peers present the cluster's node token (read scope: store downloads).
       // The set is replaced on a reload (SIGHUP, POST /admin/reload).
       auth: { tokens: apiTokens },

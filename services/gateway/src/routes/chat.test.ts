@@ -19,9 +19,11 @@ import type {
 import { nodeIdFor } from "@ic/state";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "../app.ts";
+import type { GatewayOptions } from "../app.ts";
 import type { ClusterView } from "../ports.ts";
 import type { ChatEvent, ChatObserver } from "@ic/protocol";
 import type { ChatLimits } from "./chat.ts";
+import type { MigrationReport } from "../migration.ts";
 
 const S = "s-chat" as SessionId;
 const MODEL = "org/tiny" as ModelId;
@@ -135,11 +137,22 @@ function cluster(
   return { view, emit, changeSession: (next: SessionId) => sessions.forEach((s) => s(S, next)) };
 }
 
+/** MODEL on two ready instances: i-1 (chosen first: the oldest) at `first`, i-2 at `second`. */
+function twoInstances(first: string, second: string) {
+  const c = cluster(first);
+  const s = c.view.snapshot();
+  const i2 = "i-2" as InstanceId;
+  s.instances[i2] = { ...s.instances[INSTANCE]!, instance_id: i2, created_at: 2 };
+  s.runners[`${i2}/0`] = { ...s.runners[`${INSTANCE}/0`]!, instance_id: i2, endpoint: second };
+  return c;
+}
+
 /** The gateway served over real HTTP (streams take the Node response path, as deployed). */
 async function gateway(
   view: ClusterView,
   limits: Partial<ChatLimits> = {},
   observeChat?: () => ChatObserver | undefined,
+  extra: Partial<GatewayOptions> = {},
 ) {
   const app = createGatewayApp({
     cluster: view,
@@ -147,6 +160,7 @@ async function gateway(
     name: "t",
     chatLimits: limits,
     ...(observeChat ? { observeChat } : {}),
+    ...extra,
   });
   const server = await new Promise<Server>((resolve) => {
     const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
@@ -155,11 +169,11 @@ async function gateway(
   });
   closers.push(() => close(server));
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return async (body: Record<string, unknown>) => {
+  return async (body: Record<string, unknown>, headers: Record<string, string> = {}) => {
     const t0 = Date.now();
     const r = await fetch(`${base}/v1/chat/completions`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", ...headers },
       body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hi" }], ...body }),
     });
     const text = await r.text();
@@ -617,16 +631,6 @@ describe("retry before the first byte", () => {
     return `http://127.0.0.1:${port}`;
   }
 
-  /** MODEL on two ready instances: i-1 (chosen first: the oldest) at `first`, i-2 at `second`. */
-  function twoInstances(first: string, second: string) {
-    const c = cluster(first);
-    const s = c.view.snapshot();
-    const i2 = "i-2" as InstanceId;
-    s.instances[i2] = { ...s.instances[INSTANCE]!, instance_id: i2, created_at: 2 };
-    s.runners[`${i2}/0`] = { ...s.runners[`${INSTANCE}/0`]!, instance_id: i2, endpoint: second };
-    return c;
-  }
-
   const answer = (_q: IncomingMessage, res: ServerResponse) => {
     res.setHeader("content-type", "application/json");
     res.end(JSON.stringify({ id: ENGINE_ID, choices: [{ index: 0, message: { content: "ok" } }] }));
@@ -871,5 +875,341 @@ describe("a draining node takes no new requests", () => {
     expect(err.message).toContain("is served only on nodes that are draining");
     expect(err.details).toMatchObject({ phase: "draining" });
     expect(a.bodies.length + b.bodies.length).toBe(0);
+  });
+});
+
+describe("stream migration (opt-in)", () => {
+  const FIRST_ID = `chatcmpl-${"a".repeat(32)}`;
+  const SECOND_ID = `chatcmpl-${"b".repeat(32)}`;
+  /** An event as llama-server streams it: id, created and model of its own completion. */
+  const llamaEvent = (id: string, created: number, model: string, o: Record<string, unknown>) =>
+    `data: ${JSON.stringify({ id, created, model, object: "chat.completion.chunk", ...o })}\n\n`;
+  const deltaEvent = (
+    id: string,
+    created: number,
+    model: string,
+    delta: Record<string, unknown>,
+    finish: string | null = null,
+    more: Record<string, unknown> = {},
+  ) =>
+    llamaEvent(id, created, model, {
+      choices: [{ index: 0, delta, finish_reason: finish }],
+      ...more,
+    });
+
+  /** Streams the role and three tokens, half an event, then its socket is destroyed. */
+  const dyingEngine = () =>
+    engine((req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(deltaEvent(FIRST_ID, 1000, "first.gguf", { role: "assistant", content: null }));
+      for (const t of ["Hello", " wor", "ld"])
+        res.write(deltaEvent(FIRST_ID, 1000, "first.gguf", { content: t }));
+      res.write(`data: {"choices":[{"index":0,"delta":{"content":"LOST"}}]}\n`);
+      setTimeout(() => req.socket.destroy(), 50);
+    });
+
+  /** Continues: its own role event, two tokens, the finish (with timings), usage if asked, [DONE]. */
+  const continuingEngine = () =>
+    engine((req, res, raw) => {
+      const body = JSON.parse(raw) as { stream_options?: { include_usage?: boolean } };
+      const usage = body.stream_options?.include_usage === true;
+      const timings = { cache_n: 10, prompt_n: 3, predicted_n: 2, prompt_ms: 1, predicted_ms: 2 };
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(deltaEvent(SECOND_ID, 2000, "second.gguf", { role: "assistant", content: null }));
+      res.write(deltaEvent(SECOND_ID, 2000, "second.gguf", { content: ", how" }));
+      res.write(deltaEvent(SECOND_ID, 2000, "second.gguf", { content: " are" }));
+      res.write(deltaEvent(SECOND_ID, 2000, "second.gguf", {}, "length", usage ? {} : { timings }));
+      if (usage)
+        res.write(
+          llamaEvent(SECOND_ID, 2000, "second.gguf", {
+            choices: [],
+            usage: { prompt_tokens: 13, completion_tokens: 2, total_tokens: 15 },
+            timings,
+          }),
+        );
+      res.end("data: [DONE]\n\n");
+    });
+
+  type Chunk = {
+    id: string;
+    created: number;
+    model: string;
+    choices: { delta?: { role?: string; content?: string | null } }[];
+    usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+    x_ic?: { migrated_from?: string };
+  };
+
+  it.each([
+    {
+      how: "chat.migrate_streams",
+      limits: { migrateStreams: true },
+      headers: {} as Record<string, string>,
+      usage: false,
+    },
+    {
+      how: "the x-ic-migrate: 1 header",
+      limits: {},
+      headers: { "x-ic-migrate": "1" },
+      usage: true,
+    },
+  ])(
+    "opted in by $how: a stream whose engine dies after a few tokens goes on in the same stream on the other replica",
+    async ({ limits, headers, usage }) => {
+      const first = await dyingEngine();
+      const second = await continuingEngine();
+      const migrations: MigrationReport[] = [];
+      const send = await gateway(twoInstances(first.url, second.url).view, limits, undefined, {
+        onChatMigration: (m) => migrations.push(m),
+      });
+      const r = await send(
+        {
+          stream: true,
+          max_tokens: 10,
+          ...(usage ? { stream_options: { include_usage: true } } : {}),
+        },
+        headers,
+      );
+      expect(r.status).toBe(200);
+      const evs = events(r.text);
+      expect(evs.at(-1)).toBe("[DONE]");
+      const chunks = evs.slice(0, -1) as Chunk[];
+      expect(chunks.some((c) => "error" in c)).toBe(false);
+      // One completion: the command id, and the first engine's created and model, throughout.
+      expect(chunks[0]!.id).toMatch(/^chatcmpl-[0-9a-f]{32}$/);
+      for (const c of chunks)
+        expect(c).toMatchObject({ id: chunks[0]!.id, created: 1000, model: "first.gguf" });
+      expect(r.text).not.toContain(SECOND_ID);
+      // One role event; the text is the first part and then the continuation.
+      expect(chunks.filter((c) => c.choices[0]?.delta?.role !== undefined)).toHaveLength(1);
+      const text = chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("");
+      expect(text).toBe("Hello world, how are");
+      // The final event names the lost instance; with usage asked, it is the usage event, summed.
+      const last = chunks.at(-1)!;
+      expect(last.x_ic).toEqual({ migrated_from: "i-1" });
+      expect(chunks.filter((c) => c.x_ic)).toHaveLength(1);
+      if (usage)
+        expect(last.usage).toEqual({ prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 });
+      else expect(chunks.some((c) => c.usage)).toBe(false);
+      // The second engine continued the generated text (never the half event) with the rest of the cap.
+      expect(second.bodies).toHaveLength(1);
+      const cont = second.bodies[0] as {
+        messages: { role: string; content: string }[];
+        max_tokens: number;
+      };
+      expect(cont.messages.at(-1)).toEqual({ role: "assistant", content: "Hello world" });
+      expect(cont.messages).toHaveLength(2);
+      expect(cont).toMatchObject({
+        max_tokens: 7,
+        continue_final_message: true,
+        add_generation_prompt: false,
+        stream: true,
+      });
+      expect(migrations).toHaveLength(1);
+      expect(migrations[0]).toMatchObject({ model: MODEL, outcome: "migrated" });
+      expect(migrations[0]!.seconds).toBeGreaterThanOrEqual(0);
+    },
+  );
+
+  it("the observer sees one request: its first try's phases, then the whole answer's usage and a good end", async () => {
+    const first = await dyingEngine();
+    const second = await continuingEngine();
+    const seen: ChatEvent[] = [];
+    const send = await gateway(
+      twoInstances(first.url, second.url).view,
+      { migrateStreams: true },
+      () => ({ event: (x) => seen.push(x) }),
+    );
+    await send({ stream: true, max_tokens: 10 });
+    expect(seen.filter((e) => e.type === "routed").map((e) => e.instanceId)).toEqual(["i-1"]);
+    expect(seen.filter((e) => e.type === "first_chunk")).toHaveLength(1);
+    expect(seen.find((e) => e.type === "engine")).toMatchObject({
+      usage: { prompt_tokens: 10, completion_tokens: 5 },
+    });
+    expect(seen.at(-1)).toMatchObject({ type: "end", ok: true, status: 200 });
+  });
+
+  it("task bookkeeping: the lost try's task is failed, the continuation has its own task, finished", async () => {
+    const first = await dyingEngine();
+    const second = await continuingEngine();
+    const c = twoInstances(first.url, second.url);
+    const commands: Command[] = [];
+    const inner = c.view.command.bind(c.view);
+    const view: ClusterView = {
+      ...c.view,
+      // Each task named after its instance (the scripted view numbers them by events).
+      command: async (cmd) => {
+        commands.push(cmd);
+        const reply = await inner(cmd);
+        return cmd.type === "CreateTask"
+          ? { ...reply, task_id: `t-${cmd.instance_id}` as TaskId }
+          : reply;
+      },
+    };
+    const send = await gateway(view, { migrateStreams: true });
+    const r = await send({ stream: true, max_tokens: 10 });
+    expect(events(r.text).at(-1)).toBe("[DONE]");
+    await new Promise((res) => setTimeout(res, 400)); // FinishTask rides a later batch
+    const created = commands.filter((x) => x.type === "CreateTask");
+    expect(created.map((x) => x.instance_id)).toEqual(["i-1", "i-2"]);
+    expect(new Set(created.map((x) => x.command_id)).size).toBe(1);
+    const failed = commands.filter((x) => x.type === "FailTask");
+    const finished = commands.filter((x) => x.type === "FinishTask");
+    expect(failed).toHaveLength(1);
+    expect(finished).toHaveLength(1);
+    expect(failed[0]!.task_id).toBe("t-i-1");
+    expect(finished[0]!.task_id).toBe("t-i-2");
+  });
+
+  it("a client that disconnects is not migrated", async () => {
+    let timer: NodeJS.Timeout | undefined;
+    const endless = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      timer = setInterval(
+        () => res.write(deltaEvent(FIRST_ID, 1000, "first.gguf", { content: "x" })),
+        10,
+      );
+      res.on("close", () => clearInterval(timer));
+    });
+    closers.push(async () => clearInterval(timer));
+    const second = await continuingEngine();
+    const migrations: MigrationReport[] = [];
+    const app = createGatewayApp({
+      cluster: twoInstances(endless.url, second.url).view,
+      log: silentLogger(),
+      name: "t",
+      chatLimits: { migrateStreams: true },
+      onChatMigration: (m) => migrations.push(m),
+    });
+    const server = await new Promise<Server>((resolve) => {
+      const srv = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
+        resolve(srv as Server),
+      );
+    });
+    closers.push(() => close(server));
+    const abort = new AbortController();
+    const res = await fetch(
+      `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/chat/completions`,
+      {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          model: MODEL,
+          messages: [{ role: "user", content: "hi" }],
+          stream: true,
+        }),
+        signal: abort.signal,
+      },
+    );
+    const reader = res.body!.getReader();
+    await reader.read();
+    abort.abort();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(second.bodies).toHaveLength(0);
+    expect(migrations).toHaveLength(0);
+  });
+
+  it("without opt-in: the spec's error event, as before, and nothing goes to the other replica", async () => {
+    const first = await dyingEngine();
+    const second = await continuingEngine();
+    const send = await gateway(twoInstances(first.url, second.url).view);
+    const r = await send({ stream: true, max_tokens: 10 });
+    const evs = events(r.text);
+    // The role event and three tokens, then the error (the half event never reaches the client).
+    expect(evs).toHaveLength(5);
+    expect(ErrorBodySchema.parse(evs.at(-1)).error).toMatchObject({
+      code: "instance_lost",
+      retryable: true,
+    });
+    expect(second.bodies).toHaveLength(0);
+    // `x-ic-migrate: 0` turns the configured default off for one request.
+    const off = await gateway(twoInstances(first.url, second.url).view, { migrateStreams: true });
+    const r2 = await off({ stream: true, max_tokens: 10 }, { "x-ic-migrate": "0" });
+    expect(ErrorBodySchema.parse(events(r2.text).at(-1)).error.code).toBe("instance_lost");
+    expect(second.bodies).toHaveLength(0);
+  });
+
+  it("opted in, with no other ready replica: the same typed error event", async () => {
+    const first = await dyingEngine();
+    const migrations: MigrationReport[] = [];
+    const send = await gateway(cluster(first.url).view, { migrateStreams: true }, undefined, {
+      onChatMigration: (m) => migrations.push(m),
+    });
+    const r = await send({ stream: true, max_tokens: 10 });
+    const evs = events(r.text);
+    // The role event and three tokens, then the error (the half event never reaches the client).
+    expect(evs).toHaveLength(5);
+    expect(ErrorBodySchema.parse(evs.at(-1)).error).toMatchObject({
+      code: "instance_lost",
+      retryable: true,
+    });
+    expect(migrations.map((m) => m.outcome)).toEqual(["no_instance"]);
+  });
+
+  it("a continuation that fails before its first event ends with the loss's error, once", async () => {
+    const first = await dyingEngine();
+    const refusing = await engine((_q, res) => {
+      res.writeHead(500, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { code: 500, message: "boom", type: "server_error" } }));
+    });
+    const migrations: MigrationReport[] = [];
+    const send = await gateway(
+      twoInstances(first.url, refusing.url).view,
+      { migrateStreams: true },
+      undefined,
+      { onChatMigration: (m) => migrations.push(m) },
+    );
+    const r = await send({ stream: true, max_tokens: 10 });
+    const evs = events(r.text);
+    expect(ErrorBodySchema.parse(evs.at(-1)).error.code).toBe("instance_lost");
+    expect(evs.filter((e) => typeof e === "object" && e !== null && "error" in e)).toHaveLength(1);
+    expect(refusing.bodies).toHaveLength(1);
+    expect(migrations.map((m) => m.outcome)).toEqual(["failed"]);
+  });
+
+  it("only a lost instance migrates: not the engine's own error event, nor an idle timeout", async () => {
+    const erring = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(deltaEvent(FIRST_ID, 1000, "first.gguf", { content: "Hi" }));
+      res.end(`data: {"error":{"code":500,"message":"decode failed","type":"server_error"}}\n\n`);
+    });
+    const stalling = await engine((_q, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(deltaEvent(FIRST_ID, 1000, "first.gguf", { content: "Hi" })); // then silence
+    });
+    const second = await continuingEngine();
+    const a = await gateway(twoInstances(erring.url, second.url).view, { migrateStreams: true });
+    const ra = await a({ stream: true, max_tokens: 10 });
+    expect(ErrorBodySchema.parse(events(ra.text).at(-1)).error.code).toBe("upstream_failed");
+    const b = await gateway(twoInstances(stalling.url, second.url).view, {
+      migrateStreams: true,
+      idleTimeoutMs: 300,
+    });
+    const rb = await b({ stream: true, max_tokens: 10 });
+    expect(ErrorBodySchema.parse(events(rb.text).at(-1)).error.code).toBe("upstream_timeout");
+    expect(second.bodies).toHaveLength(0);
+  });
+
+  it("a stream already at its max_tokens is not continued: the typed error", async () => {
+    const first = await dyingEngine();
+    const second = await continuingEngine();
+    const send = await gateway(twoInstances(first.url, second.url).view, { migrateStreams: true });
+    const r = await send({ stream: true, max_tokens: 3 });
+    expect(ErrorBodySchema.parse(events(r.text).at(-1)).error.code).toBe("instance_lost");
+    expect(second.bodies).toHaveLength(0);
+  });
+
+  it("non-streaming requests are not affected: the engine gets the request as it was", async () => {
+    const e = await engine((_q, res) => {
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify({ id: ENGINE_ID, choices: [] }));
+    });
+    const send = await gateway(cluster(e.url).view, { migrateStreams: true });
+    const r = await send({ max_tokens: 10 }, { "x-ic-migrate": "1" });
+    expect(r.status).toBe(200);
+    expect(e.bodies[0]).toEqual({
+      model: MODEL,
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 10,
+    });
   });
 });

@@ -6,7 +6,9 @@
 //   is 500 instance_lost/task_failed, a master failover 503 session_changed;
 // - every wait on the engine is bounded (connect, silence between chunks, total): 504 upstream_timeout.
 // Streams forward only complete SSE events; once the 200 is sent, an error ends the stream with one
-// `data: {"error": ...}` event in the same envelope, never glued to a half-written event.
+// `data: {"error": ...}` event in the same envelope, never glued to a half-written event. A stream
+// that opted in to migration (chat.migrate_streams, `x-ic-migrate: 1`) and loses its instance goes on
+// instead, once, on another ready instance, as the same completion (migration.ts).
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
@@ -33,7 +35,7 @@ import type {
 } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { parseJson } from "../errors.ts";
-import { nodePair, watchClient } from "../node-http.ts";
+import { nodePair, requestHeader, watchClient } from "../node-http.ts";
 import {
   postUpstream,
   readAll,
@@ -50,6 +52,14 @@ import { engineFailure } from "../engine-errors.ts";
 import { TaskReports } from "../task-reports.ts";
 import { mayUseModel, modelForbidden, requestToken } from "../auth.ts";
 import type { ApiToken } from "../auth.ts";
+import {
+  ContinuationRewriter,
+  continuationRequest,
+  includesUsage,
+  migrationWanted,
+  Transcript,
+} from "../migration.ts";
+import type { MigrationOutcome, MigrationReport, StreamSoFar } from "../migration.ts";
 
 type ChatRequest = z.output<typeof ChatRequestSchema>;
 /** What the chat and the text completion endpoints share: the fields the gateway reads. */
@@ -113,6 +123,8 @@ export interface ChatLimits {
   readonly connectTimeoutMs: number;
   readonly idleTimeoutMs: number;
   readonly totalTimeoutMs: number;
+  /** Streams go on elsewhere when their instance is lost (chat.migrate_streams; a header overrides). */
+  readonly migrateStreams: boolean;
 }
 
 export const DEFAULT_CHAT_LIMITS: ChatLimits = {
@@ -120,6 +132,7 @@ export const DEFAULT_CHAT_LIMITS: ChatLimits = {
   connectTimeoutMs: 5000,
   idleTimeoutMs: 75_000,
   totalTimeoutMs: 900_000,
+  migrateStreams: false,
 };
 
 export interface ChatOptions {
@@ -135,6 +148,8 @@ export interface ChatOptions {
   readonly engineHeaders?: (instanceId: string) => Record<string, string>;
   /** This gateway's requests in flight (shared with the node's heartbeat and GET /state). */
   readonly load?: RequestLoad;
+  /** Each stream migration's outcome and duration (metrics subscribe here). */
+  readonly onMigration?: (m: MigrationReport) => void;
 }
 
 /** Wall-clock ms with sub-ms precision (Chrome traces want microseconds). */
@@ -301,7 +316,117 @@ interface RequestContext {
   readonly countTokens: boolean;
   /** The end of the request's total bound (chat.total_timeout_ms from its arrival). */
   readonly deadline: number;
+  /** A chat stream that opted in to migration (chat.migrate_streams or `x-ic-migrate: 1`). */
+  readonly migrate: boolean;
+  /** The instances tried so far (a retry or a migration goes to another). */
+  readonly tried: Set<string>;
   clientGone: boolean;
+}
+
+/** One request to an engine (a try, or a stream's continuation), once its answer's headers came. */
+interface Leg {
+  readonly instanceId: string;
+  readonly upstream: IncomingMessage;
+  readonly status: number;
+  readonly taskId: TaskId | undefined;
+  readonly watch: ReturnType<typeof watchFailure>;
+  /** Rejects with the watch's failure (raced against reads). */
+  readonly failed: Promise<never>;
+  readonly abort: UpstreamAbort;
+  /** The client went away: the engine request is aborted. */
+  clientGone(): void;
+  /** A chunk arrived: the silence bound starts again. */
+  touch(): void;
+  /** Ends the leg's bookkeeping, once: load, timers, watches, and its task (finished or failed). */
+  close(ok: boolean, tokens?: number): void;
+}
+
+/** The client's end of a stream. */
+interface Sink {
+  write(b: Buffer): void;
+  end(): void;
+  /** What the route returns: the Node response was written directly, or a web stream. */
+  readonly response: Response;
+}
+
+/**
+ * Sends the stream's 200 and headers. Under @hono/node-server the events go straight to the Node
+ * response; elsewhere through a web stream, whose cancel is the client going away.
+ */
+function openSink(c: Context, headers: Record<string, string>, onCancel: () => void): Sink {
+  const sseHeaders = {
+    ...headers,
+    "content-type": "text/event-stream",
+    "cache-control": "no-cache",
+    connection: "keep-alive",
+    "x-accel-buffering": "no",
+  };
+  const outgoing = nodePair(c)?.outgoing;
+  if (outgoing) {
+    outgoing.writeHead(200, sseHeaders);
+    outgoing.socket?.setNoDelay(true);
+    return {
+      write: (b) => void outgoing.write(b),
+      end: () => outgoing.end(),
+      response: RESPONSE_ALREADY_SENT,
+    };
+  }
+  let ctl!: ReadableStreamDefaultController<Uint8Array>;
+  const web = new ReadableStream<Uint8Array>({
+    start: (k) => void (ctl = k),
+    cancel: () => onCancel(),
+  });
+  return {
+    write: (b) => ctl.enqueue(b),
+    end: () => {
+      try {
+        ctl.close();
+      } catch {
+        // already closed by a client disconnect
+      }
+    },
+    response: new Response(web, { status: 200, headers: sseHeaders }),
+  };
+}
+
+/** Whether the client has left (its disconnect seen by a leg, or the response already destroyed). */
+function clientClosed(c: Context, request: RequestContext): boolean {
+  return request.clientGone || (nodePair(c)?.outgoing.destroyed ?? false);
+}
+
+/**
+ * Relays a leg's SSE answer through `relay` (whole events only, ids rewritten) to `to.write`, and
+ * calls `to.ended` once: without an error at the engine's end (or after a client disconnect), else
+ * with what ended it (the engine's error event, a broken stream, the leg's failure watch).
+ */
+function relayLeg(
+  leg: Leg,
+  relay: SseRelay,
+  model: string,
+  to: { write(out: Buffer): void; ended(err?: ServiceError): void },
+): void {
+  const { upstream } = leg;
+  let done = false;
+  const end = (err?: ServiceError) => {
+    if (done) return;
+    done = true;
+    to.ended(err);
+  };
+  const broken = (why: string) =>
+    new ServiceError("instance_lost", `the engine stream broke ${why}; retry`);
+  void leg.watch.failed.then((e) => end(e));
+  upstream.on("data", (chunk: Buffer) => {
+    if (done) return;
+    leg.touch();
+    const r = relay.push(chunk);
+    if (r.out) to.write(r.out);
+    if (r.error !== undefined) end(engineFailure(safeCode(r.error), r.error, model));
+  });
+  upstream.on("end", () => end(relay.pendingBytes > 0 ? broken("inside an event") : undefined));
+  upstream.on("error", (e) => end(leg.abort.aborted ? undefined : broken(`(${e.message})`)));
+  upstream.on("close", () => {
+    if (!upstream.complete) end(broken("before it completed"));
+  });
 }
 
 /** A try failed before the client got a byte of it: another instance may serve the request. */
@@ -444,10 +569,16 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       limited,
       countTokens,
       deadline: Date.now() + limits.totalTimeoutMs,
+      // Stream migration (docs/api.md): chat streams only, when the config or the request asks.
+      migrate:
+        endpoint.path === "/v1/chat/completions" &&
+        body.stream === true &&
+        migrationWanted(requestHeader(c, "x-ic-migrate"), limits.migrateStreams),
+      tried: new Set<string>(),
       clientGone: false,
     };
+    const { tried } = request;
     let candidates: readonly ReadyInstance[] = open;
-    const tried = new Set<string>();
     for (;;) {
       const target = pick(candidates, live);
       tried.add(target.instance.instance_id);
@@ -548,9 +679,33 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     commandId: CommandId,
     obs: ChatObserver | undefined,
     request: RequestContext,
-    target: ReturnType<typeof pick>,
+    target: ReadyInstance,
   ): Promise<Response> {
-    const { body, limited, countTokens } = request;
+    const leg = await openLeg(c, commandId, obs, request, target, request.body);
+    const headers: Record<string, string> = {
+      "x-task-id": leg.taskId ?? "",
+      "x-command-id": commandId,
+      "x-instance-id": target.instance.instance_id,
+    };
+    if (leg.status !== 200 || !request.body.stream)
+      return answerWhole(c, commandId, obs, request, leg, headers);
+    return streamAnswer(c, commandId, obs, request, leg, headers);
+  }
+
+  /**
+   * Sends the request (`body`) to `target`'s engine and waits for its answer's headers, with the
+   * master's task, the failure watch and the request's bounds. Throws BeforeFirstByte when it fails
+   * before then. `obs`: the observer of this leg's phases (none for a stream's continuation).
+   */
+  async function openLeg(
+    c: Context,
+    commandId: CommandId,
+    obs: ChatObserver | undefined,
+    request: RequestContext,
+    target: ReadyInstance,
+    body: Record<string, unknown>,
+  ): Promise<Leg> {
+    const { limited } = request;
     const cluster = o.cluster;
     obs?.event({
       type: "routed",
@@ -604,7 +759,10 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       lastChunkAt = Date.now();
       idleTimer ??= setTimeout(onIdle, idleMs);
     };
-    const cleanup = (ok: boolean, tokens?: number) => {
+    let closed = false;
+    const close = (ok: boolean, tokens?: number) => {
+      if (closed) return;
+      closed = true;
       endLoad();
       closeTask?.();
       watch.off();
@@ -670,7 +828,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       upstream = await Promise.race([upstreamP, failed]);
     } catch (e) {
       abortUpstream("request failed before the engine answered");
-      cleanup(false);
+      close(false);
       // A task the master opens after the request failed is closed too: it would hold one of its
       // token's concurrent places (and the master's table) until it expired.
       if (!taskId)
@@ -682,107 +840,113 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
               .catch(() => {}),
           () => {},
         );
-      throw new BeforeFirstByte(connectionError(watch.failure ?? e, body.model));
+      throw new BeforeFirstByte(connectionError(watch.failure ?? e, request.body.model));
     }
-    const headers: Record<string, string> = {
-      "x-task-id": taskId ?? "",
-      "x-command-id": commandId,
-      "x-instance-id": target.instance.instance_id,
-    };
     const status = upstream.statusCode ?? 502;
     obs?.event({ type: "headers", at: preciseNow(), status });
     touch();
-
-    if (status !== 200 || !body.stream) {
-      let raw: Buffer;
-      try {
-        raw = await Promise.race([readAll(upstream), failed]);
-      } catch (e) {
-        abortUpstream("request failed while reading the engine's answer");
-        cleanup(false);
-        throw new BeforeFirstByte(connectionError(watch.failure ?? e, body.model));
-      }
-      if (status !== 200) {
-        cleanup(false);
-        throw engineFailure(status, raw.toString(), body.model);
-      }
-      let json: Record<string, unknown>;
-      try {
-        json = JSON.parse(raw.toString()) as Record<string, unknown>;
-      } catch {
-        cleanup(false);
-        throw new ServiceError(
-          "upstream_failed",
-          `the engine for ${body.model} answered a body that is not JSON`,
-        );
-      }
-      const j = json as {
-        timings?: EngineTimings;
-        usage?: { prompt_tokens?: number; completion_tokens?: number };
-      };
-      cleanup(true, countTokens ? tokensUsed(j.usage, j.timings) : undefined);
-      if (obs) {
-        const at = preciseNow();
-        if (j.timings) obs.event({ type: "engine", at, timings: j.timings, usage: j.usage });
-        obs.event({ type: "end", at, ok: true, status: 200, code: undefined, message: undefined });
-      }
-      // OpenAI's embedding list has no id; a completion's is the command id.
-      return c.json(request.embeddings ? json : { ...json, id: commandId }, 200, headers);
-    }
-
-    // Streaming: complete SSE events are forwarded as they arrive (id rewritten in place). Under
-    // @hono/node-server they go straight to the Node response; elsewhere through a web stream.
-    const relay = new SseRelay(commandId);
-    const sseHeaders = {
-      ...headers,
-      "content-type": "text/event-stream",
-      "cache-control": "no-cache",
-      connection: "keep-alive",
-      "x-accel-buffering": "no",
+    return {
+      instanceId: target.instance.instance_id,
+      upstream,
+      status,
+      taskId,
+      watch,
+      failed,
+      abort: upstreamAbort,
+      clientGone: onClientGone,
+      touch,
+      close,
     };
-    const outgoing = nodePair(c)?.outgoing;
-    let sink: { write(b: Buffer): void; end(): void };
-    let web: ReadableStream<Uint8Array> | undefined;
-    if (outgoing) {
-      outgoing.writeHead(200, sseHeaders);
-      outgoing.socket?.setNoDelay(true);
-      sink = { write: (b) => void outgoing.write(b), end: () => outgoing.end() };
-    } else {
-      let ctl!: ReadableStreamDefaultController<Uint8Array>;
-      web = new ReadableStream<Uint8Array>({
-        start: (k) => void (ctl = k),
-        cancel: () => onClientGone(),
-      });
-      sink = {
-        write: (b) => ctl.enqueue(b),
-        end: () => {
-          try {
-            ctl.close();
-          } catch {
-            // already closed by a client disconnect
-          }
-        },
-      };
+  }
+
+  /** A non-streaming answer, or an engine's refusal (any status but 200), read whole. */
+  async function answerWhole(
+    c: Context,
+    commandId: CommandId,
+    obs: ChatObserver | undefined,
+    request: RequestContext,
+    leg: Leg,
+    headers: Record<string, string>,
+  ): Promise<Response> {
+    const { body, countTokens } = request;
+    let raw: Buffer;
+    try {
+      raw = await Promise.race([readAll(leg.upstream), leg.failed]);
+    } catch (e) {
+      leg.abort.abort(new Error("request failed while reading the engine's answer"));
+      leg.close(false);
+      throw new BeforeFirstByte(connectionError(leg.watch.failure ?? e, body.model));
     }
+    if (leg.status !== 200) {
+      leg.close(false);
+      throw engineFailure(leg.status, raw.toString(), body.model);
+    }
+    let json: Record<string, unknown>;
+    try {
+      json = JSON.parse(raw.toString()) as Record<string, unknown>;
+    } catch {
+      leg.close(false);
+      throw new ServiceError(
+        "upstream_failed",
+        `the engine for ${body.model} answered a body that is not JSON`,
+      );
+    }
+    const j = json as {
+      timings?: EngineTimings;
+      usage?: { prompt_tokens?: number; completion_tokens?: number };
+    };
+    leg.close(true, countTokens ? tokensUsed(j.usage, j.timings) : undefined);
+    if (obs) {
+      const at = preciseNow();
+      if (j.timings) obs.event({ type: "engine", at, timings: j.timings, usage: j.usage });
+      obs.event({ type: "end", at, ok: true, status: 200, code: undefined, message: undefined });
+    }
+    // OpenAI's embedding list has no id; a completion's is the command id.
+    return c.json(request.embeddings ? json : { ...json, id: commandId }, 200, headers);
+  }
+
+  /**
+   * A streamed answer: complete SSE events are forwarded as they arrive (id rewritten in place).
+   * Under @hono/node-server they go straight to the Node response; elsewhere through a web stream.
+   * A stream that opted in to migration and loses its instance after its first byte goes on, once,
+   * on another ready instance (migrate below); else an error ends it with one error event.
+   */
+  function streamAnswer(
+    c: Context,
+    commandId: CommandId,
+    obs: ChatObserver | undefined,
+    request: RequestContext,
+    first: Leg,
+    headers: Record<string, string>,
+  ): Response {
+    const { body, countTokens } = request;
+    let current = first;
+    const sink = openSink(c, headers, () => current.clientGone());
     let finished = false;
     // The last two forwarded buffers: the engine's timings are in its last event before [DONE], read
     // once at the end instead of searched for in every chunk.
     let lastOut: Buffer | undefined;
     let prevOut: Buffer | undefined;
+    // Only a request that opted in reads what it relayed (to continue it elsewhere if need be).
+    const transcript = request.migrate ? new Transcript() : undefined;
+    let continuation: ContinuationRewriter | undefined;
     const finish = (err?: ServiceError) => {
       if (finished) return;
       finished = true;
-      if (err) {
-        sink.write(Buffer.from(`data: ${JSON.stringify(errorBody(err))}\n\n`));
-        if (!upstream.complete) upstreamAbort.abort(new Error(`request ended: ${err.code}`));
-      }
+      if (err) sink.write(Buffer.from(`data: ${JSON.stringify(errorBody(err))}\n\n`));
       // The client gets its last bytes before the task bookkeeping runs.
       sink.end();
-      const report =
-        obs || countTokens
-          ? ((lastOut && engineReport(lastOut)) ?? (prevOut && engineReport(prevOut)))
-          : undefined;
-      cleanup(!err, report ? tokensUsed(report.usage, report.timings) : undefined);
+      let report: Extract<ChatEvent, { type: "engine" }> | undefined;
+      let tokens: number | undefined;
+      if (continuation) {
+        const { usage, timings } = continuation.report();
+        if (timings) report = { type: "engine", at: preciseNow(), timings, usage };
+        tokens = tokensUsed(usage, timings);
+      } else if (obs || countTokens) {
+        report = (lastOut && engineReport(lastOut)) ?? (prevOut && engineReport(prevOut));
+        if (report) tokens = tokensUsed(report.usage, report.timings);
+      }
+      current.close(!err, tokens);
       if (!obs) return;
       if (report) obs.event(report);
       obs.event({
@@ -794,41 +958,134 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
         message: err?.message,
       });
     };
-    const broken = (why: string) =>
-      new ServiceError("instance_lost", `the engine stream broke ${why}; retry`);
+    const ended = (leg: Leg, err?: ServiceError) => {
+      if (finished || leg !== current) return;
+      if (err && !leg.upstream.complete) leg.abort.abort(new Error(`request ended: ${err.code}`));
+      if (err && transcript && !continuation && RETRY_ON.has(err.code) && !request.clientGone) {
+        void migrate(leg, err, transcript.sofar);
+        return;
+      }
+      finish(err);
+    };
+    /**
+     * The stream's instance was lost (`err`) after the client got `sofar`: the request, continued
+     * from there, goes on in this stream from another ready instance; else `err` ends it.
+     */
+    const migrate = async (lost: Leg, err: ServiceError, sofar: StreamSoFar) => {
+      const outcome = migrationOutcomes(commandId, body.model, lost.instanceId, err);
+      lost.close(false);
+      const next = await openContinuation(c, commandId, request, sofar, outcome);
+      if (!next) return finish(err);
+      const { leg, to } = next;
+      const rewriter = new ContinuationRewriter({
+        id: commandId,
+        created: sofar.created,
+        model: sofar.model,
+        migratedFrom: lost.instanceId,
+        sentTokens: sofar.tokens,
+        includeUsage: includesUsage(body),
+      });
+      current = leg;
+      continuation = rewriter;
+      let relayed = false;
+      relayLeg(leg, new SseRelay(commandId), body.model, {
+        write: (out) => {
+          const text = rewriter.rewrite(out.toString());
+          if (text.length === 0) return;
+          sink.write(Buffer.from(text));
+          if (relayed) return;
+          relayed = true;
+          outcome("migrated", { to, sent_tokens: sofar.tokens, max_tokens: next.maxTokens });
+        },
+        // A continuation that ends before its first event reached the client: the loss's error.
+        ended: (e) => {
+          if (relayed || finished) return ended(leg, e);
+          outcome("failed", { to, err: e?.message });
+          ended(leg, err);
+        },
+      });
+    };
+
     let firstChunk = false;
-    void watch.failed.then((e) => finish(e));
-    upstream.on("data", (chunk: Buffer) => {
-      if (finished) return;
-      touch();
-      const r = relay.push(chunk);
-      if (r.out) {
-        sink.write(r.out);
+    relayLeg(first, new SseRelay(commandId), body.model, {
+      write: (out) => {
+        sink.write(out);
         if (obs && !firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
+        firstChunk = true;
         if (obs || countTokens) {
           prevOut = lastOut;
-          lastOut = r.out;
+          lastOut = out;
         }
-        firstChunk = true;
-      }
-      if (r.error !== undefined) {
-        const parsed = safeCode(r.error);
-        finish(engineFailure(parsed, r.error, body.model));
-      }
+        transcript?.push(out);
+      },
+      ended: (err) => ended(first, err),
     });
-    upstream.on("end", () => {
-      if (finished) return;
-      if (relay.pendingBytes > 0) finish(broken("inside an event"));
-      else finish();
-    });
-    upstream.on("error", (e) => {
-      if (upstreamAbort.aborted) return finish();
-      finish(broken(`(${e.message})`));
-    });
-    upstream.on("close", () => {
-      if (!upstream.complete) finish(broken("before it completed"));
-    });
-    return web ? new Response(web, { status: 200, headers: sseHeaders }) : RESPONSE_ALREADY_SENT;
+    return sink.response;
+  }
+
+  /**
+   * The continuation of a stream lost after the client got `sofar`: the request continued from
+   * there (migration.ts), sent to another ready instance off draining nodes, within the request's
+   * total bound, answered with a 200. Undefined (its outcome reported) when there is none.
+   */
+  async function openContinuation(
+    c: Context,
+    commandId: CommandId,
+    request: RequestContext,
+    sofar: StreamSoFar,
+    outcome: ReturnType<typeof migrationOutcomes>,
+  ): Promise<{ leg: Leg; to: string; maxTokens: number | undefined } | undefined> {
+    const { body } = request;
+    const plan = continuationRequest(body, sofar);
+    if (!plan.ok) return void outcome("not_continuable", { why: plan.why });
+    if (Date.now() >= request.deadline)
+      return void outcome("failed", { why: "the request's total bound has passed" });
+    const live = o.cluster.livePeers();
+    const others = readyOthers(body.model, request.tried, request.embeddings, live);
+    if (others.length === 0 || clientClosed(c, request)) return void outcome("no_instance");
+    const target = pick(others, live);
+    const to = target.instance.instance_id;
+    request.tried.add(to);
+    let leg: Leg;
+    try {
+      leg = await openLeg(c, commandId, undefined, request, target, plan.body);
+    } catch (e) {
+      return void outcome("failed", { to, err: (e as Error).message });
+    }
+    if (leg.status !== 200 || clientClosed(c, request)) {
+      leg.abort.abort(new Error("the continuation was refused or the client left"));
+      leg.close(false);
+      return void outcome("failed", { to, status: leg.status });
+    }
+    return { leg, to, maxTokens: plan.maxTokens };
+  }
+
+  /** Reports a migration's outcome (onMigration, for metrics; a log line), timed from this call. */
+  function migrationOutcomes(commandId: CommandId, model: string, from: string, err: ServiceError) {
+    const lossAt = performance.now();
+    return (result: MigrationOutcome, extra: Record<string, unknown> = {}) => {
+      const ms = performance.now() - lossAt;
+      reportMigration({ model, outcome: result, seconds: ms / 1000 });
+      const fields = {
+        command: commandId,
+        model,
+        from,
+        code: err.code,
+        outcome: result,
+        ms: Math.round(ms),
+        ...extra,
+      };
+      if (result === "migrated") o.log.info(fields, "stream migrated to another ready instance");
+      else o.log.warn(fields, "stream lost its instance and was not migrated");
+    };
+  }
+
+  function reportMigration(m: MigrationReport): void {
+    try {
+      o.onMigration?.(m);
+    } catch (e) {
+      o.log.warn({ err: (e as Error).message }, "the migration observer failed");
+    }
   }
 }
 

@@ -79,6 +79,8 @@ export class NodeMetrics {
   private readonly inFlight: Gauge;
   private readonly tokenRequests: Counter<"token" | "code">;
   private readonly retries: Counter<"model" | "code">;
+  private readonly migrations: Counter<"model" | "outcome">;
+  private readonly migrationDuration: Histogram<"model">;
   private readonly tokenTokens: Counter<"token">;
   private scraping: Promise<string> | undefined;
 
@@ -136,6 +138,19 @@ export class NodeMetrics {
       name: "ic_chat_retries_total",
       help: "Chat requests retried on another ready instance after theirs was lost before the client got a byte, by the loss's code.",
       labelNames: ["model", "code"],
+      registers: [node],
+    });
+    this.migrations = new Counter({
+      name: "ic_chat_migrations_total",
+      help: "Chat streams that lost their instance after their first byte and had opted in to migration, by outcome (migrated, no_instance, not_continuable, failed).",
+      labelNames: ["model", "outcome"],
+      registers: [node],
+    });
+    this.migrationDuration = new Histogram({
+      name: "ic_chat_migration_seconds",
+      help: "Migrated chat streams: from the loss of their instance to the first event of the continuation relayed to the client.",
+      labelNames: ["model"],
+      buckets: SECONDS,
       registers: [node],
     });
     this.tokenRequests = new Counter({
@@ -230,6 +245,13 @@ export class NodeMetrics {
         }
       },
     };
+  }
+
+  /** One stream migration (the gateway's onMigration): counted by outcome, timed when it worked. */
+  migration(m: { model: string; outcome: string; seconds: number }): void {
+    const model = this.knownModel(m.model) ? m.model : "unknown";
+    this.migrations.inc({ model, outcome: m.outcome });
+    if (m.outcome === "migrated") this.migrationDuration.observe({ model }, m.seconds);
   }
 
   private tokens(
