@@ -22,6 +22,8 @@ export interface ApiOperation {
   /** Who may call it (docs/api.md, "Authentication"). */
   readonly scope: ApiScope;
   readonly query?: z.ZodObject;
+  /** Request headers the operation reads beyond authorization (name: schema; all optional). */
+  readonly headers?: z.ZodObject;
   readonly body?: z.ZodType;
   /** By status code; every operation also answers errors in the envelope (`default`). */
   readonly responses: Readonly<Record<string, ApiResponse>>;
@@ -49,6 +51,8 @@ function parameters(op: ApiOperation): Record<string, unknown>[] {
       schema: jsonSchema(field, "input"),
     });
   }
+  for (const [name, s] of Object.entries(op.headers?.shape ?? {}))
+    out.push({ name, in: "header", required: false, schema: jsonSchema(s as z.ZodType, "input") });
   return out;
 }
 

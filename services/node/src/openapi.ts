@@ -127,6 +127,13 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
     path: "/v1/chat/completions",
     summary: "OpenAI-compatible chat completion, routed to a ready instance",
     scope: "inference",
+    headers: z.object({
+      "x-ic-migrate": z
+        .enum(["0", "1"])
+        .describe(
+          "stream migration for this request: 1 on, 0 off (default: chat.migrate_streams); docs/api.md",
+        ),
+    }),
     body: ChatRequestSchema,
     responses: {
       "200": {
