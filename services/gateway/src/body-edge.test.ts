@@ -64,7 +64,8 @@ function readyCluster(endpoint: string): ClusterView {
     sessionId: S,
     nodeId: NODE,
     snapshot: () => state,
-    livePeers: () => [],
+    // As the agent's: self included (the instance's node is heard).
+    livePeers: () => [{ heartbeat: { peer_key: "p-0", links: [] }, lastHeard: 0 }] as never,
     command: async () => ({ ok: true, index: ++index, task_id: `t-${index}` as TaskId }),
     on: () => () => {},
   };

@@ -116,7 +116,8 @@ function cluster(
     sessionId: S,
     nodeId: master,
     snapshot: () => state,
-    livePeers: () => [],
+    // As the agent's: self included (the instance's node is heard).
+    livePeers: () => [{ heartbeat: { peer_key: "p-0", links: [] }, lastHeard: 0 }] as never,
     command: async (cmd) => {
       if (cmd.type !== "CreateTask") return { ok: true, index: n };
       const task_id = `t-${n}` as TaskId;
@@ -812,7 +813,12 @@ describe("the rest of the OpenAI surface: text completions and one model", () =>
 
 describe("a draining node takes no new requests", () => {
   /** MODEL on i-1 (node p-0) and i-2 (node p-1); `draining` peers say so in their heartbeat. */
-  function withDraining(first: string, second: string, draining: string[]) {
+  function withDraining(
+    first: string,
+    second: string,
+    draining: string[],
+    heard: string[] = ["p-0", "p-1"],
+  ) {
     const c = cluster(first);
     const s = c.view.snapshot();
     const i2 = "i-2" as InstanceId;
@@ -840,7 +846,7 @@ describe("a draining node takes no new requests", () => {
       node_id: onP1,
       endpoint: second,
     };
-    const peers = ["p-0", "p-1"].map((peer_key) => ({
+    const peers = heard.map((peer_key) => ({
       heartbeat: {
         peer_key,
         links: [],
@@ -875,6 +881,22 @@ describe("a draining node takes no new requests", () => {
     expect(err.message).toContain("is served only on nodes that are draining");
     expect(err.details).toMatchObject({ phase: "draining" });
     expect(a.bodies.length + b.bodies.length).toBe(0);
+  });
+
+  it("an instance whose node this gateway has not heard (its engine key unknown) is not routed to", async () => {
+    const a = await engine(answer);
+    const b = await engine(answer);
+    // p-1 not heard (just joined, or gone silent): every request goes to p-0's instance.
+    const send = await gateway(withDraining(a.url, b.url, [], ["p-0"]));
+    for (let i = 0; i < 3; i++) expect((await send({})).status).toBe(200);
+    expect(b.bodies).toHaveLength(0);
+    // Neither heard: a retryable 404 saying so.
+    const none = await gateway(withDraining(a.url, b.url, [], []));
+    const r = await none({});
+    expect(r.status).toBe(404);
+    const err = errorOf(r.text);
+    expect(err).toMatchObject({ code: "model_not_ready", retryable: true });
+    expect(err.details).toMatchObject({ phase: "unheard" });
   });
 });
 

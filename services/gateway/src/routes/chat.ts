@@ -283,11 +283,15 @@ function watchFailure(cluster: ClusterView, instance: Instance, session: Session
   };
 }
 
-/** The model is ready only on nodes that are draining: a retryable 404, as while it is starting. */
-function allDraining(
+/**
+ * The model is ready only on nodes that are draining, or on nodes this node has not heard (yet): a
+ * retryable 404, as while it is starting.
+ */
+function unroutable(
   model: string,
   instances: readonly ReadyInstance[],
   state: ControlState,
+  live: readonly PeerView[],
 ): ServiceError {
   const nodes = [
     ...new Set(
@@ -296,11 +300,24 @@ function allDraining(
       ),
     ),
   ];
-  return new ServiceError(
-    "model_not_ready",
-    `${model} is served only on nodes that are draining (${nodes.join(", ")}) and take no new requests; retry`,
-    { retryAfterS: 2, details: { model, phase: "draining", nodes } },
+  const draining = live.some(
+    (p) =>
+      p.heartbeat.draining &&
+      instances.some((i) =>
+        i.instance.assignments.some((a) => a.peer_key === p.heartbeat.peer_key),
+      ),
   );
+  return draining
+    ? new ServiceError(
+        "model_not_ready",
+        `${model} is served only on nodes that are draining (${nodes.join(", ")}) and take no new requests; retry`,
+        { retryAfterS: 2, details: { model, phase: "draining", nodes } },
+      )
+    : new ServiceError(
+        "model_not_ready",
+        `${model} is served only on nodes this node has not heard from within the liveness timeout (${nodes.join(", ")}); retry`,
+        { retryAfterS: 1, details: { model, phase: "unheard", nodes } },
+      );
 }
 
 /** What every try of one request shares. */
@@ -551,7 +568,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     // One look at the live peers per request: draining nodes and balancing read the same one.
     let live = o.cluster.livePeers();
     const open = routable(suited, live);
-    if (open.length === 0) throw allDraining(body.model, suited, snap);
+    if (open.length === 0) throw unroutable(body.model, suited, snap, live);
     const problem = contentProblem(body, snap.models[ready.instances[0]!.instance.model_id]);
     if (problem) throw new ServiceError("invalid_request", problem);
     if (
@@ -658,16 +675,24 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     );
   }
 
-  /** Instances with no rank on a draining node: a draining node takes no new request. */
+  /**
+   * Instances with no rank on a draining node (a draining node takes no new request) whose rank 0
+   * runs on a node heard within the liveness timeout (its heartbeats carry the engine's key: a node
+   * that has just joined has not heard every peer yet, and a silent one is about to be declared gone).
+   */
   function routable(
     instances: readonly ReadyInstance[],
     live: readonly PeerView[],
   ): ReadyInstance[] {
+    const heard = new Set(live.map((p) => p.heartbeat.peer_key));
     const draining = new Set(
       live.filter((p) => p.heartbeat.draining).map((p) => p.heartbeat.peer_key),
     );
-    if (draining.size === 0) return [...instances];
-    return instances.filter((i) => !i.instance.assignments.some((a) => draining.has(a.peer_key)));
+    return instances.filter(
+      (i) =>
+        heard.has(i.instance.assignments.find((a) => a.rank === 0)?.peer_key ?? "") &&
+        !i.instance.assignments.some((a) => draining.has(a.peer_key)),
+    );
   }
 
   /**
