@@ -162,24 +162,29 @@ describe("reconcile", () => {
   });
 
   it("a deployment on a draining node is placed elsewhere first, away from its siblings; with no room it stays", () => {
-    const deps = [
-      dep("d1", { replica_set: "rs-1", instance_id: "i-1" as InstanceId }),
-      dep("d2", { replica_set: "rs-1", instance_id: "i-2" as InstanceId }),
-    ];
-    const w = world(
-      [
-        { id: "a", gb: 40 },
-        { id: "b", gb: 40 },
-        { id: "c", gb: 10 },
-      ],
-      deps,
-    );
-    w.state.instances["i-1"] = instanceOn("i-1", "a");
-    w.state.instances["i-2"] = instanceOn("i-2", "b");
-    expect(reconcile(w.state, w.reports, opts())).toEqual([]);
+    /** d1 on a, its sibling d2 on b, c free with `cGb`; `drains` says draining. */
+    const replicas = (cGb: number, drains: string[]) => {
+      const w = world(
+        [
+          { id: "a", gb: 40 },
+          { id: "b", gb: 40 },
+          { id: "c", gb: cGb },
+        ],
+        [
+          dep("d1", { replica_set: "rs-1", instance_id: "i-1" as InstanceId }),
+          dep("d2", { replica_set: "rs-1", instance_id: "i-2" as InstanceId }),
+        ],
+      );
+      w.state.instances["i-1"] = instanceOn("i-1", "a");
+      w.state.instances["i-2"] = instanceOn("i-2", "b");
+      const reports = w.reports.map((r) =>
+        drains.includes(r.peer_key) ? { ...r, draining: true } : r,
+      );
+      return reconcile(w.state, reports, opts());
+    };
+    expect(replicas(10, [])).toEqual([]);
     // a drains: d1 goes to c (b holds its sibling), and nothing else is placed on a.
-    const draining = w.reports.map((r) => (r.peer_key === "p-a" ? { ...r, draining: true } : r));
-    const [move, ...rest] = reconcile(w.state, draining, opts());
+    const [move, ...rest] = replicas(10, ["p-a"]);
     expect(rest).toEqual([]);
     expect(move).toMatchObject({
       kind: "place",
@@ -191,20 +196,7 @@ describe("reconcile", () => {
       "n-c",
     ]);
     // c cannot take it: nothing (no Pending for a deployment that still serves).
-    const full = world(
-      [
-        { id: "a", gb: 40 },
-        { id: "b", gb: 40 },
-        { id: "c", gb: 4 },
-      ],
-      deps,
-    );
-    full.state.instances["i-1"] = instanceOn("i-1", "a");
-    full.state.instances["i-2"] = instanceOn("i-2", "b");
-    const fullDraining = full.reports.map((r) =>
-      r.peer_key === "p-a" ? { ...r, draining: true } : r,
-    );
-    expect(reconcile(full.state, fullDraining, opts())).toEqual([]);
+    expect(replicas(4, ["p-a"])).toEqual([]);
   });
 
   it("a lost deployment is not placed on a draining node", () => {

@@ -1,27 +1,43 @@
-// What a test, as root on the machine, reads off the engines a node started: the llama-server
-// listening on a port (to kill it, as a crash would), and the API key it was given (LLAMA_API_KEY
-// in its environment). Nodes make that key at start and tell it only to bus members, so a test that
-// asks an engine directly takes it from the process.
+// What a test, as root on the machine, reads off the processes a node started: the processes of a
+// binary with their argv (llama-server, ggml-rpc-server), the llama-server listening on a port (to
+// kill it, as a crash would), and the API key it was given (LLAMA_API_KEY in its environment).
+// Nodes make that key at start and tell it only to bus members, so a test that asks an engine
+// directly takes it from the process.
 import { readdirSync, readFileSync } from "node:fs";
+
+/** Every running process whose program (argv[0]) ends with `binary`, with its argv. */
+export function processesOf(binary: string): { pid: number; argv: string[] }[] {
+  const out: { pid: number; argv: string[] }[] = [];
+  for (const p of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
+    let argv: string[];
+    try {
+      argv = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
+    } catch {
+      continue; // gone meanwhile
+    }
+    if (argv[0]?.endsWith(binary)) out.push({ pid: Number(p), argv });
+  }
+  return out;
+}
+
+/** The argument after `flag` in `argv`, if any. */
+export function argAfter(argv: readonly string[], flag: string): string | undefined {
+  const i = argv.indexOf(flag);
+  return i >= 0 ? argv[i + 1] : undefined;
+}
 
 /**
  * The pid of the llama-server listening on `port` (and on `host`, an address, when given: lab hosts
  * may use the same port). Throws when no such process runs.
  */
 export function enginePidOf(port: number | string, host?: string): number {
-  for (const p of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
-    let argv: string[];
-    try {
-      argv = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
-    } catch {
-      continue;
-    }
-    if (!argv[0]?.endsWith("llama-server")) continue;
-    if (argv[argv.indexOf("--port") + 1] !== String(port)) continue;
-    if (host !== undefined && argv[argv.indexOf("--host") + 1] !== host) continue;
-    return Number(p);
-  }
-  throw new Error(`no llama-server on port ${port}${host ? ` at ${host}` : ""}`);
+  const found = processesOf("llama-server").find(
+    ({ argv }) =>
+      argAfter(argv, "--port") === String(port) &&
+      (host === undefined || argAfter(argv, "--host") === host),
+  );
+  if (!found) throw new Error(`no llama-server on port ${port}${host ? ` at ${host}` : ""}`);
+  return found.pid;
 }
 
 /** The API key of the llama-server on `port` (and `host`). Throws when it has none. */

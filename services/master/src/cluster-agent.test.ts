@@ -45,6 +45,8 @@ class Hub {
   drop: (subject: string, msg: unknown, to: FakeBus) => boolean = () => false;
   /** Replies to requests wait for this (they are computed when the request arrives). */
   replyGate: Promise<void> = Promise.resolve();
+  /** A new responder is found by requests only this long after it subscribed (route interest). */
+  interestDelayMs = 0;
   /** The largest message (JSON bytes) published or replied since the last reset, by subject. */
   readonly largest = new Map<string, number>();
   record(subject: string, msg: unknown): void {
@@ -104,8 +106,14 @@ class FakeBus {
 
   respond(name: keyof typeof CATALOG, handler: Handler, opts: { suffix?: string } = {}) {
     const e: Entry = { subject: subjectOf(name, opts.suffix), bus: this, handler };
-    this.hub.responders.add(e);
-    return () => void this.hub.responders.delete(e);
+    let gone = false;
+    if (this.hub.interestDelayMs > 0)
+      setTimeout(() => gone || this.hub.responders.add(e), this.hub.interestDelayMs);
+    else this.hub.responders.add(e);
+    return () => {
+      gone = true;
+      this.hub.responders.delete(e);
+    };
   }
 
   async request(
@@ -416,6 +424,21 @@ describe("planned hand-off of the master", () => {
     expect(memberNames(b)).toEqual(["b", "c"]);
     await waitUntil(() => memberNames(c).join() === "b,c");
     expect(changes).toEqual([]);
+  });
+
+  it("a command that finds no responder just after the hand-off (the successor's interest still on its way) is asked again", async () => {
+    const hub = new Hub();
+    const a = start(hub, "a", 1);
+    const b = start(hub, "b", 2);
+    const c = start(hub, "c", 3);
+    await advance(1000);
+    hub.interestDelayMs = 40;
+    const handing = a.handOff();
+    await waitUntil(() => c.snapshot().session?.master_peer_key === "p-b");
+    // c has the hand-off; b's responder is not visible yet.
+    const sent = c.command(report("right after"));
+    expect(await settled(handing)).toBe("p-b");
+    expect((await settled(sent)).ok).toBe(true);
   });
 
   it("nobody to hand to (a lone master, or a follower asked): nothing changes", async () => {

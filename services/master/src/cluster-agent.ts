@@ -180,6 +180,8 @@ export class ClusterAgent implements AsyncDisposable {
    * after it, so a follower that asked this node, or that lags, still gets an answer.
    */
   private handingOff: { session_id: SessionId; to: Peer } | undefined;
+  /** When this replica last applied a hand-off (commands to the successor may briefly find no responder). */
+  private handedOffAt: number | undefined;
   private retiredSubs: { subs: Unsubscribe[]; timer: NodeJS.Timeout } | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
   private hbTimer: NodeJS.Timeout | undefined;
@@ -826,6 +828,7 @@ export class ClusterAgent implements AsyncDisposable {
     if (this.current?.session_id !== sessionId) return;
     const master: Peer = { peer_key: e.master_peer_key, started_at: e.master_started_at };
     this.log.info({ session: sessionId, master: master.peer_key }, "master handed off");
+    this.handedOffAt = this.o.clock.now();
     if (this.role === "master") {
       this.retireNow();
       this.retiredSubs = {
@@ -1321,24 +1324,45 @@ export class ClusterAgent implements AsyncDisposable {
 
   /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */
   async command(cmd: Command): Promise<Extract<CommandReply, { ok: true }>> {
-    try {
-      return await this.commandOnce(cmd);
-    } catch (e) {
-      // The master handed the session off (a planned stop): once this replica has the hand-off
-      // (bounded), the command goes to the successor. Only once: a second hand-off is a new error.
-      const to = e instanceof ServiceError ? e.details?.handed_off_to : undefined;
-      if (typeof to !== "string") throw e;
-      const session = this.current?.session_id;
-      const deadline = this.o.clock.now() + (this.o.commandTimeoutMs ?? 5000);
-      while (
-        this.current?.master.peer_key !== to ||
-        (to === this.o.self.peerKey && !this.isMaster)
-      ) {
-        if (this.stopped || this.current?.session_id !== session || this.o.clock.now() > deadline)
-          throw e;
-        await new Promise((r) => setTimeout(r, 10));
+    const session = this.current?.session_id;
+    const deadline = this.o.clock.now() + (this.o.commandTimeoutMs ?? 5000);
+    let followed = false;
+    for (;;) {
+      try {
+        return await this.commandOnce(cmd);
+      } catch (e) {
+        const late = () =>
+          this.stopped || this.current?.session_id !== session || this.o.clock.now() > deadline;
+        // The master handed the session off (a planned stop): once this replica has the hand-off
+        // (bounded), the command goes to the successor. Only once: a second hand-off is new.
+        const to = e instanceof ServiceError ? e.details?.handed_off_to : undefined;
+        if (typeof to === "string" && !followed) {
+          followed = true;
+          while (
+            this.current?.master.peer_key !== to ||
+            (to === this.o.self.peerKey && !this.isMaster)
+          ) {
+            if (late()) throw e;
+            await new Promise((r) => setTimeout(r, 10));
+          }
+          continue;
+        }
+        // Right after a hand-off the successor's subscription may not have reached this node's
+        // nats-server yet (interest travels over the routes): "no responder" is asked again
+        // briefly. Anything else, or later, is the answer.
+        const noResponder =
+          e instanceof ServiceError &&
+          e.code === "no_master" &&
+          /no responder/.test(String((e.cause as Error | undefined)?.message));
+        const recent =
+          this.handedOffAt !== undefined &&
+          this.o.clock.now() - this.handedOffAt < HANDOFF_GRACE_MS;
+        if (noResponder && recent && !late()) {
+          await new Promise((r) => setTimeout(r, 50));
+          continue;
+        }
+        throw e;
       }
-      return await this.commandOnce(cmd);
     }
   }
 

@@ -4,7 +4,9 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
 import {
+  argAfter,
   placeAndWait,
+  processesOf,
   seedStore,
   startHostCluster,
   waitFor,
@@ -120,25 +122,17 @@ async function readyState(observer: NodeProcess, instanceId: string): Promise<St
  */
 function engineProcesses(cluster: HostCluster): { pid: number; listen?: string }[] {
   const addresses = new Set(cluster.lab.hosts.map((h) => h.address));
-  const out: { pid: number; listen?: string }[] = [];
-  for (const p of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
-    let argv: string[];
-    try {
-      argv = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
-    } catch {
-      continue;
-    }
-    if (argv.some((a) => a.endsWith("ggml-rpc-server"))) {
-      const h = argv[argv.indexOf("-H") + 1];
-      if (h !== undefined && addresses.has(h)) out.push({ pid: Number(p), listen: h });
-    } else if (
-      cluster.nodes.some((n) => argv.some((a) => a.includes(join(n.dataDir, "staging"))))
-    ) {
-      const h = argv.indexOf("--host") >= 0 ? argv[argv.indexOf("--host") + 1] : undefined;
-      out.push({ pid: Number(p), ...(h !== undefined ? { listen: h } : {}) });
-    }
-  }
-  return out;
+  const rpc = processesOf("ggml-rpc-server").flatMap(({ pid, argv }) => {
+    const h = argAfter(argv, "-H");
+    return h !== undefined && addresses.has(h) ? [{ pid, listen: h }] : [];
+  });
+  const servers = processesOf("llama-server").flatMap(({ pid, argv }) => {
+    if (!cluster.nodes.some((n) => argv.some((a) => a.includes(join(n.dataDir, "staging")))))
+      return [];
+    const h = argAfter(argv, "--host");
+    return [{ pid, ...(h !== undefined ? { listen: h } : {}) }];
+  });
+  return [...rpc, ...servers];
 }
 
 function seeded(slow = false) {

@@ -1,10 +1,12 @@
-import { mkdtempSync, readFileSync, readdirSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
 import {
+  argAfter,
   placeAndWait,
+  processesOf,
   seedStore,
   startCluster,
   startHostCluster,
@@ -15,19 +17,7 @@ import type { NodeProcess } from "@ic/testkit";
 
 /** Processes of `binary` whose argument after `flag` is `value` (e.g. `-H <a lab host's address>`). */
 function pidsOf(binary: string, flag: string, value: string): { pid: number; argv: string[] }[] {
-  const out: { pid: number; argv: string[] }[] = [];
-  for (const p of readdirSync("/proc").filter((x) => /^\d+$/.test(x))) {
-    let argv: string[];
-    try {
-      argv = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
-    } catch {
-      continue;
-    }
-    const i = argv.indexOf(flag);
-    if (argv[0]?.endsWith(binary) && i >= 0 && argv[i + 1] === value)
-      out.push({ pid: Number(p), argv });
-  }
-  return out;
+  return processesOf(binary).filter(({ argv }) => argAfter(argv, flag) === value);
 }
 
 interface StateDoc {
