@@ -439,6 +439,7 @@ describe("planned hand-off of the master", () => {
     const sent = c.command(report("right after"));
     expect(await settled(handing)).toBe("p-b");
     expect((await settled(sent)).ok).toBe(true);
+    expect(b.isMaster).toBe(true);
   });
 
   it("nobody to hand to (a lone master, or a follower asked): nothing changes", async () => {
