@@ -55,6 +55,10 @@ interface Outcome {
   readonly maxGapMs: number;
   /** The node whose gateway the balancer sent it to. */
   readonly via: string;
+  /** It asked for stream migration (x-ic-migrate: 1). */
+  readonly optedIn: boolean;
+  /** What the client got, for a failure (the start of the body or the error). */
+  readonly detail: string;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -67,8 +71,11 @@ async function one(
 ): Promise<Outcome> {
   const start = Date.now();
   let via = "";
+  let detail = "";
   const done = (ok: boolean, result: string, migrated = false, maxGapMs = 0): Outcome => ({
     via,
+    optedIn: migrate && stream,
+    detail: ok ? "" : detail.slice(-400),
     stream,
     start,
     end: Date.now(),
@@ -90,7 +97,9 @@ async function one(
       (n) => (via = n.spec.name),
     );
     if (!stream || r.status !== 200 || !r.body) {
-      const body = (await r.json().catch(() => ({}))) as { error?: { code?: string } };
+      const text = await r.text();
+      detail = text;
+      const body = (JSON.parse(text || "{}") as { error?: { code?: string } } | null) ?? {};
       return done(r.status === 200, r.status === 200 ? "200" : `${r.status} ${body.error?.code}`);
     }
     let text = "";
@@ -102,6 +111,7 @@ async function one(
       if (text.length > 0) maxGapMs = Math.max(maxGapMs, now - last);
       last = now;
       text += decoder.decode(chunk as Uint8Array, { stream: true });
+      detail = text;
     }
     const code = /"error":\{[^}]*"code":"([a-z_]+)"/.exec(text)?.[1];
     const migrated = text.includes('"migrated_from"');
@@ -109,6 +119,7 @@ async function one(
     if (!text.includes("[DONE]")) return done(false, "stream cut", migrated, maxGapMs);
     return done(true, "200", migrated, maxGapMs);
   } catch (e) {
+    detail += ` ${String(e)} ${String((e as { cause?: unknown }).cause)}`;
     return done(false, `client error ${(e as { cause?: { code?: string } }).cause?.code ?? e}`);
   }
 }
@@ -130,6 +141,7 @@ function load(lb: HealthCheckedBalancer, model: string, migrate: () => boolean) 
 }
 
 async function twoReady(nodes: readonly NodeProcess[]): Promise<StateDoc> {
+  let seen = "";
   return waitFor(
     async () => {
       for (const n of nodes) {
@@ -139,12 +151,29 @@ async function twoReady(nodes: readonly NodeProcess[]): Promise<StateDoc> {
         const ready = s.instances.filter((i) =>
           i.runners.some((r) => r.rank === 0 && r.state === "RunnerReady"),
         );
+        seen = JSON.stringify(s.instances.map((i) => [i.instance_id, i.runners]));
         return ready.length === 2 ? s : undefined;
       }
       return undefined;
     },
-    { timeoutMs: 120_000, intervalMs: 100, what: "two ready replicas" },
+    {
+      timeoutMs: 120_000,
+      intervalMs: 100,
+      get what() {
+        return `two ready replicas (last seen: ${seen})`;
+      },
+    },
   );
+}
+
+/** A node that exited although nobody stopped it is reported (with its last log lines) and started. */
+async function restartCrashed(nodes: readonly NodeProcess[], say: (l: string) => void) {
+  for (const n of nodes) {
+    if (n.running) continue;
+    say(`node ${n.spec.name} had exited by itself (code ${await n.waitExit()}); started again`);
+    console.log(n.logLines.slice(-40).join("\n"));
+    await n.start();
+  }
 }
 
 const ms = (v: number) => (Number.isFinite(v) ? `${Math.round(v)} ms` : "n/a");
@@ -188,6 +217,8 @@ async function main(): Promise<void> {
   };
   /** What each phase measures, read once the load has stopped (every request then has its end). */
   const reports: ((all: readonly Outcome[]) => string)[] = [];
+  /** When each kill happened: a phase counts what started after its kill and ended before the next. */
+  const kills: number[] = [];
   try {
     cluster = await startHostCluster(3, {
       config: (i) => ({
@@ -238,6 +269,7 @@ async function main(): Promise<void> {
       await n.stop(40_000);
       const stopMs = Date.now() - t0;
       await n.start();
+      await restartCrashed(nodes, say);
       await waitForConvergence(nodes, 3, 60_000);
       await twoReady(nodes);
       const t1 = Date.now();
@@ -254,14 +286,15 @@ async function main(): Promise<void> {
     const rollTo = Date.now();
     const after = await nodes[0]!.get<StateDoc>("/state");
     const same = after.session?.session_id === session;
+    // What ended before the first kill (a request still running then is counted with the kill).
     reports.push(
       (all) =>
-        `rolling restart, all: ${tally(within(all, rollFrom, rollTo))}; session ${same ? "unchanged" : "CHANGED"}`,
+        `rolling restart, all: ${tally(within(all, rollFrom, rollTo).filter((o) => o.end < (kills[0] ?? Infinity)))}; session ${same ? "unchanged" : "CHANGED"}`,
     );
 
     // 3 to 6. kill -9 of a replica's engine (llama-server; its node restarts it), then of a
     // replica's whole node (node, nats-server, engines), each with stream migration off and on.
-    // The victim holds a replica and is neither the store host nor the master when avoidable.
+    // The victim holds a replica and is not the master.
     for (const target of ["engine", "node"] as const) {
       for (const migrating of [false, true]) {
         migrate = migrating;
@@ -273,12 +306,14 @@ async function main(): Promise<void> {
           )!,
           endpoint: i.runners.find((r) => r.rank === 0)?.endpoint,
         }));
+        // Never the master (a lost master changes the session: the spec's failure, measured by
+        // bench/failover); the store host only when the other holder is the master.
         const pick =
           rank0.find((r) => r.node.name !== nodes[0]!.spec.name && !r.node.is_master) ??
-          rank0.find((r) => r.node.name !== nodes[0]!.spec.name) ??
-          rank0[0]!;
+          rank0.find((r) => !r.node.is_master)!;
         const victim = nodes.find((n) => n.spec.name === pick.node.name)!;
         const t0 = Date.now();
+        kills.push(t0);
         if (target === "engine") {
           const url = new URL(pick.endpoint!);
           process.kill(
@@ -292,17 +327,20 @@ async function main(): Promise<void> {
         // Requests that started before the kill and ended after it were in flight at the kill.
         await sleep(8000);
         const t1 = Date.now();
-        const what = `kill -9 of ${pick.node.name}'s ${target === "engine" ? "engine" : "whole node"}, migration ${migrating ? "on" : "off"}`;
+        const what = `kill -9 of ${pick.node.name}'s ${target === "engine" ? "engine" : "whole node"}, new requests ${migrating ? "asking for" : "without"} migration`;
         reports.push((all) => {
           const hit = all.filter((o) => o.start < t0 && o.end >= t0);
-          const w = within(all, t0, t1);
+          const next = kills.find((k) => k > t0) ?? Infinity;
+          const w = within(all, t0, t1).filter((o) => o.end < next);
           // A killed node's own gateway dies with it: what the client sent there is lost on the
           // client's connection, which nothing behind it can mend (counted apart).
           const own = (o: Outcome) => target === "node" && o.via === victim.spec.name;
           const moved = [...hit, ...w].filter((o) => o.migrated);
+          const others = hit.filter((o) => !own(o));
           const gaps = moved.map((o) => o.maxGapMs).sort((a, b) => a - b);
           return (
-            `${what}: in flight at the kill through the other gateways: ${tally(hit.filter((o) => !own(o)))}` +
+            `${what}: in flight at the kill through the other gateways: streams that asked for ` +
+            `migration: ${tally(others.filter((o) => o.optedIn))}; the others: ${tally(others.filter((o) => !o.optedIn))}` +
             (target === "node" ? `; through its own gateway: ${tally(hit.filter(own))}` : "") +
             `; started in the next 8 s: ${tally(w)}` +
             (moved.length
@@ -311,12 +349,29 @@ async function main(): Promise<void> {
           );
         });
         if (target === "node") await victim.start();
+        await restartCrashed(nodes, say);
         await waitForConvergence(nodes, 3, 60_000);
       }
     }
     await run.stop();
     await lb.stop();
     for (const r of reports) say(r(run.outcomes));
+    // Every failure, with what the client got and what the nodes logged meanwhile (for the analysis).
+    for (const o of run.outcomes.filter((x) => !x.ok)) {
+      console.log(
+        `failed via ${o.via} at ${new Date(o.start).toISOString()}: ${o.result}: ${o.detail}`,
+      );
+      for (const n of nodes)
+        for (const l of n.logLines) {
+          const t = Date.parse(/"time":"([^"]+)"/.exec(l)?.[1] ?? "");
+          if (
+            t >= o.start - 500 &&
+            t <= o.end + 500 &&
+            /"level":(40|50|60)|drain|stopp|lost|broke/.test(l)
+          )
+            console.log(`  ${n.spec.name}: ${l.slice(0, 400)}`);
+        }
+    }
     say(
       `whole run: ${tally(run.outcomes)}; ${lb.refused} connection(s) refused and sent to another node`,
     );
@@ -332,7 +387,15 @@ async function main(): Promise<void> {
         "`HealthCheckedBalancer`: GET /health every 100 ms; a refused connection goes to another " +
         `node), streaming and non-streaming in turn, ${MAX_TOKENS} tokens each. The latency ` +
         "figures of each restart are the requests that started between its SIGTERM and two ready " +
-        "replicas again, against the baseline's p99 from the same run.",
+        "replicas again, against the baseline's p99 from the same run. A kill's victim holds a " +
+        "replica and is never the master (a lost master changes the session: the spec's failure, " +
+        "measured by bench/failover). How to read the failures: a stream that did not ask for " +
+        "migration and was on the killed engine ends with the spec's `instance_lost` event, as it " +
+        "should; a request whose client connection went to the killed node's own gateway fails with " +
+        "a socket error, which nothing behind that connection can mend (a load balancer does not " +
+        "resend a POST it has sent); non-streaming requests on the killed engine are retried before " +
+        "their first byte. The target is 0 failures in the rolling restart, and 0 for non-streaming " +
+        "requests and streams that asked for migration through the surviving gateways.",
       "",
       machineLine(),
       "",
