@@ -342,7 +342,10 @@ async function main(): Promise<void> {
             `${what}: in flight at the kill through the other gateways: streams that asked for ` +
             `migration: ${tally(others.filter((o) => o.optedIn))}; the others: ${tally(others.filter((o) => !o.optedIn))}` +
             (target === "node" ? `; through its own gateway: ${tally(hit.filter(own))}` : "") +
-            `; started in the next 8 s: ${tally(w)}` +
+            `; started in the next 8 s: ${tally(w.filter((o) => !own(o)))}` +
+            (target === "node"
+              ? ` (sent to the dead node before the balancer noticed: ${tally(w.filter(own))})`
+              : "") +
             (moved.length
               ? `; migrated streams paused at most ${ms(gaps.at(-1)!)} (median ${ms(quantile(gaps, 0.5))})`
               : "")

@@ -106,7 +106,7 @@ export class Node implements AsyncDisposable {
     const name = cfg.node.name!;
     const log = this.o.log.child({ node: name });
 
-    // 0. Credentials, all derived from the cluster secret; the address engines listen on.
+    // 0. Credentials (the bus ones derived from the cluster secret); the address engines listen on.
     const creds = clusterCredentials(cfg.cluster.secret);
     // The secret in force for what nodes present to each other (node token, heartbeat proof): a
     // reload may rotate it; the bus credentials above stay those the node started with.
