@@ -178,7 +178,7 @@ describe("reconcile", () => {
       w.state.instances["i-1"] = instanceOn("i-1", "a");
       w.state.instances["i-2"] = instanceOn("i-2", "b");
       const reports = w.reports.map((r) =>
-        drains.includes(r.peer_key) ? { ...r, draining: true } : r,
+        drains.includes(r.peer_key) ? { ...r, draining: true as const } : r,
       );
       return reconcile(w.state, reports, opts());
     };
@@ -207,13 +207,15 @@ describe("reconcile", () => {
       ],
       [dep("d1")],
     );
-    const draining = w.reports.map((r) => (r.peer_key === "p-b" ? { ...r, draining: true } : r));
+    const draining = w.reports.map((r) =>
+      r.peer_key === "p-b" ? { ...r, draining: true as const } : r,
+    );
     const [a] = reconcile(w.state, draining, opts());
     expect(a?.kind === "place" && a.instance.assignments.map((x) => x.node_id)).toEqual(["n-c"]);
     const only = world([{ id: "b", gb: 40 }], [dep("d1")]);
     const [p] = reconcile(
       only.state,
-      only.reports.map((r) => ({ ...r, draining: true })),
+      only.reports.map((r) => ({ ...r, draining: true as const })),
       opts(),
     );
     expect(p).toMatchObject({
