@@ -177,8 +177,9 @@ describe("key rotation under load", () => {
     }
     stop = true;
     await Promise.all([...clients, reader]);
-    expect(views).toBeGreaterThan(18);
     expect(unreachable).toEqual([]);
+    // Each round waited for six more views.
+    expect(views).toBeGreaterThanOrEqual(18);
     expect(statuses.length).toBeGreaterThan(20);
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
 
