@@ -297,6 +297,10 @@ export class Node implements AsyncDisposable {
         // The telemetry path's samples (readings, health, links) through its bounded queue.
         const part = telemetry.heartbeatPart();
         const outstanding = chatLoad.heartbeatPart();
+        // Other nodes heard (the agent exists once heartbeats are sent): one look for both uses.
+        const heard = (this.agent?.livePeers() ?? []).filter(
+          (p) => p.heartbeat.peer_key !== this.peerKey,
+        );
         return {
           ...(outstanding ? { outstanding } : {}),
           ...(this.drainer ? { draining: true as const } : {}),
@@ -307,15 +311,13 @@ export class Node implements AsyncDisposable {
           links: part.links,
           runners: worker?.runners() ?? [],
           ...(pulls && pulls.list().length > 0 ? { pulls: pulls.list() } : {}),
-          // Other nodes in this node's session (the agent exists once heartbeats are sent).
           health: [
             ...part.health,
             ...security.entries(
-              Math.max(0, (this.agent?.livePeers().length ?? 1) - 1),
-              (this.agent?.livePeers() ?? [])
+              heard.length,
+              heard
                 .filter(
                   ({ heartbeat: h }) =>
-                    h.peer_key !== this.peerKey &&
                     h.secret_proof !== undefined &&
                     !clusterSecret.accepts(h.peer_key, h.secret_proof),
                 )
