@@ -171,6 +171,11 @@ export const ConfigSchema = z
         hub_fallback: z.boolean().default(false),
         /** Where direct hub downloads land (checked for space on its own filesystem). */
         hub_cache_path: z.string().min(1).default("~/.service/hub-cache"),
+        /**
+         * A model download (store to node, hub to store) that receives no byte for this long fails
+         * and is retried, resuming from what arrived (a stalled connection never ends by itself).
+         */
+        transfer_idle_timeout_ms: z.number().int().min(100).default(30_000),
       })
       .strict()
       .prefault({}),

@@ -247,6 +247,7 @@ export class Node implements AsyncDisposable {
             hubUrl: cfg.model_store.hub_url,
             accessToken: process.env.HF_TOKEN,
           }),
+          transferIdleTimeoutMs: cfg.model_store.transfer_idle_timeout_ms,
         })
       : undefined;
     /** Bumped when the store's models change (a pull finished, a copied model found): re-register. */
@@ -356,6 +357,7 @@ export class Node implements AsyncDisposable {
       cluster: agent,
       storeLocalPath: cfg.store_path,
       storeToken: () => clusterSecret.token(),
+      transferIdleTimeoutMs: cfg.model_store.transfer_idle_timeout_ms,
       hub: hubUrl
         ? {
             source: createHubSource({ hubUrl, accessToken: process.env.HF_TOKEN }),

@@ -18,6 +18,8 @@ export interface StoreStagerOptions {
   readonly hub?: HubFallback | undefined;
   /** Bearer token for the store host's API (the cluster's node token), read at each request. */
   readonly storeToken?: (() => string) | undefined;
+  /** model_store.transfer_idle_timeout_ms: a download that receives nothing this long is retried. */
+  readonly transferIdleTimeoutMs?: number | undefined;
 }
 
 /** fetch with the node's bearer token on every request (store downloads only, never the hub). */
@@ -33,6 +35,8 @@ function withToken(token: (() => string) | undefined): typeof fetch | undefined 
 export class StoreStager implements Stager, AsyncDisposable {
   private client: StagingClient | undefined;
   private clientUrl: string | undefined;
+  /** The client switch under way (clientFor): the next waits for it. */
+  private switching: Promise<unknown> = Promise.resolve();
   private live = new Set<ModelId>();
   private companions = new Set<ModelId>();
   private readonly log: Logger;
@@ -46,8 +50,22 @@ export class StoreStager implements Stager, AsyncDisposable {
     await this.clientFor(undefined);
   }
 
-  /** The running staging client for a store URL (one store host per cluster; recreated if it moves). */
-  private async clientFor(storeUrl: string | undefined): Promise<StagingClient> {
+  /**
+   * The running staging client for a store URL (one store host per cluster; recreated if it moves).
+   * One at a time: two stages asking at once would otherwise each make a client over the same root,
+   * each with its own transfer queue and its own idea of what is downloading (one's startup pass
+   * could delete the other's copy in progress).
+   */
+  private clientFor(storeUrl: string | undefined): Promise<StagingClient> {
+    const next = this.switching.then(
+      () => this.switchTo(storeUrl),
+      () => this.switchTo(storeUrl),
+    );
+    this.switching = next;
+    return next;
+  }
+
+  private async switchTo(storeUrl: string | undefined): Promise<StagingClient> {
     if (this.client && (storeUrl === undefined || storeUrl === this.clientUrl)) return this.client;
     const old = this.client;
     const client = new StagingClient({
@@ -59,6 +77,7 @@ export class StoreStager implements Stager, AsyncDisposable {
       hub: this.o.hub,
       logger: this.o.log,
       fetch: withToken(this.o.storeToken),
+      transferIdleTimeoutMs: this.o.transferIdleTimeoutMs,
     });
     await client.start();
     this.client = client;

@@ -127,6 +127,8 @@ export async function executeFill(args: {
   readonly open: (file: RecordFile) => OpenAt;
   readonly signal: AbortSignal;
   readonly onProgress?: ((p: FillProgress) => void) | undefined;
+  /** A file whose source sends nothing for this long fails, its partial kept (transfer.ts). */
+  readonly idleTimeoutMs?: number | undefined;
 }): Promise<FillStats> {
   const { dir, plan, signal } = args;
   const planned = plannedTotals(plan);
@@ -194,6 +196,7 @@ export async function executeFill(args: {
       },
       open: args.open(a.file),
       signal,
+      idleTimeoutMs: args.idleTimeoutMs,
       onBytes: (n) => {
         fileDone += n;
         done += n;

@@ -134,6 +134,11 @@ export interface StagingClientOptions {
   readonly fetch?: typeof fetch | undefined;
   /** Timeout of a manifest request; the store counts as unreachable after it (default 10 s). */
   readonly manifestTimeoutMs?: number | undefined;
+  /**
+   * A file download (store or hub) that receives nothing for this long fails and is retried by the
+   * caller, resuming from its partial (default DEFAULT_TRANSFER_IDLE_MS, 30 s).
+   */
+  readonly transferIdleTimeoutMs?: number | undefined;
 }
 
 export interface StageProgress {
@@ -658,6 +663,7 @@ export class StagingClient implements AsyncDisposable {
         "staging admitted",
       );
       stats = await executeFill({
+        idleTimeoutMs: this.opts.transferIdleTimeoutMs,
         dir,
         plan,
         signal,
@@ -775,6 +781,7 @@ export class StagingClient implements AsyncDisposable {
       await writeRecord(dir, record);
       const byPath = new Map(listing.files.map((f) => [f.path, f]));
       stats = await executeFill({
+        idleTimeoutMs: this.opts.transferIdleTimeoutMs,
         dir,
         plan,
         signal,

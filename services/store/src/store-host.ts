@@ -65,6 +65,8 @@ export interface StoreHostOptions {
   readonly headroomBytes?: number | { readonly headroomBytes: number } | undefined;
   readonly hub?: HubSource | undefined;
   readonly clock?: { now(): number } | undefined;
+  /** A hub file that sends nothing for this long fails, its partial kept (default 30 s). */
+  readonly transferIdleTimeoutMs?: number | undefined;
 }
 
 export interface ListenOptions {
@@ -470,6 +472,7 @@ export class StoreHost implements AsyncDisposable {
           dir,
           plan,
           signal: controller.signal,
+          idleTimeoutMs: this.opts.transferIdleTimeoutMs,
           open: (file) => (offset, s) =>
             hub.open(modelId, byPath.get(file.path) ?? file, offset, s, listing.revision),
           onProgress: options.onProgress,

@@ -28,6 +28,8 @@ interface Script {
   failAfter?: number;
   /** Stop sending after this many bytes until `release()` is called. */
   stallAfter?: number;
+  /** Pause before each chunk (a slow but steady source). */
+  pauseMs?: number;
   /** Bytes sent instead of the file's (corruption on the wire, oversize answers). */
   body?: Buffer;
 }
@@ -74,6 +76,7 @@ function source(kind: Kind, data: Buffer, s: Script = {}) {
       let sent = 0;
       for (;;) {
         if (s.stallAfter !== undefined && sent >= s.stallAfter) await released;
+        if (s.pauseMs !== undefined) await new Promise((r) => setTimeout(r, s.pauseMs));
         if (s.failAfter !== undefined && sent >= s.failAfter) throw new Error("connection reset");
         if (sent >= bytes.length) return;
         let n = Math.min(chunk, bytes.length - sent);
@@ -302,6 +305,70 @@ describe.each(["web", "direct"] as const)("transferFile from a %s stream", (kind
     await expect(pending).rejects.toMatchObject({ kind: "aborted" });
     const part = await readFile(join(dir.path, ".m.gguf.part"));
     expect(part.equals(data.subarray(0, 3 * MiB + 5))).toBe(true);
+  });
+
+  it("fails a source that stops sending as a retryable transfer error, keeping what arrived, then resumes", async () => {
+    await using dir = await tempDir("transfer");
+    const data = randomBytes(2 * MiB);
+    const file = { path: "m.gguf", bytes: data.length, sha256: sha(data) };
+    const finalPath = join(dir.path, "m.gguf");
+    const stalled = source(kind, data, { stallAfter: MiB + 7 });
+    const started = Date.now();
+    const err = await transferFile({
+      finalPath,
+      file,
+      open: stalled.open,
+      signal: never,
+      idleTimeoutMs: 300,
+    }).catch((e: unknown) => e);
+    stalled.release();
+    expect(err).toBeInstanceOf(TransferError);
+    expect(err).toMatchObject({ kind: "transfer" });
+    expect((err as Error).message).toMatch(
+      /sent nothing for 300 ms \(stalled\); the partial is kept/,
+    );
+    expect(Date.now() - started).toBeGreaterThanOrEqual(290);
+    const part = await readFile(join(dir.path, ".m.gguf.part"));
+    expect(part.equals(data.subarray(0, MiB + 7))).toBe(true);
+    const again = source(kind, data);
+    const out = await transferFile({
+      finalPath,
+      file,
+      open: again.open,
+      signal: never,
+      idleTimeoutMs: 300,
+    });
+    expect(again.opens).toEqual([MiB + 7]);
+    expect(out.sha256).toBe(sha(data));
+  });
+
+  it("fails a source that never answers after the idle bound, and a slow but steady one not at all", async () => {
+    await using dir = await tempDir("transfer");
+    const data = randomBytes(256 * 1024);
+    const file = { path: "m.gguf", bytes: data.length, sha256: sha(data) };
+    const silent: OpenAt = (_offset, signal) =>
+      new Promise((_resolve, reject) =>
+        signal.addEventListener("abort", () => reject(signal.reason as Error), { once: true }),
+      );
+    await expect(
+      transferFile({
+        finalPath: join(dir.path, "a.gguf"),
+        file,
+        open: silent,
+        signal: never,
+        idleTimeoutMs: 200,
+      }),
+    ).rejects.toMatchObject({ kind: "transfer", message: expect.stringMatching(/stalled/) });
+    // 16 chunks 60 ms apart take about a second in all, each well inside the 200 ms bound.
+    const steady = source(kind, data, { chunk: 16 * 1024, pauseMs: 60 });
+    const out = await transferFile({
+      finalPath: join(dir.path, "b.gguf"),
+      file,
+      open: steady.open,
+      signal: never,
+      idleTimeoutMs: 200,
+    });
+    expect(out.sha256).toBe(sha(data));
   });
 
   it("turns a hash worker that dies mid-transfer into a retryable transfer error, then resumes", async () => {

@@ -9,6 +9,9 @@
 // Invariants: every byte received before an error or an abort is written to the partial before the
 // transfer fails (the next attempt resumes after it); the digest always covers the whole file, the
 // partial's prefix included.
+// A source that stops sending (a stalled connection, a peer whose link went down without a reset)
+// fails the transfer after `idleTimeoutMs` without a byte, the partial kept: without that bound a
+// transfer could wait forever at the same byte, and its runner with it.
 import { mkdir, open, rename, rm, stat, type FileHandle } from "node:fs/promises";
 import { dirname } from "node:path";
 import type { DirectBody, DirectSink } from "./direct-get.ts";
@@ -58,6 +61,9 @@ export interface OpenedStream {
 /** Opens the remote file at `offset`; a source that cannot do ranges answers with offset 0. */
 export type OpenAt = (offset: number, signal: AbortSignal) => Promise<OpenedStream>;
 
+/** How long a transfer waits for the source's next byte (or its answer) before it fails: 30 s. */
+export const DEFAULT_TRANSFER_IDLE_MS = 30_000;
+
 export interface TransferOutcome {
   readonly sha256: string;
   /** Bytes fetched by this call. */
@@ -86,10 +92,70 @@ export async function transferFile(args: {
   readonly file: TransferTarget;
   readonly open: OpenAt;
   readonly signal: AbortSignal;
-  readonly onBytes?: (delta: number) => void;
+  readonly onBytes?: ((delta: number) => void) | undefined;
   readonly hasher?: SlabWorker | undefined;
   readonly writer?: SlabWorker | undefined;
+  /** The longest wait for the source's answer or its next byte (DEFAULT_TRANSFER_IDLE_MS). */
+  readonly idleTimeoutMs?: number | undefined;
 }): Promise<TransferOutcome> {
+  const { file } = args;
+  const idle = new IdleBound(args.idleTimeoutMs ?? DEFAULT_TRANSFER_IDLE_MS, args.signal);
+  try {
+    return await transferBounded({ ...args, signal: idle.signal }, idle);
+  } catch (e) {
+    // The bound fired, not the caller: a retryable failure that says what happened.
+    if (idle.fired && !args.signal.aborted && !(e instanceof TransferError && e.kind !== "aborted"))
+      throw new TransferError(
+        "transfer",
+        `${file.path}: the source sent nothing for ${idle.ms} ms (stalled); the partial is kept`,
+        { cause: e },
+      );
+    throw e;
+  } finally {
+    idle.dispose();
+  }
+}
+
+/**
+ * An abort signal that fires after `ms` without a `touch()` (or with the parent's abort). Touched at
+ * each chunk received; paused once the body is in (hashing and fsync are local work).
+ */
+class IdleBound {
+  private readonly controller = new AbortController();
+  private timer: NodeJS.Timeout | undefined;
+  private readonly onParent: () => void;
+  fired = false;
+  readonly signal: AbortSignal;
+  constructor(
+    readonly ms: number,
+    private readonly parent: AbortSignal,
+  ) {
+    this.onParent = () => this.controller.abort(parent.reason);
+    if (parent.aborted) this.controller.abort(parent.reason);
+    else parent.addEventListener("abort", this.onParent, { once: true });
+    this.signal = this.controller.signal;
+    this.touch();
+  }
+  touch(): void {
+    clearTimeout(this.timer);
+    if (this.controller.signal.aborted) return;
+    this.timer = setTimeout(() => {
+      this.fired = true;
+      this.controller.abort(new Error(`no byte for ${this.ms} ms`));
+    }, this.ms);
+    this.timer.unref();
+  }
+  dispose(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.parent.removeEventListener("abort", this.onParent);
+  }
+}
+
+async function transferBounded(
+  args: Parameters<typeof transferFile>[0],
+  idle: IdleBound,
+): Promise<TransferOutcome> {
   const { finalPath, file, signal } = args;
   const hasher = args.hasher ?? sharedHashWorker();
   const part = partFile(finalPath);
@@ -147,7 +213,10 @@ export async function transferFile(args: {
         limit: file.bytes - have,
         job,
         signal,
-        onBytes: args.onBytes,
+        onBytes: (n) => {
+          idle.touch();
+          args.onBytes?.(n);
+        },
         path: file.path,
         fileBytes: file.bytes,
       });
@@ -158,6 +227,7 @@ export async function transferFile(args: {
         );
       }
     }
+    idle.dispose();
     // The fsync before the rename: the write-behind left it only the tail to flush.
     const synced = fh.sync();
     synced.catch(() => undefined);
