@@ -76,16 +76,21 @@ class FakeBus {
     readonly name: string,
   ) {}
 
+  /** When the interest of this bus's latest responder reaches everyone (Hub.interestDelayMs). */
+  private interestUntil = 0;
+
   publish(name: keyof typeof CATALOG, msg: unknown, suffix?: string): void {
     const subject = subjectOf(name, suffix);
     const body = clone(msg);
     this.hub.record(subject, body);
+    // As on NATS routes: a connection's messages travel behind the interest it announced before them.
+    const delay = Math.max(1, this.interestUntil - Date.now());
     for (const s of [...this.hub.subs]) {
       if (s.subject !== subject || (s.ignoreOwn && s.bus === this)) continue;
       if (!this.hub.reaches(this, s.bus) || this.hub.drop(subject, body, s.bus)) continue;
       setTimeout(() => {
         if (this.hub.subs.has(s)) s.handler(clone(body), { origin: this.origin });
-      }, 1);
+      }, delay);
     }
   }
 
@@ -107,9 +112,10 @@ class FakeBus {
   respond(name: keyof typeof CATALOG, handler: Handler, opts: { suffix?: string } = {}) {
     const e: Entry = { subject: subjectOf(name, opts.suffix), bus: this, handler };
     let gone = false;
-    if (this.hub.interestDelayMs > 0)
+    if (this.hub.interestDelayMs > 0) {
+      this.interestUntil = Date.now() + this.hub.interestDelayMs;
       setTimeout(() => gone || this.hub.responders.add(e), this.hub.interestDelayMs);
-    else this.hub.responders.add(e);
+    } else this.hub.responders.add(e);
     return () => {
       gone = true;
       this.hub.responders.delete(e);
@@ -128,8 +134,15 @@ class FakeBus {
         this.hub.reaches(this, x.bus) &&
         (opts.from === undefined || x.bus.origin === opts.from),
     );
-    // As on NATS: no subscriber anywhere is an immediate "no responder".
-    if (!r) throw new ServiceError("unavailable", "no responder");
+    if (!r) {
+      // As the real bus: a request for one origin's reply (a gather) is dropped unseen when that
+      // origin's interest has not reached this node, and times out; any other finds "no responder".
+      if (opts.from !== undefined) {
+        await new Promise((r) => setTimeout(r, opts.timeoutMs));
+        throw new ServiceError("unavailable", `${subject}: no reply from the expected responder`);
+      }
+      throw new ServiceError("unavailable", "no responder");
+    }
     const answer = new Promise<unknown>((resolve) => {
       setTimeout(() => {
         void Promise.resolve(r.handler(clone(msg), { origin: this.origin })).then((answer) => {
@@ -426,7 +439,7 @@ describe("planned hand-off of the master", () => {
     expect(changes).toEqual([]);
   });
 
-  it("a command that finds no responder just after the hand-off (the successor's interest still on its way) is asked again", async () => {
+  it("a command right after the hand-off waits for the successor to say it is the master (its interest still on its way), then reaches it", async () => {
     const hub = new Hub();
     const a = start(hub, "a", 1);
     const b = start(hub, "b", 2);

@@ -180,8 +180,7 @@ export class ClusterAgent implements AsyncDisposable {
    * after it, so a follower that asked this node, or that lags, still gets an answer.
    */
   private handingOff: { session_id: SessionId; to: Peer } | undefined;
-  /** When this replica last applied a hand-off (commands to the successor may briefly find no responder). */
-  private handedOffAt: number | undefined;
+  /** After a hand-off, the old master's subscriptions, kept HANDOFF_GRACE_MS for late askers. */
   private retiredSubs: { subs: Unsubscribe[]; timer: NodeJS.Timeout } | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
   private hbTimer: NodeJS.Timeout | undefined;
@@ -828,7 +827,6 @@ export class ClusterAgent implements AsyncDisposable {
     if (this.current?.session_id !== sessionId) return;
     const master: Peer = { peer_key: e.master_peer_key, started_at: e.master_started_at };
     this.log.info({ session: sessionId, master: master.peer_key }, "master handed off");
-    this.handedOffAt = this.o.clock.now();
     if (this.role === "master") {
       this.retireNow();
       this.retiredSubs = {
@@ -1328,6 +1326,7 @@ export class ClusterAgent implements AsyncDisposable {
     const deadline = this.o.clock.now() + (this.o.commandTimeoutMs ?? 5000);
     let followed = false;
     for (;;) {
+      await this.untilMasterSpeaks(deadline);
       try {
         return await this.commandOnce(cmd);
       } catch (e) {
@@ -1347,22 +1346,27 @@ export class ClusterAgent implements AsyncDisposable {
           }
           continue;
         }
-        // Right after a hand-off the successor's subscription may not have reached this node's
-        // nats-server yet (interest travels over the routes): "no responder" is asked again
-        // briefly. Anything else, or later, is the answer.
-        const noResponder =
-          e instanceof ServiceError &&
-          e.code === "no_master" &&
-          /no responder/.test(String((e.cause as Error | undefined)?.message));
-        const recent =
-          this.handedOffAt !== undefined &&
-          this.o.clock.now() - this.handedOffAt < HANDOFF_GRACE_MS;
-        if (noResponder && recent && !late()) {
-          await new Promise((r) => setTimeout(r, 50));
-          continue;
-        }
         throw e;
       }
+    }
+  }
+
+  /**
+   * Waits (until `deadline`) for the master this replica follows to have said it is the master in a
+   * heartbeat. A master publishes that heartbeat after it subscribed to commands, and nats-server
+   * forwards a subscription's interest to its routes ahead of the messages that connection publishes
+   * next; so once the heartbeat is here, a command reaches the master. Before it (right after a
+   * hand-off, or an election) a command could go out before the new master's interest reached this
+   * node's server, be dropped, and wait its whole timeout for a reply from the expected responder.
+   */
+  private async untilMasterSpeaks(deadline: number): Promise<void> {
+    for (;;) {
+      const cur = this.current;
+      if (!cur || this.role === "master" || this.stopped) return;
+      const hb = this.peers.get(cur.master.peer_key)?.heartbeat;
+      if (hb?.is_master && hb.session_id === cur.session_id) return;
+      if (this.o.clock.now() >= deadline) return;
+      await new Promise((r) => setTimeout(r, 10));
     }
   }
 
@@ -1418,7 +1422,7 @@ const INTENT_COMMANDS: ReadonlySet<Command["type"]> = new Set([
   "DeregisterModel",
 ]);
 
-/** After a hand-off, commands to the old master go to the successor (`command` retries there). */
+/** After a hand-off, the old master answers late askers this long, naming the successor. */
 const HANDOFF_GRACE_MS = 10_000;
 
 function handedOffReply(to: Peer): CommandReply {
