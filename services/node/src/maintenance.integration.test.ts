@@ -63,7 +63,13 @@ async function client(lb: HealthCheckedBalancer, until: Promise<void>) {
         r.status === 200 && (!stream || (text.includes("[DONE]") && !text.includes('"error"')));
       outcomes.push({ ok, stream, status: r.status, detail: ok ? "" : text.slice(0, 300) });
     } catch (e) {
-      outcomes.push({ ok: false, stream, status: 0, detail: String(e) });
+      const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+      outcomes.push({
+        ok: false,
+        stream,
+        status: 0,
+        detail: `${String(e)} (${cause?.code ?? ""} ${cause?.message ?? ""}) at ${new Date().toISOString()}`,
+      });
     }
   }
   return outcomes;

@@ -57,6 +57,7 @@ import { PeerWatch, watchRoutes } from "./peer-watch.ts";
 import { healthRoutes } from "./health-route.ts";
 import type { NodePhase } from "./health-route.ts";
 import { Drain, engineBusy } from "./drain.ts";
+import { quiesceConnections } from "./http-quiesce.ts";
 import type { DrainResult } from "./drain.ts";
 
 export interface NodeOptions {
@@ -82,6 +83,10 @@ export class Node implements AsyncDisposable {
   private started = false;
   /** Set from the first drain(): the heartbeat says `draining` from then on. */
   private drainer: Drain | undefined;
+  /** The API's server: a drain ends by letting its connections close (http-quiesce.ts). */
+  private httpServer: Server | undefined;
+  /** Aborted by a second SIGTERM: the drain stops waiting for connections to close. */
+  private readonly drainCut = new AbortController();
   /** Chat requests this node's gateway has in flight (a drain waits for them too). */
   private chatLoad: RequestLoad | undefined;
   private reloader: ConfigReloader | undefined;
@@ -222,6 +227,7 @@ export class Node implements AsyncDisposable {
       s.once("error", reject);
       s.listen(cfg.node.api_port, cfg.node.bind, () => resolve(s));
     });
+    this.httpServer = server;
     const addr = server.address();
     this.apiPort = typeof addr === "object" && addr ? addr.port : cfg.node.api_port;
     this.stack.push({
@@ -772,13 +778,20 @@ export class Node implements AsyncDisposable {
       log,
     });
     const [r] = await Promise.all([this.drainer.run(), handOff]);
-    this.o.log.info({ ...r }, "drained");
+    // Last, the API stops taking connections and lets the open ones end (at most one more answer
+    // each, or their client's keep-alive timer): none is reset under a request in its pool.
+    const server = this.httpServer;
+    const left = server
+      ? await quiesceConnections(server, server.keepAliveTimeout + 1000, this.drainCut.signal)
+      : 0;
+    this.o.log.info({ ...r, connections_left: left }, "drained");
     return r;
   }
 
   /** A second SIGTERM: stop waiting for requests in flight. */
   cancelDrain(): void {
     this.drainer?.cancel();
+    this.drainCut.abort();
   }
 
   async stop(): Promise<void> {
