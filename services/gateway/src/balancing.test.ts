@@ -83,6 +83,85 @@ describe("chooseInstance", () => {
   }
 });
 
+describe("chooseInstance with a prefix key (bounded-load rendezvous)", () => {
+  const four = [A, B, C, ready("i-d", "p-far", 4)];
+  const pick = (key: string | undefined, load: Record<string, number> = {}, list = four) =>
+    chooseInstance(list, {
+      outstanding: new Map(Object.entries(load)),
+      selfPeerKey: "p-self",
+      rttMs: (p) => rtt[p],
+      prefixKey: key,
+    })?.instance.instance_id;
+  const keys = Array.from({ length: 400 }, (_, i) => `conversation-${i}`);
+
+  it("sends a key to the same instance every time, whatever order the list comes in", () => {
+    for (const k of keys.slice(0, 50)) {
+      const first = pick(k);
+      expect(pick(k, {}, [...four].reverse())).toBe(first);
+      expect(pick(k, {}, [four[2]!, four[0]!, four[3]!, four[1]!])).toBe(first);
+    }
+  });
+
+  it("spreads keys over every instance, none starved (400 keys, 4 instances: each between 60 and 140)", () => {
+    const counts = new Map<string, number>();
+    for (const k of keys) counts.set(pick(k)!, (counts.get(pick(k)!) ?? 0) + 1);
+    expect([...counts.keys()].sort()).toEqual(["i-a", "i-b", "i-c", "i-d"]);
+    for (const n of counts.values()) {
+      expect(n).toBeGreaterThanOrEqual(60);
+      expect(n).toBeLessThanOrEqual(140);
+    }
+  });
+
+  it("moves a key off its instance once that one is above 1.25 times the mean load, to the next in its ranking", () => {
+    const k = keys[0]!;
+    const home = pick(k)!;
+    // Total with this request 4 + 1 = 5 over 4: cap ceil(1.25 * 5 / 4) = 2; home at 1 stays.
+    expect(pick(k, { [home]: 1, ...others(home, 1) })).toBe(home);
+    // Home at 3, the others idle: total 4, cap ceil(1.25) = 2: it moves, and always to the same next one.
+    const next = pick(k, { [home]: 3 });
+    expect(next).not.toBe(home);
+    expect(pick(k, { [home]: 3 })).toBe(next);
+    // Losing an instance moves only the keys it held: a key whose home stays keeps it.
+    const without = four.filter((r) => r.instance.instance_id !== next);
+    expect(pick(k, {}, without)).toBe(home);
+  });
+
+  it("removing one of four instances moves only the keys it held", () => {
+    const gone = "i-c";
+    const three = four.filter((r) => r.instance.instance_id !== gone);
+    let moved = 0;
+    for (const k of keys) {
+      const before = pick(k)!;
+      const after = pick(k, {}, three)!;
+      if (before !== gone) expect(after).toBe(before);
+      else moved++;
+    }
+    expect(moved).toBeGreaterThan(0);
+  });
+
+  it("a flood of one key spreads once its home is full: no instance goes above the bound", () => {
+    const load: Record<string, number> = {};
+    for (let i = 0; i < 40; i++) {
+      const to = pick("hot", load)!;
+      load[to] = (load[to] ?? 0) + 1;
+    }
+    // 40 requests over 4: mean 10, bound ceil(1.25 * 40 / 4) = 13.
+    for (const r of four) expect(load[r.instance.instance_id] ?? 0).toBeLessThanOrEqual(13);
+    expect(Object.keys(load)).toHaveLength(4);
+  });
+
+  it("one instance, or no key: the least-loaded rule as before", () => {
+    expect(pick("k", {}, [B])).toBe("i-b");
+    expect(pick(undefined, { "i-a": 2, "i-b": 1, "i-d": 1 })).toBe("i-c");
+  });
+});
+
+function others(home: string, n: number): Record<string, number> {
+  return Object.fromEntries(
+    ["i-a", "i-b", "i-c", "i-d"].filter((id) => id !== home).map((id) => [id, n]),
+  );
+}
+
 describe("outstandingByInstance", () => {
   it("adds this gateway's live requests to what the other nodes' heartbeats said", () => {
     const load = new RequestLoad();

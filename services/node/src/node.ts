@@ -509,6 +509,7 @@ export class Node implements AsyncDisposable {
         idleTimeoutMs: cfg.chat.idle_timeout_ms,
         totalTimeoutMs: cfg.chat.total_timeout_ms,
         migrateStreams: cfg.chat.migrate_streams,
+        prefixRouting: cfg.chat.prefix_routing,
       },
       onChatMigration: (m) => metrics.migration(m),
       // With tokens configured, peers present the cluster's node token (read scope: store downloads).

@@ -159,7 +159,9 @@ async function gateway(
     cluster: view,
     log: silentLogger(),
     name: "t",
-    chatLimits: limits,
+    // The tests here count on which instance is tried first (the least loaded, then the oldest);
+    // prefix routing has its own tests below.
+    chatLimits: { prefixRouting: false, ...limits },
     ...(observeChat ? { observeChat } : {}),
     ...extra,
   });
@@ -619,6 +621,58 @@ describe("a token's models and limits", () => {
     expect((await g.chat()).status).toBe(200);
     const create = g.commands.find((c) => c.cmd.type === "CreateTask")!;
     expect(create.cmd).not.toHaveProperty("token");
+  });
+});
+
+describe("prefix routing (chat.prefix_routing, on by default)", () => {
+  const answer = (_q: IncomingMessage, res: ServerResponse) => {
+    res.setHeader("content-type", "application/json");
+    res.end(JSON.stringify({ id: ENGINE_ID, choices: [{ index: 0, message: { content: "ok" } }] }));
+  };
+  const system = { role: "system", content: "You plan trips." };
+  const turns = (topic: string, n: number) => {
+    const messages: { role: string; content: string }[] = [
+      system,
+      { role: "user", content: `About ${topic}.` },
+    ];
+    for (let i = 1; i < n; i++)
+      messages.push({ role: "assistant", content: "..." }, { role: "user", content: `more ${i}` });
+    return messages;
+  };
+  const engineOf = (
+    a: { bodies: unknown[] },
+    b: { bodies: unknown[] },
+    before: [number, number],
+  ) => (a.bodies.length > before[0] ? "a" : b.bodies.length > before[1] ? "b" : "none");
+
+  it("every turn of a conversation goes to the same replica; conversations spread over both", async () => {
+    const a = await engine(answer);
+    const b = await engine(answer);
+    const send = await gateway(twoInstances(a.url, b.url).view, { prefixRouting: true });
+    const homes = new Map<string, Set<string>>();
+    for (let c = 0; c < 12; c++) {
+      for (let t = 1; t <= 3; t++) {
+        const before: [number, number] = [a.bodies.length, b.bodies.length];
+        const r = await send({ messages: turns(`city ${c}`, t) });
+        expect(r.status, r.text).toBe(200);
+        const set = homes.get(`city ${c}`) ?? new Set<string>();
+        set.add(engineOf(a, b, before));
+        homes.set(`city ${c}`, set);
+      }
+    }
+    for (const [conv, set] of homes) expect([...set], conv).toHaveLength(1);
+    const used = new Set([...homes.values()].map((s) => [...s][0]));
+    expect([...used].sort()).toEqual(["a", "b"]);
+  });
+
+  it("off: requests one after another go to the least loaded, then the oldest (always i-1 here)", async () => {
+    const a = await engine(answer);
+    const b = await engine(answer);
+    const send = await gateway(twoInstances(a.url, b.url).view, { prefixRouting: false });
+    for (let c = 0; c < 6; c++)
+      expect((await send({ messages: turns(`city ${c}`, 1) })).status).toBe(200);
+    expect(a.bodies).toHaveLength(6);
+    expect(b.bodies).toHaveLength(0);
   });
 });
 
@@ -1099,7 +1153,7 @@ describe("stream migration (opt-in)", () => {
       cluster: twoInstances(endless.url, second.url).view,
       log: silentLogger(),
       name: "t",
-      chatLimits: { migrateStreams: true },
+      chatLimits: { migrateStreams: true, prefixRouting: false },
       onChatMigration: (m) => migrations.push(m),
     });
     const server = await new Promise<Server>((resolve) => {

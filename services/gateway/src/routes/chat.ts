@@ -44,6 +44,7 @@ import {
   UpstreamConnectTimeout,
 } from "../upstream.ts";
 import type { ClusterView, PeerView } from "../ports.ts";
+import { prefixKey } from "../prefix-key.ts";
 import { chooseInstance } from "../balancing.ts";
 import { outstandingByInstance, RequestLoad } from "../request-load.ts";
 import { notServableError, readiness, readyModels } from "../readiness.ts";
@@ -125,6 +126,11 @@ export interface ChatLimits {
   readonly totalTimeoutMs: number;
   /** Streams go on elsewhere when their instance is lost (chat.migrate_streams; a header overrides). */
   readonly migrateStreams: boolean;
+  /**
+   * With several ready instances, a conversation's requests go to the same one while its load stays
+   * within 1.25 times the mean (chat.prefix_routing; prefix-key.ts, balancing.ts).
+   */
+  readonly prefixRouting: boolean;
 }
 
 export const DEFAULT_CHAT_LIMITS: ChatLimits = {
@@ -133,6 +139,7 @@ export const DEFAULT_CHAT_LIMITS: ChatLimits = {
   idleTimeoutMs: 75_000,
   totalTimeoutMs: 900_000,
   migrateStreams: false,
+  prefixRouting: true,
 };
 
 export interface ChatOptions {
@@ -337,6 +344,8 @@ interface RequestContext {
   readonly migrate: boolean;
   /** The instances tried so far (a retry or a migration goes to another). */
   readonly tried: Set<string>;
+  /** What the engine's prompt cache could share with this conversation's other requests. */
+  readonly prefixKey: string | undefined;
   clientGone: boolean;
 }
 
@@ -592,12 +601,13 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
         body.stream === true &&
         migrationWanted(requestHeader(c, "x-ic-migrate"), limits.migrateStreams),
       tried: new Set<string>(),
+      prefixKey: limits.prefixRouting && !endpoint.embeddings ? prefixKey(body) : undefined,
       clientGone: false,
     };
     const { tried } = request;
     let candidates: readonly ReadyInstance[] = open;
     for (;;) {
-      const target = pick(candidates, live);
+      const target = pick(candidates, live, request.prefixKey);
       tried.add(target.instance.instance_id);
       try {
         return await attempt(c, commandId, obs, request, target);
@@ -646,8 +656,15 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     }
   }
 
-  /** The least-loaded of the ready instances (balancing.ts), as this node sees the cluster now. */
-  function pick(instances: readonly ReadyInstance[], live: readonly PeerView[]) {
+  /**
+   * The instance for a request (balancing.ts): its conversation's, within the load bound, or the
+   * least-loaded, as this node sees the cluster now.
+   */
+  function pick(
+    instances: readonly ReadyInstance[],
+    live: readonly PeerView[],
+    key: string | undefined,
+  ) {
     const cluster = o.cluster;
     const self = live.find((p) => p.heartbeat.peer_key === cluster.peerKey);
     return chooseInstance(instances, {
@@ -658,6 +675,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       ),
       selfPeerKey: cluster.peerKey,
       rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
+      prefixKey: key,
     })!;
   }
 
@@ -1068,7 +1086,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     const live = o.cluster.livePeers();
     const others = readyOthers(body.model, request.tried, request.embeddings, live);
     if (others.length === 0 || clientClosed(c, request)) return void outcome("no_instance");
-    const target = pick(others, live);
+    const target = pick(others, live, request.prefixKey);
     const to = target.instance.instance_id;
     request.tried.add(to);
     let leg: Leg;
