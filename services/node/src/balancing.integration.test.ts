@@ -50,6 +50,9 @@ describe("load balancing across the ready instances of a model", () => {
     await using cluster = await startHostCluster(2, {
       config: (i) => ({
         ...(i === 0 ? { store_path: store } : {}),
+        // Identical requests are one conversation to prefix routing (kept on one instance within
+        // its load bound); this test is about the least-outstanding spread.
+        chat: { prefix_routing: false },
         engine: { context_size: 1024, extra_args: ["-t", "1"] },
       }),
     });

@@ -30,7 +30,12 @@ describe("replicas", () => {
     const store = mkdtempSync(join(tmpdir(), "ic-store-"));
     const { modelId } = await seedStore(store);
     await using cluster = await startHostCluster(3, {
-      config: (i) => (i === 0 ? { store_path: store } : {}),
+      // Identical requests are one conversation to prefix routing; the spread checked below is the
+      // least-outstanding one.
+      config: (i) => ({
+        chat: { prefix_routing: false },
+        ...(i === 0 ? { store_path: store } : {}),
+      }),
     });
     const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
     await waitForConvergence(cluster.nodes, 3);
