@@ -217,7 +217,7 @@ export const ConfigSchema = z
         /**
          * With several ready instances of a model, the requests of one conversation (same leading
          * system and first user messages) go to the same instance, whose prompt cache holds their
-         * prefix, while its load stays within 1.25 times the mean; off: fewest outstanding requests.
+         * prefix, while its load stays within 1.25 times the mean or the mean plus 2; off: fewest outstanding requests.
          */
         prefix_routing: z.boolean().default(true),
       })

@@ -112,12 +112,12 @@ describe("chooseInstance with a prefix key (bounded-load rendezvous)", () => {
     }
   });
 
-  it("moves a key off its instance once that one is above 1.25 times the mean load, to the next in its ranking", () => {
+  it("moves a key off its instance once that one reaches 1.25 times the mean load or the mean plus 2, to the next in its ranking", () => {
     const k = keys[0]!;
     const home = pick(k)!;
-    // Total with this request 4 + 1 = 5 over 4: cap ceil(1.25 * 5 / 4) = 2; home at 1 stays.
+    // Total with this request 4 + 1 = 5 over 4: cap max(ceil(1.25 * 1.25), ceil(1.25) + 2) = 4; home at 1 stays.
     expect(pick(k, { [home]: 1, ...others(home, 1) })).toBe(home);
-    // Home at 3, the others idle: total 4, cap ceil(1.25) = 2: it moves, and always to the same next one.
+    // Home at 3, the others idle: total 4, mean 1, cap max(2, 1 + 2) = 3: it moves, always to the same next one.
     const next = pick(k, { [home]: 3 });
     expect(next).not.toBe(home);
     expect(pick(k, { [home]: 3 })).toBe(next);
@@ -148,6 +148,21 @@ describe("chooseInstance with a prefix key (bounded-load rendezvous)", () => {
     // 40 requests over 4: mean 10, bound ceil(1.25 * 40 / 4) = 13.
     for (const r of four) expect(load[r.instance.instance_id] ?? 0).toBeLessThanOrEqual(13);
     expect(Object.keys(load)).toHaveLength(4);
+  });
+
+  it("bounds on this gateway's own loads when given: other gateways' (stale) counts do not move a key", () => {
+    const k = keys[0]!;
+    const home = pick(k)!;
+    const stale = { [home]: 9 };
+    const viaBound = chooseInstance(four, {
+      outstanding: new Map(Object.entries(stale)),
+      boundLoad: new Map([[home, 0]]),
+      selfPeerKey: "p-self",
+      rttMs: (p) => rtt[p],
+      prefixKey: k,
+    });
+    expect(viaBound?.instance.instance_id).toBe(home);
+    expect(pick(k, stale)).not.toBe(home);
   });
 
   it("one instance, or no key: the least-loaded rule as before", () => {

@@ -2,14 +2,20 @@
 // requests, then the lowest link latency from this node (a local rank 0 counts as 0), then the oldest.
 // With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked by
 // rendezvous hash of the key and each instance id, the same order on every gateway, and the request
-// goes to the first whose outstanding requests stay within `loadFactor` times the mean (counting
-// this request), so a conversation keeps its replica (and its KV cache) while no replica is flooded
-// or starved. Pure, so tables test it.
+// goes to the first whose requests in flight from this gateway stay within `loadFactor` times the
+// mean, or the mean plus LOAD_SLACK, whichever is more (counting this request), so a conversation keeps its replica (and its KV cache) while no
+// replica is flooded or starved. Pure, so tables test it.
 import { createHash } from "node:crypto";
 import type { ReadyInstance } from "./readiness.ts";
 
 /** How far above the mean load the preferred instance may go before a request moves on (25%). */
 export const DEFAULT_LOAD_FACTOR = 1.25;
+/**
+ * Requests the preferred instance may hold above the mean in any case: a gateway's own counts are
+ * small (a handful in flight), where 1.25x the mean is the mean itself and the luck of which
+ * conversations are on this gateway right now would move some every turn.
+ */
+export const LOAD_SLACK = 2;
 
 export interface BalanceInput {
   readonly outstanding: ReadonlyMap<string, number>;
@@ -19,6 +25,14 @@ export interface BalanceInput {
   readonly rttMs: (peerKey: string) => number | undefined;
   /** The request's prefix key: requests with the same key prefer the same instance. */
   readonly prefixKey?: string | undefined;
+  /**
+   * The loads the prefix bound compares (default `outstanding`): the gateway passes its own requests
+   * in flight, exact at every request. The cluster-wide counts add the other gateways' heartbeats,
+   * up to a period old, and count a conversation twice while the gateway it just left still reports
+   * its previous turn: a bound on them moves conversations that should stay. Each gateway bounding
+   * its own share bounds the sum, within one request per gateway.
+   */
+  readonly boundLoad?: ReadonlyMap<string, number> | undefined;
   /** Bound of the preferred instance's load, as a multiple of the mean (DEFAULT_LOAD_FACTOR). */
   readonly loadFactor?: number | undefined;
 }
@@ -30,16 +44,19 @@ export function chooseInstance(
 ): ReadyInstance | undefined {
   const load = (r: ReadyInstance) => o.outstanding.get(r.instance.instance_id) ?? 0;
   if (o.prefixKey !== undefined && ready.length > 1) {
-    const total = ready.reduce((n, r) => n + load(r), 0) + 1;
+    const bound = o.boundLoad ?? o.outstanding;
+    const held = (r: ReadyInstance) => bound.get(r.instance.instance_id) ?? 0;
+    const total = ready.reduce((n, r) => n + held(r), 0) + 1;
+    const mean = total / ready.length;
     const cap = Math.max(
-      1,
-      Math.ceil(((o.loadFactor ?? DEFAULT_LOAD_FACTOR) * total) / ready.length),
+      Math.ceil((o.loadFactor ?? DEFAULT_LOAD_FACTOR) * mean),
+      Math.ceil(mean) + LOAD_SLACK,
     );
     const key = o.prefixKey;
     const ranked = ready
       .map((r) => ({ r, score: rendezvous(key, r.instance.instance_id) }))
       .sort((a, b) => (a.score < b.score ? 1 : a.score > b.score ? -1 : 0));
-    const within = ranked.find((x) => load(x.r) < cap);
+    const within = ranked.find((x) => held(x.r) < cap);
     if (within) return within.r;
   }
   const latency = (r: ReadyInstance) => {

@@ -128,7 +128,7 @@ export interface ChatLimits {
   readonly migrateStreams: boolean;
   /**
    * With several ready instances, a conversation's requests go to the same one while its load stays
-   * within 1.25 times the mean (chat.prefix_routing; prefix-key.ts, balancing.ts).
+   * within 1.25 times the mean or the mean plus 2 (chat.prefix_routing; prefix-key.ts, balancing.ts).
    */
   readonly prefixRouting: boolean;
 }
@@ -676,6 +676,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       selfPeerKey: cluster.peerKey,
       rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
       prefixKey: key,
+      boundLoad: load.local(),
     })!;
   }
 
