@@ -1328,7 +1328,7 @@ export class ClusterAgent implements AsyncDisposable {
     for (;;) {
       await this.untilMasterSpeaks(deadline);
       try {
-        return await this.commandOnce(cmd);
+        return await this.commandOnce(cmd, deadline);
       } catch (e) {
         const late = () =>
           this.stopped || this.current?.session_id !== session || this.o.clock.now() > deadline;
@@ -1370,7 +1370,11 @@ export class ClusterAgent implements AsyncDisposable {
     }
   }
 
-  private async commandOnce(cmd: Command): Promise<Extract<CommandReply, { ok: true }>> {
+  /** One try; a task command waits for its reply only what is left of `deadline` (at least 500 ms). */
+  private async commandOnce(
+    cmd: Command,
+    deadline: number,
+  ): Promise<Extract<CommandReply, { ok: true }>> {
     const cur = this.current;
     if (!cur || !this.synced)
       throw new ServiceError("no_master", "this node has not joined a cluster session yet");
@@ -1387,9 +1391,11 @@ export class ClusterAgent implements AsyncDisposable {
           { session_id: cur.session_id, from_node_id: from, command: cmd },
           {
             // An intent change waits for the intent store's quorum (and for the changes ahead).
+            // Others wait what is left of the command's deadline: a wait for the master's
+            // heartbeat (untilMasterSpeaks) does not add to how long a command may take.
             timeoutMs: INTENT_COMMANDS.has(cmd.type)
               ? Math.max(15_000, this.o.commandTimeoutMs ?? 5000)
-              : (this.o.commandTimeoutMs ?? 5000),
+              : Math.max(500, deadline - this.o.clock.now()),
             suffix: cur.session_id,
             from: masterOrigin,
           },
