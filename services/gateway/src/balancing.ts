@@ -3,8 +3,9 @@
 // With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked by
 // rendezvous hash of the key and each instance id, the same order on every gateway, and the request
 // goes to the first whose requests in flight from this gateway stay within `loadFactor` times the
-// mean, or the mean plus LOAD_SLACK, whichever is more (counting this request), so a conversation keeps its replica (and its KV cache) while no
-// replica is flooded or starved. Pure, so tables test it.
+// mean, or the mean plus LOAD_SLACK, whichever is more (counting this request), so a conversation
+// keeps its replica (and its KV cache) while no replica is flooded or starved. Pure, so tables test
+// it.
 import { createHash } from "node:crypto";
 import type { ReadyInstance } from "./readiness.ts";
 
@@ -30,7 +31,7 @@ export interface BalanceInput {
    * in flight, exact at every request. The cluster-wide counts add the other gateways' heartbeats,
    * up to a period old, and count a conversation twice while the gateway it just left still reports
    * its previous turn: a bound on them moves conversations that should stay. Each gateway bounding
-   * its own share bounds the sum, within one request per gateway.
+   * its own share bounds the sum (1.25x the mean, plus LOAD_SLACK per gateway at most).
    */
   readonly boundLoad?: ReadonlyMap<string, number> | undefined;
   /** Bound of the preferred instance's load, as a multiple of the mean (DEFAULT_LOAD_FACTOR). */
