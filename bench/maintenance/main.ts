@@ -23,6 +23,7 @@ import {
   startHostCluster,
   waitFor,
   waitForConvergence,
+  waitForReadyInstances,
 } from "@ic/testkit";
 import type { HostCluster, NodeProcess } from "@ic/testkit";
 import { machineLine, quantile, writeSection } from "../lib/report.ts";
@@ -140,32 +141,6 @@ function load(lb: HealthCheckedBalancer, model: string, migrate: () => boolean) 
   };
 }
 
-async function twoReady(nodes: readonly NodeProcess[]): Promise<StateDoc> {
-  let seen = "";
-  return waitFor(
-    async () => {
-      for (const n of nodes) {
-        if (!n.running) continue;
-        const s = await n.get<StateDoc>("/state").catch(() => undefined);
-        if (!s) continue;
-        const ready = s.instances.filter((i) =>
-          i.runners.some((r) => r.rank === 0 && r.state === "RunnerReady"),
-        );
-        seen = JSON.stringify(s.instances.map((i) => [i.instance_id, i.runners]));
-        return ready.length === 2 ? s : undefined;
-      }
-      return undefined;
-    },
-    {
-      timeoutMs: 120_000,
-      intervalMs: 100,
-      get what() {
-        return `two ready replicas (last seen: ${seen})`;
-      },
-    },
-  );
-}
-
 /** A node that exited although nobody stopped it is reported (with its last log lines) and started. */
 async function restartCrashed(nodes: readonly NodeProcess[], say: (l: string) => void) {
   for (const n of nodes) {
@@ -238,7 +213,7 @@ async function main(): Promise<void> {
     );
     const placed = await nodes[0]!.post("/place_instance", { model_id: modelId, replicas: 2 });
     if (placed.status !== 200) throw new Error(`place_instance ${placed.status}`);
-    const first = await twoReady(nodes);
+    const first = await waitForReadyInstances<StateDoc>(nodes, 2, 120_000);
     const session = first.session!.session_id;
 
     const lb = new HealthCheckedBalancer(nodes);
@@ -271,7 +246,7 @@ async function main(): Promise<void> {
       await n.start();
       await restartCrashed(nodes, say);
       await waitForConvergence(nodes, 3, 60_000);
-      await twoReady(nodes);
+      await waitForReadyInstances<StateDoc>(nodes, 2, 120_000);
       const t1 = Date.now();
       reports.push((all) => {
         const w = within(all, t0, t1);
@@ -299,7 +274,7 @@ async function main(): Promise<void> {
       for (const migrating of [false, true]) {
         migrate = migrating;
         await sleep(3000);
-        const s = await twoReady(nodes);
+        const s = await waitForReadyInstances<StateDoc>(nodes, 2, 120_000);
         const rank0 = s.instances.map((i) => ({
           node: s.node_identities.find(
             (n) => n.node_id === i.assignments.find((a) => a.rank === 0)!.node_id,

@@ -11,7 +11,13 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { seedStore, startCluster, waitFor, waitForConvergence } from "@ic/testkit";
+import {
+  seedStore,
+  startCluster,
+  waitFor,
+  waitForConvergence,
+  waitForReadyInstances,
+} from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
 
@@ -108,21 +114,6 @@ async function conversation(nodes: readonly NodeProcess[], model: string, c: num
   return out;
 }
 
-async function twoReady(node: NodeProcess): Promise<void> {
-  await waitFor(
-    async () => {
-      const s = await node.get<{ instances: { runners: { rank: number; state: string }[] }[] }>(
-        "/state",
-      );
-      const ready = s.instances.filter((i) =>
-        i.runners.some((r) => r.rank === 0 && r.state === "RunnerReady"),
-      );
-      return ready.length === 2 ? true : undefined;
-    },
-    { timeoutMs: 120_000, intervalMs: 200, what: "two ready replicas" },
-  );
-}
-
 async function run(prefixRouting: boolean) {
   const store = await mkdtemp(join(tmpdir(), "ic-bench-routing-"));
   try {
@@ -143,7 +134,7 @@ async function run(prefixRouting: boolean) {
     );
     const placed = await nodes[0]!.post("/place_instance", { model_id: modelId, replicas: 2 });
     if (placed.status !== 200) throw new Error(`place_instance ${placed.status}`);
-    await twoReady(nodes[0]!);
+    await waitForReadyInstances(nodes[0]!, 2, 120_000);
     const started = performance.now();
     const turns = (
       await Promise.all(

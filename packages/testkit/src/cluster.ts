@@ -348,3 +348,47 @@ export async function placeAndWait(
   );
   return placed.instance;
 }
+
+/** What waitForReadyInstances reads of GET /state. */
+interface ReadyState {
+  readonly instances: readonly {
+    readonly instance_id: string;
+    readonly runners: readonly { readonly rank: number; readonly state: string }[];
+  }[];
+}
+
+/**
+ * Waits until `count` instances have their rank 0 RunnerReady, as the first of `nodes` that is
+ * running and answers sees it, and returns that /state document. On timeout the message names the
+ * runners it saw last.
+ */
+export async function waitForReadyInstances<S extends ReadyState>(
+  nodes: NodeProcess | readonly NodeProcess[],
+  count: number,
+  timeoutMs = 60_000,
+): Promise<S> {
+  const asked = Array.isArray(nodes) ? (nodes as readonly NodeProcess[]) : [nodes as NodeProcess];
+  let seen = "nothing yet";
+  return waitFor(
+    async () => {
+      for (const n of asked) {
+        if (!n.running) continue;
+        const s = await n.get<S>("/state").catch(() => undefined);
+        if (!s) continue;
+        seen = JSON.stringify(s.instances.map((i) => [i.instance_id, i.runners]));
+        const ready = s.instances.filter((i) =>
+          i.runners.some((r) => r.rank === 0 && r.state === "RunnerReady"),
+        );
+        return ready.length === count ? s : undefined;
+      }
+      return undefined;
+    },
+    {
+      timeoutMs,
+      intervalMs: 100,
+      get what() {
+        return `${count} ready instance(s) (runners last seen: ${seen})`;
+      },
+    },
+  );
+}

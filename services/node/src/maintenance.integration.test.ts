@@ -14,6 +14,7 @@ import {
   startHostCluster,
   waitFor,
   waitForConvergence,
+  waitForReadyInstances,
 } from "@ic/testkit";
 import type { HostCluster } from "@ic/testkit";
 import type { NodeProcess } from "./launcher/node-process.ts";
@@ -92,16 +93,7 @@ describe("maintenance", () => {
     expect(placed.status).toBe(200);
     const state = (n: NodeProcess) => n.get<StateDoc>("/state");
     const twoReady = (live: readonly NodeProcess[]) =>
-      waitFor(
-        async () => {
-          const s = await state(live[0]!);
-          const ready = s.instances.filter((i) =>
-            i.runners.some((r) => r.rank === 0 && r.state === "RunnerReady"),
-          );
-          return ready.length === 2 ? s : undefined;
-        },
-        { timeoutMs: 90_000, what: "two ready replicas" },
-      );
+      waitForReadyInstances<StateDoc>(live[0]!, 2, 90_000);
     const before = await twoReady(nodes);
     const session = before.session!.session_id;
 

@@ -5,7 +5,14 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { enginePidOf, seedStore, startCluster, waitFor, waitForConvergence } from "@ic/testkit";
+import {
+  enginePidOf,
+  seedStore,
+  startCluster,
+  waitFor,
+  waitForConvergence,
+  waitForReadyInstances,
+} from "@ic/testkit";
 import type { NodeProcess } from "./launcher/node-process.ts";
 
 interface StateDoc {
@@ -59,19 +66,7 @@ describe("stream migration", () => {
     );
     const placed = await n1.post("/place_instance", { model_id: modelId, replicas: 2 });
     expect(placed.status, await placed.clone().text()).toBe(200);
-    const state = await waitFor(
-      async () => {
-        const s = await n1.get<StateDoc>("/state");
-        const ready = s.instances.filter((i) =>
-          i.runners.some((r) => r.rank === 0 && r.state === "RunnerReady"),
-        );
-        return ready.length === 2 ? s : undefined;
-      },
-      { timeoutMs: 60_000, what: "two ready replicas" },
-    ).catch(async (e: Error) => {
-      const s = await n1.get<StateDoc>("/state");
-      throw new Error(`${e.message}: runners ${JSON.stringify(s.instances.map((i) => i.runners))}`);
-    });
+    const state = await waitForReadyInstances<StateDoc>(n1, 2, 60_000);
 
     const res = await fetch(`${n1.apiUrl}/v1/chat/completions`, {
       method: "POST",

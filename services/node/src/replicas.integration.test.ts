@@ -6,7 +6,13 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { seedStore, startHostCluster, waitFor, waitForConvergence } from "@ic/testkit";
+import {
+  seedStore,
+  startHostCluster,
+  waitFor,
+  waitForConvergence,
+  waitForReadyInstances,
+} from "@ic/testkit";
 import type { NodeProcess } from "./launcher/node-process.ts";
 
 interface StateDoc {
@@ -73,17 +79,7 @@ describe("replicas", () => {
     const holders = body.instances.map((i) => i.assignments[0]!.node_id);
     expect(new Set(holders).size).toBe(2);
     expect((await Promise.all(holders.map(nameOf))).sort()).toEqual(["node-2", "node-3"]);
-    const ready = async (count: number) =>
-      waitFor(
-        async () => {
-          const s = await n1.get<StateDoc>("/state");
-          const up = s.instances.filter((i) =>
-            i.runners.some((r) => r.rank === 0 && r.state === "RunnerReady"),
-          );
-          return up.length === count ? s : undefined;
-        },
-        { timeoutMs: 60_000, what: `${count} ready replicas` },
-      );
+    const ready = (count: number) => waitForReadyInstances<StateDoc>(n1, count);
     await ready(2);
     // Requests at once spread over both (least outstanding requests first).
     const answers = await Promise.all(
