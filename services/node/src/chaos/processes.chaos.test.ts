@@ -299,10 +299,8 @@ describe("chaos: kill -9 under load on 3 hosts", () => {
 
   it("a runner of one of two instances: the non-streaming requests on it are answered by the other (retry before the first byte)", async () => {
     try {
-      await placeOn(["node-2"]);
-      await placeOn(["node-3"]);
-      const [engine] = enginesOf(cluster, "node-3", "llama-server");
-      expect(engine).toBeDefined();
+      const on2 = await placeOn(["node-2"]);
+      const on3 = await placeOn(["node-3"]);
       const retried = async () => {
         const text = await (
           await fetch(`${n1.apiUrl}/metrics`, { headers: n1.authHeaders })
@@ -313,7 +311,9 @@ describe("chaos: kill -9 under load on 3 hosts", () => {
           .reduce((sum, l) => sum + Number(l.split(" ").at(-1)), 0);
       };
       const before = await retried();
-      // Four non-streaming requests from one gateway: least-outstanding balancing puts two on each.
+      // Four non-streaming requests from one gateway: identical, so prefix routing keeps them on one
+      // instance within its load bound (least-outstanding would put two on each). The engine killed
+      // is the one of the instance holding the most of them.
       const plain = Array.from({ length: 4 }, () =>
         fetch(`${n1.apiUrl}/v1/chat/completions`, {
           method: "POST",
@@ -332,6 +332,16 @@ describe("chaos: kill -9 under load on 3 hosts", () => {
             : undefined,
         { timeoutMs: 10_000, intervalMs: 20, what: "4 tasks in flight" },
       );
+      const held = (
+        await n1.get<{ instances: { instance_id: string; outstanding?: number }[] }>("/state")
+      ).instances;
+      const load = (id: string) => held.find((i) => i.instance_id === id)?.outstanding ?? 0;
+      const host = load(on2.inst.instance_id) > load(on3.inst.instance_id) ? "node-2" : "node-3";
+      expect(
+        Math.max(load(on2.inst.instance_id), load(on3.inst.instance_id)),
+      ).toBeGreaterThanOrEqual(2);
+      const [engine] = enginesOf(cluster, host, "llama-server");
+      expect(engine).toBeDefined();
       process.kill(engine!.pid, "SIGKILL");
       const outcomes = await Promise.all(plain);
       expect(
