@@ -8,8 +8,7 @@ import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { waitFor } from "@ic/testkit";
-import { deathSignalAvailable, procStat, spawnChild, sweepOrphans } from "./index.ts";
+import { deathSignalAvailable, procStat, spawnChild, sweepOrphans, waitFor } from "./index.ts";
 import type { ChildRecord } from "./index.ts";
 
 const HERE = dirname(fileURLToPath(import.meta.url));

@@ -3,7 +3,7 @@
 // `checkMs`), round robin, and sends a request to another node only when its connection was
 // refused (nothing was sent: what nginx's proxy_next_upstream does for a POST). Everything else,
 // an error status or a broken stream included, reaches the client as it is.
-import type { NodeProcess } from "@ic/node/launcher";
+import type { NodeProcess } from "@ic/launcher";
 
 export class HealthCheckedBalancer {
   private healthy = new Set<NodeProcess>();

@@ -4,7 +4,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { REPO_ROOT } from "@ic/node/launcher";
+import { REPO_ROOT } from "@ic/launcher";
 import { trustClusterCa } from "@ic/tls";
 
 export interface ClusterCerts {

@@ -1,4 +1,4 @@
-// Real node processes for integration tests: the launcher of services/node (@ic/node/launcher) with
+// Real node processes for integration tests: the launcher (@ic/launcher) with
 // test settings, clusters on loopback or on lab hosts (network namespaces), and fixtures for them.
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { randomBytes } from "node:crypto";
@@ -9,8 +9,8 @@ import {
   freePort,
   newClusterSecret,
   prepareNode as prepareLaunchedNode,
-} from "@ic/node/launcher";
-import type { NodeProcess, NodeSpec } from "@ic/node/launcher";
+} from "@ic/launcher";
+import type { NodeProcess, NodeSpec } from "@ic/launcher";
 import { waitFor } from "./ports.ts";
 import { DelayRelay, NetLab } from "./netns/index.ts";
 import { makeClusterCerts } from "./certs.ts";
@@ -22,8 +22,8 @@ export {
   NodeProcess,
   REPO_ROOT,
   waitForConvergence,
-} from "@ic/node/launcher";
-export type { NodeSpec } from "@ic/node/launcher";
+} from "@ic/launcher";
+export type { NodeSpec } from "@ic/launcher";
 
 /** Fast timings for tests; the spec's defaults stay the defaults everywhere else. */
 export const FAST_CLUSTER = {

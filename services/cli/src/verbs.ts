@@ -169,7 +169,7 @@ export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
       return new Promise((resolve) => {
         const child = spawn(
           process.execPath,
-          ["--import", "tsx", `${ROOT}services/node/src/cli.ts`, "start", ...p.rest],
+          ["--import", "tsx", `${ROOT}packages/launcher/src/cli.ts`, "start", ...p.rest],
           { cwd: ROOT, stdio: "inherit" },
         );
         child.on("exit", (code) => resolve(code ?? 1));

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { placeAndWait, seedStore, startHostCluster, waitForConvergence } from "@ic/testkit";
 import type { HostCluster } from "@ic/testkit";
-import type { NodeProcess } from "./launcher/node-process.ts";
+import type { NodeProcess } from "@ic/testkit";
 
 interface StateDoc {
   node_identities: { node_id: string; name: string }[];

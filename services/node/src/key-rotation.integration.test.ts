@@ -19,7 +19,7 @@ import {
   waitFor,
   waitForConvergence,
 } from "@ic/testkit";
-import type { NodeProcess } from "./launcher/node-process.ts";
+import type { NodeProcess } from "@ic/testkit";
 
 const OLD = "old-app-token-0123456789abcdef";
 const NEW = "new-app-token-fedcba9876543210";

@@ -17,7 +17,7 @@ import {
   waitForReadyInstances,
 } from "@ic/testkit";
 import type { HostCluster } from "@ic/testkit";
-import type { NodeProcess } from "./launcher/node-process.ts";
+import type { NodeProcess } from "@ic/testkit";
 
 interface StateDoc {
   session: { session_id: string; master_peer_key: string } | null;

@@ -23,7 +23,7 @@ import {
 } from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 import { parseExposition } from "./observability/prom-text.ts";
-import { REPO_ROOT } from "./launcher/index.ts";
+import { REPO_ROOT } from "@ic/testkit";
 
 async function scrape(node: NodeProcess): Promise<{ text: string; fams: ParsedFamily[] }> {
   const r = await fetch(`${node.apiUrl}/metrics`, { headers: node.authHeaders });

@@ -2,7 +2,7 @@
 // document and every operation of the document is documented.
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { REPO_ROOT } from "./launcher/index.ts";
+import { REPO_ROOT } from "@ic/testkit";
 import { API_OPERATIONS, apiDocument } from "./openapi.ts";
 
 const norm = (method: string, path: string) =>

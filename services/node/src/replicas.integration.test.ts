@@ -13,7 +13,7 @@ import {
   waitForConvergence,
   waitForReadyInstances,
 } from "@ic/testkit";
-import type { NodeProcess } from "./launcher/node-process.ts";
+import type { NodeProcess } from "@ic/testkit";
 
 interface StateDoc {
   node_identities: { node_id: string; name: string }[];

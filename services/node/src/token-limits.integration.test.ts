@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { placeAndWait, seedStore, startHostCluster, waitForConvergence } from "@ic/testkit";
 import type { HostCluster } from "@ic/testkit";
-import type { NodeProcess } from "./launcher/node-process.ts";
+import type { NodeProcess } from "@ic/testkit";
 
 const PER_MINUTE = "per-minute-token-0123456789";
 const BURST = "burst-token-0123456789abc";

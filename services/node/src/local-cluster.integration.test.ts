@@ -5,10 +5,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
-import { startHubEmulator, tinyGgufRepo } from "@ic/testkit";
-import { freePort, REPO_ROOT, waitFor } from "./index.ts";
+import { freePort, REPO_ROOT, startHubEmulator, tinyGgufRepo, waitFor } from "@ic/testkit";
 
-const CLI = join(REPO_ROOT, "services/node/src/cli.ts");
+const CLI = join(REPO_ROOT, "packages/launcher/src/cli.ts");
 const MAIN = join(REPO_ROOT, "services/node/src/main.ts");
 const run = (file: string, args: string[]) =>
   spawnSync(process.execPath, ["--import", "tsx", file, ...args], {

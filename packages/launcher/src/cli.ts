@@ -1,6 +1,6 @@
-// `npm start` = `cli.ts start [options]`: the local cluster (launcher/local-cluster.ts). Options are
+// `npm start` = `cli.ts start [options]`: the local cluster (local-cluster.ts). Options are
 // checked before anything starts; `--help` prints them.
-import { parseStartArgs, runLocalCluster, START_USAGE } from "./launcher/index.ts";
+import { parseStartArgs, runLocalCluster, START_USAGE } from "./index.ts";
 
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = argv;

@@ -14,8 +14,9 @@ import { stringify as stringifyYaml } from "yaml";
 import { readConfigFile } from "@ic/config";
 import { waitFor } from "@ic/process";
 
-export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
-const NODE_MAIN = fileURLToPath(new URL("../main.ts", import.meta.url));
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+/** The node's entry point, started by path: the launcher imports no service code. */
+const NODE_MAIN = join(REPO_ROOT, "services/node/src/main.ts");
 
 export interface NodeSpec {
   readonly name: string;
@@ -261,7 +262,7 @@ export class NodeProcess implements AsyncDisposable {
 }
 
 const CONFIG_HEADER =
-  "# Written by the local-cluster launcher at each start (services/node/src/launcher).\n" +
+  "# Written by the local-cluster launcher at each start (packages/launcher).\n" +
   "# Keys set here (by hand, by npm start --config, or in the dashboard) are kept across launches\n" +
   "# on this data directory, except the ones the launcher owns: node.name/host/bind/api_port,\n" +
   "# bus ports and store_dir, cluster.peers/secret, store_path and the data paths.\n";

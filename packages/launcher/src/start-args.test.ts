@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
 import { parseStartArgs } from "./start-args.ts";
-import { parseNodeArgs } from "../node-args.ts";
 
 const HOME = "/home/op";
 
@@ -53,17 +52,4 @@ describe("npm start options", () => {
     expect(r.kind).toBe("error");
     expect(r.kind === "error" && r.message).toContain(message);
   });
-});
-
-describe("node process options", () => {
-  it.each([
-    [[], { kind: "run", config: undefined }],
-    [["--config", "/etc/ic/node.yaml"], { kind: "run", config: "/etc/ic/node.yaml" }],
-    [["--help"], { kind: "help" }],
-    [["-h"], { kind: "help" }],
-  ])("%j -> %j", (argv, want) => expect(parseNodeArgs(argv)).toEqual(want));
-
-  it.each([[["--confg", "x"]], [["serve"]], [["--config"]]])("%j is refused", (argv) =>
-    expect(parseNodeArgs(argv).kind).toBe("error"),
-  );
 });

@@ -8,8 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { placeAndWait, seedStore, startCluster, waitFor, waitForConvergence } from "@ic/testkit";
-import { childrenDir, procStat, writeChildRecord } from "./index.ts";
-import type { ChildRecord } from "./index.ts";
+import { childrenDir, procStat, writeChildRecord } from "@ic/process";
+import type { ChildRecord } from "@ic/process";
 
 const dirs: string[] = [];
 const procs: ChildProcess[] = [];

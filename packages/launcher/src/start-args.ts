@@ -21,7 +21,7 @@ export interface StartOptions {
 }
 
 export const START_USAGE = `Usage: npm start [-- options]
-       node --import tsx services/node/src/cli.ts start [options]
+       node --import tsx packages/launcher/src/cli.ts start [options]
 
 Starts a local cluster on this machine (loopback only), generates the tiny demo model into the first
 node's store, places it (or, with --model, pulls and places that one), and prints the base URL.

@@ -5,9 +5,9 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { locateEngine } from "@ic/engine";
+import { writeTinyModel } from "@ic/gguf";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { writeTinyModel } from "./tiny-model.ts";
+import { locateEngine } from "./index.ts";
 
 const HEALTH_DEADLINE_MS = 60_000;
 /** llama.cpp tools/server/server-context.cpp prints this at slot release when drafts were made. */
