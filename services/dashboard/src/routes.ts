@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { Hono } from "hono";
-import { parseJson } from "@ic/gateway";
+import { parseJson } from "@ic/http";
 import type { Logger } from "@ic/log";
 import { SettingsEditSchema } from "./settings.ts";
 import type { SettingsFile } from "./settings.ts";

@@ -2,9 +2,8 @@
 import { Hono } from "hono";
 import { ServiceError } from "@ic/protocol";
 import type { Logger } from "@ic/log";
-import { authMiddleware } from "./auth.ts";
-import type { AuthOptions } from "./auth.ts";
-import { toResponse } from "./errors.ts";
+import { authMiddleware, toResponse } from "@ic/http";
+import type { AuthOptions } from "@ic/http";
 import type { ClusterView } from "./ports.ts";
 import { chatRoutes } from "./routes/chat.ts";
 import type { ChatOptions } from "./routes/chat.ts";

@@ -9,7 +9,7 @@ import type { ClusterView } from "./ports.ts";
 import type { ControlState, InstanceId, ModelId, NodeId, SessionId, TaskId } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "./app.ts";
-import { MAX_JSON_DEPTH, nestedDeeperThan } from "./errors.ts";
+import { MAX_JSON_DEPTH, nestedDeeperThan } from "@ic/http";
 
 const S = "s-edge" as SessionId;
 const NODE = "n-edge" as NodeId;

@@ -2,12 +2,9 @@
 export { createGatewayApp } from "./app.ts";
 export type { GatewayOptions } from "./app.ts";
 export type { ClusterView, PeerView } from "./ports.ts";
-export { parseJson, toResponse, validationError } from "./errors.ts";
 export { stateDocument } from "./view.ts";
 export { RequestLoad } from "./request-load.ts";
 export { DEFAULT_CHAT_LIMITS, preciseNow } from "./routes/chat.ts";
 export type { ChatLimits } from "./routes/chat.ts";
 export { postUpstream } from "./upstream.ts";
 export type { UpstreamOptions } from "./upstream.ts";
-export { authMiddleware, scopeFor, TokenSet } from "./auth.ts";
-export type { ApiToken, AuthOptions } from "./auth.ts";

@@ -8,7 +8,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { ConfigSchema, expandHome, loadConfig } from "@ic/config";
 import type { Config } from "@ic/config";
-import { scopeFor } from "@ic/gateway";
+import { scopeFor } from "@ic/http";
 import { makeClusterCerts } from "@ic/testkit";
 import { HEALTH_PATH } from "./health-route.ts";
 

@@ -53,7 +53,8 @@ import {
 import type { SettingsEdit, SettingsView } from "@ic/dashboard";
 import { EventLog, eventRoutes, FakeDisk } from "@ic/eventlog";
 import { createGatewayApp } from "@ic/gateway";
-import type { ApiToken, ClusterView, PeerView } from "@ic/gateway";
+import type { ClusterView, PeerView } from "@ic/gateway";
+import type { ApiToken } from "@ic/http";
 import { createLogger, LogTail } from "@ic/log";
 import {
   ChatRequestSchema,

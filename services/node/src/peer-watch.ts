@@ -10,7 +10,7 @@ import { trustedCas } from "@ic/tls";
 import type { Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { z } from "zod";
-import { validationError } from "@ic/gateway";
+import { validationError } from "@ic/http";
 import type { Logger } from "@ic/log";
 import type { PeerView } from "@ic/master";
 import { ServiceError } from "@ic/protocol";

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { ClusterSecret, clusterCredentials, loadConfig } from "@ic/config";
 import type { ResolvedTls, ResolvedToken } from "@ic/config";
-import { TokenSet } from "@ic/gateway";
+import { TokenSet } from "@ic/http";
 import { silentLogger } from "@ic/log";
 import { makeClusterCerts } from "@ic/testkit";
 import { ConfigReloader, tlsChanged, tokenChanges, withNodeToken } from "./reload.ts";

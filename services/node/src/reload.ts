@@ -14,7 +14,7 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import { ConfigError, loadConfig } from "@ic/config";
 import type { ClusterSecret, Config, ResolvedTls, ResolvedToken } from "@ic/config";
-import type { ApiToken, TokenSet } from "@ic/gateway";
+import type { ApiToken, TokenSet } from "@ic/http";
 import type { Logger } from "@ic/log";
 import { ServiceError } from "@ic/protocol";
 

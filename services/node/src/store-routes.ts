@@ -4,7 +4,7 @@
 import type { Context, Hono } from "hono";
 import type { Bus } from "@ic/bus";
 import type { EventLog } from "@ic/eventlog";
-import { parseJson } from "@ic/gateway";
+import { parseJson } from "@ic/http";
 import type { ClusterView } from "@ic/gateway";
 import type { Logger } from "@ic/log";
 import {
@@ -31,7 +31,7 @@ import type {
 } from "@ic/protocol";
 import { buildStorageReport, nodeDisk } from "@ic/store";
 import type { LooseEntry, PullManager, StagingSettings, StoreHost } from "@ic/store";
-import { validationError } from "@ic/gateway";
+import { validationError } from "@ic/http";
 import type { StoreStager } from "./store-stager.ts";
 
 export interface StoreRouteOptions {

@@ -4,6 +4,7 @@
 // app's one error handler. Scopes come from the gateway's table (PUT: admin; GETs: read).
 import type { Hono } from "hono";
 import { z } from "zod";
+import { parseJson, validationError } from "@ic/http";
 import { ServiceError, TracingBodySchema } from "@ic/protocol";
 import { clusterTraces, clusterTraceStats } from "./cluster.ts";
 import type { FanOutOptions } from "./cluster.ts";
@@ -19,21 +20,6 @@ export const TracesQuerySchema = z.object({
   limit: z.coerce.number().int().min(1).max(LIST_LIMIT_MAX).default(LIST_LIMIT_DEFAULT),
 });
 
-/** A PUT body is a one-field object; anything longer is not one. */
-const MAX_BODY_BYTES = 4096;
-
-function invalid(where: string, error: z.ZodError): ServiceError {
-  const issues = error.issues
-    .slice(0, 10)
-    .map((i) => ({ path: i.path.join("."), message: i.message }));
-  const first = issues[0];
-  return new ServiceError(
-    "invalid_request",
-    first ? `${where}: ${first.path || `(${where})`}: ${first.message}` : `${where} is invalid`,
-    { details: { issues } },
-  );
-}
-
 function taskIdParam(raw: string | undefined): string {
   const id = raw ?? "";
   if (!isValidTaskId(id))
@@ -47,7 +33,7 @@ function taskIdParam(raw: string | undefined): string {
 
 function limitOf(query: Record<string, string>): number {
   const parsed = TracesQuerySchema.safeParse(query);
-  if (!parsed.success) throw invalid("query", parsed.error);
+  if (!parsed.success) throw validationError(parsed.error, "query");
   return parsed.data.limit;
 }
 
@@ -72,18 +58,8 @@ export function tracingRoutes(app: Hono, o: TracingRoutesOptions): void {
   app.get("/v1/tracing", (c) => c.json(tracing.status()));
 
   app.put("/v1/tracing", async (c) => {
-    const text = await c.req.text();
-    if (Buffer.byteLength(text) > MAX_BODY_BYTES)
-      throw new ServiceError("invalid_request", `body over ${MAX_BODY_BYTES} bytes`);
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      throw new ServiceError("invalid_request", 'body must be JSON: { "enabled": boolean }');
-    }
-    const parsed = TracingBodySchema.safeParse(json);
-    if (!parsed.success) throw invalid("body", parsed.error);
-    tracing.setEnabled(parsed.data.enabled);
+    const body = await parseJson(c, TracingBodySchema, "body");
+    tracing.setEnabled(body.enabled);
     return c.json(tracing.status());
   });
 

@@ -34,8 +34,15 @@ import type {
   TaskId,
 } from "@ic/protocol";
 import type { Logger } from "@ic/log";
-import { parseJson } from "../errors.ts";
-import { nodePair, requestHeader, watchClient } from "../node-http.ts";
+import {
+  mayUseModel,
+  modelForbidden,
+  nodePair,
+  parseJson,
+  requestHeader,
+  requestToken,
+  watchClient,
+} from "@ic/http";
 import {
   postUpstream,
   readAll,
@@ -51,8 +58,7 @@ import { notServableError, readiness, readyModels } from "../readiness.ts";
 import type { ReadyInstance } from "../readiness.ts";
 import { engineFailure } from "../engine-errors.ts";
 import { TaskReports } from "../task-reports.ts";
-import { mayUseModel, modelForbidden, requestToken } from "../auth.ts";
-import type { ApiToken } from "../auth.ts";
+import type { ApiToken } from "@ic/http";
 import {
   ContinuationRewriter,
   continuationRequest,

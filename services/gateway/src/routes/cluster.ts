@@ -6,7 +6,7 @@ import { ServiceError, StateQuerySchema } from "@ic/protocol";
 import type { ClusterView } from "../ports.ts";
 import type { RequestLoad } from "../request-load.ts";
 import { stateDocument } from "../view.ts";
-import { validationError } from "../errors.ts";
+import { validationError } from "@ic/http";
 
 export interface ClusterRouteOptions {
   readonly cluster: ClusterView;

@@ -11,7 +11,7 @@ import {
 } from "@ic/protocol";
 import type { Instance, InstanceId, ModelRecord, PlaceRequest } from "@ic/protocol";
 import type { Logger } from "@ic/log";
-import { parseJson, validationError } from "../errors.ts";
+import { parseJson, validationError } from "@ic/http";
 import type { ClusterView } from "../ports.ts";
 import { placementView, decide, previewAll } from "../placement-adapter.ts";
 import type { Decision, PlacementView } from "../placement-adapter.ts";

@@ -5,7 +5,7 @@
 import type { Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { z } from "zod";
-import { validationError } from "@ic/gateway";
+import { validationError } from "@ic/http";
 import type { LogTail } from "@ic/log";
 import { ServiceError } from "@ic/protocol";
 

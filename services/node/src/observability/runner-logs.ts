@@ -9,7 +9,7 @@ import { join, resolve, sep } from "node:path";
 import type { Hono } from "hono";
 import { z } from "zod";
 import type { Bus } from "@ic/bus";
-import { validationError } from "@ic/gateway";
+import { validationError } from "@ic/http";
 import type { ClusterView } from "@ic/gateway";
 import type { Logger } from "@ic/log";
 import {
