@@ -12,8 +12,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort, generateMtpCheckpoint, startHubEmulator, waitFor } from "@ic/testkit";
 import { writeSection } from "../lib/report.ts";
-
-const MiB = 1024 * 1024;
+import { MiB } from "@ic/protocol";
 const BUDGET_MB = 200;
 const TOKEN = "hf_benchtoken000000000000";
 const BASE = "bench/Mid-MTP";

@@ -5,7 +5,7 @@ import { StoreHost } from "@ic/store";
 
 const storePath = process.argv[2];
 if (!storePath) throw new Error("usage: store-host-child.ts <store_path>");
-const host = new StoreHost({ storePath, logger: silentLogger() });
+const host = new StoreHost({ storePath, logger: silentLogger(), headroomBytes: 0 });
 await host.start({ host: "127.0.0.1", port: 0 });
 await host.registerAll();
 process.stdout.write(`${JSON.stringify({ url: host.url })}\n`);

@@ -13,6 +13,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "n
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { canConnect, supervise } from "@ic/process";
+import { GiB } from "@ic/protocol";
 import type { Child, RestartPolicy, RunOutcome } from "@ic/process";
 import type { Logger } from "@ic/log";
 
@@ -256,7 +257,7 @@ export class NatsServer implements AsyncDisposable {
         "jetstream {",
         `  store_dir: ${q(js.storeDir)}`,
         `  max_memory_store: ${js.maxMemoryBytes ?? 64 * 1024 * 1024}`,
-        `  max_file_store: ${js.maxFileBytes ?? 1024 * 1024 * 1024}`,
+        `  max_file_store: ${js.maxFileBytes ?? GiB}`,
         "}",
       );
     }

@@ -10,7 +10,6 @@ export type {
 } from "./schema.ts";
 export {
   ConfigError,
-  GiB,
   deepMerge,
   expandHome,
   isLoopback,

@@ -326,5 +326,3 @@ export function stagingFor(cfg: Config, nodeName: string): StagingConfig {
   const defined = Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
   return Object.freeze({ ...cfg.model_store.staging, ...defined });
 }
-
-export const GiB = 1024 ** 3;

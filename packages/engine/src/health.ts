@@ -1,6 +1,7 @@
 // Capability conflicts reported in nodeHealth: observed hardware versus the engine and the declaration.
 // Pure: the worker gathers observations, this decides the four stable codes of the spec.
 import type { EngineInfo, Gpu, HealthEntry } from "@ic/protocol";
+import { GiB } from "@ic/protocol";
 
 export interface Observations {
   readonly gpus: readonly Gpu[];
@@ -12,8 +13,6 @@ export interface Observations {
   /** Environment variable the override came from, for messages. */
   readonly overrideVar?: string;
 }
-
-const GiB = 1024 ** 3;
 
 function servingCapable(g: Gpu): boolean {
   return (

@@ -8,6 +8,7 @@ import { GgufError, type GgufErrorCode } from "./errors.ts";
 import { readGgufHeader, type ReadGgufOptions } from "./reader.ts";
 import type { GgufValue } from "./types.ts";
 import { writeGguf } from "./writer.ts";
+import { GiB } from "@ic/protocol";
 
 /** Little-endian byte builder for hand-made (possibly invalid) GGUF headers. */
 class Bytes {
@@ -203,7 +204,6 @@ describe("readGgufHeader on valid files", () => {
 });
 
 describe("readGgufHeader on corrupt files gives typed errors", () => {
-  const GiB = 1024 ** 3;
   const cases: {
     name: string;
     bytes: () => Buffer;

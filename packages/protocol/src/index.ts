@@ -1,6 +1,7 @@
 // Front door of the protocol package: every subject, schema, id and error code of the system.
 export * from "./ids.ts";
 export * from "./clock.ts";
+export * from "./units.ts";
 export * from "./errors.ts";
 export * from "./cluster.ts";
 export * from "./intent.ts";

@@ -5,8 +5,7 @@ import fc from "fast-check";
 import type { ModelId } from "@ic/protocol";
 import { planEviction, type EvictionInput, type StagedCopy } from "./evict.ts";
 import { noFitMessage } from "./message.ts";
-
-const GiB = 1024 ** 3;
+import { GiB } from "@ic/protocol";
 const id = (s: string): ModelId => `org/${s}` as ModelId;
 
 /** `copy("a", 10, 5)`: model org/a, 10 GiB, last used at t=5, idle. */

@@ -2,12 +2,11 @@
 // Pure formatting so the staging client, store host and hub fallback all phrase it the same way.
 import type { ModelId } from "@ic/protocol";
 import type { CapacityArithmetic } from "./evict.ts";
-
-const GIB = 1024 ** 3;
+import { GiB } from "@ic/protocol";
 
 /** `12.50 GiB (13421772800 B)`: rounded for reading, exact for checking. */
 export function formatBytes(bytes: number): string {
-  return `${(bytes / GIB).toFixed(2)} GiB (${bytes} B)`;
+  return `${(bytes / GiB).toFixed(2)} GiB (${bytes} B)`;
 }
 
 export interface NoFitMessageInput extends CapacityArithmetic {

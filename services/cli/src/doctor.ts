@@ -5,9 +5,10 @@
 import { spawnSync } from "node:child_process";
 import type { Client } from "./client.ts";
 import { ApiError } from "./client.ts";
+import { GiB } from "@ic/protocol";
 import { bytes } from "./format.ts";
 
-export const DISK_FLOOR_BYTES = 2 * 1024 ** 3;
+export const DISK_FLOOR_BYTES = 2 * GiB;
 
 export interface Check {
   readonly name: string;

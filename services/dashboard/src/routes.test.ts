@@ -2,9 +2,9 @@
 // CSP, nothing else under /dashboard/ is served, and the settings editor needs read / admin scopes.
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { GIB } from "@ic/store";
 import { DASHBOARD_ASSETS, DASHBOARD_CSP } from "./routes.ts";
 import { dashboardApp, settingsFixture } from "./testing.ts";
+import { GiB } from "@ic/protocol";
 
 function setup() {
   const fx = settingsFixture("# mine\nnode:\n  name: n1\n");
@@ -78,6 +78,6 @@ describe("dashboard routes", () => {
     expect(good.status).toBe(200);
     expect(await good.json()).toMatchObject({ applied: { headroom_gb: 1 } });
     expect(readFileSync(file, "utf8")).toMatch(/^# mine\n[\s\S]*headroom_gb: 1\n/);
-    expect(live.headroomBytes).toBe(GIB);
+    expect(live.headroomBytes).toBe(GiB);
   });
 });

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { loadConfig, stagingFor } from "@ic/config";
-import { stagingSettings } from "@ic/store";
+import { stagingSettings } from "@ic/staging";
 import { dashboardApp, settingsFixture } from "./testing.ts";
 
 const KEYS = ["cleanup_on_deactivate", "staging_keep_recent_gb", "headroom_gb"] as const;

@@ -4,8 +4,8 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { parse } from "yaml";
 import { describe, expect, it } from "vitest";
-import { ServiceError } from "@ic/protocol";
-import { GIB, LiveStagingSettings } from "@ic/store";
+import { GiB, ServiceError } from "@ic/protocol";
+import { LiveStagingSettings } from "@ic/staging";
 import { SettingsEditSchema, SettingsFile, editStagingYaml } from "./settings.ts";
 import { settingsFixture } from "./testing.ts";
 
@@ -152,7 +152,7 @@ describe("SettingsFile", () => {
     const text = readFileSync(file, "utf8");
     expect(text).toContain("# how staged copies are kept");
     expect(text).toContain("staging_keep_recent_gb: 0.5 # grace budget");
-    expect(live.keepRecentBytes).toBe(0.5 * GIB);
+    expect(live.keepRecentBytes).toBe(0.5 * GiB);
     expect(live.cleanupOnDeactivate).toBe(false);
     expect(v.applied).toEqual(v.effective);
     // No temporary file is left behind.
@@ -174,7 +174,7 @@ describe("SettingsFile", () => {
     expect((err as ServiceError).code).toBe("invalid_request");
     expect((err as ServiceError).message).toContain(key);
     expect(readFileSync(file, "utf8")).toBe(before);
-    expect(live.keepRecentBytes).toBe(40 * GIB);
+    expect(live.keepRecentBytes).toBe(40 * GiB);
     expect(readdirSync(dir)).toEqual(["config.yaml"]);
   });
 

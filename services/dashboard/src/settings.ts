@@ -10,9 +10,9 @@ import { isMap, parseDocument } from "yaml";
 import { z } from "zod";
 import { ConfigError, StagingSchema, loadConfig, stagingFor } from "@ic/config";
 import type { Config, StagingConfig } from "@ic/config";
-import { ServiceError } from "@ic/protocol";
-import { GIB, Serial, stagingSettings } from "@ic/store";
-import type { LiveStagingSettings, StagingSettings } from "@ic/store";
+import { GiB, ServiceError } from "@ic/protocol";
+import { Serial, stagingSettings } from "@ic/staging";
+import type { LiveStagingSettings, StagingSettings } from "@ic/staging";
 
 /** The keys the editor changes: the staging section of the config schema. */
 export const STAGING_KEYS = Object.keys(StagingSchema.shape) as (keyof StagingConfig)[];
@@ -116,8 +116,8 @@ export type SettingsView = z.infer<typeof SettingsViewSchema>;
 
 const values = (s: StagingSettings): StagingValues => ({
   cleanup_on_deactivate: s.cleanupOnDeactivate,
-  staging_keep_recent_gb: s.keepRecentBytes / GIB,
-  headroom_gb: s.headroomBytes / GIB,
+  staging_keep_recent_gb: s.keepRecentBytes / GiB,
+  headroom_gb: s.headroomBytes / GiB,
 });
 
 /** ConfigError "key: message" lines as the API's validation issues. */

@@ -7,9 +7,10 @@ import { Hono } from "hono";
 import { authMiddleware, toResponse } from "@ic/http";
 import type { ApiToken } from "@ic/http";
 import { silentLogger } from "@ic/log";
-import { GIB, LiveStagingSettings } from "@ic/store";
+import { LiveStagingSettings } from "@ic/staging";
 import { dashboardRoutes } from "./routes.ts";
 import { SettingsFile } from "./settings.ts";
+import { GiB } from "@ic/protocol";
 
 /** `text` as node n1's config file, live settings at the defaults, and its editor. */
 export function settingsFixture(text: string, nodeName = "n1") {
@@ -18,8 +19,8 @@ export function settingsFixture(text: string, nodeName = "n1") {
   writeFileSync(file, text, { mode: 0o600 });
   const live = new LiveStagingSettings({
     cleanupOnDeactivate: true,
-    keepRecentBytes: 40 * GIB,
-    headroomBytes: 10 * GIB,
+    keepRecentBytes: 40 * GiB,
+    headroomBytes: 10 * GiB,
   });
   const settings = new SettingsFile({ file, nodeName, live, env: {} });
   return { dir, file, live, settings };

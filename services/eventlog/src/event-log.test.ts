@@ -6,18 +6,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { IndexedEventSchema } from "@ic/protocol";
+import { GiB, IndexedEventSchema, KiB, MiB } from "@ic/protocol";
 import type { IndexedEvent } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import type { AppendHandle, EventFiles } from "./disk.ts";
 import { FakeDisk, nodeFiles } from "./disk.ts";
 import type { EventLogConfig, EventLogDeps } from "./event-log.ts";
 import { EventLog } from "./event-log.ts";
-import { GIB } from "./policy.ts";
 import { EventRecordSchema } from "./record.ts";
-
-const KIB = 1024;
-const MIB = 1024 * KIB;
 
 function failed(index: number): IndexedEvent {
   return IndexedEventSchema.parse({
@@ -88,7 +84,7 @@ function makeLog(over: Partial<EventLogConfig> = {}, deps: Partial<EventLogDeps>
   return new EventLog({
     config: config(over),
     logger: silentLogger(),
-    disk: new FakeDisk(100 * GIB),
+    disk: new FakeDisk(100 * GiB),
     clock: { now: () => Date.UTC(2025, 0, 1) },
     ...deps,
   });
@@ -252,7 +248,7 @@ describe("EventLog", () => {
     for (let round = 0; round < 12; round++) {
       for (let i = 0; i < 50; i++) log.append(bulky(++index));
       await log.flush();
-      expect(log.usage().active_bytes).toBeLessThanOrEqual(64 * KIB + 50 * 500);
+      expect(log.usage().active_bytes).toBeLessThanOrEqual(64 * KiB + 50 * 500);
     }
     const usage = log.usage();
     expect(usage.archive_files).toBeGreaterThan(1);
@@ -278,7 +274,7 @@ describe("EventLog", () => {
       await log.flush();
     }
     const usage = log.usage();
-    expect(usage.archive_bytes).toBeLessThanOrEqual(128 * KIB);
+    expect(usage.archive_bytes).toBeLessThanOrEqual(128 * KiB);
     expect(usage.archive_bytes).toBeGreaterThan(0);
     const names = (await readdir(dir)).filter((n) => n.startsWith("archive-"));
     expect(names).toHaveLength(usage.archive_files);
@@ -311,11 +307,11 @@ describe("EventLog", () => {
   });
 
   it("starts in counting-only mode when free disk is at the floor, and returns above floor + 10%", async () => {
-    const disk = new FakeDisk(2 * GIB);
+    const disk = new FakeDisk(2 * GiB);
     await using log = makeLog({ check_every: 4 }, { disk });
     await log.start();
     expect(log.usage().mode).toBe("counting-only");
-    expect(log.usage().last_free_check).toEqual({ free_bytes: 2 * GIB, at: Date.UTC(2025, 0, 1) });
+    expect(log.usage().last_free_check).toEqual({ free_bytes: 2 * GiB, at: Date.UTC(2025, 0, 1) });
 
     log.append(failed(1));
     log.append(bulky(2));
@@ -330,12 +326,12 @@ describe("EventLog", () => {
     expect(await log.read()).toEqual([]);
 
     // Inside the hysteresis margin: stays degraded.
-    disk.free = 2.1 * GIB;
+    disk.free = 2.1 * GiB;
     log.append(failed(4)); // 4th append since the last check -> check
     await expect.poll(() => disk.checks).toBe(2);
     expect(log.usage().mode).toBe("counting-only");
 
-    disk.free = 3 * GIB;
+    disk.free = 3 * GiB;
     for (let i = 5; i <= 8; i++) log.append(failed(i));
     await expect.poll(() => log.usage().mode).toBe("normal");
     log.append(failed(9));
@@ -345,12 +341,12 @@ describe("EventLog", () => {
   });
 
   it("degrades while running when a periodic check finds free disk at the floor", async () => {
-    const disk = new FakeDisk(50 * GIB);
+    const disk = new FakeDisk(50 * GiB);
     await using log = makeLog({ check_every: 8 }, { disk });
     await log.start();
     for (let i = 1; i <= 7; i++) log.append(failed(i));
     await log.flush();
-    disk.free = 1 * GIB;
+    disk.free = 1 * GiB;
     log.append(failed(8));
     await expect.poll(() => log.usage().mode).toBe("counting-only");
     for (let i = 9; i <= 12; i++) log.append(failed(i));
@@ -361,7 +357,7 @@ describe("EventLog", () => {
 
   it("switches to counting-only on ENOSPC without a torn line, and back after a healthy check", async () => {
     const files = new FlakyFiles();
-    const disk = new FakeDisk(50 * GIB);
+    const disk = new FakeDisk(50 * GiB);
     const log = makeLog({ check_every: 5 }, { files, disk });
     await log.start();
     for (let i = 1; i <= 5; i++) log.append(failed(i)); // 5th append -> check, plenty free
@@ -420,7 +416,7 @@ describe("EventLog", () => {
   });
 
   it("never throws from append: before start, after stop, on failing disk checks", async () => {
-    const disk = new FakeDisk(50 * GIB);
+    const disk = new FakeDisk(50 * GiB);
     disk.error = new Error("statfs failed");
     const log = makeLog({ check_every: 1 }, { disk });
     expect(() => log.append(failed(1))).not.toThrow();
@@ -444,7 +440,7 @@ describe("EventLog", () => {
   });
 
   it("does not rewrite the file on every append when keep_events records alone exceed the threshold", async () => {
-    await using log = makeLog({ compact_above_mb: 2048 / MIB, keep_events: 100 });
+    await using log = makeLog({ compact_above_mb: 2048 / MiB, keep_events: 100 });
     await log.start();
     for (let i = 1; i <= 30; i++) log.append(bulky(i));
     await log.flush();

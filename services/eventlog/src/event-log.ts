@@ -13,14 +13,12 @@ import { mkdir, open, stat, truncate as truncateFile, unlink } from "node:fs/pro
 import { join } from "node:path";
 import type { IndexedEvent } from "@ic/protocol";
 import type { Logger } from "@ic/log";
-import { systemClock } from "@ic/protocol";
+import { GiB, MiB, systemClock } from "@ic/protocol";
 import type { Clock } from "@ic/protocol";
 import type { AppendHandle, Disk, EventFiles } from "./disk.ts";
 import { nodeFiles, statfsDisk } from "./disk.ts";
 import type { Mode } from "./policy.ts";
 import {
-  GIB,
-  MIB,
   nextMode,
   planArchiveRotation,
   planCompaction,
@@ -168,7 +166,7 @@ export class EventLog {
     this.files = deps.files ?? nodeFiles;
     this.dir = deps.config.dir;
     this.activePath = join(this.dir, ACTIVE_FILE);
-    this.floorBytes = deps.config.free_floor_gb * GIB;
+    this.floorBytes = deps.config.free_floor_gb * GiB;
     this.maxPending = deps.maxPending ?? 100_000;
   }
 
@@ -532,7 +530,7 @@ export class EventLog {
   private async maybeCompact(): Promise<void> {
     if (this.activeBytes < this.compactNotBefore) return;
     const plan = planCompaction(this.activeBytes, {
-      compactAboveBytes: this.deps.config.compact_above_mb * MIB,
+      compactAboveBytes: this.deps.config.compact_above_mb * MiB,
       keepEvents: this.deps.config.keep_events,
       keptBytesAfterLast: this.keptBytesAfterLast,
     });
@@ -542,7 +540,7 @@ export class EventLog {
       this.compactNotBefore = 0;
     } catch (err) {
       // Retry only after the file grew by another 1/8 of the threshold, not on every batch.
-      this.compactNotBefore = this.activeBytes + (this.deps.config.compact_above_mb * MIB) / 8;
+      this.compactNotBefore = this.activeBytes + (this.deps.config.compact_above_mb * MiB) / 8;
       if (isSpaceError(err)) this.setMode("counting-only", "no space to compact", { err });
       else this.log.error({ err }, "event-log compaction failed");
     }
@@ -590,7 +588,7 @@ export class EventLog {
 
   private async rotateArchives(): Promise<void> {
     const archives = await listArchives(this.dir);
-    const plan = planArchiveRotation(archives, this.deps.config.archive_total_mb * MIB);
+    const plan = planArchiveRotation(archives, this.deps.config.archive_total_mb * MiB);
     for (const name of plan.remove) {
       await unlink(join(this.dir, name)).catch((err: unknown) => {
         if (errCode(err) !== "ENOENT") throw err;

@@ -3,14 +3,13 @@
 import { describe, expect, it } from "vitest";
 import type { ArchiveFile, Mode } from "./policy.ts";
 import {
-  GIB,
-  MIB,
   nextMode,
   planArchiveRotation,
   planCompaction,
   resumeThreshold,
   shouldCheckDisk,
 } from "./policy.ts";
+import { MiB, GiB } from "@ic/protocol";
 
 describe("shouldCheckDisk", () => {
   it.each([
@@ -28,31 +27,31 @@ describe("shouldCheckDisk", () => {
 });
 
 describe("nextMode", () => {
-  const floor = 2 * GIB;
+  const floor = 2 * GiB;
   it.each<[Mode, number, Mode, string]>([
-    ["normal", 10 * GIB, "normal", "plenty of space"],
+    ["normal", 10 * GiB, "normal", "plenty of space"],
     ["normal", floor + 1, "normal", "one byte above the floor"],
     ["normal", floor, "counting-only", "reaching the floor degrades"],
     ["normal", 0, "counting-only", "full disk"],
     ["counting-only", floor, "counting-only", "still at the floor"],
     [
       "counting-only",
-      floor + 100 * MIB,
+      floor + 100 * MiB,
       "counting-only",
       "above the floor but inside the 10% margin",
     ],
     ["counting-only", floor * 1.1, "counting-only", "exactly at floor + 10%"],
     ["counting-only", floor * 1.1 + 1, "normal", "above floor + 10% returns to normal"],
-    ["counting-only", 10 * GIB, "normal", "plenty of space again"],
+    ["counting-only", 10 * GiB, "normal", "plenty of space again"],
   ])("%s with %d free bytes -> %s (%s)", (mode, free, expected) => {
     expect(nextMode(mode, free, floor)).toBe(expected);
   });
 
   it.each<[number, number]>([
-    [2 * GIB, 2 * GIB * 1.1],
-    [0, 64 * MIB],
-    [100 * MIB, 164 * MIB],
-    [1024 * MIB, 1024 * MIB + 102.4 * MIB],
+    [2 * GiB, 2 * GiB * 1.1],
+    [0, 64 * MiB],
+    [100 * MiB, 164 * MiB],
+    [1024 * MiB, 1024 * MiB + 102.4 * MiB],
   ])("the resume threshold for floor %d is %d (10%%, at least 64 MiB)", (floorBytes, expected) => {
     expect(resumeThreshold(floorBytes)).toBeCloseTo(expected, 3);
   });
@@ -60,21 +59,21 @@ describe("nextMode", () => {
   it("a zero floor still needs 64 MiB free before leaving counting-only", () => {
     expect(nextMode("normal", 1, 0)).toBe("normal");
     expect(nextMode("normal", 0, 0)).toBe("counting-only");
-    expect(nextMode("counting-only", 64 * MIB, 0)).toBe("counting-only");
-    expect(nextMode("counting-only", 64 * MIB + 1, 0)).toBe("normal");
+    expect(nextMode("counting-only", 64 * MiB, 0)).toBe("counting-only");
+    expect(nextMode("counting-only", 64 * MiB + 1, 0)).toBe("normal");
   });
 });
 
 describe("planCompaction", () => {
-  const limits = { compactAboveBytes: 256 * MIB, keepEvents: 20000, keptBytesAfterLast: 0 };
+  const limits = { compactAboveBytes: 256 * MiB, keepEvents: 20000, keptBytesAfterLast: 0 };
   it.each<[string, number, number, boolean]>([
     ["empty file", 0, 0, false],
-    ["below the threshold", 100 * MIB, 0, false],
-    ["exactly at the threshold", 256 * MIB, 0, false],
-    ["one byte above the threshold", 256 * MIB + 1, 0, true],
-    ["above, small kept part from the last compaction", 300 * MIB, 10 * MIB, true],
-    ["kept part alone was above the threshold: wait for it to double", 400 * MIB, 300 * MIB, false],
-    ["kept part doubled", 600 * MIB + 1, 300 * MIB, true],
+    ["below the threshold", 100 * MiB, 0, false],
+    ["exactly at the threshold", 256 * MiB, 0, false],
+    ["one byte above the threshold", 256 * MiB + 1, 0, true],
+    ["above, small kept part from the last compaction", 300 * MiB, 10 * MiB, true],
+    ["kept part alone was above the threshold: wait for it to double", 400 * MiB, 300 * MiB, false],
+    ["kept part doubled", 600 * MiB + 1, 300 * MiB, true],
   ])("%s", (_name, active, keptAfterLast, compact) => {
     const plan = planCompaction(active, { ...limits, keptBytesAfterLast: keptAfterLast });
     expect(plan.compact).toBe(compact);

@@ -1,14 +1,12 @@
 // Pure decisions of the event log: when to check free disk, which persistence mode follows a
+import { MiB } from "@ic/protocol";
 // check, when to compact the ring file and which archives to delete. The EventLog class owns the I/O.
 
 export const MODES = ["normal", "counting-only"] as const;
 export type Mode = (typeof MODES)[number];
 
-export const MIB = 1024 * 1024;
-export const GIB = 1024 * MIB;
-
 /** Return to normal needs free space above the floor by 10% of the floor, and by at least this. */
-export const MIN_RESUME_MARGIN_BYTES = 64 * MIB;
+export const MIN_RESUME_MARGIN_BYTES = 64 * MiB;
 
 /** A disk check is due once `checkEvery` appends (written or counted) happened since the last one. */
 export function shouldCheckDisk(appendsSinceCheck: number, checkEvery: number): boolean {

@@ -5,12 +5,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Hono } from "hono";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { errorBody, httpStatusFor, IndexedEventSchema, ServiceError } from "@ic/protocol";
+import { errorBody, GiB, httpStatusFor, IndexedEventSchema, ServiceError } from "@ic/protocol";
 import type { ErrorBody } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { FakeDisk } from "./disk.ts";
 import { EventLog } from "./event-log.ts";
-import { GIB } from "./policy.ts";
 import type { EventsResponse } from "./routes.ts";
 import { eventRoutes } from "./routes.ts";
 
@@ -30,7 +29,7 @@ beforeEach(async () => {
       check_every: 1024,
     },
     logger: silentLogger(),
-    disk: new FakeDisk(10 * GIB),
+    disk: new FakeDisk(10 * GiB),
     clock: { now: () => 1_700_000_000_000 },
   });
   await log.start();

@@ -57,12 +57,12 @@ import type { ClusterView, PeerView } from "@ic/gateway";
 import type { ApiToken } from "@ic/http";
 import { createLogger, LogTail } from "@ic/log";
 import {
+  CATALOG,
   ChatRequestSchema,
   ClusterStorageSchema,
-  TracingBodySchema,
-  CATALOG,
   emptyState,
   ErrorBodySchema,
+  GiB,
   httpStatusFor,
   IndexedEventSchema,
   ModelIdSchema,
@@ -75,6 +75,7 @@ import {
   StorageReportSchema,
   StoreManifestSchema,
   TelemetryDiagnosticsSchema,
+  TracingBodySchema,
 } from "@ic/protocol";
 import type {
   Command,
@@ -88,7 +89,8 @@ import type {
   TaskId,
   Telemetry,
 } from "@ic/protocol";
-import { GIB, LiveStagingSettings, PullManager, StagingClient, StoreHost } from "@ic/store";
+import { LiveStagingSettings } from "@ic/staging";
+import { PullManager, StagingClient, StoreHost } from "@ic/store";
 import { ChromeTraceSchema, TraceStatsSchema, Tracing, tracingRoutes } from "@ic/tracing";
 import { TelemetryCollector } from "@ic/worker";
 import { NodeMetrics } from "./observability/metrics.ts";
@@ -2774,7 +2776,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
         },
       }),
     });
-    storeHost = new StoreHost({ storePath: dirs.store, logger: log });
+    storeHost = new StoreHost({ storePath: dirs.store, logger: log, headroomBytes: 0 });
     await storeHost.start();
     await storeHost.register(TINY);
     staging = new StagingClient({
@@ -2815,8 +2817,8 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
     // shows them; the staging client here keeps its own, so an edit starts no eviction).
     const liveSettings = new LiveStagingSettings({
       cleanupOnDeactivate: true,
-      keepRecentBytes: 40 * GIB,
-      headroomBytes: 10 * GIB,
+      keepRecentBytes: 40 * GiB,
+      headroomBytes: 10 * GiB,
     });
     const storeOpts: StoreRouteOptions = {
       bus,

@@ -14,7 +14,7 @@ import { serverTlsOptions, trustClusterCa } from "@ic/tls";
 import { childrenDir, sweepOrphans } from "@ic/process";
 import type { Logger } from "@ic/log";
 import { ClusterAgent } from "@ic/master";
-import { ServiceError, systemClock } from "@ic/protocol";
+import { GiB, ServiceError, systemClock } from "@ic/protocol";
 import type { EngineInfo, ModelId } from "@ic/protocol";
 import { createGatewayApp, RequestLoad } from "@ic/gateway";
 import { TokenSet } from "@ic/http";
@@ -23,15 +23,8 @@ import { EventLog, eventRoutes } from "@ic/eventlog";
 import { Tracing, tracingRoutes } from "@ic/tracing";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
 import { ClusterSecret, clusterCredentials, isLoopback, stagingFor } from "@ic/config";
-import {
-  createHubSource,
-  LiveStagingSettings,
-  PullManager,
-  StoreHost,
-  StoreWatch,
-  stagingSettings,
-  type LooseEntry,
-} from "@ic/store";
+import { LiveStagingSettings, stagingSettings } from "@ic/staging";
+import { createHubSource, PullManager, StoreHost, StoreWatch, type LooseEntry } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
 import { ConfigReloader, reloadRoutes, withNodeToken } from "./reload.ts";
 import type { ReloadResponse } from "./reload.ts";
@@ -201,7 +194,7 @@ export class Node implements AsyncDisposable {
       modelsPath: cfg.node_cache_path,
       intervalMs: cfg.cluster.heartbeat_ms,
       memoryLimitBytes:
-        cfg.node.memory_limit_gb !== undefined ? cfg.node.memory_limit_gb * 1024 ** 3 : undefined,
+        cfg.node.memory_limit_gb !== undefined ? cfg.node.memory_limit_gb * GiB : undefined,
     });
     await telemetry.start();
     this.stack.push({ name: "telemetry", stop: () => telemetry.stop() });

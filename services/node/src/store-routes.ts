@@ -30,7 +30,8 @@ import type {
   StorageReport,
 } from "@ic/protocol";
 import { buildStorageReport, nodeDisk } from "@ic/store";
-import type { LooseEntry, PullManager, StagingSettings, StoreHost } from "@ic/store";
+import type { StagingSettings } from "@ic/staging";
+import type { LooseEntry, PullManager, StoreHost } from "@ic/store";
 import { validationError } from "@ic/http";
 import type { StoreStager } from "./store-stager.ts";
 

@@ -5,7 +5,8 @@ import type { Logger } from "@ic/log";
 import { ServiceError } from "@ic/protocol";
 import type { ModelId, ModelRecord } from "@ic/protocol";
 import { StagingClient } from "@ic/store";
-import type { HubFallback, StagingSettings } from "@ic/store";
+import type { StagingSettings } from "@ic/staging";
+import type { HubFallback } from "@ic/store";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "@ic/worker";
 
 export interface StoreStagerOptions {

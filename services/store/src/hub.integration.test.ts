@@ -6,12 +6,12 @@ import { existsSync } from "node:fs";
 import { createHash, randomBytes } from "node:crypto";
 import { join } from "node:path";
 import { silentLogger } from "@ic/log";
-import { StoreManifestSchema, type ModelId } from "@ic/protocol";
+import { MiB, StoreManifestSchema, type ModelId } from "@ic/protocol";
 import { startHubEmulator, type HubEmulator } from "@ic/testkit";
 import { createHubSource } from "./hub.ts";
 import { StoreHost } from "./store-host.ts";
 import { StagingClient } from "./staging-client.ts";
-import { budgetDisk, MiB, tempDir } from "./test-support.ts";
+import { budgetDisk, tempDir } from "./test-support.ts";
 import type { Disk } from "./disk.ts";
 
 const id = (s: string) => s as ModelId;
@@ -28,7 +28,7 @@ async function hubWith(
 /** A URL nothing listens on: a store host that was started and stopped. */
 async function deadStoreUrl(): Promise<string> {
   await using dir = await tempDir("dead-store");
-  const host = new StoreHost({ storePath: dir.path, logger: silentLogger() });
+  const host = new StoreHost({ storePath: dir.path, logger: silentLogger(), headroomBytes: 0 });
   await host.start({ port: 0 });
   const url = host.url ?? "";
   await host.stop();

@@ -10,12 +10,8 @@ export {
 } from "./store-host.ts";
 export {
   StagingClient,
-  stagingSettings,
-  LiveStagingSettings,
-  GIB,
   DOWNLOAD_FAILED_CAUSES,
   type StagingClientOptions,
-  type StagingSettings,
   type ModelUsage,
   type HubFallback,
   type StageOptions,
@@ -38,7 +34,6 @@ export {
 export { nodeDisk, type Disk, type VolumeSpace } from "./disk.ts";
 export { buildStorageReport, type StorageReportInput } from "./storage-report.ts";
 export type { FillProgress } from "./fill.ts";
-export { Serial } from "./serial.ts";
 export { PullManager, type PullManagerOptions, type PullTarget } from "./pulls.ts";
 export {
   settled,

@@ -23,6 +23,8 @@ import {
   type EvictionTrigger,
   type NoFitMessageInput,
   type StagedCopy,
+  Serial,
+  type StagingSettings,
 } from "@ic/staging";
 import { nodeDisk, type Disk } from "./disk.ts";
 import { executeFill, LinkFailedError, planFill, removeStale, type FillStats } from "./fill.ts";
@@ -37,62 +39,9 @@ import {
   type RecordFile,
   type StagingRecord,
 } from "./record.ts";
-import { Serial } from "./serial.ts";
 import { buildStorageReport } from "./storage-report.ts";
 import { directGet } from "./direct-get.ts";
 import { discard, errText, TransferError, type OpenAt, type OpenedStream } from "./transfer.ts";
-
-export const GIB = 1024 ** 3;
-
-/** The staging section of the config, in bytes. */
-export interface StagingSettings {
-  readonly cleanupOnDeactivate: boolean;
-  readonly keepRecentBytes: number;
-  /** Free space that must remain after a transfer (spec: 10 GiB). */
-  readonly headroomBytes: number;
-}
-
-/** Converts the config's `model_store.staging` section (GiB) into StagingSettings (bytes). */
-export function stagingSettings(section: {
-  readonly cleanup_on_deactivate: boolean;
-  readonly staging_keep_recent_gb: number;
-  readonly headroom_gb?: number | undefined;
-}): StagingSettings {
-  return {
-    cleanupOnDeactivate: section.cleanup_on_deactivate,
-    keepRecentBytes: Math.round(section.staging_keep_recent_gb * GIB),
-    headroomBytes: Math.round((section.headroom_gb ?? 10) * GIB),
-  };
-}
-
-/**
- * The node's staging settings as they are now: the operator can replace them while the node runs
- * (the dashboard's settings editor, PUT /admin/settings). Readers hold this object and read a field
- * each time they need it, so a replacement applies from their next read (the next eviction pass,
- * staging transaction or storage report); nothing caches a field.
- */
-export class LiveStagingSettings implements StagingSettings {
-  #current: StagingSettings;
-  constructor(initial: StagingSettings) {
-    this.#current = Object.freeze({ ...initial });
-  }
-  get cleanupOnDeactivate(): boolean {
-    return this.#current.cleanupOnDeactivate;
-  }
-  get keepRecentBytes(): number {
-    return this.#current.keepRecentBytes;
-  }
-  get headroomBytes(): number {
-    return this.#current.headroomBytes;
-  }
-  /** A frozen copy of the values in force. */
-  get current(): StagingSettings {
-    return this.#current;
-  }
-  replace(next: StagingSettings): void {
-    this.#current = Object.freeze({ ...next });
-  }
-}
 
 /** Which models are in use on this node right now, from the state replica. */
 export interface ModelUsage {

@@ -6,17 +6,11 @@ import { existsSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { silentLogger } from "@ic/log";
-import { StorageReportSchema, type ModelId } from "@ic/protocol";
+import { MiB, StorageReportSchema, type ModelId } from "@ic/protocol";
 import { StoreHost } from "./store-host.ts";
-import { StagingClient, type ModelUsage, type StagingSettings } from "./staging-client.ts";
-import {
-  budgetDisk,
-  fakeClock,
-  MiB,
-  tempDir,
-  writeArtifact,
-  type TempDir,
-} from "./test-support.ts";
+import type { StagingSettings } from "@ic/staging";
+import { StagingClient, type ModelUsage } from "./staging-client.ts";
+import { budgetDisk, fakeClock, tempDir, writeArtifact, type TempDir } from "./test-support.ts";
 import type { Disk } from "./disk.ts";
 
 const id = (s: string) => s as ModelId;
@@ -35,7 +29,7 @@ interface Store extends AsyncDisposable {
 
 async function startStore(): Promise<Store> {
   const dir = await tempDir("store");
-  const host = new StoreHost({ storePath: dir.path, logger: silentLogger() });
+  const host = new StoreHost({ storePath: dir.path, logger: silentLogger(), headroomBytes: 0 });
   await host.start({ host: "127.0.0.1", port: 0 });
   return {
     host,

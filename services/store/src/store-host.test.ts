@@ -29,7 +29,7 @@ beforeEach(async () => {
   await writeFile(join(dir, "acme--tiny", "sub", "mmproj.gguf"), "vision");
   await writeFile(join(dir, "acme--tiny", ".gitattributes"), "ignored");
   await writeFile(join(dir, "secret.txt"), "not an artifact");
-  host = new StoreHost({ storePath: dir, logger: silentLogger() });
+  host = new StoreHost({ storePath: dir, logger: silentLogger(), headroomBytes: 0 });
   await host.start();
   await host.register(MODEL);
 });
@@ -155,12 +155,12 @@ describe("store host HTTP API", () => {
 
   it("reloads manifests on restart and skips models whose files changed", async () => {
     await host.stop();
-    const again = new StoreHost({ storePath: dir, logger: silentLogger() });
+    const again = new StoreHost({ storePath: dir, logger: silentLogger(), headroomBytes: 0 });
     await again.start();
     expect(again.models().map((m) => m.model_id)).toEqual([MODEL]);
     await again.stop();
     await writeFile(join(dir, "acme--tiny", "model.gguf"), "changed");
-    const third = new StoreHost({ storePath: dir, logger: silentLogger() });
+    const third = new StoreHost({ storePath: dir, logger: silentLogger(), headroomBytes: 0 });
     await third.start();
     expect(third.models()).toEqual([]);
     await third.stop();

@@ -45,7 +45,7 @@ import {
 import { parseRange } from "./range.ts";
 import { fileBody } from "./file-body.ts";
 import { readRecord, writeRecord, type RecordFile, type StagingRecord } from "./record.ts";
-import { Serial } from "./serial.ts";
+import { Serial } from "@ic/staging";
 import { errText, TransferError } from "./transfer.ts";
 import { Uploads } from "./uploads.ts";
 
@@ -54,15 +54,13 @@ export const MANIFEST_FILE = ".ic-manifest.json";
 /** Progress record of a store-side hub download, removed once the manifest is written. */
 export const DOWNLOAD_RECORD_FILE = ".ic-download.json";
 
-const DEFAULT_HEADROOM = 10 * 1024 ** 3;
-
 export interface StoreHostOptions {
   /** store_path, already expanded. */
   readonly storePath: string;
   readonly logger: Logger;
   readonly disk?: Disk | undefined;
   /** Free bytes store_path must keep after a hub download (spec: 10 GiB); read at each pull. */
-  readonly headroomBytes?: number | { readonly headroomBytes: number } | undefined;
+  readonly headroomBytes: number | { readonly headroomBytes: number };
   readonly hub?: HubSource | undefined;
   readonly clock?: { now(): number } | undefined;
   /** A hub file that sends nothing for this long fails, its partial kept (default 30 s). */
@@ -294,7 +292,7 @@ export class StoreHost implements AsyncDisposable {
 
   /** Free bytes store_path keeps after a write, as configured now (the settings editor may change it). */
   private headroomBytes(): number {
-    const h = this.opts.headroomBytes ?? DEFAULT_HEADROOM;
+    const h = this.opts.headroomBytes;
     return typeof h === "number" ? h : h.headroomBytes;
   }
 

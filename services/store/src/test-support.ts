@@ -6,8 +6,6 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve, sep } from "node:path";
 import { nodeDisk, type Disk } from "./disk.ts";
 
-export const MiB = 1024 * 1024;
-
 export interface TempDir extends AsyncDisposable {
   readonly path: string;
 }

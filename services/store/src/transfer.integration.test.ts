@@ -14,7 +14,8 @@ import type { ModelId } from "@ic/protocol";
 import { SLAB_BYTES } from "./slab-pipeline.ts";
 import { StagingClient } from "./staging-client.ts";
 import { StoreHost } from "./store-host.ts";
-import { MiB, tempDir, writeArtifact } from "./test-support.ts";
+import { tempDir, writeArtifact } from "./test-support.ts";
+import { MiB } from "@ic/protocol";
 
 const id = (s: string) => s as ModelId;
 const sha = async (p: string) =>
@@ -23,7 +24,7 @@ const sha = async (p: string) =>
     .digest("hex");
 
 async function storeHost(path: string): Promise<StoreHost> {
-  const host = new StoreHost({ storePath: path, logger: silentLogger() });
+  const host = new StoreHost({ storePath: path, logger: silentLogger(), headroomBytes: 0 });
   await host.start({ host: "127.0.0.1", port: 0 });
   return host;
 }

@@ -11,9 +11,10 @@ import { once } from "node:events";
 import type { Worker } from "node:worker_threads";
 import { directGet } from "./direct-get.ts";
 import { SlabWorker, SlabWorkerError } from "./slab-worker.ts";
-import { MiB, tempDir } from "./test-support.ts";
+import { tempDir } from "./test-support.ts";
 import { SLAB_BYTES } from "./slab-pipeline.ts";
 import { TransferError, transferFile, type OpenAt } from "./transfer.ts";
+import { MiB } from "@ic/protocol";
 
 const sha = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
