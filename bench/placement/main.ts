@@ -3,18 +3,8 @@
 import { performance } from "node:perf_hooks";
 import { DEFAULT_SEARCH_BUDGET, place, previews } from "@ic/placement";
 import type { CandidateNode, LinkEdge, ModelFacts, PreviewEntry } from "@ic/placement";
+import { mulberry32 } from "@ic/protocol";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
-
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Cluster {
   readonly nodes: CandidateNode[];
@@ -38,7 +28,7 @@ function machines(n: number, r: () => number): CandidateNode[] {
  * has two uplinks to random nodes of other racks, 0.3-1.8 ms. A small cluster is a single rack.
  */
 function racks(n: number, seed: number): Cluster {
-  const r = rng(seed);
+  const r = mulberry32(seed);
   const nodes = machines(n, r);
   const links: LinkEdge[] = [];
   const rack = (i: number) => Math.floor(i / 8);
@@ -60,7 +50,7 @@ function racks(n: number, seed: number): Cluster {
 
 /** A sparse fabric: one ring through every node plus two random chords per node. */
 function ringWithChords(n: number, seed: number): Cluster {
-  const r = rng(seed);
+  const r = mulberry32(seed);
   const nodes = machines(n, r);
   const links: LinkEdge[] = [];
   for (let i = 0; i < n; i++) {

@@ -8,10 +8,10 @@ import { Session } from "node:inspector/promises";
 import { Bus } from "@ic/bus";
 import { createLogger } from "@ic/log";
 import { ClusterAgent } from "@ic/master";
-import { systemClock } from "@ic/protocol";
+import { mulberry32, systemClock } from "@ic/protocol";
 import { assignmentsOf, placeInCluster } from "@ic/placement";
 import type { InstanceId, ModelId, ModelRecord } from "@ic/protocol";
-import { LoopDelay, rng, WorkerStandIn } from "./stand-in.ts";
+import { LoopDelay, WorkerStandIn } from "./stand-in.ts";
 import type { AgentSpec, AgentStatus, FromHost, Sizes, ToHost } from "./wire.ts";
 
 /** Log lines by message since the orchestrator last asked (the lines themselves are not kept). */
@@ -95,7 +95,7 @@ function observe(h: Hosted): void {
 }
 
 async function init(m: Extract<ToHost, { t: "init" }>): Promise<void> {
-  const random = rng(m.seed);
+  const random = mulberry32(m.seed);
   heartbeatMs = m.timings.heartbeatMs;
   for (const spec of m.agents) {
     const bus = await Bus.connect(spec.natsUrl, log, {

@@ -18,18 +18,6 @@ const GPU_CLASSES: readonly (readonly [string, number])[] = [
   ["NVIDIA H100 80GB HBM3", 80],
 ];
 
-/** A small deterministic generator (mulberry32), so a run's cluster is the same from size to size. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** The process's event-loop delay, sampled once per heartbeat period like the node's LoopMonitor. */
 export class LoopDelay {
   private readonly h: IntervalHistogram = monitorEventLoopDelay({ resolution: 10 });

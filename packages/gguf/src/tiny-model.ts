@@ -1,5 +1,6 @@
 // Writes a tiny, deterministic llama-architecture GGUF (~1 MB) that the real llama-server loads and serves.
 // Tests and the demo use it instead of downloading weights; a drafter variant shares the vocabulary for -md.
+import { fnv1a, mulberry32 } from "@ic/protocol";
 import { GgufError } from "./errors.ts";
 import type { ModelFacts } from "./facts.ts";
 import { readGgufHeader } from "./reader.ts";
@@ -51,27 +52,6 @@ export const TINY_MODEL_DEFAULTS = {
 
 /** Logit standard deviation of text tokens; large enough that zero-logit (special, byte) tokens are practically never sampled. */
 const OUTPUT_LOGIT_STD = 5;
-
-/** mulberry32: a small, fast, seedable PRNG; uniform in [0, 1). */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function fnv1a(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return h >>> 0;
-}
 
 /** IEEE 754 binary32 -> binary16 bits, round to nearest even. */
 export function f32ToF16Bits(value: number): number {

@@ -1,5 +1,7 @@
 // The measured link graph and a bounded search for simple cycles of exactly k nodes in it. Placement
 // needs a ring of min_nodes nodes; enumerating every cycle is exponential, so the search is budgeted.
+// Tie-breaks use a seeded generator, so the heuristic's choices are reproducible and placement is pure.
+import { mulberry32 } from "@ic/protocol";
 
 /** An undirected measured link between two nodes. */
 export interface LinkEdge {
@@ -408,18 +410,6 @@ function depthFirst(g: LinkGraph, o: CycleSearchOptions): CycleSearchOutcome {
   return { found, exhausted, stopped };
 }
 
-/** Deterministic PRNG (mulberry32): the heuristic's choices are reproducible, so placement is pure. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /**
  * Posa's rotation-extension for a ring of exactly k nodes (k >= 3): grow a path from the best-ranked
  * allowed node, extending by Warnsdorff's rule (ties broken by a seeded PRNG); when the end is stuck,
@@ -438,7 +428,7 @@ export function rotateExtend(
 ): number[] | null {
   limit = Math.min(limit, g.n);
   if (k < 3 || limit < k) return null;
-  const rand = prng(seed + k);
+  const rand = mulberry32(seed + k);
   const pos = new Int32Array(limit).fill(-1);
   const ok = (v: number) => v < limit && (!within || within[v] === 1);
   const free = (v: number) => ok(v) && pos[v] === -1;

@@ -2,6 +2,7 @@
 export * from "./ids.ts";
 export * from "./clock.ts";
 export * from "./units.ts";
+export * from "./random.ts";
 export * from "./errors.ts";
 export * from "./cluster.ts";
 export * from "./intent.ts";

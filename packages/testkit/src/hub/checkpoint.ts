@@ -6,6 +6,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fnv1a } from "@ic/protocol";
 import { modelCard } from "./front-matter.ts";
 import { safetensorsHeader, tensorBytes } from "./safetensors.ts";
 import type { TensorSpec } from "./safetensors.ts";
@@ -53,15 +54,6 @@ export interface MtpCheckpoint {
   /** The files as `addRepo` sources (streamed from disk). */
   repoFiles(): Record<string, { fromPath: string }>;
   cleanup(): Promise<void>;
-}
-
-function fnv1a(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h || 1;
 }
 
 /** Deterministic pseudo-random bytes for one tensor, in chunks of at most 1 MiB. */
