@@ -2,8 +2,8 @@
 // and the orphan sweep for what a killed node left behind.
 export { nextAction } from "./policy.ts";
 export type { NextAction, RestartPolicy, RunHistory, RunOutcome } from "./policy.ts";
-export { sleep, supervise } from "./supervise.ts";
-export type { Clock, SuperviseOptions, SuperviseResult } from "./supervise.ts";
+export { supervise } from "./supervise.ts";
+export type { SuperviseOptions, SuperviseResult } from "./supervise.ts";
 export { deathSignalAvailable, spawnChild } from "./spawn.ts";
 export type { Child, ChildExit, Command, Output, SpawnOptions } from "./spawn.ts";
 export { childrenDir, procStat, sweepOrphans, writeChildRecord } from "./children.ts";

@@ -1,44 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { supervise } from "./supervise.ts";
-import type { Clock, SuperviseOptions, SuperviseResult } from "./supervise.ts";
+import { FakeClock } from "@ic/protocol";
+import type { SuperviseOptions, SuperviseResult } from "./supervise.ts";
 import type { RestartPolicy, RunOutcome } from "./policy.ts";
 import type { Child, ChildExit } from "./spawn.ts";
-
-const flush = () => new Promise<void>((r) => setImmediate(r));
-
-/** Time moves only when the test says so; sleepers wake in order. */
-class FakeClock implements Clock {
-  t = 0;
-  private sleepers: { at: number; wake: () => void }[] = [];
-  now(): number {
-    return this.t;
-  }
-  sleep(ms: number, signal?: AbortSignal): Promise<void> {
-    return new Promise((resolve) => {
-      if (signal?.aborted) return resolve();
-      const wake = () => {
-        signal?.removeEventListener("abort", wake);
-        resolve();
-      };
-      this.sleepers.push({ at: this.t + ms, wake });
-      signal?.addEventListener("abort", wake, { once: true });
-    });
-  }
-  async advance(ms: number): Promise<void> {
-    const end = this.t + ms;
-    for (;;) {
-      await flush();
-      this.sleepers.sort((a, b) => a.at - b.at);
-      const next = this.sleepers[0];
-      if (!next || next.at > end) break;
-      this.sleepers.shift();
-      this.t = next.at;
-      next.wake();
-    }
-    this.t = end;
-    await flush();
-  }
-}
 
 class FakeChild implements Child {
   readonly stdout = null;
@@ -75,7 +40,7 @@ function harness(
   behave: (child: FakeChild, run: number) => void,
   over: Partial<SuperviseOptions> = {},
 ) {
-  const clock = new FakeClock();
+  const clock = new FakeClock(0);
   const abort = new AbortController();
   const children: FakeChild[] = [];
   const spawnedAt: number[] = [];

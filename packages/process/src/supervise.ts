@@ -7,31 +7,13 @@
 // again; the loop's promise resolves (never rejects, unless a hook throws) when supervision is over.
 import { nextAction } from "./policy.ts";
 import type { NextAction, RestartPolicy, RunHistory, RunOutcome } from "./policy.ts";
+import { systemClock } from "@ic/protocol";
+import type { Clock } from "@ic/protocol";
 import { spawnChild } from "./spawn.ts";
 import type { Child, ChildExit, Command } from "./spawn.ts";
 
-/** Time as the loop sees it; tests pass a fake. */
-export interface Clock {
-  now(): number;
-  /** Resolves after `ms`, or at once when `signal` aborts. */
-  sleep(ms: number, signal?: AbortSignal): Promise<void>;
-}
-
-/** Resolves after `ms`, or at once when `signal` aborts (callers check the signal). */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(t);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const t = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
-}
-
-const systemClock: Clock = { now: () => Date.now(), sleep };
+/** The supervisor reads the time and sleeps; tests pass a FakeClock. */
+type LoopClock = Pick<Clock, "now" | "sleep">;
 
 export interface SuperviseOptions {
   /** Ends supervision: the running child is stopped and the loop returns. */
@@ -48,7 +30,7 @@ export interface SuperviseOptions {
   /** Directory children are recorded in for the orphan sweep. */
   readonly recordIn?: string | undefined;
   readonly spawn?: (cmd: Command) => Child;
-  readonly clock?: Clock;
+  readonly clock?: LoopClock;
   readonly random?: () => number;
   readonly onSpawn?: (child: Child, run: number) => void;
   readonly onReady?: (child: Child, info: { run: number; warmupMs: number }) => void;
@@ -87,7 +69,7 @@ export async function supervise(o: SuperviseOptions): Promise<SuperviseResult> {
 async function runOnce(
   o: SuperviseOptions,
   spawn: (cmd: Command) => Child,
-  clock: Clock,
+  clock: LoopClock,
   run: number,
 ): Promise<RunOutcome> {
   let child: Child;
@@ -112,7 +94,7 @@ async function runOnce(
 async function watch(
   o: SuperviseOptions,
   child: Child,
-  clock: Clock,
+  clock: LoopClock,
   run: number,
   exit: () => ChildExit | undefined,
   exited: Promise<ChildExit>,

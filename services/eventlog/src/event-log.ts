@@ -58,7 +58,7 @@ export interface EventLogDeps {
   readonly config: EventLogConfig;
   readonly logger: Logger;
   readonly disk?: Disk;
-  readonly clock?: Clock;
+  readonly clock?: Pick<Clock, "now">;
   /** Opens the active file for appending; tests inject failures (ENOSPC) here. */
   readonly files?: EventFiles;
   /** Records held in memory while the disk is busy; beyond it the oldest are dropped. Default 100000. */
@@ -123,7 +123,7 @@ class Lane {
 export class EventLog {
   private readonly log: Logger;
   private readonly disk: Disk;
-  private readonly clock: Clock;
+  private readonly clock: Pick<Clock, "now">;
   private readonly files: EventFiles;
   private readonly dir: string;
   private readonly activePath: string;

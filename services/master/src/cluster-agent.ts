@@ -106,7 +106,7 @@ export const DEFAULT_PROBE: ProbeSettings = { tries: 3, timeoutMs: 300, gapMs: 1
 export interface AgentOptions {
   readonly bus: Bus;
   readonly log: Logger;
-  readonly clock: Clock;
+  readonly clock: Pick<Clock, "now">;
   readonly self: SelfInfo;
   readonly timings: AgentTimings;
   readonly extras: () => HeartbeatExtras;

@@ -7,7 +7,7 @@ import { silentLogger } from "@ic/log";
 import { freePort } from "@ic/testkit";
 import { createPublisherApp, MAX_BODY_BYTES } from "./app.ts";
 import { Catalog } from "./catalog.ts";
-import { FakeClock } from "./clock.ts";
+import { FakeClock } from "@ic/protocol";
 import { PUBLIC_DIR } from "./config.ts";
 import { Detector } from "./detector.ts";
 import { createHubClient } from "./hub-client.ts";

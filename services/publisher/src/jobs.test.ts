@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
-import { FakeClock } from "./clock.ts";
+import { FakeClock } from "@ic/protocol";
 import { PublisherError } from "./errors.ts";
 import { DONE_LINE, JobManager, SUCCESS_LINE } from "./jobs.ts";
 import type { JobContext } from "./publish.ts";
@@ -114,13 +114,13 @@ describe("JobManager", () => {
     const jobs = manager(clock);
     const g = gated();
     const id = jobs.start("j", g.body);
-    clock.advance(10_000_000);
+    await clock.advance(10_000_000);
     expect(jobs.state(id)).toBe("running");
     g.finish();
     await tick();
-    clock.advance(599_999);
+    await clock.advance(599_999);
     expect(jobs.subscribe(id, () => undefined)?.finished).toBe(true);
-    clock.advance(1);
+    await clock.advance(1);
     expect(jobs.state(id)).toBeNull();
     expect(jobs.subscribe(id, () => undefined)).toBeNull();
   });

@@ -4,7 +4,7 @@
 // at most one job per key (the publish target) runs at a time.
 import { randomUUID } from "node:crypto";
 import type { Logger } from "@ic/log";
-import type { Clock, TimerHandle } from "./clock.ts";
+import type { Clock, TimerHandle } from "@ic/protocol";
 import { errorMessage, PublisherError, redact } from "./errors.ts";
 import type { JobContext } from "./publish.ts";
 

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { parseCardData, parseSafetensors, waitFor } from "@ic/testkit";
-import { FakeClock } from "./clock.ts";
+import { FakeClock } from "@ic/protocol";
 import {
   REPOS,
   readSse,
@@ -746,10 +746,10 @@ describe("finished job retention", () => {
     await using s = await startTestServer(fx.hub.url, { envToken: TEST_TOKEN, clock });
     const id = await publish(s, REPOS.base, "quant-org/Tiny-MTP-E");
     expect((await readSse(await stream(s, id))).slice(-2)).toEqual(["publish complete", "[done]"]);
-    clock.advance(599_000);
+    await clock.advance(599_000);
     const still = await readSse(await stream(s, id));
     expect(still.slice(-2)).toEqual(["publish complete", "[done]"]);
-    clock.advance(1_000);
+    await clock.advance(1_000);
     const gone = await stream(s, id);
     expect(gone.status).toBe(404);
     expect(await gone.json()).toEqual({ error: "job not found" });

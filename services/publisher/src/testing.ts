@@ -12,7 +12,7 @@ import { createLogger } from "@ic/log";
 import type { Logger } from "@ic/log";
 import { freePort, generateMtpCheckpoint, modelCard, startHubEmulator } from "@ic/testkit";
 import type { HubEmulator, MtpCheckpoint } from "@ic/testkit";
-import type { Clock } from "./clock.ts";
+import type { Clock } from "@ic/protocol";
 import { BUILTIN_CATALOG, loadConfig } from "./config.ts";
 import { PublisherServer } from "./server.ts";
 

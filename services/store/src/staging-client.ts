@@ -71,7 +71,7 @@ export interface StagingClientOptions {
   readonly usage?: (() => ModelUsage) | undefined;
   readonly hub?: HubFallback | undefined;
   readonly disk?: Disk | undefined;
-  readonly clock?: Clock | undefined;
+  readonly clock?: Pick<Clock, "now"> | undefined;
   readonly logger: Logger;
   /** Headers sent with every store request (manifests and files), e.g. the bearer token. */
   readonly storeHeaders?: Readonly<Record<string, string>> | undefined;
@@ -208,7 +208,7 @@ const NO_USAGE: ModelUsage = { live: new Set(), companions: new Set() };
 export class StagingClient implements AsyncDisposable {
   private readonly log: Logger;
   private readonly disk: Disk;
-  private readonly clock: Clock;
+  private readonly clock: Pick<Clock, "now">;
   private readonly fetchFn: typeof fetch;
   private readonly serial = new Serial();
   private readonly downloading = new Set<ModelId>();

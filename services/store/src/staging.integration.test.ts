@@ -6,11 +6,11 @@ import { existsSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { silentLogger } from "@ic/log";
-import { MiB, StorageReportSchema, type ModelId } from "@ic/protocol";
+import { FakeClock, MiB, StorageReportSchema, type ModelId } from "@ic/protocol";
 import { StoreHost } from "./store-host.ts";
 import type { StagingSettings } from "@ic/staging";
 import { StagingClient, type ModelUsage } from "./staging-client.ts";
-import { budgetDisk, fakeClock, tempDir, writeArtifact, type TempDir } from "./test-support.ts";
+import { budgetDisk, tempDir, writeArtifact, type TempDir } from "./test-support.ts";
 import type { Disk } from "./disk.ts";
 
 const id = (s: string) => s as ModelId;
@@ -327,7 +327,7 @@ describe("capacity pass before a transfer", () => {
     for (const m of ["acme/old1", "acme/old2"]) await store.add(m, { "m.gguf": 4 * MiB });
     await store.add("acme/new", { "m.gguf": 6 * MiB });
     await using root = await tempDir("node");
-    const clock = fakeClock(1000);
+    const clock = new FakeClock(1000);
     await using node = client(root.path, store, {
       clock,
       settings: { headroomBytes: 2 * MiB, keepRecentBytes: 40 * 1024 ** 3 },
@@ -364,7 +364,7 @@ describe("capacity pass before a transfer", () => {
     for (const m of ["acme/drafter", "acme/other", "acme/new"])
       await store.add(m, { "m.gguf": 4 * MiB });
     await using root = await tempDir("node");
-    const clock = fakeClock(1000);
+    const clock = new FakeClock(1000);
     await using node = client(root.path, store, {
       clock,
       usage: usage(["acme/active"], ["acme/drafter"]),
@@ -414,7 +414,7 @@ describe("lifecycle passes", () => {
     await store.add("acme/a", { "m.gguf": 2 * MiB });
     await store.add("acme/b", { "m.gguf": 2 * MiB });
     const root = await tempDir("node");
-    const clock = fakeClock(1000);
+    const clock = new FakeClock(1000);
     const node = client(root.path, store, { clock, settings });
     await node.start();
     clock.set(2000);

@@ -14,6 +14,7 @@ import { Hono } from "hono";
 import { routePath } from "hono/route";
 import { serve, type ServerType } from "@hono/node-server";
 import type { Logger } from "@ic/log";
+import type { Clock } from "@ic/protocol";
 import {
   artifactPathProblem,
   errorBody,
@@ -62,7 +63,7 @@ export interface StoreHostOptions {
   /** Free bytes store_path must keep after a hub download (spec: 10 GiB); read at each pull. */
   readonly headroomBytes: number | { readonly headroomBytes: number };
   readonly hub?: HubSource | undefined;
-  readonly clock?: { now(): number } | undefined;
+  readonly clock?: Pick<Clock, "now"> | undefined;
   /** A hub file that sends nothing for this long fails, its partial kept (default 30 s). */
   readonly transferIdleTimeoutMs?: number | undefined;
 }
@@ -115,7 +116,7 @@ export class StoreHost implements AsyncDisposable {
   readonly app: Hono;
   private readonly log: Logger;
   private readonly disk: Disk;
-  private readonly clock: { now(): number };
+  private readonly clock: Pick<Clock, "now">;
   private readonly manifests = new Map<ModelId, StoreManifest>();
   private readonly serial = new Serial();
   private readonly controllers = new Set<AbortController>();

@@ -69,14 +69,3 @@ export function budgetDisk(volumes: Record<string, number>): Disk {
     sameFilesystem: nodeDisk.sameFilesystem,
   };
 }
-
-/** A settable clock. */
-export function fakeClock(start = 1_000_000): { now(): number; set(t: number): void } {
-  let t = start;
-  return {
-    now: () => t,
-    set: (v: number) => {
-      t = v;
-    },
-  };
-}

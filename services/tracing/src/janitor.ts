@@ -37,7 +37,7 @@ export function expiredFiles(
 export interface JanitorOptions {
   readonly files: TraceFiles;
   readonly retentionDays: number;
-  readonly clock: Clock;
+  readonly clock: Pick<Clock, "now">;
   readonly log: Logger;
   /** Time between sweeps; hourly by default. */
   readonly intervalMs?: number;

@@ -31,7 +31,7 @@ export interface TracingOptions {
   readonly log: Logger;
   /** This node's name (written into each trace). */
   readonly node: string;
-  readonly clock?: Clock;
+  readonly clock?: Pick<Clock, "now">;
   readonly janitorIntervalMs?: number;
   /** Traces waiting for the disk beyond which new ones are dropped (default 1000). */
   readonly maxPending?: number;

@@ -2,7 +2,7 @@
 // llama.cpp processes, reports their states to the master, and tears down what is no longer wanted.
 // Invariants: one supervisor per (instance, rank) on this node; reconciliation only runs against a
 // synced replica; rank 0 of a multi-node instance starts only once every other rank is ready.
-import { runnerKey } from "@ic/protocol";
+import { runnerKey, sleep } from "@ic/protocol";
 import type {
   ControlState,
   Gpu,
@@ -17,7 +17,6 @@ import type {
 import type { Logger } from "@ic/log";
 import { freeTcpPort } from "./net.ts";
 import { rpcArgs, serverArgs } from "./args.ts";
-import { sleep } from "@ic/process";
 import { RunnerSupervisor } from "./runner.ts";
 import type { RunnerStatus } from "./runner.ts";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
