@@ -8,7 +8,7 @@ import { mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/p
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeTinyModel } from "@ic/gguf";
-import { freePort, spawnChild } from "@ic/process";
+import { canConnect, freePort, spawnChild } from "@ic/process";
 import type { Child } from "@ic/process";
 import type { EngineInfo, SplitSupport } from "@ic/protocol";
 
@@ -255,18 +255,8 @@ export function lastError(output: string): string {
 }
 
 async function waitListening(ports: readonly number[], deadline: number): Promise<void> {
-  const { connect } = await import("node:net");
   for (const port of ports) {
-    for (;;) {
-      const ok = await new Promise<boolean>((resolve) => {
-        const s = connect({ host: "127.0.0.1", port });
-        s.once("connect", () => {
-          s.destroy();
-          resolve(true);
-        });
-        s.once("error", () => resolve(false));
-      });
-      if (ok) break;
+    while (!(await canConnect("127.0.0.1", port))) {
       if (Date.now() > deadline) throw new Error(`ggml-rpc-server on ${port} did not listen`);
       await new Promise((r) => setTimeout(r, 50));
     }
