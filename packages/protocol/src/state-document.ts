@@ -8,7 +8,7 @@ import {
   RunnerSchema,
   SessionSchema,
 } from "./cluster.ts";
-import { HealthEntrySchema, TelemetrySchema } from "./telemetry.ts";
+import { HealthEntrySchema, LoopDelaySchema, TelemetrySchema } from "./telemetry.ts";
 import { NodeIdSchema } from "./ids.ts";
 import { PullSchema } from "./store.ts";
 
@@ -45,6 +45,8 @@ export const StateDocumentSchema = z.object({
         name: z.string(),
         last_heard_ms_ago: z.number().nonnegative(),
         telemetry: TelemetrySchema.nullable(),
+        /** Its event-loop delay from its last heartbeat; null before the first or from an older node. */
+        loop_delay: LoopDelaySchema.nullable(),
       }),
     ),
     links: z.array(z.object({ from: NodeIdSchema, to: NodeIdSchema, rtt_ms: z.number() })),

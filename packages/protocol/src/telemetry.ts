@@ -109,6 +109,12 @@ export const LocalRunnerSchema = z.object({
   endpoint: z.string().optional(),
 });
 
+/** A process's event-loop delay over one heartbeat period (its LoopMonitor), and the worst since start. */
+export const LoopDelaySchema = z.object({
+  p99_ms: z.number().nonnegative(),
+  max_ms: z.number().nonnegative(),
+  max_ever_ms: z.number().nonnegative(),
+});
 export const HeartbeatSchema = z.object({
   peer_key: z.string().min(1),
   name: z.string(),
@@ -141,13 +147,7 @@ export const HeartbeatSchema = z.object({
   runners: z.array(LocalRunnerSchema),
   health: z.array(HealthEntrySchema),
   /** The sender's event-loop delay since its previous heartbeat (absent from older senders). */
-  loop_delay: z
-    .object({
-      p99_ms: z.number().nonnegative(),
-      max_ms: z.number().nonnegative(),
-      max_ever_ms: z.number().nonnegative(),
-    })
-    .optional(),
+  loop_delay: LoopDelaySchema.optional(),
   /** The store host's model pulls while it has any (live or finished within the hour). */
   pulls: z.array(PullSchema).optional(),
   /**

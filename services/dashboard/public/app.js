@@ -4,11 +4,21 @@
 // as markup, and the Content-Security-Policy allows scripts and styles from this origin only.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
+// Types for the checker only (npm test runs tsc over this file, tsconfig.public.json); the browser
+// ignores them. The shapes are the API's own schemas, so a renamed field fails the typecheck.
+/** @typedef {import("@ic/protocol").StateDocument} StateDocument */
+/** @typedef {StateDocument["instances"][number]} InstanceView */
+/** @typedef {InstanceView["assignments"][number]} AssignmentView */
+/** @typedef {StateDocument["deployments"][number]} DeploymentView */
+/** @typedef {import("@ic/protocol").ClusterStorage} ClusterStorage */
+
+/** An element of index.html by id (any: the page's elements are inputs, dialogs and tables alike). */
+const $ = (/** @type {string} */ id) => /** @type {any} */ (document.getElementById(id));
 const TOKEN_KEY = "ic.dashboard.token";
 
 let token = sessionStorage.getItem(TOKEN_KEY) ?? localStorage.getItem(TOKEN_KEY) ?? "";
 /** The last state document, and node names by node id. */
+/** @type {StateDocument | null} */
 let state = null;
 let names = new Map();
 
@@ -273,7 +283,7 @@ async function stream() {
 
 // ---------------------------------------------------------------- rendering the state document
 
-function render(doc) {
+function render(/** @type {StateDocument} */ doc) {
   const changed =
     state === null ||
     state.index !== doc.index ||
@@ -301,7 +311,7 @@ function render(doc) {
   if (changed) scheduleFollowUps();
 }
 
-function renderTopology(doc) {
+function renderTopology(/** @type {StateDocument} */ doc) {
   const telemetry = new Map(doc.topology.nodes.map((n) => [n.node_id, n]));
   table(
     $("nodes-table"),
@@ -373,7 +383,7 @@ function renderTopology(doc) {
   );
 }
 
-function renderHealth(doc) {
+function renderHealth(/** @type {StateDocument} */ doc) {
   const list = $("health-list");
   if (doc.nodeHealth.length === 0) {
     list.replaceChildren(h("p", { class: "ok-text" }, "every node is healthy"));
@@ -408,7 +418,7 @@ const RUNNER_KIND = {
   RunnerStopped: "muted",
 };
 
-function runnerCell(inst, a) {
+function runnerCell(/** @type {InstanceView} */ inst, /** @type {AssignmentView} */ a) {
   const r = inst.runners.find((x) => x.rank === a.rank);
   const layers = a.layers === undefined ? "" : ` (${a.layers} layers)`;
   const head = [`rank ${a.rank} on ${nodeName(a.node_id)}${layers} `];
@@ -431,7 +441,7 @@ function runnerCell(inst, a) {
   );
 }
 
-function renderInstances(doc) {
+function renderInstances(/** @type {StateDocument} */ doc) {
   table(
     $("instances-table"),
     ["instance", "model", "sharding", "runners", ""],
@@ -485,7 +495,7 @@ function renderInstances(doc) {
 const DEPLOYMENT_KIND = { Placed: "ok", Pending: "warn", Failing: "bad", Failed: "bad" };
 
 /** A deployment's badge, then why: the refusal, or where its instance failed and the engine's words. */
-function deploymentStatus(d) {
+function deploymentStatus(/** @type {DeploymentView} */ d) {
   const out = [badge(d.status.toLowerCase(), DEPLOYMENT_KIND[d.status] ?? "muted")];
   if (d.instance_id && d.status !== "Failed") out.push(" ", h("code", null, d.instance_id));
   if (d.status === "Failed") {
@@ -505,7 +515,7 @@ function deploymentStatus(d) {
   return out;
 }
 
-function readyModels(doc) {
+function readyModels(/** @type {StateDocument} */ doc) {
   const ready = new Set();
   for (const inst of doc.instances) {
     const r0 = inst.runners.find((r) => r.rank === 0);
@@ -515,7 +525,7 @@ function readyModels(doc) {
 }
 
 /** Ready, failing or failed (its deployment says so), starting, or not placed. */
-function servingBadge(doc, ready, modelId) {
+function servingBadge(/** @type {StateDocument} */ doc, ready, modelId) {
   if (ready.has(modelId)) return badge("ready", "ok");
   const d = doc.deployments.find((x) => x.model_id === modelId);
   if (d && (d.status === "Failed" || d.status === "Failing"))
@@ -525,7 +535,7 @@ function servingBadge(doc, ready, modelId) {
   return badge("not placed", "muted");
 }
 
-function renderModels(doc) {
+function renderModels(/** @type {StateDocument} */ doc) {
   const ready = readyModels(doc);
   table(
     $("models-table"),
@@ -562,7 +572,7 @@ const PULL_KIND = {
   cancelled: "muted",
 };
 
-function renderPulls(doc) {
+function renderPulls(/** @type {StateDocument} */ doc) {
   table(
     $("pulls-table"),
     ["pull", "state", "progress", "files", ""],
@@ -635,7 +645,7 @@ function syncSelect(el, items, keepEmpty) {
     el.selectedIndex = 0;
 }
 
-function renderSelectors(doc) {
+function renderSelectors(/** @type {StateDocument} */ doc) {
   syncSelect(
     $("place-model"),
     doc.models.map((m) => [m.model_id, m.model_id]),
@@ -750,7 +760,7 @@ $("pull-button").addEventListener("click", (ev) =>
 
 async function refreshStorage() {
   try {
-    const s = await api("GET", "/store/storage/cluster");
+    const s = /** @type {ClusterStorage} */ (await api("GET", "/store/storage/cluster"));
     showError("storage-error", null);
     const rows = [];
     for (const n of s.nodes) {
@@ -1180,6 +1190,7 @@ async function playSend() {
   $("play-output").textContent = "";
   $("play-meta").textContent = "";
   const started = performance.now();
+  /** @type {number | null} */
   let first = null;
   let tokens = 0;
   try {
@@ -1281,6 +1292,7 @@ async function refreshTraces() {
   }
 }
 
+/** @type {[string, (s: any) => unknown][]} */
 const STAT_ROWS = [
   ["ok", (s) => (s.ok ? "yes" : `no (${s.error?.code ?? s.status})`)],
   ["total", (s) => ms(s.totalMs)],
@@ -1338,6 +1350,7 @@ $("log-button").addEventListener("click", (ev) =>
 // ---------------------------------------------------------------- node log
 
 const LEVEL_NAMES = { 10: "TRACE", 20: "DEBUG", 30: "INFO", 40: "WARN", 50: "ERROR", 60: "FATAL" };
+/** @type {[string, string[]][]} */
 const LOG_KEYS = [
   ["model", ["model", "model_id"]],
   ["instance", ["instance", "instance_id"]],
