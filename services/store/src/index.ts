@@ -1,5 +1,9 @@
 // Front door of @ic/store: the store host (manifests and files over HTTP, hub downloads into the store),
 // the staging client (node-local copies, eviction passes, hub fallback) and the storage report.
+// Folders: host/ (the store host, its uploads, pulls and directory watch), client/ (the staging
+// client and the storage report), transfer/ (moving and verifying bytes: ranged GETs, the slab
+// pipeline and its worker threads, fills), hub/ (the model hub and which of its files to take); the
+// disk, path and record helpers both roles use stay at the top.
 export {
   StoreHost,
   MANIFEST_FILE,
@@ -7,7 +11,7 @@ export {
   type ListenOptions,
   type StoreStats,
   type HubDownloadResult,
-} from "./store-host.ts";
+} from "./host/store-host.ts";
 export {
   StagingClient,
   DOWNLOAD_FAILED_CAUSES,
@@ -23,22 +27,22 @@ export {
   type DownloadFailedCause,
   type EvictionOutcome,
   type PurgeOutcome,
-} from "./staging-client.ts";
+} from "./client/staging-client.ts";
 export {
   createHubSource,
   type HubSource,
   type HubSourceOptions,
   type HubFile,
   type HubListing,
-} from "./hub.ts";
+} from "./hub/hub.ts";
 export { nodeDisk, type Disk, type VolumeSpace } from "./disk.ts";
-export { buildStorageReport, type StorageReportInput } from "./storage-report.ts";
-export type { FillProgress } from "./fill.ts";
-export { PullManager, type PullManagerOptions, type PullTarget } from "./pulls.ts";
+export { buildStorageReport, type StorageReportInput } from "./client/storage-report.ts";
+export type { FillProgress } from "./transfer/fill.ts";
+export { PullManager, type PullManagerOptions, type PullTarget } from "./host/pulls.ts";
 export {
   settled,
   StoreWatch,
   type DirSnapshot,
   type LooseEntry,
   type StoreWatchOptions,
-} from "./store-watch.ts";
+} from "./host/store-watch.ts";

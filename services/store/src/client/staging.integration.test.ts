@@ -7,11 +7,11 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { silentLogger } from "@ic/log";
 import { FakeClock, MiB, StorageReportSchema, type ModelId } from "@ic/protocol";
-import { StoreHost } from "./store-host.ts";
+import { StoreHost } from "../host/store-host.ts";
 import type { StagingSettings } from "@ic/staging";
 import { StagingClient, type ModelUsage } from "./staging-client.ts";
-import { budgetDisk, tempDir, writeArtifact, type TempDir } from "./test-support.ts";
-import type { Disk } from "./disk.ts";
+import { budgetDisk, tempDir, writeArtifact, type TempDir } from "../test-support.ts";
+import type { Disk } from "../disk.ts";
 
 const id = (s: string) => s as ModelId;
 const sha = async (p: string) =>

@@ -9,10 +9,10 @@ import { silentLogger } from "@ic/log";
 import { MiB, StoreManifestSchema, type ModelId } from "@ic/protocol";
 import { startHubEmulator, type HubEmulator } from "@ic/testkit";
 import { createHubSource } from "./hub.ts";
-import { StoreHost } from "./store-host.ts";
-import { StagingClient } from "./staging-client.ts";
-import { budgetDisk, tempDir } from "./test-support.ts";
-import type { Disk } from "./disk.ts";
+import { StoreHost } from "../host/store-host.ts";
+import { StagingClient } from "../client/staging-client.ts";
+import { budgetDisk, tempDir } from "../test-support.ts";
+import type { Disk } from "../disk.ts";
 
 const id = (s: string) => s as ModelId;
 const sha = (b: Buffer) => createHash("sha256").update(b).digest("hex");

@@ -3,7 +3,7 @@ import type { ModelId } from "@ic/protocol";
 import { PullManager } from "./pulls.ts";
 import type { PullTarget } from "./pulls.ts";
 import type { HubDownloadResult } from "./store-host.ts";
-import type { FillTotals } from "./fill.ts";
+import type { FillTotals } from "../transfer/fill.ts";
 
 const id = (s: string) => s as ModelId;
 

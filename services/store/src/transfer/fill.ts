@@ -4,8 +4,8 @@ import { link, lstat, rename, rm } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 import { basename, dirname, join } from "node:path";
 import { mkdir } from "node:fs/promises";
-import { artifactFile, isErrno, partFile, walkFiles } from "./paths.ts";
-import { sameContent, type RecordFile, type StagingRecord } from "./record.ts";
+import { artifactFile, isErrno, partFile, walkFiles } from "../paths.ts";
+import { sameContent, type RecordFile, type StagingRecord } from "../record.ts";
 import { partialBytes, transferFile, type OpenAt } from "./transfer.ts";
 
 export type FileActionKind = "present" | "link" | "resume" | "fetch";

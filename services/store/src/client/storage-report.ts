@@ -1,7 +1,7 @@
 // Builds the GET /store/storage document from what the staging client measured: every staged model,
 // the event-log usage the caller reports, and space on the models volume. Pure; shape in @ic/protocol.
 import type { StorageReport } from "@ic/protocol";
-import type { VolumeSpace } from "./disk.ts";
+import type { VolumeSpace } from "../disk.ts";
 
 export interface StorageReportInput {
   readonly nodeCachePath: string;

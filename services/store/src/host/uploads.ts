@@ -15,8 +15,8 @@ import { pipeline } from "node:stream/promises";
 import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { artifactPathProblem, modelDirName, ServiceError, type ModelId } from "@ic/protocol";
 import { noFitMessage } from "@ic/staging";
-import type { Disk } from "./disk.ts";
-import { artifactFile, isErrno, walkFiles } from "./paths.ts";
+import type { Disk } from "../disk.ts";
+import { artifactFile, isErrno, walkFiles } from "../paths.ts";
 
 /** The hidden area under store_path where uploads wait for their commit. */
 export const UPLOADS_DIR = ".uploads";

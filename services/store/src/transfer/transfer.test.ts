@@ -11,7 +11,7 @@ import { once } from "node:events";
 import type { Worker } from "node:worker_threads";
 import { directGet } from "./direct-get.ts";
 import { SlabWorker, SlabWorkerError } from "./slab-worker.ts";
-import { tempDir } from "./test-support.ts";
+import { tempDir } from "../test-support.ts";
 import { SLAB_BYTES } from "./slab-pipeline.ts";
 import { TransferError, transferFile, type OpenAt } from "./transfer.ts";
 import { MiB } from "@ic/protocol";

@@ -30,10 +30,10 @@ import {
   type StoreModelList,
 } from "@ic/protocol";
 import { noFitMessage, type NoFitMessageInput } from "@ic/staging";
-import { nodeDisk, type Disk } from "./disk.ts";
-import { executeFill, planFill, plannedTotals, removeStale, type FillTotals } from "./fill.ts";
-import type { HubSource } from "./hub.ts";
-import { selectHubFiles } from "./hub-select.ts";
+import { nodeDisk, type Disk } from "../disk.ts";
+import { executeFill, planFill, plannedTotals, removeStale, type FillTotals } from "../transfer/fill.ts";
+import type { HubSource } from "../hub/hub.ts";
+import { selectHubFiles } from "../hub/hub-select.ts";
 import {
   artifactFile,
   hashFile,
@@ -42,12 +42,12 @@ import {
   removeDirAtomic,
   walkFiles,
   writeJsonAtomic,
-} from "./paths.ts";
-import { parseRange } from "./range.ts";
+} from "../paths.ts";
+import { parseRange } from "../transfer/range.ts";
 import { fileBody } from "./file-body.ts";
-import { readRecord, writeRecord, type RecordFile, type StagingRecord } from "./record.ts";
+import { readRecord, writeRecord, type RecordFile, type StagingRecord } from "../record.ts";
 import { Serial } from "@ic/staging";
-import { errText, TransferError } from "./transfer.ts";
+import { errText, TransferError } from "../transfer/transfer.ts";
 import { Uploads } from "./uploads.ts";
 
 /** Manifest of a registered model, inside its store directory (dotfiles are never artifacts). */

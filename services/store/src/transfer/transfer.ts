@@ -23,7 +23,7 @@ import {
   type HashJob,
   type SlabWorker,
 } from "./slab-worker.ts";
-import { isErrno, partFile } from "./paths.ts";
+import { isErrno, partFile } from "../paths.ts";
 import { SlabPipeline } from "./slab-pipeline.ts";
 
 export const TRANSFER_FAILURES = ["transfer", "integrity", "aborted"] as const;

@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { modelDirName, modelIdFromDirName } from "@ic/protocol";
 import type { ModelId } from "@ic/protocol";
 import type { Logger } from "@ic/log";
-import { walkFiles } from "./paths.ts";
+import { walkFiles } from "../paths.ts";
 
 /** What one scan saw of a directory: its files with sizes and modification times. */
 export interface DirSnapshot {

@@ -3,8 +3,8 @@
 import { downloadFile, listFiles, modelInfo } from "@huggingface/hub";
 import { z } from "zod";
 import { artifactPathProblem, type ModelId } from "@ic/protocol";
-import { parseContentRange } from "./range.ts";
-import type { OpenedStream } from "./transfer.ts";
+import { parseContentRange } from "../transfer/range.ts";
+import type { OpenedStream } from "../transfer/transfer.ts";
 
 export interface HubFile {
   readonly path: string;

@@ -12,9 +12,9 @@ import { serve } from "@hono/node-server";
 import { silentLogger } from "@ic/log";
 import type { ModelId } from "@ic/protocol";
 import { SLAB_BYTES } from "./slab-pipeline.ts";
-import { StagingClient } from "./staging-client.ts";
-import { StoreHost } from "./store-host.ts";
-import { tempDir, writeArtifact } from "./test-support.ts";
+import { StagingClient } from "../client/staging-client.ts";
+import { StoreHost } from "../host/store-host.ts";
+import { tempDir, writeArtifact } from "../test-support.ts";
 import { MiB } from "@ic/protocol";
 
 const id = (s: string) => s as ModelId;

@@ -26,22 +26,22 @@ import {
   Serial,
   type StagingSettings,
 } from "@ic/staging";
-import { nodeDisk, type Disk } from "./disk.ts";
-import { executeFill, LinkFailedError, planFill, removeStale, type FillStats } from "./fill.ts";
-import type { HubFile, HubSource } from "./hub.ts";
-import { selectHubFiles } from "./hub-select.ts";
-import { isErrno, modelDir, removeDirAtomic, walkFiles } from "./paths.ts";
-import { parseContentRange } from "./range.ts";
+import { nodeDisk, type Disk } from "../disk.ts";
+import { executeFill, LinkFailedError, planFill, removeStale, type FillStats } from "../transfer/fill.ts";
+import type { HubFile, HubSource } from "../hub/hub.ts";
+import { selectHubFiles } from "../hub/hub-select.ts";
+import { isErrno, modelDir, removeDirAtomic, walkFiles } from "../paths.ts";
+import { parseContentRange } from "../transfer/range.ts";
 import {
   readRecord,
   RECORD_FILE,
   writeRecord,
   type RecordFile,
   type StagingRecord,
-} from "./record.ts";
+} from "../record.ts";
 import { buildStorageReport } from "./storage-report.ts";
-import { directGet } from "./direct-get.ts";
-import { discard, errText, TransferError, type OpenAt, type OpenedStream } from "./transfer.ts";
+import { directGet } from "../transfer/direct-get.ts";
+import { discard, errText, TransferError, type OpenAt, type OpenedStream } from "../transfer/transfer.ts";
 
 /** Which models are in use on this node right now, from the state replica. */
 export interface ModelUsage {

@@ -7,7 +7,7 @@ import { open, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Worker } from "node:worker_threads";
 import { SlabWorker, SlabWorkerError } from "./slab-worker.ts";
-import { tempDir } from "./test-support.ts";
+import { tempDir } from "../test-support.ts";
 import { MiB } from "@ic/protocol";
 
 const sha256 = (...parts: Uint8Array[]) => {

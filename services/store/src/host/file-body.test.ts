@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { FILE_READ_BYTES, fileBody } from "./file-body.ts";
-import { tempDir } from "./test-support.ts";
+import { tempDir } from "../test-support.ts";
 
 async function drain(body: ReadableStream<Uint8Array>): Promise<Buffer> {
   const parts: Uint8Array[] = [];
