@@ -30,7 +30,7 @@ const TIMINGS = {
   election_timeout_ms: 3000,
   info_pending_wait_ms: 15000,
 };
-/** The cluster agent's tick (services/master/src/cluster-agent.ts): election timeout / 10, 20..250 ms. */
+/** The cluster agent's tick (services/cluster/src/cluster-agent.ts): election timeout / 10, 20..250 ms. */
 const TICK_MS = Math.max(20, Math.min(250, TIMINGS.election_timeout_ms / 10));
 const POLL_MS = 20;
 /** After the kill, when the survivors' view of the victim is read (past any delayed in-flight message). */

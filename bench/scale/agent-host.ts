@@ -7,7 +7,7 @@ import { Writable } from "node:stream";
 import { Session } from "node:inspector/promises";
 import { Bus } from "@ic/bus";
 import { createLogger } from "@ic/log";
-import { ClusterAgent } from "@ic/master";
+import { ClusterAgent } from "@ic/cluster";
 import { mulberry32, systemClock } from "@ic/protocol";
 import { assignmentsOf, placeInCluster } from "@ic/placement";
 import type { InstanceId, ModelId, ModelRecord } from "@ic/protocol";

@@ -18,7 +18,7 @@ import { join, resolve } from "node:path";
 import { clusterCredentials, ConfigSchema } from "@ic/config";
 import { stateDocument } from "@ic/gateway";
 import type { ClusterView } from "@ic/gateway";
-import type { AgentTimings } from "@ic/master";
+import type { AgentTimings } from "@ic/cluster";
 import { cpuMs } from "../lib/streaming.ts";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
 import { BenchBus, rate } from "./bus.ts";
@@ -410,7 +410,7 @@ function report(results: readonly Result[]): string {
   return `\`npm run bench scale\` — ${machineLine()}.
 
 Sizes ${results.map((r) => r.n).join(", ")} in one run, each a fresh cluster on this machine: every
-simulated node is a real \`ClusterAgent\` (services/master) on its own bus connection to one of
+simulated node is a real \`ClusterAgent\` (services/cluster) on its own bus connection to one of
 ${Math.min(SERVERS, top.n)} real nats-servers (\`NatsServer\` of packages/bus, clustered by routes, every one seeded with
 every other), with the defaults of packages/config (heartbeat ${TIMINGS.heartbeatMs} ms, election timeout
 ${TIMINGS.electionTimeoutMs} ms, liveness ${TIMINGS.livenessTimeoutMs} ms). A stand-in for the worker side

@@ -4,7 +4,7 @@
 // (links: every live peer, as LinkProber measures them, with noise), runners follow the replica's assignments.
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import type { IntervalHistogram } from "node:perf_hooks";
-import type { ClusterAgent } from "@ic/master";
+import type { ClusterAgent } from "@ic/cluster";
 import type { Gpu, Heartbeat, Link, Runner, Telemetry } from "@ic/protocol";
 import { RttWindows } from "@ic/worker";
 

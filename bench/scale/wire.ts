@@ -1,6 +1,6 @@
 // The IPC messages between bench/scale's orchestrator (main.ts) and its agent hosts (agent-host.ts).
 // One request at a time per kind; status updates flow from the hosts unasked.
-import type { AgentTimings, PeerView } from "@ic/master";
+import type { AgentTimings, PeerView } from "@ic/cluster";
 import type { ControlState, NodeId, SessionId } from "@ic/protocol";
 
 export interface AgentSpec {

@@ -140,7 +140,7 @@ export const HeartbeatSchema = z.object({
   telemetry: TelemetrySchema.nullable(),
   /**
    * The sender's measured links. Left out while they have not changed since the sender last sent
-   * them (services/master/src/link-report.ts): receivers keep the last ones they got from the same
+   * them (services/cluster/src/link-report.ts): receivers keep the last ones they got from the same
    * process. Sent in full on a change, when the sender hears a new peer, and every few heartbeats.
    */
   links: z.array(LinkSchema).optional(),

@@ -13,7 +13,7 @@ import { engineCacheRoot, locateEngine, probeSplitSupport, probeTls } from "@ic/
 import { serverTlsOptions, trustClusterCa } from "@ic/tls";
 import { childrenDir, sweepOrphans } from "@ic/process";
 import type { Logger } from "@ic/log";
-import { ClusterAgent } from "@ic/master";
+import { ClusterAgent } from "@ic/cluster";
 import { GiB, ServiceError, systemClock } from "@ic/protocol";
 import type { EngineInfo, ModelId } from "@ic/protocol";
 import { createGatewayApp, RequestLoad } from "@ic/gateway";

@@ -6,7 +6,7 @@ import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import type { Hono } from "hono";
 import { silentLogger } from "@ic/log";
-import type { PeerView } from "@ic/master";
+import type { PeerView } from "@ic/cluster";
 import type { Heartbeat } from "@ic/protocol";
 import { createGatewayApp } from "@ic/gateway";
 import { apiListener } from "./api-listener.ts";

@@ -12,7 +12,7 @@ import { streamSSE } from "hono/streaming";
 import { z } from "zod";
 import { validationError } from "@ic/http";
 import type { Logger } from "@ic/log";
-import type { PeerView } from "@ic/master";
+import type { PeerView } from "@ic/cluster";
 import { ServiceError } from "@ic/protocol";
 
 /** What the watch needs of the cluster agent. */

@@ -3,7 +3,7 @@
 //
 // A link's round trip is the median of its last RTT_WINDOW measurements: one late answer (a busy
 // event loop on either side) does not move it, so the heartbeat's links stay unchanged and off the
-// wire (services/master/src/link-report.ts). A failed ping drops the link and its history at once.
+// wire (services/cluster/src/link-report.ts). A failed ping drops the link and its history at once.
 import type { Link } from "@ic/protocol";
 
 export interface LinkTarget {
