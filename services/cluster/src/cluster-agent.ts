@@ -42,6 +42,8 @@ import {
   TokenWindows,
 } from "@ic/state";
 import { nodeCapacities } from "@ic/placement";
+import { afterAttempt, capacityView, retryDue } from "./deployment-retry.ts";
+import type { RetryEntry } from "./deployment-retry.ts";
 import type { MemoryModel } from "@ic/placement";
 import type { HeardPeer, IdKind, Peer, TaskBounds } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
@@ -1031,7 +1033,7 @@ export class ClusterAgent implements AsyncDisposable {
   }
 
   /** Per lost deployment: when it was last attempted, the backoff, and the view it was tried on. */
-  private readonly retries = new Map<string, { at: number; delayMs: number; view: string }>();
+  private readonly retries = new Map<string, RetryEntry>();
 
   /**
    * Master only, every tick: deployments whose instance is gone are placed again (pure reconcile) or
@@ -1071,17 +1073,8 @@ export class ClusterAgent implements AsyncDisposable {
       this.retries.clear();
       return;
     }
-    const view = nodeCapacities(this.state, reports)
-      .map(
-        (c) =>
-          `${c.node_id}:${c.free_bytes === null ? "?" : Math.floor(c.free_bytes / 2 ** 26)}:${c.unavailable?.health_code ?? ""}`,
-      )
-      .join(",");
-    const due = (d: Deployment): boolean => {
-      const r = this.retries.get(d.deployment_id);
-      if (!r) return true;
-      return now >= r.at + r.delayMs || (r.view !== view && now >= r.at + 1000);
-    };
+    const view = capacityView(nodeCapacities(this.state, reports));
+    const due = (d: Deployment): boolean => retryDue(this.retries.get(d.deployment_id), now, view);
     const actions = reconcile(this.state, reports, {
       now,
       newInstanceId: () => newId("instance") as InstanceId,
@@ -1090,12 +1083,7 @@ export class ClusterAgent implements AsyncDisposable {
     });
     for (const d of lost) {
       if (!due(d)) continue;
-      const r = this.retries.get(d.deployment_id);
-      this.retries.set(d.deployment_id, {
-        at: now,
-        delayMs: r ? Math.min(30_000, r.delayMs * 2) : 1000,
-        view,
-      });
+      this.retries.set(d.deployment_id, afterAttempt(this.retries.get(d.deployment_id), now, view));
     }
     for (const a of actions) {
       if (a.kind === "fail") {
