@@ -17,7 +17,7 @@ import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
 import { clusterCredentials, ConfigSchema } from "@ic/config";
 import { stateDocument } from "@ic/gateway";
-import type { ClusterView } from "@ic/gateway";
+import type { ClusterView } from "@ic/protocol";
 import type { AgentTimings } from "@ic/cluster";
 import { cpuMs } from "../lib/streaming.ts";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";

@@ -15,3 +15,4 @@ export type * from "./chat-events.ts";
 export * from "./http-api.ts";
 export * from "./openapi.ts";
 export * from "./peer-api.ts";
+export type * from "./cluster-view.ts";

@@ -15,7 +15,7 @@ import type {
 import { nodeIdFor } from "@ic/state";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "./app.ts";
-import type { ClusterView, PeerView } from "./ports.ts";
+import type { ClusterView, PeerView } from "@ic/protocol";
 
 const S = "s-test" as SessionId;
 const G = 1e9;

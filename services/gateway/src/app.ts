@@ -4,7 +4,7 @@ import { ServiceError } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { authMiddleware, toResponse } from "@ic/http";
 import type { AuthOptions } from "@ic/http";
-import type { ClusterView } from "./ports.ts";
+import type { ClusterView } from "@ic/protocol";
 import { chatRoutes } from "./routes/chat.ts";
 import type { ChatOptions } from "./routes/chat.ts";
 import { clusterRoutes } from "./routes/cluster.ts";

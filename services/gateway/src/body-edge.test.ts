@@ -5,7 +5,7 @@ import type { AddressInfo } from "node:net";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { emptyState, ErrorBodySchema } from "@ic/protocol";
-import type { ClusterView } from "./ports.ts";
+import type { ClusterView } from "@ic/protocol";
 import type { ControlState, InstanceId, ModelId, NodeId, SessionId, TaskId } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "./app.ts";

@@ -1,7 +1,6 @@
-// Front door of the gateway service: the hono app and the ports it needs.
+// Front door of the gateway service: the hono app (it takes the cluster view of @ic/protocol).
 export { createGatewayApp } from "./app.ts";
 export type { GatewayOptions } from "./app.ts";
-export type { ClusterView, PeerView } from "./ports.ts";
 export { stateDocument } from "./view.ts";
 export { RequestLoad } from "./request-load.ts";
 export { DEFAULT_CHAT_LIMITS, preciseNow } from "./routes/chat.ts";

@@ -3,7 +3,7 @@
 import { assignmentsOf, placeInCluster, previewCluster, refusalError } from "@ic/placement";
 import type { MemoryModel, NodeCapacity, NodeReport, NodeShare } from "@ic/placement";
 import type { Assignment, ControlState, ModelRecord, ServiceError, Sharding } from "@ic/protocol";
-import type { ClusterView } from "./ports.ts";
+import type { ClusterView } from "@ic/protocol";
 
 export interface PlacementView {
   readonly state: ControlState;

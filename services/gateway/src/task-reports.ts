@@ -2,7 +2,7 @@
 // reach the engine before their bookkeeping runs, and a burst's commands share one bus round instead
 // of costing one each (see TaskReports).
 import type { Command, CommandReply, TaskId } from "@ic/protocol";
-import type { ClusterView } from "./ports.ts";
+import type { ClusterView } from "@ic/protocol";
 
 /**
  * Longest a finished task waits for the next CreateTask before it is reported on its own. Under

@@ -1,7 +1,7 @@
 // Builds the node's view documents from the replica and the heard heartbeats (GET /state, placement input).
 import { runnerKey } from "@ic/protocol";
 import type { StateDocument } from "@ic/protocol";
-import type { ClusterView } from "./ports.ts";
+import type { ClusterView } from "@ic/protocol";
 import { outstandingByInstance } from "./request-load.ts";
 import type { RequestLoad } from "./request-load.ts";
 

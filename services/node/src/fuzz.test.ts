@@ -53,7 +53,7 @@ import {
 import type { SettingsEdit, SettingsView } from "@ic/dashboard";
 import { EventLog, eventRoutes, FakeDisk } from "@ic/eventlog";
 import { createGatewayApp } from "@ic/gateway";
-import type { ClusterView, PeerView } from "@ic/gateway";
+import type { ClusterView, PeerView } from "@ic/protocol";
 import type { ApiToken } from "@ic/http";
 import { createLogger, LogTail } from "@ic/log";
 import {
@@ -90,7 +90,6 @@ import type {
   Telemetry,
 } from "@ic/protocol";
 import { LiveStagingSettings } from "@ic/staging";
-import { PullManager, StagingClient, StoreHost } from "@ic/store";
 import { ChromeTraceSchema, TraceStatsSchema, Tracing, tracingRoutes } from "@ic/tracing";
 import { TelemetryCollector } from "@ic/worker";
 import { NodeMetrics } from "./observability/metrics.ts";
@@ -99,9 +98,17 @@ import { watchRoutes } from "./peer-watch.ts";
 import { healthRoutes } from "./health-route.ts";
 import { serveRunnerLogs } from "./observability/runner-logs.ts";
 import type { RunnerLogSource } from "./observability/runner-logs.ts";
-import { pullRoutes, servePulls, servePurge, storeRoutes } from "./store-routes.ts";
+import {
+  PullManager,
+  pullRoutes,
+  servePulls,
+  servePurge,
+  StagingClient,
+  StoreHost,
+  storeRoutes,
+} from "@ic/store";
 import { apiListener } from "./api-listener.ts";
-import type { StoreRouteOptions } from "./store-routes.ts";
+import type { StoreRouteOptions } from "@ic/store";
 
 const SEED = Number(process.env.FUZZ_SEED || 20_251_122);
 const RUNS = Number(process.env.FUZZ_RUNS || 150);

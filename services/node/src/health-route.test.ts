@@ -3,7 +3,7 @@
 import type { Hono } from "hono";
 import { describe, expect, it } from "vitest";
 import { createGatewayApp } from "@ic/gateway";
-import type { ClusterView } from "@ic/gateway";
+import type { ClusterView } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { ErrorBodySchema } from "@ic/protocol";
 import { HEALTH_PATH, healthOf, healthRoutes } from "./health-route.ts";

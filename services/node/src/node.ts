@@ -24,18 +24,22 @@ import { Tracing, tracingRoutes } from "@ic/tracing";
 import { LinkProber, readModelDir, TelemetryCollector, Worker } from "@ic/worker";
 import { ClusterSecret, clusterCredentials, isLoopback, stagingFor } from "@ic/config";
 import { LiveStagingSettings, stagingSettings } from "@ic/staging";
-import { createHubSource, PullManager, StoreHost, StoreWatch, type LooseEntry } from "@ic/store";
 import { StoreStager } from "./store-stager.ts";
 import { ConfigReloader, reloadRoutes, withNodeToken } from "./reload.ts";
 import type { ReloadResponse } from "./reload.ts";
 import {
+  createHubSource,
   looseEntryHealth,
   missingModelHealth,
+  PullManager,
   pullRoutes,
   servePulls,
   servePurge,
+  StoreHost,
   storeRoutes,
-} from "./store-routes.ts";
+  StoreWatch,
+  type LooseEntry,
+} from "@ic/store";
 import { openApiRoutes } from "./openapi.ts";
 import { dashboardRoutes, SettingsFile } from "@ic/dashboard";
 import { SecurityHealth } from "./security-health.ts";

@@ -46,3 +46,12 @@ export {
   type LooseEntry,
   type StoreWatchOptions,
 } from "./host/store-watch.ts";
+export {
+  looseEntryHealth,
+  missingModelHealth,
+  pullRoutes,
+  servePulls,
+  servePurge,
+  storeRoutes,
+  type StoreRouteOptions,
+} from "./routes.ts";

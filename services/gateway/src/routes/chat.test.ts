@@ -20,7 +20,7 @@ import { nodeIdFor } from "@ic/state";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "../app.ts";
 import type { GatewayOptions } from "../app.ts";
-import type { ClusterView } from "../ports.ts";
+import type { ClusterView } from "@ic/protocol";
 import type { ChatEvent, ChatObserver } from "@ic/protocol";
 import type { ChatLimits } from "./chat.ts";
 import type { MigrationReport } from "../migration.ts";

@@ -50,7 +50,7 @@ import {
   UpstreamAbort,
   UpstreamConnectTimeout,
 } from "../upstream.ts";
-import type { ClusterView, PeerView } from "../ports.ts";
+import type { ClusterView, PeerView } from "@ic/protocol";
 import { prefixKey } from "../prefix-key.ts";
 import { chooseInstance } from "../balancing.ts";
 import { outstandingByInstance, RequestLoad } from "../request-load.ts";

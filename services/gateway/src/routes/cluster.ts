@@ -3,7 +3,7 @@
 import type { Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { ServiceError, StateQuerySchema } from "@ic/protocol";
-import type { ClusterView } from "../ports.ts";
+import type { ClusterView } from "@ic/protocol";
 import type { RequestLoad } from "../request-load.ts";
 import { stateDocument } from "../view.ts";
 import { validationError } from "@ic/http";

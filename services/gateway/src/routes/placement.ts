@@ -12,7 +12,7 @@ import {
 import type { Instance, InstanceId, ModelRecord, PlaceRequest } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { parseJson, validationError } from "@ic/http";
-import type { ClusterView } from "../ports.ts";
+import type { ClusterView } from "@ic/protocol";
 import { placementView, decide, previewAll } from "../placement-adapter.ts";
 import type { Decision, PlacementView } from "../placement-adapter.ts";
 import type { MemoryModel } from "@ic/placement";

@@ -6,7 +6,7 @@
 // `unknown`, so clients cannot grow the series without bound.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { ChatEvent, ChatObserver, EngineTimings } from "@ic/protocol";
-import type { ClusterView } from "@ic/gateway";
+import type { ClusterView } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { RUNNER_STATES } from "@ic/protocol";
 import type { Pull, RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/protocol";

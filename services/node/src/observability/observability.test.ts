@@ -12,7 +12,7 @@ import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import type { ParsedFamily } from "parse-prometheus-text-format";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createGatewayApp } from "@ic/gateway";
-import type { ClusterView, PeerView } from "@ic/gateway";
+import type { ClusterView, PeerView } from "@ic/protocol";
 import type { ChatObserver } from "@ic/protocol";
 import { createLogger, LogTail, silentLogger } from "@ic/log";
 import { emptyState, ServiceError, TelemetryDiagnosticsSchema } from "@ic/protocol";

@@ -3,7 +3,7 @@
 // Every one is a read of this node's own state (runner logs: of the node holding the rank).
 import type { Hono } from "hono";
 import type { Bus } from "@ic/bus";
-import type { ClusterView } from "@ic/gateway";
+import type { ClusterView } from "@ic/protocol";
 import type { Logger, LogTail } from "@ic/log";
 import type { TelemetryDiagnostics } from "@ic/protocol";
 import type { NodeMetrics } from "./metrics.ts";

@@ -10,7 +10,7 @@ import type { Hono } from "hono";
 import { z } from "zod";
 import type { Bus } from "@ic/bus";
 import { validationError } from "@ic/http";
-import type { ClusterView } from "@ic/gateway";
+import type { ClusterView } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import {
   fromWireError,

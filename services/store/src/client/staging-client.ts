@@ -27,7 +27,13 @@ import {
   type StagingSettings,
 } from "@ic/staging";
 import { nodeDisk, type Disk } from "../disk.ts";
-import { executeFill, LinkFailedError, planFill, removeStale, type FillStats } from "../transfer/fill.ts";
+import {
+  executeFill,
+  LinkFailedError,
+  planFill,
+  removeStale,
+  type FillStats,
+} from "../transfer/fill.ts";
 import type { HubFile, HubSource } from "../hub/hub.ts";
 import { selectHubFiles } from "../hub/hub-select.ts";
 import { isErrno, modelDir, removeDirAtomic, walkFiles } from "../paths.ts";
@@ -41,7 +47,13 @@ import {
 } from "../record.ts";
 import { buildStorageReport } from "./storage-report.ts";
 import { directGet } from "../transfer/direct-get.ts";
-import { discard, errText, TransferError, type OpenAt, type OpenedStream } from "../transfer/transfer.ts";
+import {
+  discard,
+  errText,
+  TransferError,
+  type OpenAt,
+  type OpenedStream,
+} from "../transfer/transfer.ts";
 
 /** Which models are in use on this node right now, from the state replica. */
 export interface ModelUsage {

@@ -31,7 +31,13 @@ import {
 } from "@ic/protocol";
 import { noFitMessage, type NoFitMessageInput } from "@ic/staging";
 import { nodeDisk, type Disk } from "../disk.ts";
-import { executeFill, planFill, plannedTotals, removeStale, type FillTotals } from "../transfer/fill.ts";
+import {
+  executeFill,
+  planFill,
+  plannedTotals,
+  removeStale,
+  type FillTotals,
+} from "../transfer/fill.ts";
 import type { HubSource } from "../hub/hub.ts";
 import { selectHubFiles } from "../hub/hub-select.ts";
 import {

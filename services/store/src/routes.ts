@@ -1,11 +1,10 @@
-// The /store endpoints of a node: the local storage report, purge-staging broadcast over the bus
+// The /store endpoints of a node (registered by the node on its HTTP app): the local storage report, purge-staging broadcast over the bus
 // to every node (each node purges its own staging root; the store copy is never touched), and model
 // pulls, forwarded over the bus to the store host (the node with store_path) from any node.
 import type { Context, Hono } from "hono";
 import type { Bus } from "@ic/bus";
-import type { EventLog } from "@ic/eventlog";
-import { parseJson } from "@ic/http";
-import type { ClusterView } from "@ic/gateway";
+import { parseJson, validationError } from "@ic/http";
+import type { ClusterView } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import {
   askPeer,
@@ -29,18 +28,22 @@ import type {
   ReplyOf,
   StorageReport,
 } from "@ic/protocol";
-import { buildStorageReport, nodeDisk } from "@ic/store";
+import { buildStorageReport } from "./client/storage-report.ts";
+import type { StagingClient } from "./client/staging-client.ts";
+import { nodeDisk } from "./disk.ts";
 import type { StagingSettings } from "@ic/staging";
-import type { LooseEntry, PullManager, StoreHost } from "@ic/store";
-import { validationError } from "@ic/http";
-import type { StoreStager } from "./store-stager.ts";
+import type { PullManager } from "./host/pulls.ts";
+import type { StoreHost } from "./host/store-host.ts";
+import type { LooseEntry } from "./host/store-watch.ts";
 
 export interface StoreRouteOptions {
   /** The purge broadcast's two ends (a loopback bus in tests). */
   readonly bus: Pick<Bus, "respond" | "requestMany">;
   readonly cluster: ClusterView;
-  readonly stager: Pick<StoreStager, "staging">;
-  readonly eventLog: EventLog;
+  /** This node's staging client (the node's stager creates it once staging is configured). */
+  readonly stager: { readonly staging: StagingClient };
+  /** The event log's size, for the storage report. */
+  readonly eventLog: { usage(): { readonly active_bytes: number; readonly archive_bytes: number } };
   readonly nodeCachePath: string;
   readonly settings: StagingSettings;
   readonly name: string;

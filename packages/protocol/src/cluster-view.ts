@@ -1,13 +1,9 @@
-// The narrow interfaces the gateway needs from the node it runs in, wired in the launcher.
-import type {
-  Command,
-  CommandReply,
-  ControlState,
-  Heartbeat,
-  IndexedEvent,
-  NodeId,
-  SessionId,
-} from "@ic/protocol";
+// What a service may ask of this node's cluster agent: its view of the session, the control state,
+// live peers, and master commands. The gateway, the store routes and observability take it; the
+// node passes its ClusterAgent.
+import type { Command, CommandReply, ControlState, IndexedEvent } from "./cluster.ts";
+import type { NodeId, SessionId } from "./ids.ts";
+import type { Heartbeat } from "./telemetry.ts";
 
 export interface PeerView {
   readonly heartbeat: Heartbeat;

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { HealthEntrySchema } from "@ic/protocol";
 import type { ModelId } from "@ic/protocol";
-import { missingModelHealth } from "./store-routes.ts";
+import { missingModelHealth } from "./routes.ts";
 
 describe("missingModelHealth", () => {
   it("warns once per model removed by hand while in use, naming it, the refusal and the fix", () => {
