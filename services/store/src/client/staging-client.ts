@@ -32,6 +32,7 @@ import {
   LinkFailedError,
   planFill,
   removeStale,
+  type FillPlan,
   type FillStats,
 } from "../transfer/fill.ts";
 import type { HubFile, HubSource } from "../hub/hub.ts";
@@ -537,6 +538,89 @@ export class StagingClient implements AsyncDisposable {
     }
   }
 
+  /**
+   * The fill and commit steps of staging: the record (incomplete) first, so a crash leaves a copy
+   * that resumes; then every file fetched, resumed, linked or reused and verified (executeFill);
+   * files the manifest no longer names removed; and the record marked complete. The copy is still
+   * marked downloading here, so no eviction pass can delete it while it is finalized.
+   */
+  private async fillAndCommit(
+    dir: string,
+    record: StagingRecord,
+    plan: FillPlan,
+    open: (file: RecordFile) => OpenAt,
+    options: StageOptions,
+    signal: AbortSignal,
+  ): Promise<FillStats> {
+    await mkdir(dir, { recursive: true });
+    await writeRecord(dir, record);
+    const modelId = record.model_id;
+    const stats = await executeFill({
+      idleTimeoutMs: this.opts.transferIdleTimeoutMs,
+      dir,
+      plan,
+      signal,
+      open,
+      onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
+    });
+    await removeStale(
+      dir,
+      record.files.map((f) => f.path),
+      [RECORD_FILE],
+    );
+    const now = this.clock.now();
+    await writeRecord(dir, { ...record, complete: true, last_used_ms: now, completed_at_ms: now });
+    return stats;
+  }
+
+  /**
+   * Rule 6, the admission step of staging from the store: the capacity pass for the exact additional
+   * bytes, with the request's models protected, and the evictions it plans. A copy that cannot fit,
+   * or whose evictions failed, is refused with the arithmetic.
+   */
+  private async admit(
+    modelId: ModelId,
+    plan: { readonly manifestBytes: number; readonly additionalBytes: number },
+    request: readonly ModelId[],
+  ): Promise<
+    | { ok: true; space: { freeBytes: number }; applied: EvictionOutcome }
+    | { ok: false; failure: Omit<DownloadFailed, "staged"> }
+  > {
+    const entries = await this.list();
+    const space = await this.disk.space(this.opts.root);
+    const evict = planEviction({
+      trigger: "capacity",
+      staged: entries.map(toCopy),
+      keepRecentBytes: this.opts.settings.keepRecentBytes,
+      cleanupOnDeactivate: this.opts.settings.cleanupOnDeactivate,
+      capacity: {
+        requiredBytes: plan.additionalBytes,
+        freeBytes: space.freeBytes,
+        headroomBytes: this.opts.settings.headroomBytes,
+        protectedIds: request,
+      },
+    });
+    const refuse = (freeBytes: number, reclaimableBytes: number) => {
+      const arithmetic: NoFitMessageInput = {
+        modelId,
+        path: this.opts.root,
+        manifestBytes: plan.manifestBytes,
+        requiredBytes: plan.additionalBytes,
+        headroomBytes: this.opts.settings.headroomBytes,
+        freeBytes,
+        reclaimableBytes,
+      };
+      return {
+        ok: false as const,
+        failure: { ...this.failure(modelId, "no_fit", noFitMessage(arithmetic)), arithmetic },
+      };
+    };
+    if (!evict.fits) return refuse(space.freeBytes, evict.capacity?.reclaimableBytes ?? 0);
+    const applied = await this.apply(evict);
+    if (applied.failed.length > 0) return refuse(space.freeBytes + applied.freed_bytes, 0);
+    return { ok: true, space, applied };
+  }
+
   private async fillFromStore(
     storeUrl: string,
     modelId: ModelId,
@@ -559,46 +643,9 @@ export class StagingClient implements AsyncDisposable {
     const linkFrom = allowLinks ? await this.linkSource(modelId) : undefined;
     const plan = await planFill(dir, files, priorRecord, linkFrom);
 
-    // Rule 6: the capacity pass for the exact additional bytes, with the request's models protected.
-    const entries = await this.list();
-    const space = await this.disk.space(this.opts.root);
-    const evict = planEviction({
-      trigger: "capacity",
-      staged: entries.map(toCopy),
-      keepRecentBytes: this.opts.settings.keepRecentBytes,
-      cleanupOnDeactivate: this.opts.settings.cleanupOnDeactivate,
-      capacity: {
-        requiredBytes: plan.additionalBytes,
-        freeBytes: space.freeBytes,
-        headroomBytes: this.opts.settings.headroomBytes,
-        protectedIds: request,
-      },
-    });
-    if (!evict.fits) {
-      const arithmetic: NoFitMessageInput = {
-        modelId,
-        path: this.opts.root,
-        manifestBytes: plan.manifestBytes,
-        requiredBytes: plan.additionalBytes,
-        headroomBytes: this.opts.settings.headroomBytes,
-        freeBytes: space.freeBytes,
-        reclaimableBytes: evict.capacity?.reclaimableBytes ?? 0,
-      };
-      return { ...this.failure(modelId, "no_fit", noFitMessage(arithmetic)), arithmetic };
-    }
-    const applied = await this.apply(evict);
-    if (applied.failed.length > 0) {
-      const arithmetic: NoFitMessageInput = {
-        modelId,
-        path: this.opts.root,
-        manifestBytes: plan.manifestBytes,
-        requiredBytes: plan.additionalBytes,
-        headroomBytes: this.opts.settings.headroomBytes,
-        freeBytes: space.freeBytes + applied.freed_bytes,
-        reclaimableBytes: 0,
-      };
-      return { ...this.failure(modelId, "no_fit", noFitMessage(arithmetic)), arithmetic };
-    }
+    const admitted = await this.admit(modelId, plan, request);
+    if (!admitted.ok) return admitted.failure;
+    const { space, applied } = admitted;
 
     const record: StagingRecord = {
       version: 1,
@@ -611,8 +658,6 @@ export class StagingClient implements AsyncDisposable {
     };
     let stats: FillStats;
     try {
-      await mkdir(dir, { recursive: true });
-      await writeRecord(dir, record);
       this.log.info(
         {
           modelId,
@@ -623,27 +668,14 @@ export class StagingClient implements AsyncDisposable {
         },
         "staging admitted",
       );
-      stats = await executeFill({
-        idleTimeoutMs: this.opts.transferIdleTimeoutMs,
+      stats = await this.fillAndCommit(
         dir,
+        record,
         plan,
+        (file) => this.storeOpener(storeUrl, modelId, file),
+        options,
         signal,
-        open: (file) => this.storeOpener(storeUrl, modelId, file),
-        onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
-      });
-      // Still marked downloading here, so no pass can delete the copy while it is finalized.
-      await removeStale(
-        dir,
-        files.map((f) => f.path),
-        [RECORD_FILE],
       );
-      const now = this.clock.now();
-      await writeRecord(dir, {
-        ...record,
-        complete: true,
-        last_used_ms: now,
-        completed_at_ms: now,
-      });
     } catch (e) {
       if (e instanceof LinkFailedError) {
         this.log.warn({ modelId, err: e }, "hardlink failed; admitting again as a copy");
