@@ -20,6 +20,8 @@ import { rpcArgs, serverArgs } from "./args.ts";
 import { RunnerSupervisor } from "./runner.ts";
 import type { RunnerStatus } from "./runner.ts";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
+import { assignedHere, planRunners, remoteEndpoints } from "./plan.ts";
+import type { RunnerAction, SlotView } from "./plan.ts";
 import { join } from "node:path";
 
 export interface WorkerOptions {
@@ -150,72 +152,77 @@ export class Worker implements AsyncDisposable {
     const c = this.o.cluster;
     if (!c.synced) return;
     const state = c.snapshot();
-    const desired = new Map<string, { instance: Instance; rank: number }>();
-    for (const inst of Object.values(state.instances)) {
-      for (const a of inst.assignments) {
-        if (a.peer_key === c.peerKey)
-          desired.set(runnerKey(inst.instance_id, a.rank), { instance: inst, rank: a.rank });
-      }
-    }
-    for (const [key, slot] of this.slots) {
-      if (!desired.has(key)) await this.teardown(slot, "instance no longer assigned here");
-    }
-    for (const [key, d] of desired) {
-      let slot = this.slots.get(key);
-      if (!slot) {
-        slot = {
-          key,
-          instance: d.instance,
-          rank: d.rank,
-          abort: new AbortController(),
-          state: "RunnerStaging",
-          restarts: 0,
-          progressReportedAt: 0,
-        };
-        const model = state.models[d.instance.model_id];
-        if (d.rank === 0 && model) slot.progress = stagingStart(model.bytes, Date.now());
-        this.slots.set(key, slot);
-        void this.launch(slot);
-      } else if (slot.rank === 0 && slot.instance.assignments.length > 1 && slot.supervisor) {
-        // A restarted remote rank gets a new endpoint: rank 0 must reconnect to it.
-        const rpc = this.rpcEndpoints(state, slot.instance);
-        if (!rpc) {
-          // A remote rank is down or restarting: llama-server would abort or hang on the lost peer,
-          // so rank 0 stops now and starts again once every remote rank is ready.
-          this.log.warn(
-            { instance: slot.instance.instance_id },
-            "a remote rank is not ready; stopping rank 0 until it is",
-          );
-          const sup = slot.supervisor;
-          slot.supervisor = undefined;
-          slot.rpc = undefined;
-          await sup.stop();
-          this.update(slot, {
-            state: "RunnerWarmingUp",
-            reason: "waiting for remote ranks",
-            restarts: slot.restarts,
-          });
-        } else if (rpc.join(",") !== slot.rpc) {
-          this.log.warn(
-            { instance: slot.instance.instance_id },
-            "remote rank endpoints changed; restarting rank 0",
-          );
-          await slot.supervisor.stop();
-          slot.supervisor = undefined;
-          slot.state = "RunnerWarmingUp";
-          void this.launch(slot);
-        }
-      } else if (
-        slot.rank === 0 &&
-        !slot.supervisor &&
-        slot.state === "RunnerWarmingUp" &&
-        slot.rpc === undefined
-      ) {
-        void this.launch(slot);
-      }
-      this.reportIfStale(state, slot);
+    const views = new Map<string, SlotView>();
+    for (const [key, s] of this.slots)
+      views.set(key, {
+        instance: s.instance,
+        rank: s.rank,
+        supervised: s.supervisor !== undefined,
+        state: s.state,
+        rpc: s.rpc,
+      });
+    for (const action of planRunners(state, c.peerKey, views)) await this.perform(state, action);
+    for (const key of assignedHere(state, c.peerKey).keys()) {
+      const slot = this.slots.get(key);
+      if (slot) this.reportIfStale(state, slot);
     }
     this.publishInUse();
+  }
+
+  /** Carries out one action of the plan (plan.ts) on this node's runners. */
+  private async perform(state: ControlState, a: RunnerAction): Promise<void> {
+    if (a.kind === "create") {
+      const slot: Slot = {
+        key: a.key,
+        instance: a.instance,
+        rank: a.rank,
+        abort: new AbortController(),
+        state: "RunnerStaging",
+        restarts: 0,
+        progressReportedAt: 0,
+      };
+      const model = state.models[a.instance.model_id];
+      if (a.rank === 0 && model) slot.progress = stagingStart(model.bytes, Date.now());
+      this.slots.set(a.key, slot);
+      void this.launch(slot);
+      return;
+    }
+    const slot = this.slots.get(a.key);
+    if (!slot) return;
+    switch (a.kind) {
+      case "teardown":
+        await this.teardown(slot, "instance no longer assigned here");
+        return;
+      case "await-remote": {
+        this.log.warn(
+          { instance: slot.instance.instance_id },
+          "a remote rank is not ready; stopping rank 0 until it is",
+        );
+        const sup = slot.supervisor;
+        slot.supervisor = undefined;
+        slot.rpc = undefined;
+        await sup?.stop();
+        this.update(slot, {
+          state: "RunnerWarmingUp",
+          reason: "waiting for remote ranks",
+          restarts: slot.restarts,
+        });
+        return;
+      }
+      case "reconnect":
+        this.log.warn(
+          { instance: slot.instance.instance_id },
+          "remote rank endpoints changed; restarting rank 0",
+        );
+        await slot.supervisor?.stop();
+        slot.supervisor = undefined;
+        slot.state = "RunnerWarmingUp";
+        void this.launch(slot);
+        return;
+      case "relaunch":
+        void this.launch(slot);
+        return;
+    }
   }
 
   /** Tells staging which models live runners here use (and their companions); eviction reads it. */
@@ -233,16 +240,6 @@ export class Worker implements AsyncDisposable {
   }
 
   /** Remote ranks' endpoints in rank order, once all are ready; undefined otherwise. */
-  private rpcEndpoints(state: ControlState, inst: Instance): string[] | undefined {
-    const out: string[] = [];
-    for (const a of inst.assignments.slice(1)) {
-      const r = state.runners[runnerKey(inst.instance_id, a.rank)];
-      if (r?.state !== "RunnerReady" || !r.endpoint) return undefined;
-      out.push(r.endpoint);
-    }
-    return out;
-  }
-
   /** Free bytes of each local GPU the engine serves on; one unmeasured device when none is listed. */
   private localGpus(engine: EngineInfo): number[] {
     if (engine.backend !== "cuda" && engine.backend !== "metal") return [];
@@ -339,7 +336,7 @@ export class Worker implements AsyncDisposable {
         : undefined;
       let rpc: string[] = [];
       if (inst.assignments.length > 1) {
-        const eps = this.rpcEndpoints(c.snapshot(), inst);
+        const eps = remoteEndpoints(c.snapshot(), inst);
         if (!eps) {
           // Wait for the other ranks; reconcile launches again when they report ready.
           slot.rpc = undefined;
