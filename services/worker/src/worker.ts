@@ -18,7 +18,7 @@ import type { Logger } from "@ic/log";
 import { freeTcpPort } from "./net.ts";
 import { rpcArgs, serverArgs } from "./args.ts";
 import { RunnerSupervisor } from "./runner.ts";
-import type { RunnerStatus } from "./runner.ts";
+import type { RunnerSpec, RunnerStatus } from "./runner.ts";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
 import { assignedHere, planRunners, remoteEndpoints } from "./plan.ts";
 import type { RunnerAction, SlotView } from "./plan.ts";
@@ -294,8 +294,6 @@ export class Worker implements AsyncDisposable {
   }
 
   private async launchInner(slot: Slot): Promise<void> {
-    const c = this.o.cluster;
-    const state = c.snapshot();
     const inst = slot.instance;
     const engine = this.o.engine();
     if (!engine.usable) throw new Error(`engine unusable: ${engine.problem ?? "unknown"}`);
@@ -325,65 +323,80 @@ export class Worker implements AsyncDisposable {
         (s) => this.onStatus(slot, s),
       );
     } else {
-      const model = state.models[inst.model_id];
-      if (!model) throw new Error(`model ${inst.model_id} is not registered`);
-      slot.progress = stagingStart(model.bytes, Date.now());
-      this.update(slot, { state: "RunnerStaging", restarts: slot.restarts });
-      const staged = await this.stageUntilDone(slot, model);
-      const drafterRecord = model.drafter ? state.models[model.drafter] : undefined;
-      const drafter = drafterRecord
-        ? await this.o.stager.stage(drafterRecord, slot.abort.signal)
-        : undefined;
-      let rpc: string[] = [];
-      if (inst.assignments.length > 1) {
-        const eps = remoteEndpoints(c.snapshot(), inst);
-        if (!eps) {
-          // Wait for the other ranks; reconcile launches again when they report ready.
-          slot.rpc = undefined;
-          this.update(slot, {
-            state: "RunnerWarmingUp",
-            reason: "waiting for remote ranks",
-            restarts: slot.restarts,
-          });
-          return;
-        }
-        rpc = eps;
-      }
-      slot.rpc = rpc.join(",");
-      const bin = engine.server_bin!;
-      const args = serverArgs({
-        instance: inst,
-        modelPath: staged.modelPath,
-        drafterPath: drafter?.modelPath,
-        mmprojPath: staged.mmprojPath,
-        pooling: model.pooling,
-        host: this.o.host,
-        port,
-        contextSize: runnerContext(inst.context_size, this.o.contextSize, model.context_length),
-        gpuLayers: this.o.gpuLayers,
-        totalLayers: model.layers,
-        rpcEndpoints: rpc,
-        localGpus: this.localGpus(engine),
-        // The established row split where the engine runs it over rpc; the experimental tensor
-        // mode only where the probe found it working and the operator allowed it.
-        tensorMode: engine.split?.row_over_rpc ? "row" : "tensor",
-        extraArgs: this.o.extraArgs,
-        tls: this.o.engineTls,
-      });
-      // The key goes in the environment (LLAMA_API_KEY), not argv, which `ps` shows to everyone.
-      const env: Record<string, string> = this.o.engineKey
-        ? { LLAMA_API_KEY: this.o.engineKey }
-        : {};
-      const tls = this.o.engineTls !== undefined;
-      sup = new RunnerSupervisor(
-        { ...common, role: "server", bin, args, env, tls },
-        this.log,
-        (s) => this.onStatus(slot, s),
-      );
+      const server = await this.prepareServer(slot, engine, port, common);
+      if (!server) return;
+      sup = server;
     }
     if (slot.abort.signal.aborted) return;
     slot.supervisor = sup;
     sup.start();
+  }
+
+  /**
+   * Rank 0's engine: stage its model (and drafter), wait for the remote ranks of a multi-node
+   * instance (undefined until they are all ready; reconcile launches again then), and build the
+   * llama-server command.
+   */
+  private async prepareServer(
+    slot: Slot,
+    engine: EngineInfo,
+    port: number,
+    common: Omit<RunnerSpec, "role" | "bin" | "args" | "env" | "tls">,
+  ): Promise<RunnerSupervisor | undefined> {
+    const c = this.o.cluster;
+    const state = c.snapshot();
+    const inst = slot.instance;
+    const model = state.models[inst.model_id];
+    if (!model) throw new Error(`model ${inst.model_id} is not registered`);
+    slot.progress = stagingStart(model.bytes, Date.now());
+    this.update(slot, { state: "RunnerStaging", restarts: slot.restarts });
+    const staged = await this.stageUntilDone(slot, model);
+    const drafterRecord = model.drafter ? state.models[model.drafter] : undefined;
+    const drafter = drafterRecord
+      ? await this.o.stager.stage(drafterRecord, slot.abort.signal)
+      : undefined;
+    let rpc: string[] = [];
+    if (inst.assignments.length > 1) {
+      const eps = remoteEndpoints(c.snapshot(), inst);
+      if (!eps) {
+        // Wait for the other ranks; reconcile launches again when they report ready.
+        slot.rpc = undefined;
+        this.update(slot, {
+          state: "RunnerWarmingUp",
+          reason: "waiting for remote ranks",
+          restarts: slot.restarts,
+        });
+        return;
+      }
+      rpc = eps;
+    }
+    slot.rpc = rpc.join(",");
+    const bin = engine.server_bin!;
+    const args = serverArgs({
+      instance: inst,
+      modelPath: staged.modelPath,
+      drafterPath: drafter?.modelPath,
+      mmprojPath: staged.mmprojPath,
+      pooling: model.pooling,
+      host: this.o.host,
+      port,
+      contextSize: runnerContext(inst.context_size, this.o.contextSize, model.context_length),
+      gpuLayers: this.o.gpuLayers,
+      totalLayers: model.layers,
+      rpcEndpoints: rpc,
+      localGpus: this.localGpus(engine),
+      // The established row split where the engine runs it over rpc; the experimental tensor
+      // mode only where the probe found it working and the operator allowed it.
+      tensorMode: engine.split?.row_over_rpc ? "row" : "tensor",
+      extraArgs: this.o.extraArgs,
+      tls: this.o.engineTls,
+    });
+    // The key goes in the environment (LLAMA_API_KEY), not argv, which `ps` shows to everyone.
+    const env: Record<string, string> = this.o.engineKey ? { LLAMA_API_KEY: this.o.engineKey } : {};
+    const tls = this.o.engineTls !== undefined;
+    return new RunnerSupervisor({ ...common, role: "server", bin, args, env, tls }, this.log, (s) =>
+      this.onStatus(slot, s),
+    );
   }
 
   /**
