@@ -239,7 +239,6 @@ export class Worker implements AsyncDisposable {
     this.o.stager.setInUse([...live], [...companions]);
   }
 
-  /** Remote ranks' endpoints in rank order, once all are ready; undefined otherwise. */
   /** Free bytes of each local GPU the engine serves on; one unmeasured device when none is listed. */
   private localGpus(engine: EngineInfo): number[] {
     if (engine.backend !== "cuda" && engine.backend !== "metal") return [];
