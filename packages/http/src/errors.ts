@@ -144,15 +144,16 @@ function closingQuote(bytes: Uint8Array, from: number): number {
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 /**
- * Parses a JSON body with a schema at the edge; invalid UTF-8, malformed JSON, nesting deeper than
- * MAX_JSON_DEPTH and schema violations are 400s.
+ * Parses a JSON body with a schema at the edge; a body over `maxBytes` (MAX_BODY_BYTES by default),
+ * invalid UTF-8, malformed JSON, nesting deeper than MAX_JSON_DEPTH and schema violations are 400s.
  */
 export async function parseJson<S extends z.ZodType>(
   c: Context,
   schema: S,
   what = "request body",
+  maxBytes?: number,
 ): Promise<z.output<S>> {
-  const bytes = await readBody(c);
+  const bytes = await readBody(c, maxBytes);
   let text: string;
   try {
     text = utf8.decode(bytes);

@@ -4,10 +4,10 @@
 // (app.request() in tests, other runtimes) the web Request is used.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Context } from "hono";
-import { ServiceError } from "@ic/protocol";
+import { MiB, ServiceError } from "@ic/protocol";
 
 /** Request bodies above this are refused (a chat body with inline images stays far below). */
-export const MAX_BODY_BYTES = 64 * 1024 * 1024;
+export const MAX_BODY_BYTES = 64 * MiB;
 
 interface NodeEnv {
   incoming?: IncomingMessage;
@@ -52,29 +52,28 @@ function owsTrimmed(v: string): string {
   return a === 0 && b === v.length ? v : v.slice(a, b);
 }
 
-function tooLarge(): ServiceError {
-  return new ServiceError(
-    "invalid_request",
-    `request body is larger than ${MAX_BODY_BYTES / 1024 / 1024} MiB`,
-  );
+function tooLarge(maxBytes: number): ServiceError {
+  const limit = maxBytes >= MiB ? `${maxBytes / MiB} MiB` : `${maxBytes} bytes`;
+  return new ServiceError("invalid_request", `request body is larger than ${limit}`);
 }
 
 /**
- * The whole request body. Bodies over MAX_BODY_BYTES are refused without being kept: the rest is
- * read and discarded, so the client gets its 400 (a client still sending would see a broken pipe if
- * the connection closed) and the connection stays usable.
+ * The whole request body. Bodies over `maxBytes` (MAX_BODY_BYTES unless an endpoint's bodies are
+ * known to be small) are refused without being kept: the rest is read and discarded, so the client
+ * gets its 400 (a client still sending would see a broken pipe if the connection closed) and the
+ * connection stays usable.
  */
-export async function readBody(c: Context): Promise<Buffer> {
+export async function readBody(c: Context, maxBytes = MAX_BODY_BYTES): Promise<Buffer> {
   const pair = nodePair(c);
   const refuse = (): never => {
     pair?.incoming.resume();
-    throw tooLarge();
+    throw tooLarge(maxBytes);
   };
   const declared = Number(requestHeader(c, "content-length") ?? 0);
-  if (declared > MAX_BODY_BYTES) refuse();
+  if (declared > maxBytes) refuse();
   if (!pair) {
     const buf = Buffer.from(await c.req.arrayBuffer());
-    if (buf.length > MAX_BODY_BYTES) refuse();
+    if (buf.length > maxBytes) refuse();
     return buf;
   }
   const { incoming } = pair;
@@ -88,7 +87,7 @@ export async function readBody(c: Context): Promise<Buffer> {
     };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > MAX_BODY_BYTES) {
+      if (size > maxBytes) {
         detach();
         return resolve(false);
       }

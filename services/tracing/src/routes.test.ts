@@ -162,6 +162,7 @@ describe("the switch", () => {
     ["[true]", "body"],
     ["not json", "JSON"],
     ["", "JSON"],
+    [`{"enabled": true, "pad": "${"x".repeat(4096)}"}`, "larger than 4096 bytes"],
   ])("refuses the body %j (invalid_request naming %s)", async (body, word) => {
     const res = await put(body);
     expect(res.status).toBe(400);

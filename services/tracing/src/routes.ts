@@ -16,6 +16,9 @@ import type { Tracing } from "./tracing.ts";
 export const LIST_LIMIT_DEFAULT = 100;
 export const LIST_LIMIT_MAX = 1000;
 
+/** A PUT body is a one-field object; anything longer is not one. */
+const MAX_PUT_BODY_BYTES = 4096;
+
 export const TracesQuerySchema = z.object({
   limit: z.coerce.number().int().min(1).max(LIST_LIMIT_MAX).default(LIST_LIMIT_DEFAULT),
 });
@@ -58,7 +61,7 @@ export function tracingRoutes(app: Hono, o: TracingRoutesOptions): void {
   app.get("/v1/tracing", (c) => c.json(tracing.status()));
 
   app.put("/v1/tracing", async (c) => {
-    const body = await parseJson(c, TracingBodySchema, "body");
+    const body = await parseJson(c, TracingBodySchema, "body", MAX_PUT_BODY_BYTES);
     tracing.setEnabled(body.enabled);
     return c.json(tracing.status());
   });
