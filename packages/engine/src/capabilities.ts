@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { writeTinyModel } from "@ic/gguf";
 import { canConnect, freePort, spawnChild } from "@ic/process";
 import type { Child } from "@ic/process";
+import { sleep } from "@ic/protocol";
 import type { EngineInfo, SplitSupport } from "@ic/protocol";
 
 /** What a probe found for one split mode: supported, and the engine's own words either way. */
@@ -258,7 +259,7 @@ async function waitListening(ports: readonly number[], deadline: number): Promis
   for (const port of ports) {
     while (!(await canConnect("127.0.0.1", port))) {
       if (Date.now() > deadline) throw new Error(`ggml-rpc-server on ${port} did not listen`);
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
     }
   }
 }

@@ -10,7 +10,9 @@ import {
   table,
   uniqueId,
   UsageError,
+  VERBS,
 } from "./index.ts";
+import { RUNNERS } from "./verbs.ts";
 import type { Findings } from "./index.ts";
 
 describe("arguments", () => {
@@ -56,6 +58,11 @@ describe("arguments", () => {
   it.each([["x"], ["0"], ["11"], ["2.5"]])("intOption(%j) refuses", (raw) =>
     expect(() => intOption("n", raw, 1, 10, 7)).toThrow(UsageError),
   );
+});
+
+describe("verbs", () => {
+  it("every verb the parser accepts has a runner, and every runner a verb", () =>
+    expect(Object.keys(RUNNERS).sort()).toEqual(Object.keys(VERBS).sort()));
 });
 
 describe("formatting", () => {

@@ -630,27 +630,28 @@ async function verbDoctor(p: Parsed, c: Client, io: Io): Promise<number> {
   return checks.every((k) => k.ok) ? 0 : 1;
 }
 
-/** Each verb of `ic`, by name: what `run` calls. */
-const VERBS: Readonly<Record<string, (p: Parsed, c: Client, io: Io) => Promise<number>>> = {
-  start: verbStart,
-  status: verbStatus,
-  models: verbModels,
-  pull: verbPull,
-  import: verbImport,
-  pulls: verbPulls,
-  place: verbPlace,
-  previews: verbPreviews,
-  rm: verbRm,
-  chat: verbChat,
-  logs: verbLogs,
-  storage: verbStorage,
-  purge: verbPurge,
-  traces: verbTraces,
-  doctor: verbDoctor,
-};
+/** What `run` calls for each verb of `ic` (args.ts's VERBS holds their options and help). */
+export const RUNNERS: Readonly<Record<string, (p: Parsed, c: Client, io: Io) => Promise<number>>> =
+  {
+    start: verbStart,
+    status: verbStatus,
+    models: verbModels,
+    pull: verbPull,
+    import: verbImport,
+    pulls: verbPulls,
+    place: verbPlace,
+    previews: verbPreviews,
+    rm: verbRm,
+    chat: verbChat,
+    logs: verbLogs,
+    storage: verbStorage,
+    purge: verbPurge,
+    traces: verbTraces,
+    doctor: verbDoctor,
+  };
 
 export async function run(p: Parsed, c: Client, io: Io): Promise<number> {
-  const verb = Object.hasOwn(VERBS, p.verb) ? VERBS[p.verb] : undefined;
+  const verb = Object.hasOwn(RUNNERS, p.verb) ? RUNNERS[p.verb] : undefined;
   if (!verb) throw new UsageError(`unknown verb "${p.verb}"`);
   return verb(p, c, io);
 }

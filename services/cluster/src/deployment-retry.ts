@@ -2,6 +2,7 @@
 // placement is retried after 1 s, doubling to 30 s; a change in membership, health or free memory
 // (the capacity view) makes it due again after 1 s, since the refusal may no longer hold.
 import type { NodeCapacity } from "@ic/placement";
+import { MiB } from "@ic/protocol";
 
 export const RETRY_FIRST_MS = 1000;
 export const RETRY_MAX_MS = 30_000;
@@ -38,7 +39,7 @@ export function capacityView(capacities: readonly NodeCapacity[]): string {
   return capacities
     .map(
       (c) =>
-        `${c.node_id}:${c.free_bytes === null ? "?" : Math.floor(c.free_bytes / 2 ** 26)}:${c.unavailable?.health_code ?? ""}`,
+        `${c.node_id}:${c.free_bytes === null ? "?" : Math.floor(c.free_bytes / (64 * MiB))}:${c.unavailable?.health_code ?? ""}`,
     )
     .join(",");
 }

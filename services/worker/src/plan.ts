@@ -44,7 +44,7 @@ export function remoteEndpoints(state: ControlState, inst: Instance): string[] |
 }
 
 /** The runners assigned to this node (by runner key), from the control state. */
-export function assignedHere(
+function assignedHere(
   state: ControlState,
   peerKey: string,
 ): Map<string, { instance: Instance; rank: number }> {

@@ -20,7 +20,7 @@ import { rpcArgs, serverArgs } from "./args.ts";
 import { RunnerSupervisor } from "./runner.ts";
 import type { RunnerSpec, RunnerStatus } from "./runner.ts";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
-import { assignedHere, planRunners, remoteEndpoints } from "./plan.ts";
+import { planRunners, remoteEndpoints } from "./plan.ts";
 import type { RunnerAction, SlotView } from "./plan.ts";
 import { join } from "node:path";
 
@@ -162,10 +162,8 @@ export class Worker implements AsyncDisposable {
         rpc: s.rpc,
       });
     for (const action of planRunners(state, c.peerKey, views)) await this.perform(state, action);
-    for (const key of assignedHere(state, c.peerKey).keys()) {
-      const slot = this.slots.get(key);
-      if (slot) this.reportIfStale(state, slot);
-    }
+    // The plan's teardowns removed every runner not assigned here: what is left is the assignment.
+    for (const slot of this.slots.values()) this.reportIfStale(state, slot);
     this.publishInUse();
   }
 
