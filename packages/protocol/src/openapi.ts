@@ -29,6 +29,17 @@ export interface ApiOperation {
   readonly responses: Readonly<Record<string, ApiResponse>>;
 }
 
+/** A JSON answer (with the schema it matches when it has one). */
+export const jsonAnswer = (description: string, schema?: z.ZodType): ApiResponse => ({
+  description,
+  ...(schema ? { schema } : {}),
+});
+/** A Server-Sent Events answer. */
+export const sseAnswer = (description: string): ApiResponse => ({
+  description,
+  contentType: "text/event-stream",
+});
+
 const jsonSchema = (s: z.ZodType, io: "input" | "output"): Record<string, unknown> => {
   const out = z.toJSONSchema(s, { io, unrepresentable: "any", target: "draft-2020-12" }) as Record<
     string,

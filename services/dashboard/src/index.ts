@@ -8,3 +8,4 @@ export {
   editStagingYaml,
 } from "./settings.ts";
 export type { SettingsEdit, SettingsView, StagingValues } from "./settings.ts";
+export { DASHBOARD_OPERATIONS } from "./operations.ts";

@@ -30,3 +30,4 @@ export type { AppendHandle, Disk, EventFiles } from "./disk.ts";
 export { EVENT_TYPES, EventsQuerySchema, eventRoutes } from "./routes.ts";
 export type { EventsQuery, EventsResponse } from "./routes.ts";
 export { ACTIVE_FILE } from "./ring-file.ts";
+export { EVENT_LOG_OPERATIONS } from "./operations.ts";

@@ -7,3 +7,4 @@ export { DEFAULT_CHAT_LIMITS, preciseNow } from "./routes/chat.ts";
 export type { ChatLimits } from "./routes/chat.ts";
 export { postUpstream } from "./upstream.ts";
 export type { UpstreamOptions } from "./upstream.ts";
+export { GATEWAY_OPERATIONS } from "./operations.ts";

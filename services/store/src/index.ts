@@ -55,3 +55,4 @@ export {
   storeRoutes,
   type StoreRouteOptions,
 } from "./routes.ts";
+export { STORE_OPERATIONS } from "./operations.ts";

@@ -35,3 +35,4 @@ export type {
 } from "./cluster.ts";
 export { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, TracesQuerySchema, tracingRoutes } from "./routes.ts";
 export type { TracingRoutesOptions } from "./routes.ts";
+export { TRACING_OPERATIONS } from "./operations.ts";
