@@ -20,3 +20,5 @@ export {
   TokenSet,
 } from "./auth.ts";
 export type { ApiToken, AuthOptions } from "./auth.ts";
+export { ComponentStack } from "./component.ts";
+export type { Component, HeartbeatPart } from "./component.ts";

@@ -19,6 +19,11 @@ export interface PeerAskOptions {
   readonly timeoutMs?: number;
 }
 
+/** The live peers' APIs (this node excluded) and how to ask them: what every fan-out takes. */
+export interface PeerApis extends PeerAskOptions {
+  list(): readonly PeerApi[];
+}
+
 /** A peer that did not answer usefully, and why in a few words. */
 export interface UnreachablePeer {
   readonly node: string;

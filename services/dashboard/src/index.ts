@@ -9,3 +9,4 @@ export {
 } from "./settings.ts";
 export type { SettingsEdit, SettingsView, StagingValues } from "./settings.ts";
 export { DASHBOARD_OPERATIONS } from "./operations.ts";
+export { dashboardComponent } from "./component.ts";

@@ -31,3 +31,4 @@ export { EVENT_TYPES, EventsQuerySchema, eventRoutes } from "./routes.ts";
 export type { EventsQuery, EventsResponse } from "./routes.ts";
 export { ACTIVE_FILE } from "./ring-file.ts";
 export { EVENT_LOG_OPERATIONS } from "./operations.ts";
+export { eventLogComponent, type EventLogComponent } from "./component.ts";

@@ -8,3 +8,4 @@ export type { ChatLimits } from "./routes/chat.ts";
 export { postUpstream } from "./upstream.ts";
 export type { UpstreamOptions } from "./upstream.ts";
 export { GATEWAY_OPERATIONS } from "./operations.ts";
+export { engineAuth } from "./engine-auth.ts";

@@ -2,6 +2,7 @@
 // heartbeat (gateways then send no new request to an instance with a rank on it), waits for the
 // requests in flight on those instances' engines to end, bounded by node.drain_timeout_ms, and only
 // then stops. A second SIGTERM cuts the wait short.
+import type { ClusterAgent } from "@ic/cluster";
 import type { Logger } from "@ic/log";
 
 export interface DrainOptions {
@@ -80,4 +81,72 @@ export function engineBusy(metricsText: string): number {
     if (m) n += Number(m[2]) || 0;
   }
   return n;
+}
+
+/** What a node's drain asks of its cluster agent and its gateway. */
+export interface NodeDrainSources {
+  readonly peerKey: string;
+  readonly agent: Pick<ClusterAgent, "snapshot" | "publishHeartbeat">;
+  /** Chat requests this node's gateway relays, by instance. */
+  readonly relaying: () => Iterable<number>;
+  readonly engineHeaders: (instanceId: string) => Record<string, string>;
+  readonly timeoutMs: number;
+  readonly log: Logger;
+}
+
+/**
+ * The drain of a node: it waits for the requests on the engines of its instances and those its
+ * gateway relays, and for the deployments served here when it began to be ready elsewhere (the
+ * master places each elsewhere first when a node can take it).
+ */
+export function nodeDrain(o: NodeDrainSources): Drain {
+  const { agent, peerKey } = o;
+  const mine = () =>
+    Object.values(agent.snapshot().instances).filter((i) =>
+      i.assignments.some((a) => a.peer_key === peerKey),
+    );
+  const relaying = () => {
+    let n = 0;
+    for (const v of o.relaying()) n += v;
+    return n;
+  };
+  const here = new Set(
+    Object.values(agent.snapshot().deployments)
+      .filter((d) => mine().some((i) => i.instance_id === d.instance_id))
+      .map((d) => d.deployment_id),
+  );
+  const movingElsewhere = () => {
+    const s = agent.snapshot();
+    let n = 0;
+    for (const id of here) {
+      const inst = s.instances[s.deployments[id]?.instance_id ?? ""];
+      if (!inst || inst.assignments.some((a) => a.peer_key === peerKey)) continue;
+      if (s.runners[`${inst.instance_id}/0`]?.state !== "RunnerReady") n++;
+    }
+    return n;
+  };
+  const engineRequests = async (instanceId: string): Promise<number> => {
+    const endpoint = agent.snapshot().runners[`${instanceId}/0`]?.endpoint;
+    if (!endpoint?.startsWith("http")) return 0;
+    try {
+      const res = await fetch(`${endpoint}/metrics`, {
+        headers: o.engineHeaders(instanceId),
+        signal: AbortSignal.timeout(2000),
+      });
+      return res.ok ? engineBusy(await res.text()) : 0;
+    } catch {
+      return 0; // the engine is gone: nothing of it to wait for
+    }
+  };
+  return new Drain({
+    announce: () => agent.publishHeartbeat(),
+    hasInstances: () => mine().length > 0 || relaying() > 0,
+    busy: async () => {
+      const counts = await Promise.all(mine().map((i) => engineRequests(i.instance_id)));
+      return counts.reduce((a, b) => a + b, 0) + relaying() + movingElsewhere();
+    },
+    settleMs: 500,
+    timeoutMs: o.timeoutMs,
+    log: o.log,
+  });
 }

@@ -56,3 +56,10 @@ export {
   type StoreRouteOptions,
 } from "./routes.ts";
 export { STORE_OPERATIONS } from "./operations.ts";
+export { readModelDir } from "./host/registry.ts";
+export { storeComponent } from "./component.ts";
+export {
+  storeHostComponent,
+  type StoreHostComponent,
+  type StoreHostComponentOptions,
+} from "./host/component.ts";

@@ -36,3 +36,4 @@ export type {
 export { LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, TracesQuerySchema, tracingRoutes } from "./routes.ts";
 export type { TracingRoutesOptions } from "./routes.ts";
 export { TRACING_OPERATIONS } from "./operations.ts";
+export { tracingComponent, type TracingComponent } from "./component.ts";

@@ -15,5 +15,13 @@ export { rpcArgs, serverArgs } from "./args.ts";
 export { Worker } from "./worker.ts";
 export type { WorkerOptions } from "./worker.ts";
 export type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
-export { readModelDir } from "./registry.ts";
 export { freeTcpPort } from "./net.ts";
+export {
+  engineComponent,
+  telemetryComponent,
+  workerComponent,
+  type EngineComponent,
+  type TelemetryComponent,
+  type TelemetryReader,
+  type WorkerComponent,
+} from "./component.ts";

@@ -1,0 +1,178 @@
+// The worker's parts of a node as components: the engine (found and asked what it can do), the
+// telemetry path (readings, link measurements, what each heartbeat carries) and the worker itself
+// (the runners of the instances assigned here). Each takes its config section whole.
+import type { Bus } from "@ic/bus";
+import type { Config } from "@ic/config";
+import { engineCacheRoot, locateEngine, probeSplitSupport, probeTls } from "@ic/engine";
+import type { Component } from "@ic/http";
+import type { Logger } from "@ic/log";
+import { GiB } from "@ic/protocol";
+import type { EngineInfo } from "@ic/protocol";
+import { LinkProber } from "./links.ts";
+import type { LinkTarget } from "./links.ts";
+import type { ClusterPort, Stager } from "./ports.ts";
+import { TelemetryCollector } from "./telemetry.ts";
+import type { TelemetryReading } from "./telemetry.ts";
+
+/** Takes one telemetry reading (the host's by default). */
+export type TelemetryReader = () => Promise<TelemetryReading>;
+import { Worker } from "./worker.ts";
+
+type EngineSection = Config["engine"];
+type TlsFiles = { readonly certFile: string; readonly keyFile: string };
+type ModeResult = Awaited<ReturnType<typeof probeTls>>;
+
+export interface EngineComponent extends Component {
+  /** What start() found (throws before it). */
+  info(): EngineInfo;
+  /** The files engines serve HTTPS with, when the node has certificates and the engine can. */
+  tls(): TlsFiles | undefined;
+}
+
+/** Finds the engine and asks it which cross-node splits and whether HTTPS it supports. */
+export function engineComponent(
+  section: EngineSection,
+  o: {
+    readonly log: Logger;
+    /** The node's certificate: engines serve HTTPS with it where the engine can. */
+    readonly tls?: TlsFiles | undefined;
+    /** What the TLS probe answered (the node's security health reports it). */
+    readonly onTlsProbe?: (r: ModeResult) => void;
+  },
+): EngineComponent {
+  let info: EngineInfo | undefined;
+  let tls: TlsFiles | undefined;
+  return {
+    name: "engine",
+    async start() {
+      const located = await locateEngine({
+        serverBinOverride: section.server_bin,
+        rpcBinOverride: section.rpc_bin,
+      });
+      // What the engine can split across nodes, asked of the engine (cached per build).
+      const probed = await probeSplitSupport(located, { cacheDir: engineCacheRoot() });
+      const split = { ...probed, tensor_opt_in: section.experimental_tensor_split };
+      info = { ...located, split };
+      o.log.info({ split }, "engine split modes across nodes (capability probe)");
+      // With certificates, engines serve HTTPS where the engine can (asked of it, not assumed).
+      if (o.tls && located.usable) {
+        const r = await probeTls(located.server_bin ?? undefined, o.tls);
+        o.onTlsProbe?.(r);
+        if (r.supported) tls = o.tls;
+      }
+      if (!info.usable)
+        o.log.warn({ engine: info }, "engine unusable; this node cannot run instances");
+    },
+    info: () => {
+      if (!info) throw new Error("the engine component has not started");
+      return info;
+    },
+    tls: () => tls,
+  };
+}
+
+export interface TelemetryComponent extends Component {
+  readonly collector: TelemetryCollector;
+}
+
+/**
+ * Readings of this node and its links to the peers, handed to each heartbeat through the bounded
+ * queue, and marked published when this node's own heartbeat comes back over the bus.
+ */
+export function telemetryComponent(
+  node: Pick<Config["node"], "backend" | "memory_limit_gb">,
+  o: {
+    readonly log: Logger;
+    readonly engine: () => EngineInfo;
+    readonly modelsPath: string;
+    readonly heartbeatMs: number;
+    readonly bus: Pick<Bus, "subscribe">;
+    readonly peerKey: string;
+    /** The live peers to measure links to (this node excluded). */
+    readonly peers: () => readonly LinkTarget[];
+    readonly read?: TelemetryReader;
+  },
+): TelemetryComponent {
+  const collector = new TelemetryCollector(
+    {
+      log: o.log,
+      engine: o.engine,
+      declaredBackend: node.backend,
+      modelsPath: o.modelsPath,
+      intervalMs: o.heartbeatMs,
+      memoryLimitBytes: node.memory_limit_gb !== undefined ? node.memory_limit_gb * GiB : undefined,
+    },
+    o.read,
+  );
+  const links = new LinkProber(1000);
+  let unechoed: (() => void) | undefined;
+  let probe: NodeJS.Timeout | undefined;
+  return {
+    name: "telemetry",
+    collector,
+    async start() {
+      await collector.start();
+      unechoed = o.bus.subscribe("heartbeat", (hb) => {
+        if (hb.peer_key === o.peerKey) collector.published(hb.sent_at);
+      });
+      probe = setInterval(() => {
+        void links.probe(o.peers()).then(() => collector.offer("links", links.current));
+      }, o.heartbeatMs);
+    },
+    async stop() {
+      clearInterval(probe);
+      unechoed?.();
+      await collector.stop();
+    },
+    heartbeat: () => collector.heartbeatPart(),
+  };
+}
+
+export interface WorkerComponent extends Component {
+  readonly worker: Worker;
+}
+
+/** The runners of the instances assigned to this node (worker.ts). */
+export function workerComponent(
+  section: EngineSection,
+  o: {
+    readonly cluster: ClusterPort;
+    readonly stager: Stager;
+    readonly log: Logger;
+    readonly engine: EngineComponent;
+    readonly telemetry: TelemetryCollector;
+    /** Address engines listen on: the node's own address (an IP), never 0.0.0.0. */
+    readonly host: string;
+    /** Address in runner endpoints (the node's advertised `node.host`). */
+    readonly advertiseHost: string;
+    readonly engineKey: string;
+  },
+): WorkerComponent {
+  const worker = new Worker({
+    cluster: o.cluster,
+    stager: o.stager,
+    log: o.log,
+    engine: () => o.engine.info(),
+    gpus: () => o.telemetry.telemetry?.gpus ?? [],
+    host: o.host,
+    advertiseHost: o.advertiseHost,
+    engineKey: o.engineKey,
+    engineTls: o.engine.tls(),
+    runnerLogDir: section.runner_log_dir,
+    contextSize: section.context_size,
+    gpuLayers: section.gpu_layers,
+    warmupDeadlineMs: section.warmup_deadline_seconds * 1000,
+    restartBackoffMs: section.restart_backoff_ms,
+    healthyUptimeMs: section.healthy_uptime_ms,
+    engineNiceness: section.niceness,
+    portBase: section.port_base,
+    extraArgs: section.extra_args,
+  });
+  return {
+    name: "worker",
+    worker,
+    start: () => worker.start(),
+    stop: () => worker.stop(),
+    heartbeat: () => ({ runners: worker.runners(), health: worker.health() }),
+  };
+}
