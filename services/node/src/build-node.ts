@@ -11,12 +11,12 @@ import { stagingFor } from "@ic/config";
 import { dashboardComponent } from "@ic/dashboard";
 import { eventLogComponent } from "@ic/eventlog";
 import type { Disk } from "@ic/eventlog";
-import { createGatewayApp, engineAuth, RequestLoad } from "@ic/gateway";
+import { engineAuth, RequestLoad } from "@ic/gateway";
 import { ComponentStack, TokenSet } from "@ic/http";
 import type { Component } from "@ic/http";
 import { processLogTail } from "@ic/log";
 import type { LogTail, Logger } from "@ic/log";
-import type { ChatObserver, ClusterView, PeerApis } from "@ic/protocol";
+import type { ClusterView, PeerApis } from "@ic/protocol";
 import { LiveStagingSettings, stagingSettings } from "@ic/staging";
 import { createHubSource, storeComponent, storeHostComponent } from "@ic/store";
 import { tracingComponent } from "@ic/tracing";
@@ -26,7 +26,7 @@ import { healthRoutes } from "./health-route.ts";
 import type { NodePhase } from "./health-route.ts";
 import { LoopMonitor } from "./loop-monitor.ts";
 import { observabilityComponent } from "./observability/component.ts";
-import { openApiRoutes } from "./openapi.ts";
+import { nodeApi } from "./node-api.ts";
 import { PeerWatch, watchRoutes } from "./peer-watch.ts";
 import type { WatchAgent } from "./peer-watch.ts";
 import { ConfigReloader, reloadRoutes, withNodeToken } from "./reload.ts";
@@ -315,43 +315,23 @@ async function compose<C extends NodeCluster>(
       healthRoutes(a, { agent, name, phase: deps.phase });
     },
   };
-  const routed: readonly (Component | undefined)[] = [
-    events,
-    { name: "reload", routes: (a) => reloadRoutes(a, reloader) },
-    observability,
-    tracing,
-    store,
-    clusterPart,
-    { name: "openapi", routes: openApiRoutes },
-    dashboard,
-    storeHost,
-  ];
-  const observers = [tracing.tracing.observe, observability.observe];
-  const app = createGatewayApp({
+  const app = nodeApi(cfg, {
     cluster: agent,
     log,
-    name,
-    restart: () => hooks.onRestartRequested?.(),
-    drain: () => hooks.onDrainRequested?.(),
-    infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
-    stateStreamPeriodMs: cfg.cluster.heartbeat_ms,
-    contextSize: cfg.engine.context_size,
-    chatLimits: {
-      defaultMaxTokens: cfg.chat.default_max_tokens,
-      connectTimeoutMs: cfg.chat.connect_timeout_ms,
-      idleTimeoutMs: cfg.chat.idle_timeout_ms,
-      totalTimeoutMs: cfg.chat.total_timeout_ms,
-      migrateStreams: cfg.chat.migrate_streams,
-      prefixRouting: cfg.chat.prefix_routing,
-    },
-    onChatMigration: (m) => observability.metrics.migration(m),
-    // With tokens configured, peers present the cluster's node token (read scope: store downloads).
-    // The set is replaced on a reload (SIGHUP, POST /admin/reload).
-    auth: { tokens: apiTokens },
+    hooks,
+    tokens: apiTokens,
     engineHeaders,
     load: chatLoad,
-    observeChat: (r) => combineObservers(observers.map((f) => f(r))),
-    extensions: routed.flatMap((c) => (c?.routes ? [(a: Hono) => c.routes!(a)] : [])),
+    routes: {
+      events,
+      reload: { name: "reload", routes: (a) => reloadRoutes(a, reloader) },
+      observability,
+      tracing,
+      store,
+      cluster: clusterPart,
+      dashboard,
+      storeHost,
+    },
   });
   agent.on({ event: (ev) => eventLog.append(ev) });
   await stack.start(clusterPart);
@@ -370,12 +350,4 @@ async function compose<C extends NodeCluster>(
     )
   ).worker;
   return { app, cluster: agent, stack, chatLoad, engineHeaders, reloader, stager };
-}
-
-/** One observer for several (undefined when none observes: the chat path then skips its events). */
-function combineObservers(list: (ChatObserver | undefined)[]): ChatObserver | undefined {
-  const live = list.filter((x): x is ChatObserver => x !== undefined);
-  if (live.length === 0) return undefined;
-  if (live.length === 1) return live[0];
-  return { event: (e) => live.forEach((o) => o.event(e)) };
 }

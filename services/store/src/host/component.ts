@@ -135,7 +135,7 @@ export function storeHostComponent(o: StoreHostComponentOptions): StoreHostCompo
     },
     async stop() {
       clearInterval(timer);
-      watch.stop();
+      await watch.stop();
       unservePulls?.();
       pulls.stop();
       await host.stop();

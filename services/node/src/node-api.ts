@@ -1,0 +1,92 @@
+// The node's HTTP API: the gateway's app with every component's routes, in the order they are
+// matched, and the gateway's settings from the config. buildNode serves it; fuzz.test.ts serves the
+// same composition over a scripted cluster.
+import type { Hono } from "hono";
+import type { Config } from "@ic/config";
+import { createGatewayApp } from "@ic/gateway";
+import type { RequestLoad } from "@ic/gateway";
+import type { ApiToken, Component, TokenSet } from "@ic/http";
+import type { Logger } from "@ic/log";
+import type { ChatObserver, ClusterView } from "@ic/protocol";
+import type { NodeHooks } from "./build-node.ts";
+import type { ObservabilityComponent } from "./observability/component.ts";
+import { openApiRoutes } from "./openapi.ts";
+
+/** The routed components, by name (absent: a node without that part, e.g. no store host). */
+export interface NodeRoutes {
+  readonly events: Component;
+  readonly reload?: Component | undefined;
+  readonly observability: ObservabilityComponent;
+  readonly tracing: Component & {
+    readonly tracing: { observe(r: ChatRequestSeen): ChatObserver | undefined };
+  };
+  readonly store: Component;
+  /** The peer watch and GET /health. */
+  readonly cluster: Component;
+  readonly dashboard: Component;
+  readonly storeHost?: Component | undefined;
+}
+
+type ChatRequestSeen = { commandId: string; receivedAt: number };
+
+export interface NodeApiOptions {
+  readonly cluster: ClusterView;
+  readonly log: Logger;
+  readonly hooks: NodeHooks;
+  /** The API's tokens: a set a reload replaces, or a fixed list (empty: anonymous). */
+  readonly tokens: TokenSet | readonly ApiToken[];
+  readonly engineHeaders?: (instanceId: string) => Record<string, string>;
+  /** Chat requests in flight through this gateway (heartbeats tell the others). */
+  readonly load?: RequestLoad;
+  readonly routes: NodeRoutes;
+}
+
+export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
+  const r = o.routes;
+  const routed: readonly (Component | undefined)[] = [
+    r.events,
+    r.reload,
+    r.observability,
+    r.tracing,
+    r.store,
+    r.cluster,
+    { name: "openapi", routes: openApiRoutes },
+    r.dashboard,
+    r.storeHost,
+  ];
+  const observers = [r.tracing.tracing.observe, r.observability.observe];
+  return createGatewayApp({
+    cluster: o.cluster,
+    log: o.log,
+    name: cfg.node.name!,
+    restart: () => o.hooks.onRestartRequested?.(),
+    drain: () => o.hooks.onDrainRequested?.(),
+    infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
+    stateStreamPeriodMs: cfg.cluster.heartbeat_ms,
+    contextSize: cfg.engine.context_size,
+    chatLimits: {
+      defaultMaxTokens: cfg.chat.default_max_tokens,
+      connectTimeoutMs: cfg.chat.connect_timeout_ms,
+      idleTimeoutMs: cfg.chat.idle_timeout_ms,
+      totalTimeoutMs: cfg.chat.total_timeout_ms,
+      migrateStreams: cfg.chat.migrate_streams,
+      prefixRouting: cfg.chat.prefix_routing,
+    },
+    onChatMigration: (m) => r.observability.metrics.migration(m),
+    // With tokens configured, peers present the cluster's node token (read scope: store downloads).
+    // The set is replaced on a reload (SIGHUP, POST /admin/reload).
+    auth: { tokens: o.tokens },
+    ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
+    ...(o.load ? { load: o.load } : {}),
+    observeChat: (req) => combineObservers(observers.map((f) => f(req))),
+    extensions: routed.flatMap((c) => (c?.routes ? [(a: Hono) => c.routes!(a)] : [])),
+  });
+}
+
+/** One observer for several (undefined when none observes: the chat path then skips its events). */
+function combineObservers(list: (ChatObserver | undefined)[]): ChatObserver | undefined {
+  const live = list.filter((x): x is ChatObserver => x !== undefined);
+  if (live.length === 0) return undefined;
+  if (live.length === 1) return live[0];
+  return { event: (e) => live.forEach((o) => o.event(e)) };
+}
