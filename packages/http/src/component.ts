@@ -51,11 +51,6 @@ export class ComponentStack {
     return c;
   }
 
-  /** Components started so far, in start order. */
-  list(): readonly Component[] {
-    return this.started;
-  }
-
   /** The heartbeat fields of every component (a later one wins a field two fill). */
   heartbeat(): HeartbeatPart & { health: HealthEntry[] } {
     const part: HeartbeatPart = {};
@@ -66,11 +61,6 @@ export class ComponentStack {
       if (h) health.push(...h);
     }
     return { ...part, health };
-  }
-
-  /** Every component's routes, in start order. */
-  routes(app: Hono): void {
-    for (const c of this.started) c.routes?.(app);
   }
 
   async stop(): Promise<void> {
