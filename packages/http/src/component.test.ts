@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { createLogger } from "@ic/log";
 import { ComponentStack } from "./component.ts";
 import type { Component } from "./component.ts";
+import type { HealthEntry } from "@ic/protocol";
 
 function logged(): { log: ReturnType<typeof createLogger>; lines: string[] } {
   const lines: string[] = [];
@@ -74,7 +75,12 @@ describe("ComponentStack", () => {
 
   it("merges the heartbeat parts in start order, health entries appended", async () => {
     const stack = new ComponentStack(logged().log);
-    const warn = (code: string) => ({ code, severity: "warn" as const, message: code });
+    const warn = (message: string): HealthEntry => ({
+      code: "runner_failed",
+      severity: "warn",
+      message,
+      remediation: "none",
+    });
     await stack.start({ name: "a", heartbeat: () => ({ runners: [], health: [warn("one")] }) });
     await stack.start({ name: "b" });
     await stack.start({
