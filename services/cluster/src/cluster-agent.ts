@@ -45,7 +45,7 @@ import { nodeCapacities } from "@ic/placement";
 import { afterAttempt, capacityView, retryDue } from "./deployment-retry.ts";
 import type { RetryEntry } from "./deployment-retry.ts";
 import type { MemoryModel } from "@ic/placement";
-import type { HeardPeer, IdKind, Peer, TaskBounds } from "@ic/state";
+import type { IdKind, Peer, TaskBounds } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
 import type { Clock } from "@ic/protocol";
@@ -53,7 +53,9 @@ import { DEFAULT_LOG_BOUNDS, MasterLog } from "./master-log.ts";
 import type { LogBounds } from "./master-log.ts";
 import { defaultSyncBudget, SnapshotAssembler, SyncServer } from "./replica-sync.ts";
 import { AnnouncedSession } from "./announced-session.ts";
-import { LinkReport, resolveLinks } from "./link-report.ts";
+import { LinkReport } from "./link-report.ts";
+import { heardAt, Membership } from "./membership.ts";
+import type { PeerView, ProbeSettings } from "./membership.ts";
 
 export interface SelfInfo {
   readonly peerKey: string;
@@ -72,38 +74,6 @@ export interface AgentTimings {
 /** What the worker contributes to each heartbeat. */
 export type HeartbeatExtras = Pick<Heartbeat, "telemetry" | "links" | "runners" | "health"> &
   Partial<Pick<Heartbeat, "loop_delay" | "pulls" | "outstanding">>;
-
-export interface PeerView {
-  readonly heartbeat: Heartbeat;
-  readonly lastHeard: number;
-  /**
-   * The bus connection the peer's first heartbeat came from. A peer is pinned to it: messages that
-   * claim to be this peer's but come from another connection are ignored.
-   */
-  readonly origin: string | undefined;
-  /**
-   * Set when a connection to the peer dropped and it then failed every liveness probe: it counts as
-   * silent from then on (election, liveness, membership) until it is heard again.
-   */
-  readonly lostAt?: number;
-}
-
-/** When a peer was last heard, for every liveness rule: never, once it is known to be gone. */
-function heardAt(p: PeerView): number {
-  return p.lostAt === undefined ? p.lastHeard : Number.NEGATIVE_INFINITY;
-}
-
-/** Probing a peer after a connection to it dropped (see `ClusterAgent.connectionLost`). */
-export interface ProbeSettings {
-  /** Requests sent before the peer is declared gone. */
-  readonly tries: number;
-  /** Deadline of one request. */
-  readonly timeoutMs: number;
-  /** Pause after a request failed at once ("no responder") before the next try. */
-  readonly gapMs: number;
-}
-
-export const DEFAULT_PROBE: ProbeSettings = { tries: 3, timeoutMs: 300, gapMs: 100 };
 
 export interface AgentOptions {
   readonly bus: Bus;
@@ -156,7 +126,8 @@ export class ClusterAgent implements AsyncDisposable {
   private role: Role = "follower";
   /** The session this node has joined (or is joining) and its master. */
   private current: { session_id: SessionId; master: Peer } | null = null;
-  private readonly peers = new Map<string, PeerView>();
+  /** The peers heard, pinned to their connections; who is live, who is gone. */
+  private readonly membership: Membership;
   private readonly pending = new Map<number, IndexedEvent>();
   /** Another master's session announced while this node was not in it (see adopt). */
   private readonly announced = new AnnouncedSession();
@@ -201,6 +172,14 @@ export class ClusterAgent implements AsyncDisposable {
     });
     this.linkReport = new LinkReport(o.linksRefresh);
     this.log = o.log.child({ component: "cluster" });
+    this.membership = new Membership({
+      selfKey: o.self.peerKey,
+      bus: o.bus,
+      clock: o.clock,
+      livenessTimeoutMs: o.timings.livenessTimeoutMs,
+      probe: o.probe,
+      log: this.log,
+    });
   }
 
   // ---- public view ----
@@ -231,11 +210,11 @@ export class ClusterAgent implements AsyncDisposable {
   /** The master this node follows (undefined while it is master itself or has none). */
   masterPeer(): PeerView | undefined {
     const m = this.current?.master.peer_key;
-    return m === undefined || m === this.o.self.peerKey ? undefined : this.peers.get(m);
+    return m === undefined || m === this.o.self.peerKey ? undefined : this.membership.get(m);
   }
   /** A peer as last heard, by its peer key (self included; live or not). */
   peer(peerKey: string): PeerView | undefined {
-    return this.peers.get(peerKey);
+    return this.membership.get(peerKey);
   }
   /**
    * Members of this node's session it has not heard a heartbeat from since it started (names):
@@ -243,15 +222,12 @@ export class ClusterAgent implements AsyncDisposable {
    */
   unheardMembers(): string[] {
     return Object.values(this.state.members)
-      .filter((m) => m.peer_key !== this.o.self.peerKey && !this.peers.has(m.peer_key))
+      .filter((m) => m.peer_key !== this.o.self.peerKey && !this.membership.has(m.peer_key))
       .map((m) => m.name);
   }
   /** Peers heard within the liveness timeout, self included. */
   livePeers(): PeerView[] {
-    const now = this.o.clock.now();
-    return [...this.peers.values()].filter(
-      (p) => now - heardAt(p) <= this.o.timings.livenessTimeoutMs,
-    );
+    return this.membership.live();
   }
   on(listener: AgentListener): () => void {
     this.listeners.add(listener);
@@ -333,7 +309,7 @@ export class ClusterAgent implements AsyncDisposable {
     const cur = this.current!;
     const now = this.o.clock.now();
     const candidates = Object.values(this.state.members).flatMap((m) => {
-      const p = this.peers.get(m.peer_key);
+      const p = this.membership.get(m.peer_key);
       const hb = p?.heartbeat;
       if (!p || !hb || m.peer_key === this.o.self.peerKey || p.lostAt !== undefined) return [];
       if (now - p.lastHeard > this.o.timings.livenessTimeoutMs || hb.draining) return [];
@@ -394,11 +370,7 @@ export class ClusterAgent implements AsyncDisposable {
   publishHeartbeat(): void {
     if (this.stopped) return;
     const hb = this.heartbeat();
-    this.peers.set(hb.peer_key, {
-      heartbeat: hb,
-      lastHeard: this.o.clock.now(),
-      origin: this.o.bus.origin,
-    });
+    this.membership.own(hb);
     // Unchanged links stay off the wire: receivers keep the last ones (link-report.ts).
     const { links, ...rest } = hb;
     const carried = this.linkReport.next(links);
@@ -408,18 +380,11 @@ export class ClusterAgent implements AsyncDisposable {
 
   private onHeartbeat(msg: HeartbeatMessage, origin: string | undefined): void {
     if (msg.peer_key === this.o.self.peerKey) return;
-    const known = this.peers.get(msg.peer_key);
-    if (origin === undefined || (known && known.origin !== origin)) {
-      this.refuse("heartbeat", origin, `claims peer ${msg.peer_key} from another connection`);
-      return;
-    }
+    const heard = this.membership.heard(msg, origin);
+    if (!heard) return;
+    const { known, hb } = heard;
     // A process not heard before has none of this node's links yet: the next heartbeat carries them.
     if (known?.heartbeat.started_at !== msg.started_at) this.linkReport.newPeer();
-    const hb: Heartbeat = {
-      ...msg,
-      links: resolveLinks(msg.links, known?.heartbeat, msg.started_at),
-    };
-    this.peers.set(hb.peer_key, { heartbeat: hb, lastHeard: this.o.clock.now(), origin });
     if (!known || (hb.is_master && !known.heartbeat.is_master)) this.tick();
     // The master's heartbeat says how far its log goes. An event is only re-requested when a later
     // one shows the gap, so a lost last event (a message dropped while a route reconnects after a
@@ -438,46 +403,14 @@ export class ClusterAgent implements AsyncDisposable {
     }
   }
 
-  /** The bus origin of a peer, as pinned by its heartbeats (self: this node's own). */
   private originOf(peerKey: string): string | undefined {
-    return peerKey === this.o.self.peerKey ? this.o.bus.origin : this.peers.get(peerKey)?.origin;
+    return this.membership.originOf(peerKey);
   }
-
-  private refusedAt = new Map<string, number>();
-  /** Logs a refused message once a minute per kind and sender (a rogue sender may repeat fast). */
-  private refuse(what: string, origin: string | undefined, why: string): void {
-    const key = `${what} ${origin ?? "?"}`;
-    const now = this.o.clock.now();
-    if (now - (this.refusedAt.get(key) ?? -Infinity) < 60_000) return;
-    this.refusedAt.set(key, now);
-    if (this.refusedAt.size > 1000) this.refusedAt.clear();
-    this.log.warn(
-      { what, origin, why },
-      "ignored a bus message from a connection not entitled to it",
-    );
-  }
-
-  /** Any traffic from a peer is a liveness signal (ordinary telemetry, indexed events). */
-  private touch(peerKey: string): void {
-    const p = this.peers.get(peerKey);
-    if (p)
-      this.peers.set(peerKey, {
-        heartbeat: p.heartbeat,
-        origin: p.origin,
-        lastHeard: this.o.clock.now(),
-      });
-  }
-
-  private readonly probing = new Set<string>();
 
   /**
-   * A connection to a peer dropped (its watch connection, see peer-watch). A killed process's
-   * sockets close at once, long before its heartbeats are missed, so this is the fast failure
-   * signal; a cut network or a frozen host closes nothing and is still caught by the timeouts.
-   * The drop alone proves nothing (the peer may have restarted its listener), so the peer is asked
-   * over the bus, a few times with a short deadline; only when no try reaches the same process
-   * (the same peer key and start time) is it marked gone, and the next tick acts on it: the master
-   * emits NodeLeft, a follower whose master it was runs the election without waiting.
+   * A connection to a peer dropped (its watch connection, see peer-watch): the peer is probed over
+   * the bus (membership.ts) and, when no probe reaches the same process, marked gone; the next tick
+   * acts on it at once (the master emits NodeLeft, a follower whose master it was runs the election).
    * Resolves to true when the peer was declared gone.
    */
   async connectionLost(
@@ -485,75 +418,12 @@ export class ClusterAgent implements AsyncDisposable {
     startedAt: number | undefined,
     via: string,
   ): Promise<boolean> {
-    const p = this.peers.get(peerKey);
-    if (this.stopped || peerKey === this.o.self.peerKey || !p || p.lostAt !== undefined)
-      return false;
-    if (startedAt !== undefined && p.heartbeat.started_at !== startedAt) return false;
-    if (this.probing.has(peerKey)) return false;
-    this.probing.add(peerKey);
-    const probe = this.o.probe ?? DEFAULT_PROBE;
-    const failures: string[] = [];
-    try {
-      for (let i = 0; i < probe.tries && !this.stopped; i++) {
-        const sent = this.o.clock.now();
-        try {
-          const r = await this.o.bus.request(
-            "nodePing",
-            {},
-            {
-              suffix: peerKey,
-              timeoutMs: probe.timeoutMs,
-            },
-          );
-          if (r.peer_key === peerKey && r.started_at === p.heartbeat.started_at) {
-            this.log.info(
-              { peer: p.heartbeat.name, via },
-              "connection to a peer dropped; it answers",
-            );
-            return false;
-          }
-          failures.push(`another process answered (started ${r.started_at})`);
-        } catch (e) {
-          failures.push(e instanceof Error ? e.message : String(e));
-        }
-        // A fast failure ("no responder") is retried after a pause; a timeout already waited.
-        const waited = this.o.clock.now() - sent;
-        if (i + 1 < probe.tries && waited < probe.gapMs)
-          await new Promise((r) => setTimeout(r, probe.gapMs - waited));
-      }
-      // Marked gone; any later heartbeat of the same process clears the mark (onHeartbeat replaces
-      // the view), so a peer that was only out of reach comes back as usual. What it sent before it
-      // died arrived long before the last probe failed.
-      const cur = this.peers.get(peerKey);
-      if (this.stopped || !cur) return false;
-      this.peers.set(peerKey, { ...cur, lostAt: this.o.clock.now() });
-      this.log.warn(
-        { peer: p.heartbeat.name, peer_key: peerKey, via, probes: failures },
-        "peer gone: its connection dropped and it answers no probe",
-      );
-      this.tick();
-      return true;
-    } finally {
-      this.probing.delete(peerKey);
-    }
+    const gone = await this.membership.connectionLost(peerKey, startedAt, via, () => this.stopped);
+    if (gone) this.tick();
+    return gone;
   }
 
   // ---- election ----
-
-  private heardPeers(): HeardPeer[] {
-    const out: HeardPeer[] = [];
-    for (const [key, p] of this.peers) {
-      if (key === this.o.self.peerKey) continue;
-      out.push({
-        peer_key: key,
-        started_at: p.heartbeat.started_at,
-        lastHeard: heardAt(p),
-        masterOf: p.heartbeat.is_master ? p.heartbeat.session_id : null,
-        session: p.heartbeat.session_id,
-      });
-    }
-    return out;
-  }
 
   /** When the tick timer last fired (to measure how late it is: this process's own stalls). */
   private lastTimerTick = 0;
@@ -581,7 +451,7 @@ export class ClusterAgent implements AsyncDisposable {
       upSince: this.upSince,
       current: this.current,
       selfIsMaster: this.role === "master",
-      peers: this.heardPeers(),
+      peers: this.membership.heardPeers(),
       electionTimeoutMs: this.o.timings.electionTimeoutMs,
     });
     switch (d.kind) {
@@ -604,10 +474,7 @@ export class ClusterAgent implements AsyncDisposable {
       this.tasks.expire(now);
       this.superviseIntentStore(now);
     }
-    // Forget peers silent for long (keeps the table bounded; they rejoin by heartbeat).
-    for (const [k, p] of this.peers) {
-      if (now - p.lastHeard > this.o.timings.livenessTimeoutMs * 10) this.peers.delete(k);
-    }
+    this.membership.forgetSilent(now);
   }
 
   private setSession(next: { session_id: SessionId; master: Peer }): void {
@@ -739,27 +606,25 @@ export class ClusterAgent implements AsyncDisposable {
     // A master not heard yet: its heartbeat follows at once, and adoption then syncs from it.
     if (senderOrigin === undefined) return;
     if (origin !== senderOrigin) {
-      this.refuse("event", origin, `event ${ev.index} of ${ev.session_id} not from its master`);
+      this.membership.refuse(
+        "event",
+        origin,
+        `event ${ev.index} of ${ev.session_id} not from its master`,
+      );
       return;
     }
     if (ev.event.type === "SessionStarted") {
       if (ev.session_id !== this.current?.session_id) this.announced.announce(ev, origin);
-      this.touch(ev.event.session.master_peer_key);
+      this.membership.touch(ev.event.session.master_peer_key);
       const masterKey = ev.event.session.master_peer_key;
-      if (masterKey !== this.o.self.peerKey) {
-        // Treat the announcement as the master's heartbeat so the election rule can adopt it now.
-        const known = this.peers.get(masterKey);
-        if (known) {
-          this.peers.set(masterKey, {
-            origin: known.origin,
-            lastHeard: this.o.clock.now(),
-            heartbeat: { ...known.heartbeat, is_master: true, session_id: ev.session_id },
-          });
-          this.tick();
-        }
-      }
+      // Treat the announcement as the master's heartbeat so the election rule can adopt it now.
+      if (
+        masterKey !== this.o.self.peerKey &&
+        this.membership.announcedMaster(masterKey, ev.session_id)
+      )
+        this.tick();
     } else if (p && ev.session_id === p.session_id) {
-      this.touch(p.master.peer_key);
+      this.membership.touch(p.master.peer_key);
     }
     if (!this.current || ev.session_id !== this.current.session_id) return;
     if (this.role === "master") return; // the master applied it when it emitted it
@@ -809,10 +674,7 @@ export class ClusterAgent implements AsyncDisposable {
       }
       throw e;
     }
-    if (left !== undefined && left !== this.o.self.peerKey) {
-      const p = this.peers.get(left);
-      if (p && p.lostAt === undefined) this.peers.set(left, { ...p, lostAt: this.o.clock.now() });
-    }
+    if (left !== undefined && left !== this.o.self.peerKey) this.membership.markLost(left);
     if (ev.event.type === "MasterHandedOff") this.handedOff(ev.session_id, ev.event);
     for (const l of this.listeners) l.event?.(ev, this.state);
   }
@@ -939,7 +801,7 @@ export class ClusterAgent implements AsyncDisposable {
           // A command speaks for the node it names only when it comes from that node's connection.
           const member = this.state.members[req.from_node_id];
           if (member && meta.origin !== this.originOf(member.peer_key)) {
-            this.refuse("command", meta.origin, `command as ${req.from_node_id}`);
+            this.membership.refuse("command", meta.origin, `command as ${req.from_node_id}`);
             return {
               ok: false as const,
               error: {
@@ -1010,7 +872,7 @@ export class ClusterAgent implements AsyncDisposable {
     if (!departures) return;
     for (const m of Object.values(this.state.members)) {
       if (m.peer_key === this.o.self.peerKey) continue;
-      const p = this.peers.get(m.peer_key);
+      const p = this.membership.get(m.peer_key);
       if (p && now - heardAt(p) <= this.o.timings.livenessTimeoutMs) continue;
       const reason = p?.lostAt !== undefined ? "connection lost" : "heartbeat timeout";
       const lost = new Set(
@@ -1351,7 +1213,7 @@ export class ClusterAgent implements AsyncDisposable {
     for (;;) {
       const cur = this.current;
       if (!cur || this.role === "master" || this.stopped) return;
-      const hb = this.peers.get(cur.master.peer_key)?.heartbeat;
+      const hb = this.membership.get(cur.master.peer_key)?.heartbeat;
       if (hb?.is_master && hb.session_id === cur.session_id) return;
       if (this.o.clock.now() >= deadline) return;
       await new Promise((r) => setTimeout(r, 10));

@@ -1,12 +1,12 @@
 // Front door of the master service: the per-node cluster agent (election, replica, master role).
-export { ClusterAgent, DEFAULT_PROBE } from "./cluster-agent.ts";
+export { ClusterAgent } from "./cluster-agent.ts";
+export { DEFAULT_PROBE } from "./membership.ts";
+export type { PeerView, ProbeSettings } from "./membership.ts";
 export type {
   AgentListener,
   AgentOptions,
   AgentTimings,
   HeartbeatExtras,
-  PeerView,
-  ProbeSettings,
   SelfInfo,
 } from "./cluster-agent.ts";
 export { MasterLog } from "./master-log.ts";
