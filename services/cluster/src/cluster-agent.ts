@@ -9,9 +9,7 @@ import type {
   Command,
   CommandReply,
   ControlEvent,
-  HealthEntry,
   IntentStore,
-  IntentWrite,
   ControlState,
   Deployment,
   Heartbeat,
@@ -32,11 +30,8 @@ import {
   nodeIdFor,
   OutOfOrderEvent,
   reconcile,
-  amendWrites,
   DEFAULT_TASK_BOUNDS,
   failingInstances,
-  intentWrites,
-  restoreIntent,
   checkTokenLimits,
   TaskTable,
   TokenWindows,
@@ -54,6 +49,7 @@ import type { LogBounds } from "./master-log.ts";
 import { defaultSyncBudget, SnapshotAssembler, SyncServer } from "./replica-sync.ts";
 import { AnnouncedSession } from "./announced-session.ts";
 import { LinkReport } from "./link-report.ts";
+import { IntentKeeper, SESSION_CHANGED } from "./intent-keeper.ts";
 import { heardAt, Membership } from "./membership.ts";
 import type { PeerView, ProbeSettings } from "./membership.ts";
 
@@ -138,10 +134,8 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly tasks: TaskTable;
   /** Master only: each limited token's last minute of requests and tokens (a new master starts empty). */
   private readonly tokenWindows = new TokenWindows();
-  /** Master only: the intent store's state for this session (see superviseIntentStore). */
-  private intent = freshIntentState();
-  /** Intent changes and the restore run one at a time (each waits on the store). */
-  private intentChain: Promise<unknown> = Promise.resolve();
+  /** Master only: intent written to the intent store before it is sequenced (intent-keeper.ts). */
+  private readonly intentKeeper: IntentKeeper | undefined;
   /** Which heartbeats carry this node's links (link-report.ts). */
   private readonly linkReport: LinkReport;
   private readonly listeners = new Set<AgentListener>();
@@ -172,6 +166,21 @@ export class ClusterAgent implements AsyncDisposable {
     });
     this.linkReport = new LinkReport(o.linksRefresh);
     this.log = o.log.child({ component: "cluster" });
+    this.intentKeeper = o.intents
+      ? new IntentKeeper({
+          store: o.intents,
+          master: {
+            mastering: (session) => this.role === "master" && this.current?.session_id === session,
+            state: () => this.state,
+            decide: (from, cmd, ids, now) => this.decideNow(from, cmd, ids, now),
+            accept: (d) => this.accepted(d),
+            emit: (e) => void this.emit(e),
+          },
+          clock: o.clock,
+          log: this.log,
+          newId,
+        })
+      : undefined;
     this.membership = new Membership({
       selfKey: o.self.peerKey,
       bus: o.bus,
@@ -287,7 +296,7 @@ export class ClusterAgent implements AsyncDisposable {
     this.log.info({ session: cur.session_id, to: to.peer.peer_key }, "handing the session off");
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
-      this.intentChain.catch(() => {}),
+      this.intentKeeper?.settled(),
       new Promise<void>((r) => (timer = setTimeout(r, waitMs))),
     ]);
     clearTimeout(timer);
@@ -336,7 +345,7 @@ export class ClusterAgent implements AsyncDisposable {
   heartbeat(): Heartbeat {
     const s = this.o.self;
     const extras = this.o.extras();
-    const intentHealth = this.intentHealth();
+    const intentHealth = this.role === "master" ? this.intentKeeper?.health() : undefined;
     return {
       peer_key: s.peerKey,
       name: s.name,
@@ -350,20 +359,6 @@ export class ClusterAgent implements AsyncDisposable {
       sent_at: this.o.clock.now(),
       ...extras,
       health: intentHealth ? [...extras.health, intentHealth] : extras.health,
-    };
-  }
-
-  /** On the master: a nodeHealth entry while the intent store has failed for a while. */
-  private intentHealth(): HealthEntry | undefined {
-    const since = this.intent.failingSince;
-    if (this.role !== "master" || since === undefined) return undefined;
-    if (this.o.clock.now() - since < INTENT_HEALTH_AFTER_MS) return undefined;
-    return {
-      code: "intent_store_unavailable",
-      severity: this.intent.loaded ? "warn" : "error",
-      message: `the intent store has not answered for ${Math.round((this.o.clock.now() - since) / 1000)} s (${this.intent.lastError ?? "no answer"})${this.intent.loaded ? "" : "; deployments are not restored yet"}`,
-      remediation:
-        "start the other nodes (the store needs a majority of up to three replicas) or heal the partition; placements and deletions are refused meanwhile, chat keeps serving",
     };
   }
 
@@ -472,7 +467,7 @@ export class ClusterAgent implements AsyncDisposable {
       this.superviseMembers(now, opts.departures ?? true);
       this.reconcileDeployments(now);
       this.tasks.expire(now);
-      this.superviseIntentStore(now);
+      this.intentKeeper?.supervise(now, this.current!.session_id);
     }
     this.membership.forgetSilent(now);
   }
@@ -791,8 +786,7 @@ export class ClusterAgent implements AsyncDisposable {
     this.syncServer.reset();
     this.tasks.clear();
     this.tokenWindows.clear();
-    // Undoing writes that failed under the previous master stint still waits its turn.
-    this.intent = { ...freshIntentState(), undo: this.intent.undo };
+    this.intentKeeper?.reset();
     const bus = this.o.bus;
     this.masterSubs.push(
       bus.respond(
@@ -996,8 +990,8 @@ export class ClusterAgent implements AsyncDisposable {
     try {
       const d = this.decideNow(from, cmd, newId);
       if (!d.ok) return { ok: false, error: toWireError(d.error) };
-      if (this.o.intents && intentWrites(d.events).length > 0)
-        return this.persistThenEmit(this.o.intents, sessionId, from, cmd);
+      if (this.intentKeeper && IntentKeeper.changes(d.events))
+        return this.intentKeeper.persist(sessionId, from, cmd);
       return this.accepted(d);
     } catch (e) {
       return { ok: false, error: toWireError(e) };
@@ -1050,124 +1044,6 @@ export class ClusterAgent implements AsyncDisposable {
       index: this.state.index,
       ...(d.opened ? { task_id: d.opened.task_id } : {}),
     };
-  }
-
-  /**
-   * An intent change, one at a time: decided, written to the store (a quorum acknowledges it, or
-   * the command is refused with no_quorum and nothing changes), decided again against the replica
-   * as it is after the wait (with the same ids), then sequenced. Should the second decision differ
-   * (the state moved during the write: a race for memory lost to a re-placement, a node gone), the
-   * writes it no longer makes are undone and the command gets the second decision's answer.
-   */
-  private persistThenEmit(
-    store: IntentStore,
-    sessionId: SessionId,
-    from: NodeId,
-    cmd: Command,
-  ): Promise<CommandReply> {
-    const run = async (): Promise<CommandReply> => {
-      if (this.role !== "master" || sessionId !== this.current?.session_id) return SESSION_CHANGED;
-      const ids: string[] = [];
-      const now = this.o.clock.now();
-      const first = this.decideNow(
-        from,
-        cmd,
-        (kind) => {
-          const id = newId(kind);
-          ids.push(id);
-          return id;
-        },
-        now,
-      );
-      if (!first.ok) return { ok: false, error: toWireError(first.error) };
-      const writes = intentWrites(first.events);
-      try {
-        await store.apply(writes);
-        this.intent.failingSince = undefined;
-      } catch (e) {
-        // A write that timed out may still be committed later (by a store leader that held it
-        // and regains a quorum): the client was refused, so it is undone once the store answers.
-        this.intent.undo.push(...amendWrites(writes, []));
-        this.intentFailed(e);
-        return { ok: false, error: toWireError(e) };
-      }
-      // The store holds it now: a master that took over meanwhile restores it from there.
-      if (this.role !== "master" || sessionId !== this.current?.session_id) return SESSION_CHANGED;
-      let next = 0;
-      const second = this.decideNow(from, cmd, (kind) => ids[next++] ?? newId(kind), now);
-      const fix = amendWrites(writes, second.ok ? intentWrites(second.events) : []);
-      if (fix.length > 0)
-        await store.apply(fix).catch((e: unknown) => {
-          this.intent.undo.push(...fix);
-          this.log.warn(
-            { err: e, fix },
-            "could not amend an intent write; retrying with the store",
-          );
-        });
-      if (!second.ok) return { ok: false, error: toWireError(second.error) };
-      return this.accepted(second);
-    };
-    const reply = this.intentChain.then(run, run);
-    this.intentChain = reply.catch(() => {});
-    return reply;
-  }
-
-  private intentFailed(e: unknown): void {
-    this.intent.failingSince ??= this.o.clock.now();
-    this.intent.lastError = e instanceof Error ? e.message : String(e);
-  }
-
-  /**
-   * Master only, every tick: until the replica holds the stored intent, load it (a new session
-   * starts from what this node's replica carried, which after a full restart is nothing) and
-   * sequence what brings the replica to it; first, undo the writes that were refused but may have
-   * committed. Retried with backoff while the store has no quorum.
-   */
-  private superviseIntentStore(now: number): void {
-    const store = this.o.intents;
-    const st = this.intent;
-    if (!store || st.busy || now < st.nextAttemptAt) return;
-    if (st.loaded && st.undo.length === 0) return;
-    st.busy = true;
-    const session = this.current!.session_id;
-    const attempt = async () => {
-      try {
-        if (st.undo.length > 0) {
-          const undo = [...st.undo];
-          await store.apply(undo);
-          st.undo.splice(0, undo.length);
-        }
-        if (st.loaded) return;
-        const stored = await store.load();
-        if (this.role !== "master" || this.current?.session_id !== session) return;
-        const r = restoreIntent(this.state, stored, () => newId("instance") as InstanceId);
-        await store.apply(r.writes);
-        if (this.role !== "master" || this.current?.session_id !== session) return;
-        for (const e of r.events) this.emit(e);
-        this.emit({ type: "IntentRestored" });
-        st.loaded = true;
-        st.failingSince = undefined;
-        st.delayMs = INTENT_RETRY_MS;
-        this.log.info(
-          {
-            deployments: stored.deployments.length,
-            models: stored.models.length,
-            restored: r.events.length,
-            copied: r.writes.length,
-          },
-          "intent restored from the intent store",
-        );
-      } catch (e) {
-        this.intentFailed(e);
-        st.nextAttemptAt = this.o.clock.now() + st.delayMs;
-        st.delayMs = Math.min(INTENT_RETRY_MAX_MS, st.delayMs * 2);
-        this.log.debug({ err: e }, "intent store not reachable yet; retrying");
-      } finally {
-        st.busy = false;
-      }
-    };
-    const p = this.intentChain.then(attempt, attempt);
-    this.intentChain = p;
   }
 
   /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */
@@ -1289,31 +1165,6 @@ function handedOffReply(to: Peer): CommandReply {
       message: "the master handed the session off; retry with the new master",
       details: { handed_off_to: to.peer_key },
     },
-  };
-}
-
-const SESSION_CHANGED: CommandReply = {
-  ok: false,
-  error: { code: "session_changed", message: "session changed; retry" },
-};
-
-/** A nodeHealth entry once the intent store has failed for this long. */
-const INTENT_HEALTH_AFTER_MS = 5000;
-/** Retries of the restore: cheap (one read), and every second counts after a full restart. */
-const INTENT_RETRY_MS = 250;
-const INTENT_RETRY_MAX_MS = 1000;
-
-function freshIntentState() {
-  return {
-    /** The replica holds the stored intent (restored, or copied into a new store). */
-    loaded: false,
-    busy: false,
-    nextAttemptAt: 0,
-    delayMs: INTENT_RETRY_MS,
-    /** Undoing writes that failed (they may still commit): applied before anything else. */
-    undo: [] as IntentWrite[],
-    failingSince: undefined as number | undefined,
-    lastError: undefined as string | undefined,
   };
 }
 
