@@ -4,18 +4,16 @@
 // session's command and sync subjects; a node reports `synced` only once it holds its session's state.
 // The rules are pure and live in @ic/state (elect, decide, reconcile); this class is their I/O shell.
 import { randomUUID } from "node:crypto";
-import { emptyState, fromWireError, ServiceError, toWireError } from "@ic/protocol";
+import { emptyState, fromWireError, ServiceError } from "@ic/protocol";
 import type {
   Command,
   CommandReply,
   ControlEvent,
   IntentStore,
   ControlState,
-  Deployment,
   Heartbeat,
   HeartbeatMessage,
   IndexedEvent,
-  InstanceId,
   Member,
   NodeId,
   SessionId,
@@ -23,22 +21,10 @@ import type {
 import {
   apply,
   compareSeniority,
-  decide,
   elect,
-  evacuatingDeployments,
-  lostDeployments,
   nodeIdFor,
   OutOfOrderEvent,
-  reconcile,
-  DEFAULT_TASK_BOUNDS,
-  failingInstances,
-  checkTokenLimits,
-  TaskTable,
-  TokenWindows,
 } from "@ic/state";
-import { nodeCapacities } from "@ic/placement";
-import { afterAttempt, capacityView, retryDue } from "./deployment-retry.ts";
-import type { RetryEntry } from "./deployment-retry.ts";
 import type { MemoryModel } from "@ic/placement";
 import type { IdKind, Peer, TaskBounds } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
@@ -50,6 +36,7 @@ import { defaultSyncBudget, SnapshotAssembler, SyncServer } from "./replica-sync
 import { AnnouncedSession } from "./announced-session.ts";
 import { LinkReport } from "./link-report.ts";
 import { IntentKeeper, SESSION_CHANGED } from "./intent-keeper.ts";
+import { memberFor, Sequencer } from "./sequencer.ts";
 import { heardAt, Membership } from "./membership.ts";
 import type { PeerView, ProbeSettings } from "./membership.ts";
 
@@ -130,12 +117,8 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly masterLog: MasterLog;
   private readonly syncServer: SyncServer;
   private readonly syncBudget: number;
-  /** Master only: the open chat tasks (never replicated; a new master starts with none). */
-  private readonly tasks: TaskTable;
-  /** Master only: each limited token's last minute of requests and tokens (a new master starts empty). */
-  private readonly tokenWindows = new TokenWindows();
-  /** Master only: intent written to the intent store before it is sequenced (intent-keeper.ts). */
-  private readonly intentKeeper: IntentKeeper | undefined;
+  /** Master only: commands, tasks, joins and departures, re-placements (sequencer.ts). */
+  private readonly sequencer: Sequencer;
   /** Which heartbeats carry this node's links (link-report.ts). */
   private readonly linkReport: LinkReport;
   private readonly listeners = new Set<AgentListener>();
@@ -159,28 +142,44 @@ export class ClusterAgent implements AsyncDisposable {
   constructor(private readonly o: AgentOptions) {
     this.masterLog = new MasterLog({ ...DEFAULT_LOG_BOUNDS, ...o.logBounds });
     this.syncBudget = o.syncBudgetBytes ?? defaultSyncBudget(o.bus.maxPayload);
-    this.tasks = new TaskTable({ ...DEFAULT_TASK_BOUNDS, ...o.taskBounds });
     this.syncServer = new SyncServer(this.masterLog, () => this.state, {
       budgetBytes: this.syncBudget,
       snapshotGap: o.snapshotGap ?? 5000,
     });
     this.linkReport = new LinkReport(o.linksRefresh);
     this.log = o.log.child({ component: "cluster" });
-    this.intentKeeper = o.intents
+    const master = {
+      mastering: (session: SessionId) =>
+        this.role === "master" && this.current?.session_id === session,
+      state: () => this.state,
+      emit: (e: ControlEvent) => void this.emit(e),
+      livePeers: () => this.livePeers(),
+      peer: (peerKey: string) => this.membership.get(peerKey),
+    };
+    const intents = o.intents
       ? new IntentKeeper({
           store: o.intents,
           master: {
-            mastering: (session) => this.role === "master" && this.current?.session_id === session,
-            state: () => this.state,
-            decide: (from, cmd, ids, now) => this.decideNow(from, cmd, ids, now),
-            accept: (d) => this.accepted(d),
-            emit: (e) => void this.emit(e),
+            ...master,
+            decide: (from, cmd, ids, now) => this.sequencer.decide(from, cmd, ids, now),
+            accept: (d) => this.sequencer.accept(d),
           },
           clock: o.clock,
           log: this.log,
           newId,
         })
       : undefined;
+    this.sequencer = new Sequencer({
+      master,
+      selfKey: o.self.peerKey,
+      livenessTimeoutMs: o.timings.livenessTimeoutMs,
+      clock: o.clock,
+      log: this.log,
+      newId,
+      taskBounds: o.taskBounds,
+      memory: o.memory,
+      intents,
+    });
     this.membership = new Membership({
       selfKey: o.self.peerKey,
       bus: o.bus,
@@ -214,7 +213,7 @@ export class ClusterAgent implements AsyncDisposable {
   }
   /** Master only: chat tasks open now (0 on a follower). */
   openTasks(): number {
-    return this.role === "master" ? this.tasks.size : 0;
+    return this.role === "master" ? this.sequencer.openTasks : 0;
   }
   /** The master this node follows (undefined while it is master itself or has none). */
   masterPeer(): PeerView | undefined {
@@ -296,7 +295,7 @@ export class ClusterAgent implements AsyncDisposable {
     this.log.info({ session: cur.session_id, to: to.peer.peer_key }, "handing the session off");
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
-      this.intentKeeper?.settled(),
+      this.sequencer.intents?.settled(),
       new Promise<void>((r) => (timer = setTimeout(r, waitMs))),
     ]);
     clearTimeout(timer);
@@ -345,7 +344,7 @@ export class ClusterAgent implements AsyncDisposable {
   heartbeat(): Heartbeat {
     const s = this.o.self;
     const extras = this.o.extras();
-    const intentHealth = this.role === "master" ? this.intentKeeper?.health() : undefined;
+    const intentHealth = this.role === "master" ? this.sequencer.intents?.health() : undefined;
     return {
       peer_key: s.peerKey,
       name: s.name,
@@ -464,10 +463,7 @@ export class ClusterAgent implements AsyncDisposable {
     }
     // While handing off, the master sequences nothing of its own: the successor takes over.
     if (this.role === "master" && !this.handingOff) {
-      this.superviseMembers(now, opts.departures ?? true);
-      this.reconcileDeployments(now);
-      this.tasks.expire(now);
-      this.intentKeeper?.supervise(now, this.current!.session_id);
+      this.sequencer.supervise(now, opts.departures ?? true, this.current!.session_id);
     }
     this.membership.forgetSilent(now);
   }
@@ -504,8 +500,8 @@ export class ClusterAgent implements AsyncDisposable {
     );
     const livePeerKeys = new Set([self.peerKey, ...live.map((p) => p.heartbeat.peer_key)]);
     const members: Member[] = [
-      this.memberFor(sessionId, this.heartbeat(), now),
-      ...live.map((p) => this.memberFor(sessionId, p.heartbeat, now)),
+      memberFor(sessionId, this.heartbeat(), now),
+      ...live.map((p) => memberFor(sessionId, p.heartbeat, now)),
     ];
     // Carry over instances whose every rank lives on a surviving node; re-identify their nodes.
     const instances = Object.values(old.instances)
@@ -554,18 +550,6 @@ export class ClusterAgent implements AsyncDisposable {
     });
     this.emit(event);
     this.publishHeartbeat();
-  }
-
-  private memberFor(sessionId: string, hb: Heartbeat, now: number): Member {
-    return {
-      node_id: nodeIdFor(sessionId, hb.peer_key),
-      peer_key: hb.peer_key,
-      name: hb.name,
-      api_url: hb.api_url,
-      host: hb.host,
-      started_at: hb.started_at,
-      joined_at: now,
-    };
   }
 
   private adopt(sessionId: SessionId, master: Peer): void {
@@ -694,8 +678,7 @@ export class ClusterAgent implements AsyncDisposable {
       };
       this.masterSubs = [];
       this.role = "follower";
-      this.tasks.clear();
-      this.tokenWindows.clear();
+      this.sequencer.clear();
     }
     this.current = { session_id: sessionId, master };
     if (master.peer_key === this.o.self.peerKey) {
@@ -784,9 +767,8 @@ export class ClusterAgent implements AsyncDisposable {
     this.role = "master";
     this.masterLog.reset();
     this.syncServer.reset();
-    this.tasks.clear();
-    this.tokenWindows.clear();
-    this.intentKeeper?.reset();
+    this.sequencer.clear();
+    this.sequencer.intents?.reset();
     const bus = this.o.bus;
     this.masterSubs.push(
       bus.respond(
@@ -830,8 +812,7 @@ export class ClusterAgent implements AsyncDisposable {
     for (const u of this.masterSubs) u();
     this.masterSubs = [];
     this.role = "follower";
-    this.tasks.clear();
-    this.tokenWindows.clear();
+    this.sequencer.clear();
   }
 
   /** Master only: sequence an event, apply it locally, publish it. */
@@ -844,7 +825,7 @@ export class ClusterAgent implements AsyncDisposable {
       event,
     };
     this.applyOne(ev);
-    if (event.type === "TaskFailed") this.tasks.end(event.task_id);
+    this.sequencer.emitted(event);
     this.masterLog.append(ev, Buffer.byteLength(JSON.stringify(ev)));
     // A publish that fails (logged and counted by the bus) leaves followers a gap: they catch up
     // through sync, in pages, at the next event or master heartbeat.
@@ -852,134 +833,7 @@ export class ClusterAgent implements AsyncDisposable {
     return ev;
   }
 
-  private superviseMembers(now: number, departures: boolean): void {
-    const session = this.current!.session_id;
-    // Joins: live peers that adopted this session but are not members yet.
-    for (const p of this.livePeers()) {
-      const hb = p.heartbeat;
-      if (hb.session_id !== session) continue;
-      const id = nodeIdFor(session, hb.peer_key);
-      if (!this.state.members[id])
-        this.emit({ type: "NodeJoined", member: this.memberFor(session, hb, now) });
-    }
-    // Departures: members silent past the liveness timeout. Their in-flight tasks fail first.
-    if (!departures) return;
-    for (const m of Object.values(this.state.members)) {
-      if (m.peer_key === this.o.self.peerKey) continue;
-      const p = this.membership.get(m.peer_key);
-      if (p && now - heardAt(p) <= this.o.timings.livenessTimeoutMs) continue;
-      const reason = p?.lostAt !== undefined ? "connection lost" : "heartbeat timeout";
-      const lost = new Set(
-        Object.values(this.state.instances)
-          .filter((i) => i.assignments.some((a) => a.node_id === m.node_id))
-          .map((i) => i.instance_id),
-      );
-      for (const t of this.tasks.onInstances(lost)) {
-        this.emit({
-          type: "TaskFailed",
-          task_id: t.task_id,
-          reason: `node ${m.name} (${m.node_id}) was lost`,
-        });
-      }
-      // What the departed node's gateway held ended with it (its clients were connected there).
-      this.tasks.dropGateway(m.node_id);
-      this.log.warn({ node: m.name, node_id: m.node_id }, `node lost (${reason})`);
-      this.emit({ type: "NodeLeft", node_id: m.node_id, reason });
-    }
-  }
-
-  /** Per lost deployment: when it was last attempted, the backoff, and the view it was tried on. */
-  private readonly retries = new Map<string, RetryEntry>();
-
-  /**
-   * Master only, every tick: deployments whose instance is gone are placed again (pure reconcile) or
-   * kept Pending with their refusal. A refused one is retried with backoff (1 s doubling to 30 s),
-   * and sooner (after 1 s) when membership, health or memory changed since its last attempt.
-   */
-  private reconcileDeployments(now: number): void {
-    // An instance whose runner gave up (its model failed to load or run there) is removed, and its
-    // deployment placed on a node it has not failed on (reconcile below), or given up.
-    for (const f of failingInstances(this.state, now)) {
-      this.log.warn(
-        {
-          deployment: f.deployment_id,
-          instance: f.instance_id,
-          node: f.failure.node_name,
-          error: f.failure.error,
-        },
-        "deployment failing: its instance failed to run; trying another node",
-      );
-      this.emit({ type: "DeploymentFailing", deployment_id: f.deployment_id, failure: f.failure });
-      for (const t of this.tasks.onInstances(new Set([f.instance_id])))
-        this.emit({
-          type: "TaskFailed",
-          task_id: t.task_id,
-          reason: `the instance failed to run: ${f.failure.error}`,
-        });
-      this.emit({
-        type: "InstanceDeleted",
-        instance_id: f.instance_id,
-        reason: `failed to run on ${f.failure.node_name}: ${f.failure.error}`,
-      });
-    }
-    const reports = this.livePeers().map((p) => p.heartbeat);
-    // Lost deployments, and those on a draining node (placed elsewhere before it leaves).
-    const lost = [...lostDeployments(this.state), ...evacuatingDeployments(this.state, reports)];
-    if (lost.length === 0) {
-      this.retries.clear();
-      return;
-    }
-    const view = capacityView(nodeCapacities(this.state, reports));
-    const due = (d: Deployment): boolean => retryDue(this.retries.get(d.deployment_id), now, view);
-    const actions = reconcile(this.state, reports, {
-      now,
-      newInstanceId: () => newId("instance") as InstanceId,
-      due,
-      ...(this.o.memory ? { memory: this.o.memory } : {}),
-    });
-    for (const d of lost) {
-      if (!due(d)) continue;
-      this.retries.set(d.deployment_id, afterAttempt(this.retries.get(d.deployment_id), now, view));
-    }
-    for (const a of actions) {
-      if (a.kind === "fail") {
-        this.log.error({ deployment: a.deployment_id, reason: a.reason }, "deployment failed");
-        this.retries.delete(a.deployment_id);
-        this.emit({ type: "DeploymentFailed", deployment_id: a.deployment_id, reason: a.reason });
-      } else if (a.kind === "place") {
-        this.log.info(
-          { deployment: a.deployment_id, instance: a.instance.instance_id, reason: a.reason },
-          "deployment placed again",
-        );
-        this.retries.delete(a.deployment_id);
-        this.emit({
-          type: "InstancePlaced",
-          instance: a.instance,
-          deployment_id: a.deployment_id,
-          reason: a.reason,
-        });
-      } else {
-        this.log.warn(
-          { deployment: a.deployment_id, code: a.refusal.code, message: a.refusal.message },
-          "deployment pending",
-        );
-        this.emit({
-          type: "DeploymentPending",
-          deployment_id: a.deployment_id,
-          refusal: a.refusal,
-          reason: a.reason,
-        });
-      }
-    }
-  }
-
-  /**
-   * Master only: the I/O shell around the pure `decide` (packages/state). Checks the session and
-   * role, decides against the replica and the live heartbeats, emits the events in order, and
-   * answers with the index reached (and the task id of a CreateTask) or the typed refusal. A command
-   * that changes intent (a deployment, a model) is written to the intent store first (async);
-   * every other command, the chat path's included, is answered synchronously.
-   */
+  /** A command for this node's session while it is its master (the sequencer decides it). */
   private handleCommand(
     sessionId: SessionId,
     from: NodeId,
@@ -987,63 +841,7 @@ export class ClusterAgent implements AsyncDisposable {
   ): CommandReply | Promise<CommandReply> {
     if (this.handingOff?.session_id === sessionId) return handedOffReply(this.handingOff.to);
     if (this.role !== "master" || sessionId !== this.current?.session_id) return SESSION_CHANGED;
-    try {
-      const d = this.decideNow(from, cmd, newId);
-      if (!d.ok) return { ok: false, error: toWireError(d.error) };
-      if (this.intentKeeper && IntentKeeper.changes(d.events))
-        return this.intentKeeper.persist(sessionId, from, cmd);
-      return this.accepted(d);
-    } catch (e) {
-      return { ok: false, error: toWireError(e) };
-    }
-  }
-
-  /** The pure decision against this replica, at `now`. */
-  private decideNow(
-    from: NodeId,
-    cmd: Command,
-    ids: (kind: IdKind) => string,
-    now = this.o.clock.now(),
-  ) {
-    const live = () => this.livePeers().map((p) => p.heartbeat);
-    return decide(this.state, cmd, {
-      from,
-      // Read only by the placement re-check: not gathered for the chat path's task commands.
-      get reports() {
-        return live();
-      },
-      now,
-      newId: ids,
-      tasksOf: (id) => this.tasks.onInstances(new Set([id])),
-      tokenCheck: (name, limits) =>
-        checkTokenLimits(
-          name,
-          limits,
-          { ...this.tokenWindows.totals(name, now), open: this.tasks.openFor(name) },
-          (what, limit) => this.tokenWindows.secondsUntilBelow(name, what, limit, now),
-        ),
-      ...(this.o.memory ? { memory: this.o.memory } : {}),
-    });
-  }
-
-  /** Applies an accepted decision: the task table, then the events. */
-  private accepted(d: Extract<ReturnType<typeof decide>, { ok: true }>): CommandReply {
-    const now = this.o.clock.now();
-    if (d.opened) {
-      this.tasks.add(d.opened);
-      if (d.opened.token !== undefined) this.tokenWindows.request(d.opened.token, now);
-    }
-    if (d.ended) {
-      const t = this.tasks.end(d.ended);
-      if (t?.token !== undefined && d.usedTokens)
-        this.tokenWindows.used(t.token, d.usedTokens, now);
-    }
-    for (const e of d.events) this.emit(e);
-    return {
-      ok: true,
-      index: this.state.index,
-      ...(d.opened ? { task_id: d.opened.task_id } : {}),
-    };
+    return this.sequencer.command(sessionId, from, cmd);
   }
 
   /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */

@@ -1,0 +1,300 @@
+// The master role's sequencing, on the elected node only: commands decided by the pure rules
+// (@ic/state's decide) and their events emitted in order, the open chat tasks and the token windows
+// (never replicated: a new master starts with none), and every tick the members' joins and departures
+// and the re-placement of lost deployments with back-off (deployment-retry.ts).
+import type { Logger } from "@ic/log";
+import { nodeCapacities } from "@ic/placement";
+import type { MemoryModel } from "@ic/placement";
+import { toWireError } from "@ic/protocol";
+import type {
+  Clock,
+  Command,
+  CommandReply,
+  ControlEvent,
+  Deployment,
+  Heartbeat,
+  InstanceId,
+  Member,
+  NodeId,
+  SessionId,
+} from "@ic/protocol";
+import {
+  checkTokenLimits,
+  decide,
+  DEFAULT_TASK_BOUNDS,
+  evacuatingDeployments,
+  failingInstances,
+  lostDeployments,
+  nodeIdFor,
+  reconcile,
+  TaskTable,
+  TokenWindows,
+} from "@ic/state";
+import type { IdKind, TaskBounds } from "@ic/state";
+import { afterAttempt, capacityView, retryDue } from "./deployment-retry.ts";
+import type { RetryEntry } from "./deployment-retry.ts";
+import { IntentKeeper } from "./intent-keeper.ts";
+import type { IntentMaster } from "./intent-keeper.ts";
+import { heardAt } from "./membership.ts";
+import type { PeerView } from "./membership.ts";
+
+/** What the sequencer asks of the agent it runs in. */
+export interface SequencerPort extends Pick<IntentMaster, "mastering" | "state" | "emit"> {
+  livePeers(): PeerView[];
+  peer(peerKey: string): PeerView | undefined;
+}
+
+export interface SequencerOptions {
+  readonly master: SequencerPort;
+  readonly selfKey: string;
+  readonly livenessTimeoutMs: number;
+  readonly clock: Pick<Clock, "now">;
+  readonly log: Logger;
+  readonly newId: (kind: IdKind) => string;
+  readonly taskBounds?: Partial<TaskBounds> | undefined;
+  readonly memory?: Partial<MemoryModel> | undefined;
+  /** The intent store (absent: intent lives only in the replicas). */
+  readonly intents?: IntentKeeper | undefined;
+}
+
+export class Sequencer {
+  /** The open chat tasks (never replicated: a new master starts with none). */
+  private readonly tasks: TaskTable;
+  /** Each limited token's last minute of requests and tokens (a new master starts empty). */
+  private readonly tokenWindows = new TokenWindows();
+  /** Per lost deployment: when it was last attempted, the backoff, and the view it was tried on. */
+  private readonly retries = new Map<string, RetryEntry>();
+  readonly intents: IntentKeeper | undefined;
+
+  constructor(private readonly o: SequencerOptions) {
+    this.tasks = new TaskTable({ ...DEFAULT_TASK_BOUNDS, ...o.taskBounds });
+    this.intents = o.intents;
+  }
+
+  /** Chat tasks open now. */
+  get openTasks(): number {
+    return this.tasks.size;
+  }
+
+  /** A master stint ends or begins: its tasks and token windows go. */
+  clear(): void {
+    this.tasks.clear();
+    this.tokenWindows.clear();
+  }
+
+  /** An event this master emitted (a failed task leaves the table). */
+  emitted(event: ControlEvent): void {
+    if (event.type === "TaskFailed") this.tasks.end(event.task_id);
+  }
+
+  /** Every tick: joins and departures, lost deployments, expired tasks, the intent store. */
+  supervise(now: number, departures: boolean, session: SessionId): void {
+    this.superviseMembers(now, departures, session);
+    this.reconcileDeployments(now);
+    this.tasks.expire(now);
+    this.intents?.supervise(now, session);
+  }
+
+  /**
+   * The I/O shell around the pure `decide` (packages/state) for a command of this node's session
+   * (the agent checked the session and the role): decides against the replica and the live
+   * heartbeats, emits the events in order, and answers with the index reached (and the task id of a
+   * CreateTask) or the typed refusal. A command that changes intent (a deployment, a model) is
+   * written to the intent store first (async); every other command, the chat path's included, is
+   * answered synchronously.
+   */
+  command(sessionId: SessionId, from: NodeId, cmd: Command): CommandReply | Promise<CommandReply> {
+    try {
+      const d = this.decide(from, cmd, this.o.newId);
+      if (!d.ok) return { ok: false, error: toWireError(d.error) };
+      if (this.intents && IntentKeeper.changes(d.events))
+        return this.intents.persist(sessionId, from, cmd);
+      return this.accept(d);
+    } catch (e) {
+      return { ok: false, error: toWireError(e) };
+    }
+  }
+
+  /** The pure decision against this replica, at `now`. */
+  decide(from: NodeId, cmd: Command, ids: (kind: IdKind) => string, now = this.o.clock.now()) {
+    const live = () => this.o.master.livePeers().map((p) => p.heartbeat);
+    return decide(this.o.master.state(), cmd, {
+      from,
+      // Read only by the placement re-check: not gathered for the chat path's task commands.
+      get reports() {
+        return live();
+      },
+      now,
+      newId: ids,
+      tasksOf: (id) => this.tasks.onInstances(new Set([id])),
+      tokenCheck: (name, limits) =>
+        checkTokenLimits(
+          name,
+          limits,
+          { ...this.tokenWindows.totals(name, now), open: this.tasks.openFor(name) },
+          (what, limit) => this.tokenWindows.secondsUntilBelow(name, what, limit, now),
+        ),
+      ...(this.o.memory ? { memory: this.o.memory } : {}),
+    });
+  }
+
+  /** Applies an accepted decision: the task table, then the events. */
+  accept(d: Extract<ReturnType<typeof decide>, { ok: true }>): CommandReply {
+    const now = this.o.clock.now();
+    if (d.opened) {
+      this.tasks.add(d.opened);
+      if (d.opened.token !== undefined) this.tokenWindows.request(d.opened.token, now);
+    }
+    if (d.ended) {
+      const t = this.tasks.end(d.ended);
+      if (t?.token !== undefined && d.usedTokens)
+        this.tokenWindows.used(t.token, d.usedTokens, now);
+    }
+    for (const e of d.events) this.o.master.emit(e);
+    return {
+      ok: true,
+      index: this.o.master.state().index,
+      ...(d.opened ? { task_id: d.opened.task_id } : {}),
+    };
+  }
+
+  private superviseMembers(now: number, departures: boolean, session: SessionId): void {
+    const state = this.o.master.state();
+    // Joins: live peers that adopted this session but are not members yet.
+    for (const p of this.o.master.livePeers()) {
+      const hb = p.heartbeat;
+      if (hb.session_id !== session) continue;
+      const id = nodeIdFor(session, hb.peer_key);
+      if (!state.members[id])
+        this.o.master.emit({ type: "NodeJoined", member: memberFor(session, hb, now) });
+    }
+    // Departures: members silent past the liveness timeout. Their in-flight tasks fail first.
+    if (!departures) return;
+    for (const m of Object.values(this.o.master.state().members)) {
+      if (m.peer_key === this.o.selfKey) continue;
+      const p = this.o.master.peer(m.peer_key);
+      if (p && now - heardAt(p) <= this.o.livenessTimeoutMs) continue;
+      const reason = p?.lostAt !== undefined ? "connection lost" : "heartbeat timeout";
+      const lost = new Set(
+        Object.values(this.o.master.state().instances)
+          .filter((i) => i.assignments.some((a) => a.node_id === m.node_id))
+          .map((i) => i.instance_id),
+      );
+      for (const t of this.tasks.onInstances(lost)) {
+        this.o.master.emit({
+          type: "TaskFailed",
+          task_id: t.task_id,
+          reason: `node ${m.name} (${m.node_id}) was lost`,
+        });
+      }
+      // What the departed node's gateway held ended with it (its clients were connected there).
+      this.tasks.dropGateway(m.node_id);
+      this.o.log.warn({ node: m.name, node_id: m.node_id }, `node lost (${reason})`);
+      this.o.master.emit({ type: "NodeLeft", node_id: m.node_id, reason });
+    }
+  }
+
+  /**
+   * Master only, every tick: deployments whose instance is gone are placed again (pure reconcile) or
+   * kept Pending with their refusal. A refused one is retried with backoff (1 s doubling to 30 s),
+   * and sooner (after 1 s) when membership, health or memory changed since its last attempt.
+   */
+  private reconcileDeployments(now: number): void {
+    // An instance whose runner gave up (its model failed to load or run there) is removed, and its
+    // deployment placed on a node it has not failed on (reconcile below), or given up.
+    for (const f of failingInstances(this.o.master.state(), now)) {
+      this.o.log.warn(
+        {
+          deployment: f.deployment_id,
+          instance: f.instance_id,
+          node: f.failure.node_name,
+          error: f.failure.error,
+        },
+        "deployment failing: its instance failed to run; trying another node",
+      );
+      this.o.master.emit({
+        type: "DeploymentFailing",
+        deployment_id: f.deployment_id,
+        failure: f.failure,
+      });
+      for (const t of this.tasks.onInstances(new Set([f.instance_id])))
+        this.o.master.emit({
+          type: "TaskFailed",
+          task_id: t.task_id,
+          reason: `the instance failed to run: ${f.failure.error}`,
+        });
+      this.o.master.emit({
+        type: "InstanceDeleted",
+        instance_id: f.instance_id,
+        reason: `failed to run on ${f.failure.node_name}: ${f.failure.error}`,
+      });
+    }
+    const state = this.o.master.state();
+    const reports = this.o.master.livePeers().map((p) => p.heartbeat);
+    // Lost deployments, and those on a draining node (placed elsewhere before it leaves).
+    const lost = [...lostDeployments(state), ...evacuatingDeployments(state, reports)];
+    if (lost.length === 0) {
+      this.retries.clear();
+      return;
+    }
+    const view = capacityView(nodeCapacities(state, reports));
+    const due = (d: Deployment): boolean => retryDue(this.retries.get(d.deployment_id), now, view);
+    const actions = reconcile(state, reports, {
+      now,
+      newInstanceId: () => this.o.newId("instance") as InstanceId,
+      due,
+      ...(this.o.memory ? { memory: this.o.memory } : {}),
+    });
+    for (const d of lost) {
+      if (!due(d)) continue;
+      this.retries.set(d.deployment_id, afterAttempt(this.retries.get(d.deployment_id), now, view));
+    }
+    for (const a of actions) {
+      if (a.kind === "fail") {
+        this.o.log.error({ deployment: a.deployment_id, reason: a.reason }, "deployment failed");
+        this.retries.delete(a.deployment_id);
+        this.o.master.emit({
+          type: "DeploymentFailed",
+          deployment_id: a.deployment_id,
+          reason: a.reason,
+        });
+      } else if (a.kind === "place") {
+        this.o.log.info(
+          { deployment: a.deployment_id, instance: a.instance.instance_id, reason: a.reason },
+          "deployment placed again",
+        );
+        this.retries.delete(a.deployment_id);
+        this.o.master.emit({
+          type: "InstancePlaced",
+          instance: a.instance,
+          deployment_id: a.deployment_id,
+          reason: a.reason,
+        });
+      } else {
+        this.o.log.warn(
+          { deployment: a.deployment_id, code: a.refusal.code, message: a.refusal.message },
+          "deployment pending",
+        );
+        this.o.master.emit({
+          type: "DeploymentPending",
+          deployment_id: a.deployment_id,
+          refusal: a.refusal,
+          reason: a.reason,
+        });
+      }
+    }
+  }
+}
+
+/** The member a heartbeat makes in a session, joining at `now`. */
+export function memberFor(sessionId: string, hb: Heartbeat, now: number): Member {
+  return {
+    node_id: nodeIdFor(sessionId, hb.peer_key),
+    peer_key: hb.peer_key,
+    name: hb.name,
+    api_url: hb.api_url,
+    host: hb.host,
+    started_at: hb.started_at,
+    joined_at: now,
+  };
+}
