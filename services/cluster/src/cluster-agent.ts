@@ -4,7 +4,7 @@
 // session's command and sync subjects; a node reports `synced` only once it holds its session's state.
 // The rules are pure and live in @ic/state (elect, decide, reconcile); this class is their I/O shell.
 import { randomUUID } from "node:crypto";
-import { emptyState, fromWireError, ServiceError } from "@ic/protocol";
+import { emptyState } from "@ic/protocol";
 import type {
   Command,
   CommandReply,
@@ -18,13 +18,7 @@ import type {
   NodeId,
   SessionId,
 } from "@ic/protocol";
-import {
-  apply,
-  compareSeniority,
-  elect,
-  nodeIdFor,
-  OutOfOrderEvent,
-} from "@ic/state";
+import { apply, compareSeniority, elect, nodeIdFor, OutOfOrderEvent } from "@ic/state";
 import type { MemoryModel } from "@ic/placement";
 import type { IdKind, Peer, TaskBounds } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
@@ -37,6 +31,7 @@ import { AnnouncedSession } from "./announced-session.ts";
 import { LinkReport } from "./link-report.ts";
 import { IntentKeeper, SESSION_CHANGED } from "./intent-keeper.ts";
 import { memberFor, Sequencer } from "./sequencer.ts";
+import { CommandClient } from "./command-client.ts";
 import { heardAt, Membership } from "./membership.ts";
 import type { PeerView, ProbeSettings } from "./membership.ts";
 
@@ -119,6 +114,8 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly syncBudget: number;
   /** Master only: commands, tasks, joins and departures, re-placements (sequencer.ts). */
   private readonly sequencer: Sequencer;
+  /** This node's commands to the master (command-client.ts). */
+  private readonly commands: CommandClient;
   /** Which heartbeats carry this node's links (link-report.ts). */
   private readonly linkReport: LinkReport;
   private readonly listeners = new Set<AgentListener>();
@@ -179,6 +176,21 @@ export class ClusterAgent implements AsyncDisposable {
       taskBounds: o.taskBounds,
       memory: o.memory,
       intents,
+    });
+    this.commands = new CommandClient({
+      agent: {
+        current: () => this.current,
+        isMaster: () => this.role === "master",
+        synced: () => this.synced,
+        stopped: () => this.stopped,
+        peer: (peerKey) => this.membership.get(peerKey),
+        originOf: (peerKey) => this.originOf(peerKey),
+        handle: (session, from, cmd) => this.handleCommand(session, from, cmd),
+      },
+      selfKey: o.self.peerKey,
+      bus: o.bus,
+      clock: o.clock,
+      commandTimeoutMs: o.commandTimeoutMs,
     });
     this.membership = new Membership({
       selfKey: o.self.peerKey,
@@ -845,112 +857,10 @@ export class ClusterAgent implements AsyncDisposable {
   }
 
   /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */
-  async command(cmd: Command): Promise<Extract<CommandReply, { ok: true }>> {
-    const session = this.current?.session_id;
-    const deadline = this.o.clock.now() + (this.o.commandTimeoutMs ?? 5000);
-    let followed = false;
-    for (;;) {
-      await this.untilMasterSpeaks(deadline);
-      try {
-        return await this.commandOnce(cmd, deadline);
-      } catch (e) {
-        const late = () =>
-          this.stopped || this.current?.session_id !== session || this.o.clock.now() > deadline;
-        // The master handed the session off (a planned stop): once this replica has the hand-off
-        // (bounded), the command goes to the successor. Only once: a second hand-off is new.
-        const to = e instanceof ServiceError ? e.details?.handed_off_to : undefined;
-        if (typeof to === "string" && !followed) {
-          followed = true;
-          while (
-            this.current?.master.peer_key !== to ||
-            (to === this.o.self.peerKey && !this.isMaster)
-          ) {
-            if (late()) throw e;
-            await new Promise((r) => setTimeout(r, 10));
-          }
-          continue;
-        }
-        throw e;
-      }
-    }
-  }
-
-  /**
-   * Waits (until `deadline`) for the master this replica follows to have said it is the master in a
-   * heartbeat. A master publishes that heartbeat after it subscribed to commands, and nats-server
-   * forwards a subscription's interest to its routes ahead of the messages that connection publishes
-   * next; so once the heartbeat is here, a command reaches the master. Before it (right after a
-   * hand-off, or an election) a command could go out before the new master's interest reached this
-   * node's server, be dropped, and wait its whole timeout for a reply from the expected responder.
-   */
-  private async untilMasterSpeaks(deadline: number): Promise<void> {
-    for (;;) {
-      const cur = this.current;
-      if (!cur || this.role === "master" || this.stopped) return;
-      const hb = this.membership.get(cur.master.peer_key)?.heartbeat;
-      if (hb?.is_master && hb.session_id === cur.session_id) return;
-      if (this.o.clock.now() >= deadline) return;
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  }
-
-  /** One try; a task command waits for its reply only what is left of `deadline` (at least 500 ms). */
-  private async commandOnce(
-    cmd: Command,
-    deadline: number,
-  ): Promise<Extract<CommandReply, { ok: true }>> {
-    const cur = this.current;
-    if (!cur || !this.synced)
-      throw new ServiceError("no_master", "this node has not joined a cluster session yet");
-    const from = nodeIdFor(cur.session_id, this.o.self.peerKey);
-    let reply: CommandReply;
-    if (this.role === "master") {
-      reply = await this.handleCommand(cur.session_id, from, cmd);
-    } else {
-      try {
-        const masterOrigin = this.originOf(cur.master.peer_key);
-        if (masterOrigin === undefined) throw new Error("the master has not been heard yet");
-        reply = await this.o.bus.request(
-          "masterCommand",
-          { session_id: cur.session_id, from_node_id: from, command: cmd },
-          {
-            // An intent change waits for the intent store's quorum (and for the changes ahead).
-            // Others wait what is left of the command's deadline: a wait for the master's
-            // heartbeat (untilMasterSpeaks) does not add to how long a command may take.
-            timeoutMs: INTENT_COMMANDS.has(cmd.type)
-              ? Math.max(15_000, this.o.commandTimeoutMs ?? 5000)
-              : Math.max(500, deadline - this.o.clock.now()),
-            suffix: cur.session_id,
-            from: masterOrigin,
-          },
-        );
-      } catch (e) {
-        if (this.current?.session_id !== cur.session_id) {
-          throw new ServiceError(
-            "session_changed",
-            "the cluster session changed; retry the request",
-            { cause: e },
-          );
-        }
-        throw new ServiceError(
-          "no_master",
-          "the master did not answer; an election may be in progress, retry",
-          { cause: e },
-        );
-      }
-    }
-    if (!reply.ok) throw fromWireError(reply.error);
-    return reply;
+  command(cmd: Command): Promise<Extract<CommandReply, { ok: true }>> {
+    return this.commands.send(cmd);
   }
 }
-
-/** Commands that may change intent: the master answers them once the intent store has them. */
-const INTENT_COMMANDS: ReadonlySet<Command["type"]> = new Set([
-  "PlaceInstance",
-  "DeleteInstance",
-  "RegisterModel",
-  "DeregisterModel",
-]);
 
 /** After a hand-off, the old master answers late askers this long, naming the successor. */
 const HANDOFF_GRACE_MS = 10_000;
