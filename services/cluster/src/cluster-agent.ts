@@ -4,7 +4,6 @@
 // session's command and sync subjects; a node reports `synced` only once it holds its session's state.
 // The rules are pure and live in @ic/state (elect, decide, reconcile); this class is their I/O shell.
 import { randomUUID } from "node:crypto";
-import { emptyState } from "@ic/protocol";
 import type {
   Command,
   CommandReply,
@@ -18,7 +17,7 @@ import type {
   NodeId,
   SessionId,
 } from "@ic/protocol";
-import { apply, compareSeniority, elect, nodeIdFor, OutOfOrderEvent } from "@ic/state";
+import { compareSeniority, elect, nodeIdFor } from "@ic/state";
 import type { MemoryModel } from "@ic/placement";
 import type { IdKind, Peer, TaskBounds } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
@@ -26,12 +25,13 @@ import type { Logger } from "@ic/log";
 import type { Clock } from "@ic/protocol";
 import { DEFAULT_LOG_BOUNDS, MasterLog } from "./master-log.ts";
 import type { LogBounds } from "./master-log.ts";
-import { defaultSyncBudget, SnapshotAssembler, SyncServer } from "./replica-sync.ts";
+import { defaultSyncBudget, SyncServer } from "./replica-sync.ts";
 import { AnnouncedSession } from "./announced-session.ts";
 import { LinkReport } from "./link-report.ts";
 import { IntentKeeper, SESSION_CHANGED } from "./intent-keeper.ts";
 import { memberFor, Sequencer } from "./sequencer.ts";
 import { CommandClient } from "./command-client.ts";
+import { Replica } from "./replica.ts";
 import { heardAt, Membership } from "./membership.ts";
 import type { PeerView, ProbeSettings } from "./membership.ts";
 
@@ -94,19 +94,14 @@ export type AgentListener = {
 
 type Role = "follower" | "master";
 
-/** Requests one catch-up may take before it yields to the next trigger (a bound, never reached in practice). */
-const MAX_SYNC_ROUNDS = 10_000;
-/** Events buffered ahead of a gap while a sync is out; beyond it they are fetched by the sync. */
-const MAX_PENDING = 10_000;
-
 export class ClusterAgent implements AsyncDisposable {
-  private state: ControlState = emptyState();
+  /** The replica of the control state (replica.ts). */
+  private readonly replica: Replica;
   private role: Role = "follower";
   /** The session this node has joined (or is joining) and its master. */
   private current: { session_id: SessionId; master: Peer } | null = null;
   /** The peers heard, pinned to their connections; who is live, who is gone. */
   private readonly membership: Membership;
-  private readonly pending = new Map<number, IndexedEvent>();
   /** Another master's session announced while this node was not in it (see adopt). */
   private readonly announced = new AnnouncedSession();
   private readonly masterLog: MasterLog;
@@ -131,7 +126,6 @@ export class ClusterAgent implements AsyncDisposable {
   private retiredSubs: { subs: Unsubscribe[]; timer: NodeJS.Timeout } | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
   private hbTimer: NodeJS.Timeout | undefined;
-  private syncing = false;
   private upSince = 0;
   private stopped = false;
   private readonly log: Logger;
@@ -139,7 +133,7 @@ export class ClusterAgent implements AsyncDisposable {
   constructor(private readonly o: AgentOptions) {
     this.masterLog = new MasterLog({ ...DEFAULT_LOG_BOUNDS, ...o.logBounds });
     this.syncBudget = o.syncBudgetBytes ?? defaultSyncBudget(o.bus.maxPayload);
-    this.syncServer = new SyncServer(this.masterLog, () => this.state, {
+    this.syncServer = new SyncServer(this.masterLog, () => this.replica.state, {
       budgetBytes: this.syncBudget,
       snapshotGap: o.snapshotGap ?? 5000,
     });
@@ -148,7 +142,7 @@ export class ClusterAgent implements AsyncDisposable {
     const master = {
       mastering: (session: SessionId) =>
         this.role === "master" && this.current?.session_id === session,
-      state: () => this.state,
+      state: () => this.replica.state,
       emit: (e: ControlEvent) => void this.emit(e),
       livePeers: () => this.livePeers(),
       peer: (peerKey: string) => this.membership.get(peerKey),
@@ -176,6 +170,24 @@ export class ClusterAgent implements AsyncDisposable {
       taskBounds: o.taskBounds,
       memory: o.memory,
       intents,
+    });
+    this.replica = new Replica({
+      host: {
+        session: () => this.current,
+        isMaster: () => this.role === "master",
+        originOf: (peerKey) => this.originOf(peerKey),
+        applied: (ev, left) => {
+          // A node the master declared gone counts as gone here too, until it is heard again.
+          if (left !== undefined && left !== o.self.peerKey) this.membership.markLost(left);
+          if (ev.event.type === "MasterHandedOff") this.handedOff(ev.session_id, ev.event);
+          for (const l of this.listeners) l.event?.(ev, this.replica.state);
+        },
+        snapshotInstalled: (state) => {
+          for (const l of this.listeners) l.snapshot?.(state);
+        },
+      },
+      bus: o.bus,
+      log: this.log,
     });
     this.commands = new CommandClient({
       agent: {
@@ -212,7 +224,7 @@ export class ClusterAgent implements AsyncDisposable {
   }
   /** True when the replica holds the state of the session this node is in. */
   get synced(): boolean {
-    return this.current !== null && this.state.session?.session_id === this.current.session_id;
+    return this.replica.synced;
   }
   get sessionId(): SessionId | null {
     return this.current?.session_id ?? null;
@@ -221,7 +233,7 @@ export class ClusterAgent implements AsyncDisposable {
     return this.current ? nodeIdFor(this.current.session_id, this.o.self.peerKey) : null;
   }
   snapshot(): ControlState {
-    return this.state;
+    return this.replica.state;
   }
   /** Master only: chat tasks open now (0 on a follower). */
   openTasks(): number {
@@ -241,7 +253,7 @@ export class ClusterAgent implements AsyncDisposable {
    * their engine keys and loads are not known here yet.
    */
   unheardMembers(): string[] {
-    return Object.values(this.state.members)
+    return Object.values(this.replica.state.members)
       .filter((m) => m.peer_key !== this.o.self.peerKey && !this.membership.has(m.peer_key))
       .map((m) => m.name);
   }
@@ -328,7 +340,7 @@ export class ClusterAgent implements AsyncDisposable {
   private successor(): { peer: Peer; nodeId: NodeId } | undefined {
     const cur = this.current!;
     const now = this.o.clock.now();
-    const candidates = Object.values(this.state.members).flatMap((m) => {
+    const candidates = Object.values(this.replica.state.members).flatMap((m) => {
       const p = this.membership.get(m.peer_key);
       const hb = p?.heartbeat;
       if (!p || !hb || m.peer_key === this.o.self.peerKey || p.lostAt !== undefined) return [];
@@ -366,7 +378,7 @@ export class ClusterAgent implements AsyncDisposable {
       session_id: this.current?.session_id ?? null,
       master_peer_key: this.current?.master.peer_key ?? null,
       is_master: this.role === "master",
-      last_index: this.state.index,
+      last_index: this.replica.state.index,
       sent_at: this.o.clock.now(),
       ...extras,
       health: intentHealth ? [...extras.health, intentHealth] : extras.health,
@@ -403,9 +415,9 @@ export class ClusterAgent implements AsyncDisposable {
       hb.peer_key === cur.master.peer_key &&
       hb.session_id === cur.session_id &&
       this.synced &&
-      hb.last_index > this.state.index
+      hb.last_index > this.replica.state.index
     ) {
-      void this.sync(this.state.index + 1);
+      void this.replica.sync(this.replica.state.index + 1);
     }
   }
 
@@ -483,7 +495,7 @@ export class ClusterAgent implements AsyncDisposable {
   private setSession(next: { session_id: SessionId; master: Peer }): void {
     const prev = this.current?.session_id ?? null;
     this.current = next;
-    this.pending.clear();
+    this.replica.clearPending();
     if (prev !== next.session_id) {
       this.log.info(
         { previous: prev, session: next.session_id, master: next.master.peer_key },
@@ -497,7 +509,7 @@ export class ClusterAgent implements AsyncDisposable {
     const now = this.o.clock.now();
     const sessionId = `s-${randomUUID()}` as SessionId;
     const self = this.o.self;
-    const old = this.state;
+    const old = this.replica.state;
     // The master whose silence called this election is not a member of the new session: with the
     // liveness window longer than the election timeout it would still count as live here, and would
     // only leave by NodeLeft a second later (taking its carried instances with it).
@@ -575,13 +587,13 @@ export class ClusterAgent implements AsyncDisposable {
     this.setSession({ session_id: sessionId, master });
     // What the new master announced while this node still kept its old session is applied now, so
     // followers do not all ask the new master for its whole log at once (see AnnouncedSession).
-    for (const ev of this.announced.take(sessionId, master.peer_key)) this.receive(ev);
+    for (const ev of this.announced.take(sessionId, master.peer_key)) this.replica.receive(ev);
     // A node the session does not list yet says at once that it adopted it (the master then adds
     // it); one it lists already says so with its next heartbeat. After a master's death every
     // survivor adopts at once: n extra heartbeats, each to n nodes, in one burst.
-    const listed = this.synced && Object.hasOwn(this.state.members, this.nodeId!);
+    const listed = this.synced && Object.hasOwn(this.replica.state.members, this.nodeId!);
     if (!listed) this.publishHeartbeat();
-    if (!this.synced) void this.sync(1);
+    if (!this.synced) void this.replica.sync(1);
   }
 
   // ---- replica ----
@@ -620,54 +632,12 @@ export class ClusterAgent implements AsyncDisposable {
     if (!this.current || ev.session_id !== this.current.session_id) return;
     if (this.role === "master") return; // the master applied it when it emitted it
     // Applied already, when it made this node adopt the session.
-    if (ev.event.type === "SessionStarted" && this.state.session?.session_id === ev.session_id)
+    if (
+      ev.event.type === "SessionStarted" &&
+      this.replica.state.session?.session_id === ev.session_id
+    )
       return;
-    this.receive(ev);
-  }
-
-  private receive(ev: IndexedEvent): void {
-    if (ev.event.type !== "SessionStarted" && ev.index <= this.state.index && this.synced) return;
-    if (ev.event.type === "SessionStarted" || (this.synced && ev.index === this.state.index + 1)) {
-      this.applyOne(ev);
-      this.drainPending();
-      return;
-    }
-    if (this.pending.size < MAX_PENDING) this.pending.set(ev.index, ev);
-    void this.sync(this.synced ? this.state.index + 1 : 1);
-  }
-
-  /** Applies buffered events that directly follow the replica's index. */
-  private drainPending(): void {
-    if (!this.synced) return;
-    for (
-      let next = this.pending.get(this.state.index + 1);
-      next;
-      next = this.pending.get(this.state.index + 1)
-    ) {
-      this.pending.delete(next.index);
-      this.applyOne(next);
-    }
-  }
-
-  private applyOne(ev: IndexedEvent): void {
-    // A node the master declared gone counts as gone here too, until it is heard again: an election
-    // right after must not carry it into the new session while its heartbeats are merely recent.
-    const left =
-      ev.event.type === "NodeLeft" && Object.hasOwn(this.state.members, ev.event.node_id)
-        ? this.state.members[ev.event.node_id]!.peer_key
-        : undefined;
-    try {
-      this.state = apply(this.state, ev);
-    } catch (e) {
-      if (e instanceof OutOfOrderEvent) {
-        void this.sync(this.synced ? this.state.index + 1 : 1);
-        return;
-      }
-      throw e;
-    }
-    if (left !== undefined && left !== this.o.self.peerKey) this.membership.markLost(left);
-    if (ev.event.type === "MasterHandedOff") this.handedOff(ev.session_id, ev.event);
-    for (const l of this.listeners) l.event?.(ev, this.state);
+    this.replica.receive(ev);
   }
 
   /**
@@ -702,75 +672,7 @@ export class ClusterAgent implements AsyncDisposable {
     }
   }
 
-  /**
-   * Gap repair and catch-up: asks the master for the events from `fromIndex`, one bounded page (or
-   * snapshot part) per request, until the replica reaches the index the master reported.
-   */
-  private async sync(fromIndex: number): Promise<void> {
-    if (this.syncing || !this.current || this.role === "master") return;
-    this.syncing = true;
-    const session = this.current.session_id;
-    const masterOrigin = this.originOf(this.current.master.peer_key);
-    const snapshot = new SnapshotAssembler();
-    try {
-      if (masterOrigin === undefined) throw new Error("the master has not been heard yet");
-      let from = fromIndex;
-      for (let round = 0; round < MAX_SYNC_ROUNDS; round++) {
-        const reply = await this.o.bus.request(
-          "masterSync",
-          { session_id: session, from_index: from, ...this.snapshotWanted(snapshot) },
-          { timeoutMs: 2000, suffix: session, from: masterOrigin },
-        );
-        if (this.current?.session_id !== session) return;
-        if (!reply.ok) {
-          this.log.warn({ error: reply.error }, "sync refused");
-          return;
-        }
-        const before = this.state.index;
-        if (reply.snapshot_part) {
-          const state = snapshot.add(reply.snapshot_part);
-          if (state) this.installSnapshot(state);
-          else if (snapshot.next() === undefined) break; // a part out of order: next trigger retries
-        } else {
-          for (const ev of reply.events) {
-            if (
-              ev.event.type === "SessionStarted" ||
-              (this.synced && ev.index === this.state.index + 1)
-            )
-              this.applyOne(ev);
-          }
-          // Nothing applicable (a gap inside the page): the next trigger starts over.
-          if (reply.events.length === 0 || this.state.index === before) break;
-        }
-        if (snapshot.next() === undefined && this.synced && this.state.index >= reply.last_index)
-          break;
-        from = this.synced ? this.state.index + 1 : 1;
-      }
-      for (const k of [...this.pending.keys()]) if (k <= this.state.index) this.pending.delete(k);
-      // Events that arrived while the requests were out (e.g. this node's own NodeJoined, sequenced
-      // just after it adopted the session) follow on directly: without this drain they would wait
-      // for yet another event before being applied.
-      this.drainPending();
-    } catch (e) {
-      this.log.debug({ err: e }, "sync failed; will retry on the next event or tick");
-    } finally {
-      this.syncing = false;
-    }
-    if (this.current && !this.synced) setTimeout(() => void this.sync(1), 200).unref();
-  }
-
-  private snapshotWanted(a: SnapshotAssembler): { snapshot?: { index: number; part: number } } {
-    const next = a.next();
-    return next ? { snapshot: next } : {};
-  }
-
-  /** Replaces the replica with the master's snapshot (a compacted or long gap). */
-  private installSnapshot(state: ControlState): void {
-    this.state = state;
-    for (const l of this.listeners) l.snapshot?.(this.state);
-  }
-
-  // ---- master role ----
+  // ---- master role ----  // ---- master role ----
 
   private becomeMaster(sessionId: SessionId): void {
     this.stepDown();
@@ -787,7 +689,7 @@ export class ClusterAgent implements AsyncDisposable {
         "masterCommand",
         (req, meta) => {
           // A command speaks for the node it names only when it comes from that node's connection.
-          const member = this.state.members[req.from_node_id];
+          const member = this.replica.state.members[req.from_node_id];
           if (member && meta.origin !== this.originOf(member.peer_key)) {
             this.membership.refuse("command", meta.origin, `command as ${req.from_node_id}`);
             return {
@@ -831,12 +733,12 @@ export class ClusterAgent implements AsyncDisposable {
   private emit(event: ControlEvent): IndexedEvent {
     const session = this.current!.session_id;
     const ev: IndexedEvent = {
-      index: event.type === "SessionStarted" ? 1 : this.state.index + 1,
+      index: event.type === "SessionStarted" ? 1 : this.replica.state.index + 1,
       session_id: session,
       at: this.o.clock.now(),
       event,
     };
-    this.applyOne(ev);
+    this.replica.apply(ev);
     this.sequencer.emitted(event);
     this.masterLog.append(ev, Buffer.byteLength(JSON.stringify(ev)));
     // A publish that fails (logged and counted by the bus) leaves followers a gap: they catch up
