@@ -1,7 +1,11 @@
 // Pure: the exact llama.cpp command line for one rank of an instance.
 // Rank 0 runs llama-server (explicit host, port, -ngl, -c, -fit off, --metrics; --rpc and a split for
 // multi-node); every other rank runs ggml-rpc-server.
+import type { Config } from "@ic/config";
 import type { Instance, Pooling } from "@ic/protocol";
+
+/** The config's `engine` section (its defaults in packages/config's schema). */
+export type EngineSettings = Config["engine"];
 
 export interface ServerArgsInput {
   readonly instance: Instance;
@@ -13,7 +17,8 @@ export interface ServerArgsInput {
   readonly host: string;
   readonly port: number;
   readonly contextSize: number;
-  readonly gpuLayers: number;
+  /** The flags of the config's engine section that become arguments (a new flag: read it below). */
+  readonly engine: Pick<EngineSettings, "gpu_layers" | "extra_args">;
   readonly totalLayers: number;
   /** host:port of ranks 1..n-1, in rank order. */
   readonly rpcEndpoints: readonly string[];
@@ -27,7 +32,6 @@ export interface ServerArgsInput {
    * rpc devices, else the experimental `tensor` mode (placed only when the operator allowed it).
    */
   readonly tensorMode: "tensor" | "row";
-  readonly extraArgs: readonly string[];
   /** Serve HTTPS with this certificate and key (PEM files). */
   readonly tls?: { readonly certFile: string; readonly keyFile: string } | undefined;
 }
@@ -88,7 +92,7 @@ export function serverArgs(i: ServerArgsInput): string[] {
       }
     }
   } else {
-    a.push("-ngl", String(i.gpuLayers));
+    a.push("-ngl", String(i.engine.gpu_layers));
     // Tensor on one node means a row split across its local GPUs, by their free memory; Pipeline
     // spreads whole layers over them the same way (what placement counted, GPU by GPU).
     if (gpus.length > 1)
@@ -101,11 +105,18 @@ export function serverArgs(i: ServerArgsInput): string[] {
   }
   // This llama.cpp only drafts when a speculative type is named; -md alone loads the drafter idle.
   if (i.drafterPath)
-    a.push("-md", i.drafterPath, "-ngld", String(i.gpuLayers), "--spec-type", "draft-simple");
+    a.push(
+      "-md",
+      i.drafterPath,
+      "-ngld",
+      String(i.engine.gpu_layers),
+      "--spec-type",
+      "draft-simple",
+    );
   if (i.mmprojPath) a.push("--mmproj", i.mmprojPath);
   // An embedding instance: OpenAI's /v1/embeddings needs a pooled vector per input (not `none`).
   if (i.instance.embeddings) a.push("--embeddings", "--pooling", i.pooling ?? "mean");
-  a.push(...i.extraArgs);
+  a.push(...i.engine.extra_args);
   return a;
 }
 

@@ -158,15 +158,7 @@ export function workerComponent(
     advertiseHost: o.advertiseHost,
     engineKey: o.engineKey,
     engineTls: o.engine.tls(),
-    runnerLogDir: section.runner_log_dir,
-    contextSize: section.context_size,
-    gpuLayers: section.gpu_layers,
-    warmupDeadlineMs: section.warmup_deadline_seconds * 1000,
-    restartBackoffMs: section.restart_backoff_ms,
-    healthyUptimeMs: section.healthy_uptime_ms,
-    engineNiceness: section.niceness,
-    portBase: section.port_base,
-    extraArgs: section.extra_args,
+    settings: section,
   });
   return {
     name: "worker",

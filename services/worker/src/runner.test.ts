@@ -80,11 +80,10 @@ const base = {
   host: "127.0.0.1",
   port: 9000,
   contextSize: 512,
-  gpuLayers: 999,
+  engine: { gpu_layers: 999, extra_args: [] as string[] },
   rpcEndpoints: [] as string[],
   localGpus: [] as number[],
   tensorMode: "tensor" as const,
-  extraArgs: [] as string[],
 };
 
 describe("serverArgs", () => {

@@ -68,14 +68,18 @@ async function stagingWorker() {
       overridden: false,
     }),
     host: "127.0.0.1",
-    runnerLogDir: "/tmp",
-    contextSize: 512,
-    gpuLayers: 0,
-    warmupDeadlineMs: 1000,
-    restartBackoffMs: 10,
-    healthyUptimeMs: 1000,
-    portBase: 40000,
-    extraArgs: [],
+    settings: {
+      runner_log_dir: "/tmp",
+      context_size: 512,
+      gpu_layers: 0,
+      warmup_deadline_seconds: 1,
+      restart_backoff_ms: 10,
+      healthy_uptime_ms: 1000,
+      niceness: 0,
+      port_base: 40000,
+      extra_args: [],
+      experimental_tensor_split: false,
+    },
   });
   worker.start();
   await staging;

@@ -19,6 +19,7 @@ import { freeTcpPort } from "./net.ts";
 import { rpcArgs, serverArgs } from "./args.ts";
 import { RunnerSupervisor } from "./runner.ts";
 import type { RunnerSpec, RunnerStatus } from "./runner.ts";
+import type { EngineSettings } from "./args.ts";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
 import { planRunners, remoteEndpoints } from "./plan.ts";
 import type { RunnerAction, SlotView } from "./plan.ts";
@@ -45,17 +46,12 @@ export interface WorkerOptions {
    * endpoint is `https://`, and only clients that trust the cluster CA talk to it. Absent: HTTP.
    */
   readonly engineTls?: { readonly certFile: string; readonly keyFile: string } | undefined;
-  readonly runnerLogDir: string;
-  /** engine.context_size; unset: the model's own (placement chose and recorded it per instance). */
-  readonly contextSize?: number | undefined;
-  readonly gpuLayers: number;
-  readonly warmupDeadlineMs: number;
-  readonly restartBackoffMs: number;
-  readonly healthyUptimeMs: number;
-  /** CPU niceness engines run at (0: as the node). */
-  readonly engineNiceness?: number;
-  readonly portBase: number;
-  readonly extraArgs: readonly string[];
+  /**
+   * The config's `engine` section, whole: runner log dir, context size (unset: the model's own, as
+   * placement chose it per instance), GPU layers, warm-up deadline, restart back-off, niceness, port
+   * base, extra arguments (args.ts reads the flags it turns into arguments).
+   */
+  readonly settings: EngineSettings;
 }
 
 interface Slot {
@@ -295,8 +291,13 @@ export class Worker implements AsyncDisposable {
     const engine = this.o.engine();
     if (!engine.usable) throw new Error(`engine unusable: ${engine.problem ?? "unknown"}`);
     const port =
-      this.o.portBase > 0 ? this.o.portBase + this.slots.size : await freeTcpPort(this.o.host);
-    const logFile = join(this.o.runnerLogDir, `${inst.instance_id}-rank${slot.rank}.log`);
+      this.o.settings.port_base > 0
+        ? this.o.settings.port_base + this.slots.size
+        : await freeTcpPort(this.o.host);
+    const logFile = join(
+      this.o.settings.runner_log_dir,
+      `${inst.instance_id}-rank${slot.rank}.log`,
+    );
     const common = {
       instanceId: inst.instance_id,
       modelId: inst.model_id,
@@ -304,12 +305,12 @@ export class Worker implements AsyncDisposable {
       host: this.o.host,
       advertiseHost: this.o.advertiseHost ?? this.o.host,
       port,
-      warmupDeadlineMs: this.o.warmupDeadlineMs,
-      restartBackoffMs: this.o.restartBackoffMs,
-      healthyUptimeMs: this.o.healthyUptimeMs,
+      warmupDeadlineMs: this.o.settings.warmup_deadline_seconds * 1000,
+      restartBackoffMs: this.o.settings.restart_backoff_ms,
+      healthyUptimeMs: this.o.settings.healthy_uptime_ms,
       maxCrashes: 5,
       logFile,
-      niceness: this.o.engineNiceness,
+      niceness: this.o.settings.niceness,
     };
     let sup: RunnerSupervisor;
     if (slot.rank > 0) {
@@ -377,15 +378,18 @@ export class Worker implements AsyncDisposable {
       pooling: model.pooling,
       host: this.o.host,
       port,
-      contextSize: runnerContext(inst.context_size, this.o.contextSize, model.context_length),
-      gpuLayers: this.o.gpuLayers,
+      contextSize: runnerContext(
+        inst.context_size,
+        this.o.settings.context_size,
+        model.context_length,
+      ),
+      engine: this.o.settings,
       totalLayers: model.layers,
       rpcEndpoints: rpc,
       localGpus: this.localGpus(engine),
       // The established row split where the engine runs it over rpc; the experimental tensor
       // mode only where the probe found it working and the operator allowed it.
       tensorMode: engine.split?.row_over_rpc ? "row" : "tensor",
-      extraArgs: this.o.extraArgs,
       tls: this.o.engineTls,
     });
     // The key goes in the environment (LLAMA_API_KEY), not argv, which `ps` shows to everyone.
