@@ -53,6 +53,42 @@ export const ApiTokenSchema = z
     message: "set exactly one of token and token_file",
   });
 
+/** The `engine` section: how this node runs llama.cpp (a new engine flag is a key here and its
+ * argument in services/worker/src/args.ts). */
+export const EngineSchema = z
+  .object({
+    server_bin: z.string().optional(),
+    rpc_bin: z.string().optional(),
+    warmup_deadline_seconds: z.number().positive().default(300),
+    /**
+     * `-c` of every runner. Unset: each instance gets its model's trained context, halved while
+     * it does not fit the nodes' memory (down to 4096); set: this, capped by the model's.
+     */
+    context_size: z.number().int().positive().optional(),
+    /** Layers offloaded to the GPU; the runner always passes an explicit -ngl. */
+    gpu_layers: z.number().int().min(0).default(999),
+    /** First port runners use; 0 picks free ports. */
+    port_base: z.number().int().min(0).max(65535).default(0),
+    restart_backoff_ms: z.number().int().min(0).default(1000),
+    /**
+     * CPU niceness of engine processes: under contention the node's heartbeats and request
+     * routing are scheduled before engine threads (0 disables).
+     */
+    niceness: z.number().int().min(0).max(19).default(10),
+    healthy_uptime_ms: z.number().int().min(0).default(60000),
+    extra_args: z.array(z.string()).default([]),
+    /**
+     * Allows Tensor sharding across nodes through llama.cpp's experimental `-sm tensor` mode where
+     * the engine's probe found it working (this build cannot split rows over rpc). Off by default:
+     * on an H200 it did not serve a 30 MB F16 model across two ranks.
+     */
+    experimental_tensor_split: z.boolean().default(false),
+    /** Where each runner's stdout/stderr is written (`<instance>-rank<n>.log`). */
+    runner_log_dir: z.string().min(1).default("~/.service/runners"),
+  })
+  .strict()
+  .prefault({});
+
 const HostPort = z.string().regex(/^[A-Za-z0-9.\-_[\]:]+:\d{1,5}$/, "expected host:port");
 
 export const ConfigSchema = z
@@ -250,39 +286,7 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
-    engine: z
-      .object({
-        server_bin: z.string().optional(),
-        rpc_bin: z.string().optional(),
-        warmup_deadline_seconds: z.number().positive().default(300),
-        /**
-         * `-c` of every runner. Unset: each instance gets its model's trained context, halved while
-         * it does not fit the nodes' memory (down to 4096); set: this, capped by the model's.
-         */
-        context_size: z.number().int().positive().optional(),
-        /** Layers offloaded to the GPU; the runner always passes an explicit -ngl. */
-        gpu_layers: z.number().int().min(0).default(999),
-        /** First port runners use; 0 picks free ports. */
-        port_base: z.number().int().min(0).max(65535).default(0),
-        restart_backoff_ms: z.number().int().min(0).default(1000),
-        /**
-         * CPU niceness of engine processes: under contention the node's heartbeats and request
-         * routing are scheduled before engine threads (0 disables).
-         */
-        niceness: z.number().int().min(0).max(19).default(10),
-        healthy_uptime_ms: z.number().int().min(0).default(60000),
-        extra_args: z.array(z.string()).default([]),
-        /**
-         * Allows Tensor sharding across nodes through llama.cpp's experimental `-sm tensor` mode where
-         * the engine's probe found it working (this build cannot split rows over rpc). Off by default:
-         * on an H200 it did not serve a 30 MB F16 model across two ranks.
-         */
-        experimental_tensor_split: z.boolean().default(false),
-        /** Where each runner's stdout/stderr is written (`<instance>-rank<n>.log`). */
-        runner_log_dir: z.string().min(1).default("~/.service/runners"),
-      })
-      .strict()
-      .prefault({}),
+    engine: EngineSchema,
   })
   .strict();
 

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { afterAll, describe, expect, it } from "vitest";
+import { EngineSchema } from "@ic/config";
 import { writeTinyModel } from "@ic/gguf";
 import { locateEngine } from "@ic/engine";
 import { createLogger } from "@ic/log";
@@ -56,7 +57,7 @@ async function realSpec(over: Partial<RunnerSpec> = {}): Promise<RunnerSpec> {
       host: "127.0.0.1",
       port,
       contextSize: 256,
-      engine: { gpu_layers: 0, extra_args: [] },
+      engine: EngineSchema.parse({ gpu_layers: 0 }),
       totalLayers: 4,
       rpcEndpoints: [],
       localGpus: [],

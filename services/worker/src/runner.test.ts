@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { EngineSchema } from "@ic/config";
 import { engineEnvironment, logTail, nextRunnerAction } from "./runner.ts";
 import { serverArgs } from "./args.ts";
 import { runnerContext } from "./worker.ts";
@@ -80,7 +81,7 @@ const base = {
   host: "127.0.0.1",
   port: 9000,
   contextSize: 512,
-  engine: { gpu_layers: 999, extra_args: [] as string[] },
+  engine: EngineSchema.parse({ gpu_layers: 999 }),
   rpcEndpoints: [] as string[],
   localGpus: [] as number[],
   tensorMode: "tensor" as const,

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { EngineSchema } from "@ic/config";
 import { emptyState } from "@ic/protocol";
 import type { Command, InstanceId, ModelId, ModelRecord, NodeId, Runner } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
@@ -68,7 +69,7 @@ async function stagingWorker() {
       overridden: false,
     }),
     host: "127.0.0.1",
-    settings: {
+    settings: EngineSchema.parse({
       runner_log_dir: "/tmp",
       context_size: 512,
       gpu_layers: 0,
@@ -77,9 +78,7 @@ async function stagingWorker() {
       healthy_uptime_ms: 1000,
       niceness: 0,
       port_base: 40000,
-      extra_args: [],
-      experimental_tensor_split: false,
-    },
+    }),
   });
   worker.start();
   await staging;
