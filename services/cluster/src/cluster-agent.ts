@@ -13,11 +13,10 @@ import type {
   Heartbeat,
   HeartbeatMessage,
   IndexedEvent,
-  Member,
   NodeId,
   SessionId,
 } from "@ic/protocol";
-import { compareSeniority, elect, nodeIdFor } from "@ic/state";
+import { elect, nodeIdFor } from "@ic/state";
 import type { MemoryModel } from "@ic/placement";
 import type { IdKind, Peer, TaskBounds } from "@ic/state";
 import type { Bus, Unsubscribe } from "@ic/bus";
@@ -29,10 +28,11 @@ import { defaultSyncBudget, SyncServer } from "./replica-sync.ts";
 import { AnnouncedSession } from "./announced-session.ts";
 import { LinkReport } from "./link-report.ts";
 import { IntentKeeper, SESSION_CHANGED } from "./intent-keeper.ts";
-import { memberFor, Sequencer } from "./sequencer.ts";
+import { Sequencer } from "./sequencer.ts";
+import { sessionStarted, successor } from "./session-start.ts";
 import { CommandClient } from "./command-client.ts";
 import { Replica } from "./replica.ts";
-import { heardAt, Membership } from "./membership.ts";
+import { Membership } from "./membership.ts";
 import type { PeerView, ProbeSettings } from "./membership.ts";
 
 export interface SelfInfo {
@@ -313,7 +313,14 @@ export class ClusterAgent implements AsyncDisposable {
   async handOff(waitMs = 5000): Promise<string | undefined> {
     const cur = this.current;
     if (this.role !== "master" || !cur || this.handingOff || this.stopped) return undefined;
-    const to = this.successor();
+    const to = successor({
+      state: this.replica.state,
+      sessionId: cur.session_id,
+      selfKey: this.o.self.peerKey,
+      peer: (k) => this.membership.get(k),
+      now: this.o.clock.now(),
+      livenessTimeoutMs: this.o.timings.livenessTimeoutMs,
+    });
     if (!to) return undefined;
     this.handingOff = { session_id: cur.session_id, to: to.peer };
     this.log.info({ session: cur.session_id, to: to.peer.peer_key }, "handing the session off");
@@ -334,21 +341,6 @@ export class ClusterAgent implements AsyncDisposable {
       master_started_at: to.peer.started_at,
     });
     return to.peer.peer_key;
-  }
-
-  /** The member a planned hand-off goes to: live, in this session, caught up, not draining. */
-  private successor(): { peer: Peer; nodeId: NodeId } | undefined {
-    const cur = this.current!;
-    const now = this.o.clock.now();
-    const candidates = Object.values(this.replica.state.members).flatMap((m) => {
-      const p = this.membership.get(m.peer_key);
-      const hb = p?.heartbeat;
-      if (!p || !hb || m.peer_key === this.o.self.peerKey || p.lostAt !== undefined) return [];
-      if (now - p.lastHeard > this.o.timings.livenessTimeoutMs || hb.draining) return [];
-      if (hb.session_id !== cur.session_id || hb.started_at !== m.started_at) return [];
-      return [{ peer: { peer_key: m.peer_key, started_at: m.started_at }, nodeId: m.node_id }];
-    });
-    return candidates.sort((a, b) => compareSeniority(a.peer, b.peer))[0];
   }
 
   /** After a hand-off: the master role's subscriptions, kept a while for late askers, go now. */
@@ -509,62 +501,26 @@ export class ClusterAgent implements AsyncDisposable {
     const now = this.o.clock.now();
     const sessionId = `s-${randomUUID()}` as SessionId;
     const self = this.o.self;
-    const old = this.replica.state;
-    // The master whose silence called this election is not a member of the new session: with the
-    // liveness window longer than the election timeout it would still count as live here, and would
-    // only leave by NodeLeft a second later (taking its carried instances with it).
-    const deposed =
-      this.current && this.current.master.peer_key !== self.peerKey
-        ? this.current.master.peer_key
-        : undefined;
-    const live = this.livePeers().filter(
-      (p) =>
-        p.heartbeat.peer_key !== self.peerKey &&
-        !(p.heartbeat.peer_key === deposed && now - heardAt(p) >= this.o.timings.electionTimeoutMs),
-    );
-    const livePeerKeys = new Set([self.peerKey, ...live.map((p) => p.heartbeat.peer_key)]);
-    const members: Member[] = [
-      memberFor(sessionId, this.heartbeat(), now),
-      ...live.map((p) => memberFor(sessionId, p.heartbeat, now)),
-    ];
-    // Carry over instances whose every rank lives on a surviving node; re-identify their nodes.
-    const instances = Object.values(old.instances)
-      .filter((i) => i.assignments.every((a) => livePeerKeys.has(a.peer_key)))
-      .map((i) => ({
-        ...i,
-        assignments: i.assignments.map((a) => ({
-          ...a,
-          node_id: nodeIdFor(sessionId, a.peer_key),
-        })),
-      }));
-    const carried = new Set(instances.map((i) => i.instance_id));
-    const runners = Object.values(old.runners)
-      .filter((r) => carried.has(r.instance_id))
-      .map((r) => {
-        const inst = instances.find((i) => i.instance_id === r.instance_id)!;
-        const a = inst.assignments.find((x) => x.rank === r.rank)!;
-        return { ...r, node_id: a.node_id };
-      });
-    const event: ControlEvent = {
-      type: "SessionStarted",
-      session: {
-        session_id: sessionId,
-        master_node_id: nodeIdFor(sessionId, self.peerKey),
-        master_peer_key: self.peerKey,
-        master_started_at: self.startedAt,
-        started_at: now,
-      },
-      members,
-      models: Object.values(old.models),
-      instances,
-      runners,
-      // Intent carries over whole; the tick re-places those whose instance did not survive.
-      deployments: Object.values(old.deployments),
+    const event = sessionStarted({
+      sessionId,
+      now,
+      self: this.heartbeat(),
+      live: this.livePeers(),
+      deposed:
+        this.current && this.current.master.peer_key !== self.peerKey
+          ? this.current.master.peer_key
+          : undefined,
+      electionTimeoutMs: this.o.timings.electionTimeoutMs,
+      old: this.replica.state,
       // With an intent store, the replica is not whole until the master restored it from there.
-      intent_restored: this.o.intents === undefined,
-    };
+      intentRestored: this.o.intents === undefined,
+    });
     this.log.info(
-      { session: sessionId, members: members.length, carried_instances: instances.length },
+      {
+        session: sessionId,
+        members: event.members.length,
+        carried_instances: event.instances.length,
+      },
       "elected master; starting session",
     );
     this.becomeMaster(sessionId);
