@@ -21,7 +21,7 @@ import type {
 } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { ClusterAgent } from "./cluster-agent.ts";
-import type { AgentOptions } from "./cluster-agent.ts";
+import type { AgentOptions } from "./agent-options.ts";
 
 type Handler = (msg: unknown, meta: { origin: string | undefined }) => unknown;
 interface Entry {

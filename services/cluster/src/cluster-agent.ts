@@ -8,7 +8,6 @@ import type {
   Command,
   CommandReply,
   ControlEvent,
-  IntentStore,
   ControlState,
   Heartbeat,
   HeartbeatMessage,
@@ -17,13 +16,10 @@ import type {
   SessionId,
 } from "@ic/protocol";
 import { elect, nodeIdFor } from "@ic/state";
-import type { MemoryModel } from "@ic/placement";
-import type { IdKind, Peer, TaskBounds } from "@ic/state";
-import type { Bus, Unsubscribe } from "@ic/bus";
+import type { IdKind, Peer } from "@ic/state";
+import type { Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
-import type { Clock } from "@ic/protocol";
 import { DEFAULT_LOG_BOUNDS, MasterLog } from "./master-log.ts";
-import type { LogBounds } from "./master-log.ts";
 import { defaultSyncBudget, SyncServer } from "./replica-sync.ts";
 import { AnnouncedSession } from "./announced-session.ts";
 import { LinkReport } from "./link-report.ts";
@@ -33,64 +29,8 @@ import { sessionStarted, successor } from "./session-start.ts";
 import { CommandClient } from "./command-client.ts";
 import { Replica } from "./replica.ts";
 import { Membership } from "./membership.ts";
-import type { PeerView, ProbeSettings } from "./membership.ts";
-
-export interface SelfInfo {
-  readonly peerKey: string;
-  readonly name: string;
-  readonly host: string;
-  readonly apiUrl: string;
-  readonly startedAt: number;
-}
-
-export interface AgentTimings {
-  readonly heartbeatMs: number;
-  readonly livenessTimeoutMs: number;
-  readonly electionTimeoutMs: number;
-}
-
-/** What the worker contributes to each heartbeat. */
-export type HeartbeatExtras = Pick<Heartbeat, "telemetry" | "links" | "runners" | "health"> &
-  Partial<Pick<Heartbeat, "loop_delay" | "pulls" | "outstanding">>;
-
-export interface AgentOptions {
-  readonly bus: Bus;
-  readonly log: Logger;
-  readonly clock: Pick<Clock, "now">;
-  readonly self: SelfInfo;
-  readonly timings: AgentTimings;
-  readonly extras: () => HeartbeatExtras;
-  /** What the master keeps of its log for followers' catch-up (older gaps get a snapshot). */
-  readonly logBounds?: Partial<LogBounds>;
-  /** Largest sync reply in bytes (default: a quarter of the bus's max_payload, at most 256 KiB). */
-  readonly syncBudgetBytes?: number;
-  /** A follower further behind than this many events is sent a snapshot (default 5000). */
-  readonly snapshotGap?: number;
-  /** Bounds of the master's open-task table (an end report lost with its gateway expires). */
-  readonly taskBounds?: Partial<TaskBounds>;
-  /**
-   * Where the operator's intent is kept durably (deployments, registered models). The master
-   * writes each change there before sequencing it, and restores the replica from it when it starts
-   * a session. Absent: intent lives only in the replicas (it survives failover, not a full restart).
-   */
-  readonly intents?: IntentStore;
-  readonly commandTimeoutMs?: number;
-  /** Memory model overrides (context size), as the gateway uses: words the re-check's refusals. */
-  readonly memory?: Partial<MemoryModel>;
-  /** Liveness probes after a dropped connection (default DEFAULT_PROBE). */
-  readonly probe?: ProbeSettings;
-  /** Unchanged links still go out every this many heartbeats (default DEFAULT_LINKS_REFRESH). */
-  readonly linksRefresh?: number;
-}
-
-export type AgentListener = {
-  /** Every applied event, in order (SessionStarted included). */
-  event?: (ev: IndexedEvent, state: ControlState) => void;
-  /** The replica was replaced by a master snapshot (compacted history). */
-  snapshot?: (state: ControlState) => void;
-  /** The session this node belongs to changed (previous is null on first join). */
-  session?: (previous: SessionId | null, next: SessionId) => void;
-};
+import type { PeerView } from "./membership.ts";
+import type { AgentListener, AgentOptions } from "./agent-options.ts";
 
 type Role = "follower" | "master";
 

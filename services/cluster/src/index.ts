@@ -1,4 +1,5 @@
-// Front door of the master service: the per-node cluster agent (election, replica, master role).
+// Front door of @ic/cluster: the cluster agent every node runs (membership, election, replica) and the
+// master role it takes on one node (sequencer, intent store).
 export { ClusterAgent } from "./cluster-agent.ts";
 export { DEFAULT_PROBE } from "./membership.ts";
 export type { PeerView, ProbeSettings } from "./membership.ts";
@@ -8,5 +9,5 @@ export type {
   AgentTimings,
   HeartbeatExtras,
   SelfInfo,
-} from "./cluster-agent.ts";
+} from "./agent-options.ts";
 export { MasterLog } from "./master-log.ts";
