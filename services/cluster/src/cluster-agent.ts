@@ -28,6 +28,7 @@ import { Sequencer } from "./sequencer.ts";
 import { sessionStarted, successor } from "./session-start.ts";
 import { CommandClient } from "./command-client.ts";
 import { Replica } from "./replica.ts";
+import { MasterEndpoints } from "./master-endpoints.ts";
 import { Membership } from "./membership.ts";
 import type { PeerView } from "./membership.ts";
 import type { AgentListener, AgentOptions } from "./agent-options.ts";
@@ -55,15 +56,14 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly linkReport: LinkReport;
   private readonly listeners = new Set<AgentListener>();
   private readonly subs: Unsubscribe[] = [];
-  private masterSubs: Unsubscribe[] = [];
+  /** The master role's bus endpoints (master-endpoints.ts). */
+  private readonly endpoints: MasterEndpoints;
   /**
    * A planned hand-off of this node's session (see handOff): from when it starts, commands are
    * answered `no_master` naming the successor; the subscriptions of the master role stay a while
    * after it, so a follower that asked this node, or that lags, still gets an answer.
    */
   private handingOff: { session_id: SessionId; to: Peer } | undefined;
-  /** After a hand-off, the old master's subscriptions, kept HANDOFF_GRACE_MS for late askers. */
-  private retiredSubs: { subs: Unsubscribe[]; timer: NodeJS.Timeout } | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
   private hbTimer: NodeJS.Timeout | undefined;
   private upSince = 0;
@@ -128,6 +128,14 @@ export class ClusterAgent implements AsyncDisposable {
       },
       bus: o.bus,
       log: this.log,
+    });
+    this.endpoints = new MasterEndpoints(o.bus, {
+      members: () => this.replica.state.members,
+      originOf: (peerKey) => this.originOf(peerKey),
+      refuse: (what, origin, why) => this.membership.refuse(what, origin, why),
+      sessionId: () => this.current?.session_id ?? null,
+      command: (session, from, cmd) => this.handleCommand(session, from, cmd),
+      sync: (req) => this.syncServer.answer(req),
     });
     this.commands = new CommandClient({
       agent: {
@@ -236,9 +244,9 @@ export class ClusterAgent implements AsyncDisposable {
     this.stopped = true;
     clearInterval(this.tickTimer);
     clearInterval(this.hbTimer);
-    for (const u of [...this.subs, ...this.masterSubs]) u();
-    this.masterSubs = [];
-    this.retireNow();
+    for (const u of this.subs) u();
+    this.endpoints.close();
+    this.endpoints.closeRetired();
   }
 
   /**
@@ -281,14 +289,6 @@ export class ClusterAgent implements AsyncDisposable {
       master_started_at: to.peer.started_at,
     });
     return to.peer.peer_key;
-  }
-
-  /** After a hand-off: the master role's subscriptions, kept a while for late askers, go now. */
-  private retireNow(): void {
-    if (!this.retiredSubs) return;
-    clearTimeout(this.retiredSubs.timer);
-    for (const u of this.retiredSubs.subs) u();
-    this.retiredSubs = undefined;
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -549,12 +549,7 @@ export class ClusterAgent implements AsyncDisposable {
     const master: Peer = { peer_key: e.master_peer_key, started_at: e.master_started_at };
     this.log.info({ session: sessionId, master: master.peer_key }, "master handed off");
     if (this.role === "master") {
-      this.retireNow();
-      this.retiredSubs = {
-        subs: this.masterSubs,
-        timer: setTimeout(() => this.retireNow(), HANDOFF_GRACE_MS),
-      };
-      this.masterSubs = [];
+      this.endpoints.retire();
       this.role = "follower";
       this.sequencer.clear();
     }
@@ -568,59 +563,21 @@ export class ClusterAgent implements AsyncDisposable {
     }
   }
 
-  // ---- master role ----  // ---- master role ----
+  // ---- master role ----
 
   private becomeMaster(sessionId: SessionId): void {
     this.stepDown();
-    this.retireNow();
     this.handingOff = undefined;
     this.role = "master";
     this.masterLog.reset();
     this.syncServer.reset();
     this.sequencer.clear();
     this.sequencer.intents?.reset();
-    const bus = this.o.bus;
-    this.masterSubs.push(
-      bus.respond(
-        "masterCommand",
-        (req, meta) => {
-          // A command speaks for the node it names only when it comes from that node's connection.
-          const member = this.replica.state.members[req.from_node_id];
-          if (member && meta.origin !== this.originOf(member.peer_key)) {
-            this.membership.refuse("command", meta.origin, `command as ${req.from_node_id}`);
-            return {
-              ok: false as const,
-              error: {
-                code: "forbidden" as const,
-                message: "a command must come from the node it names",
-              },
-            };
-          }
-          return this.handleCommand(req.session_id, req.from_node_id, req.command);
-        },
-        {
-          suffix: sessionId,
-        },
-      ),
-      bus.respond(
-        "masterSync",
-        (req) => {
-          if (req.session_id !== this.current?.session_id) {
-            return {
-              ok: false as const,
-              error: { code: "session_changed" as const, message: "session changed" },
-            };
-          }
-          return this.syncServer.answer(req);
-        },
-        { suffix: sessionId },
-      ),
-    );
+    this.endpoints.serve(sessionId);
   }
 
   private stepDown(): void {
-    for (const u of this.masterSubs) u();
-    this.masterSubs = [];
+    this.endpoints.close();
     this.role = "follower";
     this.sequencer.clear();
   }
@@ -659,9 +616,6 @@ export class ClusterAgent implements AsyncDisposable {
     return this.commands.send(cmd);
   }
 }
-
-/** After a hand-off, the old master answers late askers this long, naming the successor. */
-const HANDOFF_GRACE_MS = 10_000;
 
 function handedOffReply(to: Peer): CommandReply {
   return {
