@@ -79,6 +79,29 @@ export class ClusterAgent implements AsyncDisposable {
     });
     this.linkReport = new LinkReport(o.linksRefresh);
     this.log = o.log.child({ component: "cluster" });
+    this.sequencer = this.sequencerFor(o);
+    this.replica = this.replicaFor(o);
+    this.endpoints = new MasterEndpoints(o.bus, {
+      members: () => this.replica.state.members,
+      originOf: (peerKey) => this.originOf(peerKey),
+      refuse: (what, origin, why) => this.membership.refuse(what, origin, why),
+      sessionId: () => this.current?.session_id ?? null,
+      command: (session, from, cmd) => this.handleCommand(session, from, cmd),
+      sync: (req) => this.syncServer.answer(req),
+    });
+    this.commands = this.commandClientFor(o);
+    this.membership = new Membership({
+      selfKey: o.self.peerKey,
+      bus: o.bus,
+      clock: o.clock,
+      livenessTimeoutMs: o.timings.livenessTimeoutMs,
+      probe: o.probe,
+      log: this.log,
+    });
+  }
+
+  /** The master role's sequencing, with the intent store when there is one. */
+  private sequencerFor(o: AgentOptions): Sequencer {
     const master = {
       mastering: (session: SessionId) =>
         this.role === "master" && this.current?.session_id === session,
@@ -100,7 +123,7 @@ export class ClusterAgent implements AsyncDisposable {
           newId,
         })
       : undefined;
-    this.sequencer = new Sequencer({
+    return new Sequencer({
       master,
       selfKey: o.self.peerKey,
       livenessTimeoutMs: o.timings.livenessTimeoutMs,
@@ -111,7 +134,11 @@ export class ClusterAgent implements AsyncDisposable {
       memory: o.memory,
       intents,
     });
-    this.replica = new Replica({
+  }
+
+  /** The replica, telling this agent what it applied. */
+  private replicaFor(o: AgentOptions): Replica {
+    return new Replica({
       host: {
         session: () => this.current,
         isMaster: () => this.role === "master",
@@ -129,15 +156,11 @@ export class ClusterAgent implements AsyncDisposable {
       bus: o.bus,
       log: this.log,
     });
-    this.endpoints = new MasterEndpoints(o.bus, {
-      members: () => this.replica.state.members,
-      originOf: (peerKey) => this.originOf(peerKey),
-      refuse: (what, origin, why) => this.membership.refuse(what, origin, why),
-      sessionId: () => this.current?.session_id ?? null,
-      command: (session, from, cmd) => this.handleCommand(session, from, cmd),
-      sync: (req) => this.syncServer.answer(req),
-    });
-    this.commands = new CommandClient({
+  }
+
+  /** This node's commands to the master. */
+  private commandClientFor(o: AgentOptions): CommandClient {
+    return new CommandClient({
       agent: {
         current: () => this.current,
         isMaster: () => this.role === "master",
@@ -151,14 +174,6 @@ export class ClusterAgent implements AsyncDisposable {
       bus: o.bus,
       clock: o.clock,
       commandTimeoutMs: o.commandTimeoutMs,
-    });
-    this.membership = new Membership({
-      selfKey: o.self.peerKey,
-      bus: o.bus,
-      clock: o.clock,
-      livenessTimeoutMs: o.timings.livenessTimeoutMs,
-      probe: o.probe,
-      log: this.log,
     });
   }
 

@@ -195,13 +195,10 @@ export class Sequencer {
   }
 
   /**
-   * Master only, every tick: deployments whose instance is gone are placed again (pure reconcile) or
-   * kept Pending with their refusal. A refused one is retried with backoff (1 s doubling to 30 s),
-   * and sooner (after 1 s) when membership, health or memory changed since its last attempt.
+   * An instance whose runner gave up (its model failed to load or run there) is removed, and its
+   * deployment placed on a node it has not failed on (reconcile), or given up.
    */
-  private reconcileDeployments(now: number): void {
-    // An instance whose runner gave up (its model failed to load or run there) is removed, and its
-    // deployment placed on a node it has not failed on (reconcile below), or given up.
+  private removeFailing(now: number): void {
     for (const f of failingInstances(this.o.master.state(), now)) {
       this.o.log.warn(
         {
@@ -229,6 +226,15 @@ export class Sequencer {
         reason: `failed to run on ${f.failure.node_name}: ${f.failure.error}`,
       });
     }
+  }
+
+  /**
+   * Master only, every tick: deployments whose instance is gone are placed again (pure reconcile) or
+   * kept Pending with their refusal. A refused one is retried with backoff (1 s doubling to 30 s),
+   * and sooner (after 1 s) when membership, health or memory changed since its last attempt.
+   */
+  private reconcileDeployments(now: number): void {
+    this.removeFailing(now);
     const state = this.o.master.state();
     const reports = this.o.master.livePeers().map((p) => p.heartbeat);
     // Lost deployments, and those on a draining node (placed elsewhere before it leaves).
