@@ -1,0 +1,286 @@
+// The task step: one request to an engine (a try, or a stream's continuation) with the master's task,
+// the watch for the ways it can fail (its task, its instance, its node, the session) and its bounds
+// (connect, silence between chunks, total), up to the engine's answer headers.
+import type { IncomingMessage } from "node:http";
+import type { Context } from "hono";
+import { ServiceError } from "@ic/protocol";
+import type { ChatObserver, CommandId, Instance, SessionId, TaskId } from "@ic/protocol";
+import { watchClient } from "@ic/http";
+import { postUpstream, UpstreamAbort, UpstreamConnectTimeout } from "../upstream.ts";
+import type { ClusterView } from "@ic/protocol";
+import type { ReadyInstance } from "../readiness.ts";
+import { preciseNow } from "./request.ts";
+import type { ChatContext, RequestContext } from "./request.ts";
+
+/**
+ * The ways a request fails while it waits on the engine: its task failed, its instance was deleted
+ * or lost a node, the session changed. `fail` adds the gateway's own reasons (timeouts). The first
+ * reason wins. Task failures seen before the task id is known are remembered (the TaskFailed event
+ * can overtake the CreateTask reply).
+ */
+export function watchFailure(cluster: ClusterView, instance: Instance, session: SessionId | null) {
+  let taskId: TaskId | undefined;
+  const failedTasks = new Map<TaskId, string>();
+  let fail!: (e: ServiceError) => void;
+  let failure: ServiceError | undefined;
+  const failed = new Promise<ServiceError>((resolve) => {
+    fail = (e) => {
+      if (failure) return;
+      failure = e;
+      resolve(e);
+    };
+  });
+  const nodes = new Set(instance.assignments.map((a) => a.node_id));
+  const lost = (why: string) =>
+    new ServiceError("task_failed", `the instance serving this request was lost (${why}); retry`);
+  const off = cluster.on({
+    event: (ev) => {
+      const e = ev.event;
+      if (e.type === "TaskFailed") {
+        if (e.task_id === taskId) fail(lost(e.reason));
+        else failedTasks.set(e.task_id, e.reason);
+      } else if (e.type === "InstanceDeleted" && e.instance_id === instance.instance_id) {
+        fail(lost(`instance deleted: ${e.reason}`));
+      } else if (e.type === "NodeLeft" && nodes.has(e.node_id)) {
+        fail(lost(`node ${e.node_id} left: ${e.reason}`));
+      }
+    },
+    session: (prev, next) => {
+      if (prev === session && next !== session) {
+        fail(
+          new ServiceError(
+            "session_changed",
+            "the cluster session changed (master failover); retry the request",
+          ),
+        );
+      }
+    },
+  });
+  return {
+    failed,
+    fail,
+    get failure() {
+      return failure;
+    },
+    /** The task id is known: a failure that came first counts now. */
+    taskCreated(id: TaskId) {
+      taskId = id;
+      const why = failedTasks.get(id);
+      if (why !== undefined) fail(lost(why));
+    },
+    off,
+  };
+}
+
+/** One request to an engine (a try, or a stream's continuation), once its answer's headers came. */
+export interface Leg {
+  readonly instanceId: string;
+  readonly upstream: IncomingMessage;
+  readonly status: number;
+  readonly taskId: TaskId | undefined;
+  readonly watch: ReturnType<typeof watchFailure>;
+  /** Rejects with the watch's failure (raced against reads). */
+  readonly failed: Promise<never>;
+  readonly abort: UpstreamAbort;
+  /** The client went away: the engine request is aborted. */
+  clientGone(): void;
+  /** A chunk arrived: the silence bound starts again. */
+  touch(): void;
+  /** Ends the leg's bookkeeping, once: load, timers, watches, and its task (finished or failed). */
+  close(ok: boolean, tokens?: number): void;
+}
+
+/** A try failed before the client got a byte of it: another instance may serve the request. */
+export class BeforeFirstByte extends Error {
+  constructor(readonly error: ServiceError) {
+    super(error.message);
+  }
+}
+
+/** Losses a retry on another instance can mend (not a timeout, a client mistake or a session change). */
+export const RETRY_ON: ReadonlySet<string> = new Set(["instance_lost", "task_failed"]);
+
+/** The typed error for a failed connection or a broken response (never a client mistake). */
+export function connectionError(e: unknown, model: string): ServiceError {
+  if (e instanceof ServiceError) return e;
+  if (e instanceof UpstreamConnectTimeout)
+    return new ServiceError(
+      "upstream_timeout",
+      `the engine for ${model} did not accept a connection within ${e.ms} ms; retry`,
+      { cause: e },
+    );
+  const code = (e as { code?: string }).code;
+  return new ServiceError(
+    "instance_lost",
+    `the engine for ${model} was lost (${code ?? (e as Error).message}); retry`,
+    { cause: e },
+  );
+}
+
+/**
+ * Sends the request (`body`) to `target`'s engine and waits for its answer's headers, with the
+ * master's task, the failure watch and the request's bounds. Throws BeforeFirstByte when it fails
+ * before then. `obs`: the observer of this leg's phases (none for a stream's continuation).
+ */
+export async function openLeg(
+  ctx: ChatContext,
+  c: Context,
+  commandId: CommandId,
+  obs: ChatObserver | undefined,
+  request: RequestContext,
+  target: ReadyInstance,
+  body: Record<string, unknown>,
+): Promise<Leg> {
+  const { limited } = request;
+  const cluster = ctx.o.cluster;
+  obs?.event({
+    type: "routed",
+    at: preciseNow(),
+    instanceId: target.instance.instance_id,
+    nodeId: target.instance.assignments.find((a) => a.rank === 0)?.node_id,
+    endpoint: target.endpoint,
+  });
+  const endLoad = ctx.load.begin(target.instance.instance_id);
+  let closeTask: (() => void) | undefined;
+  const session = cluster.sessionId;
+  let taskId: TaskId | undefined;
+  const watch = watchFailure(cluster, target.instance, session);
+  const failed = watch.failed.then((e) => Promise.reject(e));
+  failed.catch(() => {});
+  const upstreamAbort = new UpstreamAbort();
+  const onClientGone = () => {
+    request.clientGone = true;
+    upstreamAbort.abort(new Error("client disconnected"));
+  };
+  const abortUpstream = (why: string) => upstreamAbort.abort(new Error(why));
+  const unwatchClient = watchClient(c, onClientGone);
+  // Bounds: the whole request, and (once the engine answers) the silence between chunks.
+  const totalTimer = setTimeout(
+    () =>
+      watch.fail(
+        new ServiceError(
+          "upstream_timeout",
+          `the request did not finish within ${ctx.limits.totalTimeoutMs} ms; retry`,
+        ),
+      ),
+    Math.max(0, request.deadline - Date.now()),
+  );
+  // The silence bound is checked lazily: a chunk only records its time, and the one timer, when it
+  // fires, fails the request or sleeps for what is left. Re-arming a timer per chunk cost ~5 µs a
+  // chunk (hundreds of µs a request), the largest per-chunk cost of the relay.
+  const idleMs = ctx.limits.idleTimeoutMs;
+  let idleTimer: NodeJS.Timeout | undefined;
+  let lastChunkAt = 0;
+  const onIdle = () => {
+    const quiet = Date.now() - lastChunkAt;
+    if (quiet < idleMs) {
+      idleTimer = setTimeout(onIdle, idleMs - quiet);
+      return;
+    }
+    watch.fail(
+      new ServiceError("upstream_timeout", `the engine sent nothing for ${idleMs} ms; retry`),
+    );
+  };
+  const touch = () => {
+    lastChunkAt = Date.now();
+    idleTimer ??= setTimeout(onIdle, idleMs);
+  };
+  let closed = false;
+  const close = (ok: boolean, tokens?: number) => {
+    if (closed) return;
+    closed = true;
+    endLoad();
+    closeTask?.();
+    watch.off();
+    unwatchClient();
+    clearTimeout(totalTimer);
+    clearTimeout(idleTimer);
+    if (!taskId) return;
+    if (ok) ctx.reports.finish(taskId, tokens);
+    else
+      cluster
+        .command({ type: "FailTask", task_id: taskId, reason: "request failed" })
+        .catch(() => {});
+  };
+
+  // The upstream request leaves first; the master creates the task while the engine starts working.
+  // The command waits until the request is on the wire: a new connection to the engine (llama-server
+  // closes one after each stream) takes an event-loop turn, and on the master node the command runs
+  // synchronously, so starting it at once would put its work ahead of the request. It then waits
+  // for the end of that turn (TaskReports), behind the other requests of a burst.
+  // A token with limits is the exception: the master admits its task (or refuses it, 429) before
+  // the engine sees the request, at the cost of one round trip to the master.
+  let sent!: () => void;
+  const onWire = new Promise<void>((r) => (sent = r));
+  if (obs) void onWire.then(() => obs.event({ type: "sent", at: preciseNow() }));
+  const send = () =>
+    postUpstream(`${target.endpoint}${request.path}`, JSON.stringify(body), {
+      abort: upstreamAbort,
+      onSent: sent,
+      headers: ctx.o.engineHeaders?.(target.instance.instance_id),
+      connectTimeoutMs: ctx.limits.connectTimeoutMs,
+    });
+  const createTask = () =>
+    ctx.reports.create({
+      type: "CreateTask",
+      command_id: commandId,
+      model_id: target.instance.model_id,
+      instance_id: target.instance.instance_id,
+      ...(limited ? { token: { name: limited.name, limits: limited.limits! } } : {}),
+    });
+  let upstreamP: Promise<IncomingMessage>;
+  let taskP: ReturnType<typeof createTask>;
+  if (limited) {
+    taskP = createTask();
+    // A request that failed while it waited for admission never reaches the engine.
+    upstreamP = taskP.then(() => {
+      if (watch.failure) throw watch.failure;
+      return send();
+    });
+  } else {
+    upstreamP = send();
+    taskP = onWire.then(createTask);
+  }
+  upstreamP.catch(() => {});
+  let upstream: IncomingMessage;
+  try {
+    const reply = await Promise.race([taskP, failed]);
+    taskId = reply.task_id;
+    if (taskId) {
+      closeTask = ctx.load.taskOpened();
+      watch.taskCreated(taskId);
+      obs?.event({ type: "task", at: preciseNow(), taskId });
+    }
+    upstream = await Promise.race([upstreamP, failed]);
+  } catch (e) {
+    abortUpstream("request failed before the engine answered");
+    close(false);
+    // A task the master opens after the request failed is closed too: it would hold one of its
+    // token's concurrent places (and the master's table) until it expired.
+    if (!taskId)
+      void taskP.then(
+        (r) =>
+          r.task_id &&
+          cluster
+            .command({ type: "FailTask", task_id: r.task_id, reason: "request failed" })
+            .catch(() => {}),
+        () => {},
+      );
+    throw new BeforeFirstByte(connectionError(watch.failure ?? e, request.body.model));
+  }
+  const status = upstream.statusCode ?? 502;
+  obs?.event({ type: "headers", at: preciseNow(), status });
+  touch();
+  return {
+    instanceId: target.instance.instance_id,
+    upstream,
+    status,
+    taskId,
+    watch,
+    failed,
+    abort: upstreamAbort,
+    clientGone: onClientGone,
+    touch,
+    close,
+  };
+}

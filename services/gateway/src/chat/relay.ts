@@ -1,0 +1,381 @@
+// The relay and finish steps: an answer read whole, or a stream forwarded event by event (ids
+// rewritten in place), continued once on another ready instance when it opted in to migration and
+// loses its instance; each ends once, with the task closed and the observer told how.
+import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
+import type { Context } from "hono";
+import { errorBody, ServiceError } from "@ic/protocol";
+import type { ChatEvent, ChatObserver, CommandId, EngineTimings } from "@ic/protocol";
+import { nodePair } from "@ic/http";
+import { readAll, SseRelay } from "../upstream.ts";
+import type { ReadyInstance } from "../readiness.ts";
+import { engineFailure } from "../engine-errors.ts";
+import {
+  ContinuationRewriter,
+  continuationRequest,
+  includesUsage,
+  Transcript,
+} from "../migration.ts";
+import type { MigrationOutcome, MigrationReport, StreamSoFar } from "../migration.ts";
+import { preciseNow, tokensUsed, engineReport } from "./request.ts";
+import type { ChatContext, RequestContext } from "./request.ts";
+import { pick, readyOthers } from "./routing.ts";
+import { BeforeFirstByte, RETRY_ON, connectionError, openLeg } from "./leg.ts";
+import type { Leg } from "./leg.ts";
+
+/** The client's end of a stream. */
+export interface Sink {
+  write(b: Buffer): void;
+  end(): void;
+  /** What the route returns: the Node response was written directly, or a web stream. */
+  readonly response: Response;
+}
+
+/**
+ * Sends the stream's 200 and headers. Under @hono/node-server the events go straight to the Node
+ * response; elsewhere through a web stream, whose cancel is the client going away.
+ */
+export function openSink(c: Context, headers: Record<string, string>, onCancel: () => void): Sink {
+  const sseHeaders = {
+    ...headers,
+    "content-type": "text/event-stream",
+    "cache-control": "no-cache",
+    connection: "keep-alive",
+    "x-accel-buffering": "no",
+  };
+  const outgoing = nodePair(c)?.outgoing;
+  if (outgoing) {
+    outgoing.writeHead(200, sseHeaders);
+    outgoing.socket?.setNoDelay(true);
+    return {
+      write: (b) => void outgoing.write(b),
+      end: () => outgoing.end(),
+      response: RESPONSE_ALREADY_SENT,
+    };
+  }
+  let ctl!: ReadableStreamDefaultController<Uint8Array>;
+  const web = new ReadableStream<Uint8Array>({
+    start: (k) => void (ctl = k),
+    cancel: () => onCancel(),
+  });
+  return {
+    write: (b) => ctl.enqueue(b),
+    end: () => {
+      try {
+        ctl.close();
+      } catch {
+        // already closed by a client disconnect
+      }
+    },
+    response: new Response(web, { status: 200, headers: sseHeaders }),
+  };
+}
+
+/** Whether the client has left (its disconnect seen by a leg, or the response already destroyed). */
+export function clientClosed(c: Context, request: RequestContext): boolean {
+  return request.clientGone || (nodePair(c)?.outgoing.destroyed ?? false);
+}
+
+/**
+ * Relays a leg's SSE answer through `relay` (whole events only, ids rewritten) to `to.write`, and
+ * calls `to.ended` once: without an error at the engine's end (or after a client disconnect), else
+ * with what ended it (the engine's error event, a broken stream, the leg's failure watch).
+ */
+export function relayLeg(
+  leg: Leg,
+  relay: SseRelay,
+  model: string,
+  to: { write(out: Buffer): void; ended(err?: ServiceError): void },
+): void {
+  const { upstream } = leg;
+  let done = false;
+  const end = (err?: ServiceError) => {
+    if (done) return;
+    done = true;
+    to.ended(err);
+  };
+  const broken = (why: string) =>
+    new ServiceError("instance_lost", `the engine stream broke ${why}; retry`);
+  void leg.watch.failed.then((e) => end(e));
+  upstream.on("data", (chunk: Buffer) => {
+    if (done) return;
+    leg.touch();
+    const r = relay.push(chunk);
+    if (r.out) to.write(r.out);
+    if (r.error !== undefined) end(engineFailure(safeCode(r.error), r.error, model));
+  });
+  upstream.on("end", () => end(relay.pendingBytes > 0 ? broken("inside an event") : undefined));
+  upstream.on("error", (e) => end(leg.abort.aborted ? undefined : broken(`(${e.message})`)));
+  upstream.on("close", () => {
+    if (!upstream.complete) end(broken("before it completed"));
+  });
+}
+
+/**
+ * One try of the request on `target`. Throws BeforeFirstByte for a failure before anything was
+ * sent to the client (the caller may try another instance), any other error as it is.
+ */
+export async function attempt(
+  ctx: ChatContext,
+  c: Context,
+  commandId: CommandId,
+  obs: ChatObserver | undefined,
+  request: RequestContext,
+  target: ReadyInstance,
+): Promise<Response> {
+  const leg = await openLeg(ctx, c, commandId, obs, request, target, request.body);
+  const headers: Record<string, string> = {
+    "x-task-id": leg.taskId ?? "",
+    "x-command-id": commandId,
+    "x-instance-id": target.instance.instance_id,
+  };
+  if (leg.status !== 200 || !request.body.stream)
+    return answerWhole(ctx, c, commandId, obs, request, leg, headers);
+  return streamAnswer(ctx, c, commandId, obs, request, leg, headers);
+}
+
+/** A non-streaming answer, or an engine's refusal (any status but 200), read whole. */
+export async function answerWhole(
+  ctx: ChatContext,
+  c: Context,
+  commandId: CommandId,
+  obs: ChatObserver | undefined,
+  request: RequestContext,
+  leg: Leg,
+  headers: Record<string, string>,
+): Promise<Response> {
+  const { body, countTokens } = request;
+  let raw: Buffer;
+  try {
+    raw = await Promise.race([readAll(leg.upstream), leg.failed]);
+  } catch (e) {
+    leg.abort.abort(new Error("request failed while reading the engine's answer"));
+    leg.close(false);
+    throw new BeforeFirstByte(connectionError(leg.watch.failure ?? e, body.model));
+  }
+  if (leg.status !== 200) {
+    leg.close(false);
+    throw engineFailure(leg.status, raw.toString(), body.model);
+  }
+  let json: Record<string, unknown>;
+  try {
+    json = JSON.parse(raw.toString()) as Record<string, unknown>;
+  } catch {
+    leg.close(false);
+    throw new ServiceError(
+      "upstream_failed",
+      `the engine for ${body.model} answered a body that is not JSON`,
+    );
+  }
+  const j = json as {
+    timings?: EngineTimings;
+    usage?: { prompt_tokens?: number; completion_tokens?: number };
+  };
+  leg.close(true, countTokens ? tokensUsed(j.usage, j.timings) : undefined);
+  if (obs) {
+    const at = preciseNow();
+    if (j.timings) obs.event({ type: "engine", at, timings: j.timings, usage: j.usage });
+    obs.event({ type: "end", at, ok: true, status: 200, code: undefined, message: undefined });
+  }
+  // OpenAI's embedding list has no id; a completion's is the command id.
+  return c.json(request.embeddings ? json : { ...json, id: commandId }, 200, headers);
+}
+
+/**
+ * A streamed answer: complete SSE events are forwarded as they arrive (id rewritten in place).
+ * Under @hono/node-server they go straight to the Node response; elsewhere through a web stream.
+ * A stream that opted in to migration and loses its instance after its first byte goes on, once,
+ * on another ready instance (migrate below); else an error ends it with one error event.
+ */
+export function streamAnswer(
+  ctx: ChatContext,
+  c: Context,
+  commandId: CommandId,
+  obs: ChatObserver | undefined,
+  request: RequestContext,
+  first: Leg,
+  headers: Record<string, string>,
+): Response {
+  const { body, countTokens } = request;
+  let current = first;
+  const sink = openSink(c, headers, () => current.clientGone());
+  let finished = false;
+  // The last two forwarded buffers: the engine's timings are in its last event before [DONE], read
+  // once at the end instead of searched for in every chunk.
+  let lastOut: Buffer | undefined;
+  let prevOut: Buffer | undefined;
+  // Only a request that opted in reads what it relayed (to continue it elsewhere if need be).
+  const transcript = request.migrate ? new Transcript() : undefined;
+  let continuation: ContinuationRewriter | undefined;
+  const finish = (err?: ServiceError) => {
+    if (finished) return;
+    finished = true;
+    if (err) sink.write(Buffer.from(`data: ${JSON.stringify(errorBody(err))}\n\n`));
+    // The client gets its last bytes before the task bookkeeping runs.
+    sink.end();
+    let report: Extract<ChatEvent, { type: "engine" }> | undefined;
+    let tokens: number | undefined;
+    if (continuation) {
+      const { usage, timings } = continuation.report();
+      if (timings) report = { type: "engine", at: preciseNow(), timings, usage };
+      tokens = tokensUsed(usage, timings);
+    } else if (obs || countTokens) {
+      report = (lastOut && engineReport(lastOut)) ?? (prevOut && engineReport(prevOut));
+      if (report) tokens = tokensUsed(report.usage, report.timings);
+    }
+    current.close(!err, tokens);
+    if (!obs) return;
+    if (report) obs.event(report);
+    obs.event({
+      type: "end",
+      at: preciseNow(),
+      ok: !err,
+      status: 200,
+      code: err?.code,
+      message: err?.message,
+    });
+  };
+  const ended = (leg: Leg, err?: ServiceError) => {
+    if (finished || leg !== current) return;
+    if (err && !leg.upstream.complete) leg.abort.abort(new Error(`request ended: ${err.code}`));
+    if (err && transcript && !continuation && RETRY_ON.has(err.code) && !request.clientGone) {
+      void migrate(leg, err, transcript.sofar);
+      return;
+    }
+    finish(err);
+  };
+  /**
+   * The stream's instance was lost (`err`) after the client got `sofar`: the request, continued
+   * from there, goes on in this stream from another ready instance; else `err` ends it.
+   */
+  const migrate = async (lost: Leg, err: ServiceError, sofar: StreamSoFar) => {
+    const outcome = migrationOutcomes(ctx, commandId, body.model, lost.instanceId, err);
+    lost.close(false);
+    const next = await openContinuation(ctx, c, commandId, request, sofar, outcome);
+    if (!next) return finish(err);
+    const { leg, to } = next;
+    const rewriter = new ContinuationRewriter({
+      id: commandId,
+      created: sofar.created,
+      model: sofar.model,
+      migratedFrom: lost.instanceId,
+      sentTokens: sofar.tokens,
+      includeUsage: includesUsage(body),
+    });
+    current = leg;
+    continuation = rewriter;
+    let relayed = false;
+    relayLeg(leg, new SseRelay(commandId), body.model, {
+      write: (out) => {
+        const text = rewriter.rewrite(out.toString());
+        if (text.length === 0) return;
+        sink.write(Buffer.from(text));
+        if (relayed) return;
+        relayed = true;
+        outcome("migrated", { to, sent_tokens: sofar.tokens, max_tokens: next.maxTokens });
+      },
+      // A continuation that ends before its first event reached the client: the loss's error.
+      ended: (e) => {
+        if (relayed || finished) return ended(leg, e);
+        outcome("failed", { to, err: e?.message });
+        ended(leg, err);
+      },
+    });
+  };
+
+  let firstChunk = false;
+  relayLeg(first, new SseRelay(commandId), body.model, {
+    write: (out) => {
+      sink.write(out);
+      if (obs && !firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
+      firstChunk = true;
+      if (obs || countTokens) {
+        prevOut = lastOut;
+        lastOut = out;
+      }
+      transcript?.push(out);
+    },
+    ended: (err) => ended(first, err),
+  });
+  return sink.response;
+}
+
+/**
+ * The continuation of a stream lost after the client got `sofar`: the request continued from
+ * there (migration.ts), sent to another ready instance off draining nodes, within the request's
+ * total bound, answered with a 200. Undefined (its outcome reported) when there is none.
+ */
+export async function openContinuation(
+  ctx: ChatContext,
+  c: Context,
+  commandId: CommandId,
+  request: RequestContext,
+  sofar: StreamSoFar,
+  outcome: ReturnType<typeof migrationOutcomes>,
+): Promise<{ leg: Leg; to: string; maxTokens: number | undefined } | undefined> {
+  const { body } = request;
+  const plan = continuationRequest(body, sofar);
+  if (!plan.ok) return void outcome("not_continuable", { why: plan.why });
+  if (Date.now() >= request.deadline)
+    return void outcome("failed", { why: "the request's total bound has passed" });
+  const live = ctx.o.cluster.livePeers();
+  const others = readyOthers(ctx, body.model, request.tried, request.embeddings, live);
+  if (others.length === 0 || clientClosed(c, request)) return void outcome("no_instance");
+  const target = pick(ctx, others, live, request.prefixKey);
+  const to = target.instance.instance_id;
+  request.tried.add(to);
+  let leg: Leg;
+  try {
+    leg = await openLeg(ctx, c, commandId, undefined, request, target, plan.body);
+  } catch (e) {
+    return void outcome("failed", { to, err: (e as Error).message });
+  }
+  if (leg.status !== 200 || clientClosed(c, request)) {
+    leg.abort.abort(new Error("the continuation was refused or the client left"));
+    leg.close(false);
+    return void outcome("failed", { to, status: leg.status });
+  }
+  return { leg, to, maxTokens: plan.maxTokens };
+}
+
+/** Reports a migration's outcome (onMigration, for metrics; a log line), timed from this call. */
+export function migrationOutcomes(
+  ctx: ChatContext,
+  commandId: CommandId,
+  model: string,
+  from: string,
+  err: ServiceError,
+) {
+  const lossAt = performance.now();
+  return (result: MigrationOutcome, extra: Record<string, unknown> = {}) => {
+    const ms = performance.now() - lossAt;
+    reportMigration(ctx, { model, outcome: result, seconds: ms / 1000 });
+    const fields = {
+      command: commandId,
+      model,
+      from,
+      code: err.code,
+      outcome: result,
+      ms: Math.round(ms),
+      ...extra,
+    };
+    if (result === "migrated") ctx.o.log.info(fields, "stream migrated to another ready instance");
+    else ctx.o.log.warn(fields, "stream lost its instance and was not migrated");
+  };
+}
+
+export function reportMigration(ctx: ChatContext, m: MigrationReport): void {
+  try {
+    ctx.o.onMigration?.(m);
+  } catch (e) {
+    ctx.o.log.warn({ err: (e as Error).message }, "the migration observer failed");
+  }
+}
+/** The numeric `code` of an engine error event (`{"error":{"code":400,...}}`), 500 when absent. */
+export function safeCode(text: string): number {
+  try {
+    const code = (JSON.parse(text) as { error?: { code?: unknown } }).error?.code;
+    return typeof code === "number" ? code : 500;
+  } catch {
+    return 500;
+  }
+}

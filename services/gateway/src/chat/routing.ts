@@ -1,0 +1,108 @@
+// The route step: which ready instances may take a request (none with a rank on a draining node,
+// rank 0 heard), the one it goes to (balancing.ts), and the typed answer when none may.
+import { ServiceError } from "@ic/protocol";
+import type { ControlState } from "@ic/protocol";
+import type { PeerView } from "@ic/protocol";
+import { chooseInstance } from "../balancing.ts";
+import { outstandingByInstance } from "../request-load.ts";
+import { readiness } from "../readiness.ts";
+import type { ReadyInstance } from "../readiness.ts";
+import { servesKind } from "./request.ts";
+import type { ChatContext } from "./request.ts";
+
+/**
+ * The model is ready only on nodes that are draining, or on nodes this node has not heard (yet): a
+ * retryable 404, as while it is starting.
+ */
+export function unroutable(
+  model: string,
+  instances: readonly ReadyInstance[],
+  state: ControlState,
+  live: readonly PeerView[],
+): ServiceError {
+  const nodes = [
+    ...new Set(
+      instances.flatMap((i) =>
+        i.instance.assignments.map((a) => state.members[a.node_id]?.name ?? a.node_id),
+      ),
+    ),
+  ];
+  const draining = live.some(
+    (p) =>
+      p.heartbeat.draining &&
+      instances.some((i) =>
+        i.instance.assignments.some((a) => a.peer_key === p.heartbeat.peer_key),
+      ),
+  );
+  return draining
+    ? new ServiceError(
+        "model_not_ready",
+        `${model} is served only on nodes that are draining (${nodes.join(", ")}) and take no new requests; retry`,
+        { retryAfterS: 2, details: { model, phase: "draining", nodes } },
+      )
+    : new ServiceError(
+        "model_not_ready",
+        `${model} is served only on nodes this node has not heard from within the liveness timeout (${nodes.join(", ")}); retry`,
+        { retryAfterS: 1, details: { model, phase: "unheard", nodes } },
+      );
+}
+
+/**
+ * The instance for a request (balancing.ts): its conversation's, within the load bound, or the
+ * least-loaded, as this node sees the cluster now.
+ */
+export function pick(
+  ctx: ChatContext,
+  instances: readonly ReadyInstance[],
+  live: readonly PeerView[],
+  key: string | undefined,
+) {
+  const cluster = ctx.o.cluster;
+  const self = live.find((p) => p.heartbeat.peer_key === cluster.peerKey);
+  return chooseInstance(instances, {
+    outstanding: outstandingByInstance(
+      ctx.load.local(),
+      live.map((p) => p.heartbeat),
+      cluster.peerKey,
+    ),
+    selfPeerKey: cluster.peerKey,
+    rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
+    prefixKey: key,
+    boundLoad: ctx.load.local(),
+  })!;
+}
+
+/** The model's ready instances other than those tried (none when it is not ready at all). */
+export function readyOthers(
+  ctx: ChatContext,
+  model: string,
+  tried: ReadonlySet<string>,
+  embeddings: boolean,
+  live: readonly PeerView[],
+): ReadyInstance[] {
+  const ready = readiness(ctx.o.cluster.snapshot(), model, Date.now());
+  if (ready.kind !== "ready") return [];
+  return routable(ready.instances, live).filter(
+    (i) => !tried.has(i.instance.instance_id) && servesKind(i, embeddings),
+  );
+}
+
+/**
+ * Instances with no rank on a draining node (a draining node takes no new request) whose rank 0
+ * runs on a node heard within the liveness timeout (its heartbeats carry the engine's key: a node
+ * that has just joined has not heard every peer yet, and a silent one is about to be declared gone).
+ */
+export function routable(
+  instances: readonly ReadyInstance[],
+  live: readonly PeerView[],
+): ReadyInstance[] {
+  const heard = new Set(live.map((p) => p.heartbeat.peer_key));
+  const draining = new Set(
+    live.filter((p) => p.heartbeat.draining).map((p) => p.heartbeat.peer_key),
+  );
+  return instances.filter(
+    (i) =>
+      heard.has(i.instance.assignments.find((a) => a.rank === 0)?.peer_key ?? "") &&
+      !i.instance.assignments.some((a) => draining.has(a.peer_key)),
+  );
+}
