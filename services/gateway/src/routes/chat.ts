@@ -31,7 +31,14 @@ import {
   preciseNow,
   contentProblem,
 } from "../chat/request.ts";
-import type { Endpoint, ChatOptions, ChatContext, RequestContext } from "../chat/request.ts";
+import type {
+  ChatContext,
+  ChatOptions,
+  Endpoint,
+  InferenceRequest,
+  RequestContext,
+} from "../chat/request.ts";
+import type { ApiToken } from "@ic/http";
 import { unroutable, pick, readyOthers, routable } from "../chat/routing.ts";
 import { BeforeFirstByte, RETRY_ON } from "../chat/leg.ts";
 import { attempt } from "../chat/relay.ts";
@@ -98,6 +105,11 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     });
 }
 
+/**
+ * One request through its steps: validate (the body, the token), route (the ready instances that may
+ * take it), then tries on the instance picked, with one retry elsewhere for a try lost before the
+ * client got a byte (docs/api.md, "Retry before the first byte"), within the request's total bound.
+ */
 export async function handle(
   ctx: ChatContext,
   c: Context,
@@ -105,65 +117,13 @@ export async function handle(
   obs: ChatObserver | undefined,
   endpoint: Endpoint,
 ) {
-  const body = await parseJson(c, endpoint.schema);
-  const token = requestToken(c);
-  obs?.event({
-    type: "validated",
-    at: preciseNow(),
-    model: body.model,
-    stream: body.stream === true,
-    token: token?.name,
-  });
-  // Before the model is looked up: a token learns nothing of the models it may not use.
-  if (token && !mayUseModel(token, body.model)) throw modelForbidden(token, body.model);
-  const limited = token?.limits && Object.keys(token.limits).length > 0 ? token : undefined;
+  const { body, limited } = await validate(c, obs, endpoint);
+  const routed = route(ctx, body, endpoint);
   const countTokens = limited?.limits?.tokens_per_minute !== undefined;
-  const cluster = ctx.o.cluster;
-  // A node that has not joined a session yet (just started, or between sessions) knows nothing
-  // of the cluster's models: neither "not found" nor "not ready" would be true.
-  if (!cluster.synced)
-    throw new ServiceError(
-      "no_master",
-      "this node has not joined a cluster session yet (starting, or an election is under way); retry",
-      { retryAfterS: 1 },
-    );
-  const snap = cluster.snapshot();
-  const ready = readiness(snap, body.model, Date.now());
-  if (ready.kind !== "ready") throw notServableError(body.model, ready);
-  const suited = ready.instances.filter((i) => servesKind(i, endpoint.embeddings));
-  if (suited.length === 0) throw wrongKind(body.model, endpoint);
-  // One look at the live peers per request: draining nodes and balancing read the same one.
-  let live = ctx.o.cluster.livePeers();
-  const open = routable(suited, live);
-  if (open.length === 0) throw unroutable(body.model, suited, snap, live);
-  const problem = contentProblem(body, snap.models[ready.instances[0]!.instance.model_id]);
-  if (problem) throw new ServiceError("invalid_request", problem);
-  if (
-    !endpoint.embeddings &&
-    body.max_tokens === undefined &&
-    body.max_completion_tokens === undefined
-  )
-    body.max_tokens = ctx.limits.defaultMaxTokens;
-  // One retry, on another ready instance, for a request that lost its instance before the client
-  // got a byte (docs/api.md, "Retry before the first byte"); within the request's one total bound.
-  const request: RequestContext = {
-    body,
-    path: endpoint.path,
-    embeddings: endpoint.embeddings,
-    limited,
-    countTokens,
-    deadline: Date.now() + ctx.limits.totalTimeoutMs,
-    // Stream migration (docs/api.md): chat streams only, when the config or the request asks.
-    migrate:
-      endpoint.path === "/v1/chat/completions" &&
-      body.stream === true &&
-      migrationWanted(requestHeader(c, "x-ic-migrate"), ctx.limits.migrateStreams),
-    tried: new Set<string>(),
-    prefixKey: ctx.limits.prefixRouting && !endpoint.embeddings ? prefixKey(body) : undefined,
-    clientGone: false,
-  };
+  const request = requestContext(ctx, c, endpoint, body, limited, countTokens);
+  let live = routed.live;
   const { tried } = request;
-  let candidates: readonly ReadyInstance[] = open;
+  let candidates: readonly ReadyInstance[] = routed.open;
   for (;;) {
     const target = pick(ctx, candidates, live, request.prefixKey);
     tried.add(target.instance.instance_id);
@@ -212,4 +172,82 @@ export async function handle(
       candidates = others;
     }
   }
+}
+
+/** Validate: the body against the endpoint's schema, and the token's right to the model. */
+async function validate(c: Context, obs: ChatObserver | undefined, endpoint: Endpoint) {
+  const body = await parseJson(c, endpoint.schema);
+  const token = requestToken(c);
+  obs?.event({
+    type: "validated",
+    at: preciseNow(),
+    model: body.model,
+    stream: body.stream === true,
+    token: token?.name,
+  });
+  // Before the model is looked up: a token learns nothing of the models it may not use.
+  if (token && !mayUseModel(token, body.model)) throw modelForbidden(token, body.model);
+  const limited = token?.limits && Object.keys(token.limits).length > 0 ? token : undefined;
+  return { body, limited };
+}
+
+/**
+ * Route: the model's ready instances of the endpoint's kind that may take a request now (none with a
+ * rank on a draining node, rank 0 heard), as this node sees the cluster; the typed refusal otherwise.
+ */
+function route(ctx: ChatContext, body: InferenceRequest, endpoint: Endpoint) {
+  const cluster = ctx.o.cluster;
+  // A node that has not joined a session yet (just started, or between sessions) knows nothing
+  // of the cluster's models: neither "not found" nor "not ready" would be true.
+  if (!cluster.synced)
+    throw new ServiceError(
+      "no_master",
+      "this node has not joined a cluster session yet (starting, or an election is under way); retry",
+      { retryAfterS: 1 },
+    );
+  const snap = cluster.snapshot();
+  const ready = readiness(snap, body.model, Date.now());
+  if (ready.kind !== "ready") throw notServableError(body.model, ready);
+  const suited = ready.instances.filter((i) => servesKind(i, endpoint.embeddings));
+  if (suited.length === 0) throw wrongKind(body.model, endpoint);
+  // One look at the live peers per request: draining nodes and balancing read the same one.
+  const live = ctx.o.cluster.livePeers();
+  const open = routable(suited, live);
+  if (open.length === 0) throw unroutable(body.model, suited, snap, live);
+  const problem = contentProblem(body, snap.models[ready.instances[0]!.instance.model_id]);
+  if (problem) throw new ServiceError("invalid_request", problem);
+  return { open, live };
+}
+
+/** What every try of the request shares (its bounds, its migration choice, the instances tried). */
+function requestContext(
+  ctx: ChatContext,
+  c: Context,
+  endpoint: Endpoint,
+  body: InferenceRequest,
+  limited: ApiToken | undefined,
+  countTokens: boolean,
+): RequestContext {
+  if (
+    !endpoint.embeddings &&
+    body.max_tokens === undefined &&
+    body.max_completion_tokens === undefined
+  )
+    body.max_tokens = ctx.limits.defaultMaxTokens;
+  return {
+    body,
+    path: endpoint.path,
+    embeddings: endpoint.embeddings,
+    limited,
+    countTokens,
+    deadline: Date.now() + ctx.limits.totalTimeoutMs,
+    // Stream migration (docs/api.md): chat streams only, when the config or the request asks.
+    migrate:
+      endpoint.path === "/v1/chat/completions" &&
+      body.stream === true &&
+      migrationWanted(requestHeader(c, "x-ic-migrate"), ctx.limits.migrateStreams),
+    tried: new Set<string>(),
+    prefixKey: ctx.limits.prefixRouting && !endpoint.embeddings ? prefixKey(body) : undefined,
+    clientGone: false,
+  };
 }
