@@ -10,7 +10,7 @@ import { postUpstream, UpstreamAbort, UpstreamConnectTimeout } from "../upstream
 import type { ClusterView } from "@ic/protocol";
 import type { ReadyInstance } from "../readiness.ts";
 import { preciseNow } from "./request.ts";
-import type { ChatContext, RequestContext } from "./request.ts";
+import type { ChatContext, ChatLimits, RequestContext } from "./request.ts";
 
 /**
  * The ways a request fails while it waits on the engine: its task failed, its instance was deleted
@@ -131,7 +131,6 @@ export async function openLeg(
   target: ReadyInstance,
   body: Record<string, unknown>,
 ): Promise<Leg> {
-  const { limited } = request;
   const cluster = ctx.o.cluster;
   obs?.event({
     type: "routed",
@@ -154,37 +153,7 @@ export async function openLeg(
   };
   const abortUpstream = (why: string) => upstreamAbort.abort(new Error(why));
   const unwatchClient = watchClient(c, onClientGone);
-  // Bounds: the whole request, and (once the engine answers) the silence between chunks.
-  const totalTimer = setTimeout(
-    () =>
-      watch.fail(
-        new ServiceError(
-          "upstream_timeout",
-          `the request did not finish within ${ctx.limits.totalTimeoutMs} ms; retry`,
-        ),
-      ),
-    Math.max(0, request.deadline - Date.now()),
-  );
-  // The silence bound is checked lazily: a chunk only records its time, and the one timer, when it
-  // fires, fails the request or sleeps for what is left. Re-arming a timer per chunk cost ~5 µs a
-  // chunk (hundreds of µs a request), the largest per-chunk cost of the relay.
-  const idleMs = ctx.limits.idleTimeoutMs;
-  let idleTimer: NodeJS.Timeout | undefined;
-  let lastChunkAt = 0;
-  const onIdle = () => {
-    const quiet = Date.now() - lastChunkAt;
-    if (quiet < idleMs) {
-      idleTimer = setTimeout(onIdle, idleMs - quiet);
-      return;
-    }
-    watch.fail(
-      new ServiceError("upstream_timeout", `the engine sent nothing for ${idleMs} ms; retry`),
-    );
-  };
-  const touch = () => {
-    lastChunkAt = Date.now();
-    idleTimer ??= setTimeout(onIdle, idleMs);
-  };
+  const bounds = legBounds(ctx.limits, request.deadline, watch);
   let closed = false;
   const close = (ok: boolean, tokens?: number) => {
     if (closed) return;
@@ -193,8 +162,7 @@ export async function openLeg(
     closeTask?.();
     watch.off();
     unwatchClient();
-    clearTimeout(totalTimer);
-    clearTimeout(idleTimer);
+    bounds.clear();
     if (!taskId) return;
     if (ok) ctx.reports.finish(taskId, tokens);
     else
@@ -203,44 +171,10 @@ export async function openLeg(
         .catch(() => {});
   };
 
-  // The upstream request leaves first; the master creates the task while the engine starts working.
-  // The command waits until the request is on the wire: a new connection to the engine (llama-server
-  // closes one after each stream) takes an event-loop turn, and on the master node the command runs
-  // synchronously, so starting it at once would put its work ahead of the request. It then waits
-  // for the end of that turn (TaskReports), behind the other requests of a burst.
-  // A token with limits is the exception: the master admits its task (or refuses it, 429) before
-  // the engine sees the request, at the cost of one round trip to the master.
-  let sent!: () => void;
-  const onWire = new Promise<void>((r) => (sent = r));
-  if (obs) void onWire.then(() => obs.event({ type: "sent", at: preciseNow() }));
-  const send = () =>
-    postUpstream(`${target.endpoint}${request.path}`, JSON.stringify(body), {
-      abort: upstreamAbort,
-      onSent: sent,
-      headers: ctx.o.engineHeaders?.(target.instance.instance_id),
-      connectTimeoutMs: ctx.limits.connectTimeoutMs,
-    });
-  const createTask = () =>
-    ctx.reports.create({
-      type: "CreateTask",
-      command_id: commandId,
-      model_id: target.instance.model_id,
-      instance_id: target.instance.instance_id,
-      ...(limited ? { token: { name: limited.name, limits: limited.limits! } } : {}),
-    });
-  let upstreamP: Promise<IncomingMessage>;
-  let taskP: ReturnType<typeof createTask>;
-  if (limited) {
-    taskP = createTask();
-    // A request that failed while it waited for admission never reaches the engine.
-    upstreamP = taskP.then(() => {
-      if (watch.failure) throw watch.failure;
-      return send();
-    });
-  } else {
-    upstreamP = send();
-    taskP = onWire.then(createTask);
-  }
+  const { upstreamP, taskP } = dispatch(ctx, commandId, obs, request, target, body, {
+    abort: upstreamAbort,
+    watch,
+  });
   upstreamP.catch(() => {});
   let upstream: IncomingMessage;
   try {
@@ -270,7 +204,7 @@ export async function openLeg(
   }
   const status = upstream.statusCode ?? 502;
   obs?.event({ type: "headers", at: preciseNow(), status });
-  touch();
+  bounds.touch();
   return {
     instanceId: target.instance.instance_id,
     upstream,
@@ -280,7 +214,108 @@ export async function openLeg(
     failed,
     abort: upstreamAbort,
     clientGone: onClientGone,
-    touch,
+    touch: bounds.touch,
     close,
   };
+}
+
+/**
+ * The bounds of a leg: the whole request (its deadline) and, once the engine answers, the silence
+ * between chunks. The silence bound is checked lazily: a chunk only records its time (`touch`), and
+ * the one timer, when it fires, fails the request or sleeps for what is left. Re-arming a timer per
+ * chunk cost ~5 µs a chunk (hundreds of µs a request), the largest per-chunk cost of the relay.
+ */
+function legBounds(
+  limits: Pick<ChatLimits, "totalTimeoutMs" | "idleTimeoutMs">,
+  deadline: number,
+  watch: Pick<ReturnType<typeof watchFailure>, "fail">,
+): { touch(): void; clear(): void } {
+  const totalTimer = setTimeout(
+    () =>
+      watch.fail(
+        new ServiceError(
+          "upstream_timeout",
+          `the request did not finish within ${limits.totalTimeoutMs} ms; retry`,
+        ),
+      ),
+    Math.max(0, deadline - Date.now()),
+  );
+  const idleMs = limits.idleTimeoutMs;
+  let idleTimer: NodeJS.Timeout | undefined;
+  let lastChunkAt = 0;
+  const onIdle = () => {
+    const quiet = Date.now() - lastChunkAt;
+    if (quiet < idleMs) {
+      idleTimer = setTimeout(onIdle, idleMs - quiet);
+      return;
+    }
+    watch.fail(
+      new ServiceError("upstream_timeout", `the engine sent nothing for ${idleMs} ms; retry`),
+    );
+  };
+  return {
+    touch: () => {
+      lastChunkAt = Date.now();
+      idleTimer ??= setTimeout(onIdle, idleMs);
+    },
+    clear: () => {
+      clearTimeout(totalTimer);
+      clearTimeout(idleTimer);
+    },
+  };
+}
+
+/**
+ * Sends the request upstream and asks the master for its task, in the order that costs the request
+ * least; returns both promises.
+ */
+function dispatch(
+  ctx: ChatContext,
+  commandId: CommandId,
+  obs: ChatObserver | undefined,
+  request: RequestContext,
+  target: ReadyInstance,
+  body: Record<string, unknown>,
+  leg: { readonly abort: UpstreamAbort; readonly watch: ReturnType<typeof watchFailure> },
+) {
+  const { limited } = request;
+  // The upstream request leaves first; the master creates the task while the engine starts working.
+  // The command waits until the request is on the wire: a new connection to the engine (llama-server
+  // closes one after each stream) takes an event-loop turn, and on the master node the command runs
+  // synchronously, so starting it at once would put its work ahead of the request. It then waits
+  // for the end of that turn (TaskReports), behind the other requests of a burst.
+  // A token with limits is the exception: the master admits its task (or refuses it, 429) before
+  // the engine sees the request, at the cost of one round trip to the master.
+  let sent!: () => void;
+  const onWire = new Promise<void>((r) => (sent = r));
+  if (obs) void onWire.then(() => obs.event({ type: "sent", at: preciseNow() }));
+  const send = () =>
+    postUpstream(`${target.endpoint}${request.path}`, JSON.stringify(body), {
+      abort: leg.abort,
+      onSent: sent,
+      headers: ctx.o.engineHeaders?.(target.instance.instance_id),
+      connectTimeoutMs: ctx.limits.connectTimeoutMs,
+    });
+  const createTask = () =>
+    ctx.reports.create({
+      type: "CreateTask",
+      command_id: commandId,
+      model_id: target.instance.model_id,
+      instance_id: target.instance.instance_id,
+      ...(limited ? { token: { name: limited.name, limits: limited.limits! } } : {}),
+    });
+  let upstreamP: Promise<IncomingMessage>;
+  let taskP: ReturnType<typeof createTask>;
+  if (limited) {
+    taskP = createTask();
+    // A request that failed while it waited for admission never reaches the engine.
+    upstreamP = taskP.then(() => {
+      if (leg.watch.failure) throw leg.watch.failure;
+      return send();
+    });
+  } else {
+    upstreamP = send();
+    taskP = onWire.then(createTask);
+  }
+  return { upstreamP, taskP };
 }

@@ -195,34 +195,84 @@ export function streamAnswer(
   first: Leg,
   headers: Record<string, string>,
 ): Response {
-  const { body, countTokens } = request;
-  let current = first;
-  const sink = openSink(c, headers, () => current.clientGone());
-  let finished = false;
-  // The last two forwarded buffers: the engine's timings are in its last event before [DONE], read
-  // once at the end instead of searched for in every chunk.
-  let lastOut: Buffer | undefined;
-  let prevOut: Buffer | undefined;
-  // Only a request that opted in reads what it relayed (to continue it elsewhere if need be).
-  const transcript = request.migrate ? new Transcript() : undefined;
-  let continuation: ContinuationRewriter | undefined;
-  const finish = (err?: ServiceError) => {
-    if (finished) return;
-    finished = true;
-    if (err) sink.write(Buffer.from(`data: ${JSON.stringify(errorBody(err))}\n\n`));
-    // The client gets its last bytes before the task bookkeeping runs.
-    sink.end();
-    let report: Extract<ChatEvent, { type: "engine" }> | undefined;
-    let tokens: number | undefined;
-    if (continuation) {
-      const { usage, timings } = continuation.report();
-      if (timings) report = { type: "engine", at: preciseNow(), timings, usage };
-      tokens = tokensUsed(usage, timings);
-    } else if (obs || countTokens) {
-      report = (lastOut && engineReport(lastOut)) ?? (prevOut && engineReport(prevOut));
-      if (report) tokens = tokensUsed(report.usage, report.timings);
+  return new StreamAnswer(ctx, c, commandId, obs, request, first, headers).response;
+}
+
+/** One stream's relay: the leg it reads now, what it forwarded last, and how it ends (once). */
+class StreamAnswer {
+  readonly response: Response;
+  private current: Leg;
+  private readonly sink: Sink;
+  private finished = false;
+  /**
+   * The last two forwarded buffers: the engine's timings are in its last event before [DONE], read
+   * once at the end instead of searched for in every chunk.
+   */
+  private lastOut: Buffer | undefined;
+  private prevOut: Buffer | undefined;
+  /** Only a request that opted in reads what it relayed (to continue it elsewhere if need be). */
+  private readonly transcript: Transcript | undefined;
+  private continuation: ContinuationRewriter | undefined;
+
+  constructor(
+    private readonly ctx: ChatContext,
+    private readonly c: Context,
+    private readonly commandId: CommandId,
+    private readonly obs: ChatObserver | undefined,
+    private readonly request: RequestContext,
+    first: Leg,
+    headers: Record<string, string>,
+  ) {
+    this.current = first;
+    this.sink = openSink(c, headers, () => this.current.clientGone());
+    this.transcript = request.migrate ? new Transcript() : undefined;
+    this.relayFirst(first);
+    this.response = this.sink.response;
+  }
+
+  private relayFirst(first: Leg): void {
+    const { obs, request } = this;
+    const track = obs !== undefined || request.countTokens;
+    let firstChunk = false;
+    relayLeg(first, new SseRelay(this.commandId), request.body.model, {
+      write: (out) => {
+        this.sink.write(out);
+        if (obs && !firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
+        firstChunk = true;
+        if (track) {
+          this.prevOut = this.lastOut;
+          this.lastOut = out;
+        }
+        this.transcript?.push(out);
+      },
+      ended: (err) => this.ended(first, err),
+    });
+  }
+
+  /** The engine's report and the tokens used, from the continuation or the last events relayed. */
+  private report(): { report?: Extract<ChatEvent, { type: "engine" }>; tokens?: number } {
+    if (this.continuation) {
+      const { usage, timings } = this.continuation.report();
+      const report = timings
+        ? { type: "engine" as const, at: preciseNow(), timings, usage }
+        : undefined;
+      return { ...(report ? { report } : {}), tokens: tokensUsed(usage, timings) };
     }
-    current.close(!err, tokens);
+    if (!this.obs && !this.request.countTokens) return {};
+    const report =
+      (this.lastOut && engineReport(this.lastOut)) ?? (this.prevOut && engineReport(this.prevOut));
+    return report ? { report, tokens: tokensUsed(report.usage, report.timings) } : {};
+  }
+
+  private finish(err?: ServiceError): void {
+    if (this.finished) return;
+    this.finished = true;
+    if (err) this.sink.write(Buffer.from(`data: ${JSON.stringify(errorBody(err))}\n\n`));
+    // The client gets its last bytes before the task bookkeeping runs.
+    this.sink.end();
+    const { report, tokens } = this.report();
+    this.current.close(!err, tokens);
+    const obs = this.obs;
     if (!obs) return;
     if (report) obs.event(report);
     obs.event({
@@ -233,25 +283,36 @@ export function streamAnswer(
       code: err?.code,
       message: err?.message,
     });
-  };
-  const ended = (leg: Leg, err?: ServiceError) => {
-    if (finished || leg !== current) return;
+  }
+
+  private ended(leg: Leg, err?: ServiceError): void {
+    if (this.finished || leg !== this.current) return;
     if (err && !leg.upstream.complete) leg.abort.abort(new Error(`request ended: ${err.code}`));
-    if (err && transcript && !continuation && RETRY_ON.has(err.code) && !request.clientGone) {
-      void migrate(leg, err, transcript.sofar);
+    const { transcript } = this;
+    if (
+      err &&
+      transcript &&
+      !this.continuation &&
+      RETRY_ON.has(err.code) &&
+      !this.request.clientGone
+    ) {
+      void this.migrate(leg, err, transcript.sofar);
       return;
     }
-    finish(err);
-  };
+    this.finish(err);
+  }
+
   /**
    * The stream's instance was lost (`err`) after the client got `sofar`: the request, continued
    * from there, goes on in this stream from another ready instance; else `err` ends it.
    */
-  const migrate = async (lost: Leg, err: ServiceError, sofar: StreamSoFar) => {
+  private async migrate(lost: Leg, err: ServiceError, sofar: StreamSoFar): Promise<void> {
+    const { ctx, commandId, request } = this;
+    const { body } = request;
     const outcome = migrationOutcomes(ctx, commandId, body.model, lost.instanceId, err);
     lost.close(false);
-    const next = await openContinuation(ctx, c, commandId, request, sofar, outcome);
-    if (!next) return finish(err);
+    const next = await openContinuation(ctx, this.c, commandId, request, sofar, outcome);
+    if (!next) return this.finish(err);
     const { leg, to } = next;
     const rewriter = new ContinuationRewriter({
       id: commandId,
@@ -261,42 +322,26 @@ export function streamAnswer(
       sentTokens: sofar.tokens,
       includeUsage: includesUsage(body),
     });
-    current = leg;
-    continuation = rewriter;
+    this.current = leg;
+    this.continuation = rewriter;
     let relayed = false;
     relayLeg(leg, new SseRelay(commandId), body.model, {
       write: (out) => {
         const text = rewriter.rewrite(out.toString());
         if (text.length === 0) return;
-        sink.write(Buffer.from(text));
+        this.sink.write(Buffer.from(text));
         if (relayed) return;
         relayed = true;
         outcome("migrated", { to, sent_tokens: sofar.tokens, max_tokens: next.maxTokens });
       },
       // A continuation that ends before its first event reached the client: the loss's error.
       ended: (e) => {
-        if (relayed || finished) return ended(leg, e);
+        if (relayed || this.finished) return this.ended(leg, e);
         outcome("failed", { to, err: e?.message });
-        ended(leg, err);
+        this.ended(leg, err);
       },
     });
-  };
-
-  let firstChunk = false;
-  relayLeg(first, new SseRelay(commandId), body.model, {
-    write: (out) => {
-      sink.write(out);
-      if (obs && !firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
-      firstChunk = true;
-      if (obs || countTokens) {
-        prevOut = lastOut;
-        lastOut = out;
-      }
-      transcript?.push(out);
-    },
-    ended: (err) => ended(first, err),
-  });
-  return sink.response;
+  }
 }
 
 /**
