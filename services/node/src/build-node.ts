@@ -16,11 +16,12 @@ import { ComponentStack, TokenSet } from "@ic/http";
 import type { Component } from "@ic/http";
 import { processLogTail } from "@ic/log";
 import type { LogTail, Logger } from "@ic/log";
-import type { ClusterView, PeerApis } from "@ic/protocol";
+import type { ClusterView, PeerApis, PeerView } from "@ic/protocol";
 import { LiveStagingSettings, stagingSettings } from "@ic/staging";
 import { createHubSource, storeComponent, storeHostComponent } from "@ic/store";
 import { tracingComponent } from "@ic/tracing";
 import { engineComponent, telemetryComponent, workerComponent } from "@ic/worker";
+import type { Worker } from "@ic/worker";
 import type { ClusterPort, EngineComponent, TelemetryReader } from "@ic/worker";
 import { healthRoutes } from "./health-route.ts";
 import type { NodePhase } from "./health-route.ts";
@@ -108,32 +109,101 @@ export async function buildNode<C extends NodeCluster>(
   }
 }
 
+/** What every phase of the composition reads. */
+interface Scope<C extends NodeCluster> {
+  readonly cfg: Config;
+  readonly deps: NodeDeps<C>;
+  readonly stack: ComponentStack;
+  readonly name: string;
+  /** The key this node's engines start with (told to the members in heartbeats). */
+  readonly engineKey: string;
+  /** Live peers other than this node that advertise an API. */
+  readonly otherPeers: () => PeerView[];
+  /** Their APIs, for the cluster-wide views (traces, storage, series), asked with the node token. */
+  readonly peers: PeerApis;
+}
+
 async function compose<C extends NodeCluster>(
   cfg: Config,
   deps: NodeDeps<C>,
   stack: ComponentStack,
 ): Promise<BuiltNode<C>> {
-  const { log, bus, peerKey, secret, hooks = {} } = deps;
-  // The key this node's engines start with: random at each start, told to the other members in
-  // heartbeats. Not derived from the cluster secret (rotating it leaves engines reachable).
-  const engineKey = `ice_${randomBytes(24).toString("base64url")}`;
-  const name = cfg.node.name!;
+  const { log, peerKey, secret, hooks = {} } = deps;
   // The agent is built before the components that use it start; it starts after the API is wired.
   let cluster: C | undefined;
   const otherPeers = () =>
     (cluster?.livePeers() ?? []).filter(
       (p) => p.heartbeat.peer_key !== peerKey && p.heartbeat.api_url,
     );
-  // Live peers' APIs for the cluster-wide views (traces, storage, series), asked with the node token.
-  const peers: PeerApis = {
-    token: () => secret.token(),
-    list: () => otherPeers().map((p) => ({ name: p.heartbeat.name, apiUrl: p.heartbeat.api_url })),
+  const scope: Scope<C> = {
+    cfg,
+    deps,
+    stack,
+    name: cfg.node.name!,
+    // Random at each start; not derived from the cluster secret (rotating it leaves engines reachable).
+    engineKey: `ice_${randomBytes(24).toString("base64url")}`,
+    otherPeers,
+    peers: {
+      token: () => secret.token(),
+      list: () =>
+        otherPeers().map((p) => ({ name: p.heartbeat.name, apiUrl: p.heartbeat.api_url })),
+    },
   };
+  const local = await startLocal(scope);
+  cluster = deps.cluster(() => ({ telemetry: null, links: [], runners: [], ...stack.heartbeat() }));
+  const agent = cluster;
+  const storage = await startStorage(scope, agent);
+  const engineHeaders = engineAuth(agent, { peerKey, engineKey: scope.engineKey });
+  const apiTokens = new TokenSet(withNodeToken(cfg.auth.tokens, secret.acceptedTokens()));
+  const reloader = reloaderFor(scope, apiTokens);
+  let worker: Worker | undefined;
+  const services = await startServices(
+    scope,
+    agent,
+    { ...local, ...storage, engineHeaders },
+    () => worker,
+  );
+  const clusterPart = clusterComponent(scope, agent);
+  const app = nodeApi(cfg, {
+    cluster: agent,
+    log,
+    hooks,
+    tokens: apiTokens,
+    engineHeaders,
+    load: local.chatLoad,
+    routes: {
+      events: local.events,
+      reload: { name: "reload", routes: (a) => reloadRoutes(a, reloader) },
+      ...services,
+      cluster: clusterPart,
+      storeHost: storage.storeHost,
+    },
+  });
+  agent.on({ event: (ev) => local.events.eventLog.append(ev) });
+  await stack.start(clusterPart);
+  worker = await startWorker(scope, agent, local, storage.stager);
+  return {
+    app,
+    cluster: agent,
+    stack,
+    chatLoad: local.chatLoad,
+    engineHeaders,
+    reloader,
+    stager: storage.stager,
+  };
+}
 
+/**
+ * The parts that need no cluster: the event log, the engine and its probes, telemetry, the event
+ * loop's delay, and this node's own heartbeat fields (load, draining, engine key, secret proof,
+ * security findings).
+ */
+async function startLocal<C extends NodeCluster>(scope: Scope<C>) {
+  const { cfg, deps, stack } = scope;
+  const { log, peerKey, secret } = deps;
   const events = await stack.start(
     eventLogComponent(cfg.event_log, { log, ...(deps.disk ? { disk: deps.disk } : {}) }),
   );
-  const eventLog = events.eventLog;
   const engine = await stack.start(
     deps.engine ??
       engineComponent(cfg.engine, {
@@ -149,10 +219,10 @@ async function compose<C extends NodeCluster>(
         engine: () => engine.info(),
         modelsPath: cfg.node_cache_path,
         heartbeatMs: cfg.cluster.heartbeat_ms,
-        bus,
+        bus: deps.bus,
         peerKey,
         peers: () =>
-          otherPeers().map((p) => ({
+          scope.otherPeers().map((p) => ({
             peer_key: p.heartbeat.peer_key,
             api_url: p.heartbeat.api_url,
           })),
@@ -173,7 +243,7 @@ async function compose<C extends NodeCluster>(
     name: "node",
     heartbeat: () => {
       const outstanding = chatLoad.heartbeatPart();
-      const heard = otherPeers();
+      const heard = scope.otherPeers();
       const foreign = heard
         .filter(({ heartbeat: h }) => h.secret_proof && !secret.accepts(h.peer_key, h.secret_proof))
         .map((p) => p.heartbeat.name)
@@ -181,15 +251,19 @@ async function compose<C extends NodeCluster>(
       return {
         ...(outstanding ? { outstanding } : {}),
         ...(deps.draining() ? { draining: true as const } : {}),
-        engine_key: engineKey,
+        engine_key: scope.engineKey,
         secret_proof: secret.proof(peerKey),
         health: deps.security.entries(heard.length, foreign),
       };
     },
   });
-  cluster = deps.cluster(() => ({ telemetry: null, links: [], runners: [], ...stack.heartbeat() }));
-  const agent = cluster;
+  return { events, engine, telemetry, chatLoad };
+}
 
+/** The store host (with store_path) and this node's staging of model copies. */
+async function startStorage<C extends NodeCluster>(scope: Scope<C>, agent: C) {
+  const { cfg, deps, stack, name } = scope;
+  const { log, secret } = deps;
   // The staging section in force on this node (its override applied); the settings editor replaces it.
   const settings = new LiveStagingSettings(stagingSettings(stagingFor(cfg, name)));
   const storeHost = cfg.store_path
@@ -199,7 +273,7 @@ async function compose<C extends NodeCluster>(
           modelStore: cfg.model_store,
           settings,
           cluster: agent,
-          bus,
+          bus: deps.bus,
           self: { name, apiUrl: deps.apiUrl },
           hubToken: process.env.HF_TOKEN,
           log,
@@ -224,21 +298,24 @@ async function compose<C extends NodeCluster>(
       : undefined,
   });
   await stack.start({ name: "staging", start: () => stager.start(), stop: () => stager.stop() });
-  const engineHeaders = engineAuth(agent, { peerKey, engineKey });
-  const apiTokens = new TokenSet(withNodeToken(cfg.auth.tokens, secret.acceptedTokens()));
-  const reloader = new ConfigReloader({
-    file: hooks.configFile,
-    set: apiTokens,
-    initial: cfg.auth.tokens,
-    secret,
-    // Renewed certificates: the API's new connections and this process's clients. nats-server
-    // keeps its route certificate until the node restarts (node.ts).
-    tls: { initial: cfg.tls, apply: (next) => deps.applyTls?.(next) },
-    name,
-    log,
-  });
+  return { settings, storeHost, stager };
+}
+
+/** Tracing, observability, the store's routes and purges, the dashboard. */
+async function startServices<C extends NodeCluster>(
+  scope: Scope<C>,
+  agent: C,
+  parts: Awaited<ReturnType<typeof startLocal>> &
+    Awaited<ReturnType<typeof startStorage>> & {
+      readonly engineHeaders: (instanceId: string) => Record<string, string>;
+    },
+  worker: () => Worker | undefined,
+) {
+  const { cfg, deps, stack, name, peers } = scope;
+  const { log, bus, peerKey, hooks = {} } = deps;
+  const { telemetry, stager, storeHost, settings } = parts;
+  const eventLog = parts.events.eventLog;
   const tracing = await stack.start(tracingComponent(cfg.tracing, { log, node: name, peers }));
-  let worker: ReturnType<typeof workerComponent>["worker"] | undefined;
   const observability = await stack.start(
     observabilityComponent(cfg.dashboard, {
       bus,
@@ -249,7 +326,7 @@ async function compose<C extends NodeCluster>(
         log: log.child({ component: "metrics" }),
         telemetry: () => telemetry.telemetry,
         telemetryDiagnostics: () => telemetry.diagnostics({ node: name, peer_key: peerKey }),
-        runners: () => worker?.runners() ?? [],
+        runners: () => worker()?.runners() ?? [],
         staging: async () => {
           const entries = await stager.staging.list();
           return { bytes: entries.reduce((s, e) => s + e.bytes, 0), models: entries.length };
@@ -258,7 +335,7 @@ async function compose<C extends NodeCluster>(
           const u = eventLog.usage();
           return { mode: u.mode, bytes: u.active_bytes + u.archive_bytes };
         },
-        engineHeaders,
+        engineHeaders: parts.engineHeaders,
         bus: () => bus.sendStats,
         openTasks: () => agent.openTasks(),
         unhandledRejections: hooks.unhandledRejections ?? (() => 0),
@@ -266,7 +343,7 @@ async function compose<C extends NodeCluster>(
       },
       runnerLogs: {
         runnerLogDir: cfg.engine.runner_log_dir,
-        logFileOf: (id, rank) => worker?.supervisorFor(id, rank)?.spec.logFile,
+        logFileOf: (id, rank) => worker()?.supervisorFor(id, rank)?.spec.logFile,
       },
       peers,
       logTail: deps.logTail ?? processLogTail(),
@@ -291,16 +368,24 @@ async function compose<C extends NodeCluster>(
     nodeName: name,
     live: settings,
   });
-  // The fast failure signal: a watch connection to the master (peer-watch.ts). It closes after the
-  // agent stops, so a master probing this node on the drop finds nothing answering: a graceful stop
-  // is noticed as fast as a kill.
+  return { tracing, observability, store, dashboard };
+}
+
+/**
+ * The cluster agent as a component, with the fast failure signal: a watch connection to the master
+ * (peer-watch.ts). It closes after the agent stops, so a master probing this node on the drop finds
+ * nothing answering: a graceful stop is noticed as fast as a kill.
+ */
+function clusterComponent<C extends NodeCluster>(scope: Scope<C>, agent: C): Component {
+  const { cfg, deps, name } = scope;
+  const { log, secret } = deps;
   const peerWatch = new PeerWatch({
     agent,
     log,
-    self: { peerKey, startedAt: deps.startedAt },
+    self: { peerKey: deps.peerKey, startedAt: deps.startedAt },
     token: cfg.auth.tokens.length === 0 ? undefined : () => secret.token(),
   });
-  const clusterPart: Component = {
+  return {
     name: "cluster",
     start: () => {
       agent.start?.();
@@ -315,39 +400,42 @@ async function compose<C extends NodeCluster>(
       healthRoutes(a, { agent, name, phase: deps.phase });
     },
   };
-  const app = nodeApi(cfg, {
-    cluster: agent,
+}
+
+/** Reloads (SIGHUP, POST /admin/reload): the API's tokens, the cluster secret, renewed certificates. */
+function reloaderFor<C extends NodeCluster>(scope: Scope<C>, apiTokens: TokenSet): ConfigReloader {
+  const { cfg, deps } = scope;
+  const { log, secret, hooks = {} } = deps;
+  return new ConfigReloader({
+    file: hooks.configFile,
+    set: apiTokens,
+    initial: cfg.auth.tokens,
+    secret,
+    // Renewed certificates: the API's new connections and this process's clients. nats-server
+    // keeps its route certificate until the node restarts (node.ts).
+    tls: { initial: cfg.tls, apply: (next) => deps.applyTls?.(next) },
+    name: scope.name,
     log,
-    hooks,
-    tokens: apiTokens,
-    engineHeaders,
-    load: chatLoad,
-    routes: {
-      events,
-      reload: { name: "reload", routes: (a) => reloadRoutes(a, reloader) },
-      observability,
-      tracing,
-      store,
-      cluster: clusterPart,
-      dashboard,
-      storeHost,
-    },
   });
-  agent.on({ event: (ev) => eventLog.append(ev) });
-  await stack.start(clusterPart);
-  worker = (
-    await stack.start(
-      workerComponent(cfg.engine, {
-        cluster: agent,
-        stager,
-        log,
-        engine,
-        telemetry,
-        host: deps.engineHost,
-        advertiseHost: cfg.node.host,
-        engineKey,
-      }),
-    )
-  ).worker;
-  return { app, cluster: agent, stack, chatLoad, engineHeaders, reloader, stager };
+}
+
+/** The worker: the runners of the instances assigned to this node (it starts last). */
+async function startWorker<C extends NodeCluster>(
+  scope: Scope<C>,
+  agent: C,
+  local: Awaited<ReturnType<typeof startLocal>>,
+  stager: StoreStager,
+): Promise<Worker> {
+  const { cfg, deps } = scope;
+  const part = workerComponent(cfg.engine, {
+    cluster: agent,
+    stager,
+    log: deps.log,
+    engine: local.engine,
+    telemetry: local.telemetry,
+    host: deps.engineHost,
+    advertiseHost: cfg.node.host,
+    engineKey: scope.engineKey,
+  });
+  return (await scope.stack.start(part)).worker;
 }

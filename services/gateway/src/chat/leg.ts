@@ -4,7 +4,7 @@
 import type { IncomingMessage } from "node:http";
 import type { Context } from "hono";
 import { ServiceError } from "@ic/protocol";
-import type { ChatObserver, CommandId, Instance, SessionId, TaskId } from "@ic/protocol";
+import type { ChatEvent, ChatObserver, CommandId, Instance, SessionId, TaskId } from "@ic/protocol";
 import { watchClient } from "@ic/http";
 import { postUpstream, UpstreamAbort, UpstreamConnectTimeout } from "../upstream.ts";
 import type { ClusterView } from "@ic/protocol";
@@ -132,13 +132,7 @@ export async function openLeg(
   body: Record<string, unknown>,
 ): Promise<Leg> {
   const cluster = ctx.o.cluster;
-  obs?.event({
-    type: "routed",
-    at: preciseNow(),
-    instanceId: target.instance.instance_id,
-    nodeId: target.instance.assignments.find((a) => a.rank === 0)?.node_id,
-    endpoint: target.endpoint,
-  });
+  obs?.event(routedEvent(target));
   const endLoad = ctx.load.begin(target.instance.instance_id);
   let closeTask: (() => void) | undefined;
   const session = cluster.sessionId;
@@ -165,10 +159,7 @@ export async function openLeg(
     bounds.clear();
     if (!taskId) return;
     if (ok) ctx.reports.finish(taskId, tokens);
-    else
-      cluster
-        .command({ type: "FailTask", task_id: taskId, reason: "request failed" })
-        .catch(() => {});
+    else failTask(cluster, taskId);
   };
 
   const { upstreamP, taskP } = dispatch(ctx, commandId, obs, request, target, body, {
@@ -189,17 +180,7 @@ export async function openLeg(
   } catch (e) {
     abortUpstream("request failed before the engine answered");
     close(false);
-    // A task the master opens after the request failed is closed too: it would hold one of its
-    // token's concurrent places (and the master's table) until it expired.
-    if (!taskId)
-      void taskP.then(
-        (r) =>
-          r.task_id &&
-          cluster
-            .command({ type: "FailTask", task_id: r.task_id, reason: "request failed" })
-            .catch(() => {}),
-        () => {},
-      );
+    if (!taskId) failLateTask(cluster, taskP);
     throw new BeforeFirstByte(connectionError(watch.failure ?? e, request.body.model));
   }
   const status = upstream.statusCode ?? 502;
@@ -318,4 +299,34 @@ function dispatch(
     taskP = onWire.then(createTask);
   }
   return { upstreamP, taskP };
+}
+
+/** Tells the master a request's task failed (best effort: the task expires otherwise). */
+function failTask(cluster: Pick<ClusterView, "command">, taskId: TaskId): void {
+  cluster.command({ type: "FailTask", task_id: taskId, reason: "request failed" }).catch(() => {});
+}
+
+/**
+ * A task the master opens after its request failed is closed too: it would hold one of its token's
+ * concurrent places (and the master's table) until it expired.
+ */
+function failLateTask(
+  cluster: Pick<ClusterView, "command">,
+  task: Promise<{ readonly task_id?: TaskId | undefined }>,
+): void {
+  void task.then(
+    (r) => r.task_id && failTask(cluster, r.task_id),
+    () => {},
+  );
+}
+
+/** The observer's `routed` event: the instance, its rank-0 node and engine endpoint. */
+function routedEvent(target: ReadyInstance): Extract<ChatEvent, { type: "routed" }> {
+  return {
+    type: "routed",
+    at: preciseNow(),
+    instanceId: target.instance.instance_id,
+    nodeId: target.instance.assignments.find((a) => a.rank === 0)?.node_id,
+    endpoint: target.endpoint,
+  };
 }

@@ -38,7 +38,7 @@ export interface StoreHostComponent extends Component {
 }
 
 export function storeHostComponent(o: StoreHostComponentOptions): StoreHostComponent {
-  const { log, cluster } = o;
+  const { log } = o;
   const host = new StoreHost({
     storePath: o.storePath,
     logger: log,
@@ -46,78 +46,15 @@ export function storeHostComponent(o: StoreHostComponentOptions): StoreHostCompo
     hub: createHubSource({ hubUrl: o.modelStore.hub_url, accessToken: o.hubToken }),
     transferIdleTimeoutMs: o.modelStore.transfer_idle_timeout_ms,
   });
-  /** Bumped when the store's models change (a pull finished, a copied model found): re-register. */
-  let version = 0;
-  /** Models whose directory was removed by hand while in use, with the master's refusal. */
-  const missing = new Map<ModelId, string>();
-  /** What lies unserved at the top of store_path (a loose .gguf, a misnamed folder). */
-  let loose: LooseEntry[] = [];
+  const st: HostState = { version: 0, missing: new Map(), loose: [] };
   const pulls = new PullManager({
     target: host,
-    onDone: () => void version++,
+    onDone: () => void st.version++,
     // A model whose model.json names a drafter or an MTP sidecar brings it along.
     missingCompanions: (id) => host.missingCompanions(id),
   });
-  const watch = new StoreWatch({
-    storePath: o.storePath,
-    registered: (id) => host.manifest(id) !== undefined,
-    register: (id) => host.register(id),
-    onAdded: (id) => {
-      missing.delete(id);
-      version++;
-    },
-    onLoose: (next) => {
-      const before = new Set(loose.map((e) => e.name));
-      for (const e of next)
-        if (!before.has(e.name)) log.warn({ entry: e.name }, `store_path: ${e.hint}`);
-      loose = next;
-    },
-    registeredIds: () => [
-      ...host.models().map((m) => m.model_id),
-      ...[...missing.keys()].filter((id) => host.manifest(id) === undefined),
-    ],
-    // Removed by hand: no longer served, and out of the registry; while something uses it the
-    // master refuses, so it stays in the health list (store_model_missing) and each scan asks again.
-    onRemoved: (id) => {
-      host.forget(id);
-      cluster.command({ type: "DeregisterModel", model_id: id }).then(
-        () => missing.delete(id),
-        (e: unknown) => {
-          if (!missing.has(id))
-            log.warn(
-              { err: e, modelId: id },
-              "a model directory was removed from store_path while the model is in use; it leaves the registry once nothing uses it",
-            );
-          missing.set(id, e instanceof Error ? e.message : String(e));
-        },
-      );
-    },
-    log,
-  });
-  let registeredFor: string | null = null;
-  const register = async () => {
-    const due = `${cluster.sessionId}/${version}`;
-    if (!cluster.synced || registeredFor === due) return;
-    await host.registerAll();
-    const ids: string[] = [];
-    for (const manifest of host.models()) {
-      const dir = host.modelPath(manifest.model_id);
-      const rec = await readModelDir(dirname(dir), basename(dir), log);
-      if (!rec) continue;
-      await cluster.command({
-        type: "RegisterModel",
-        model: {
-          ...rec,
-          bytes: manifest.total_bytes,
-          registered_by: cluster.nodeId!,
-          store_url: o.self.apiUrl,
-        },
-      });
-      ids.push(rec.model_id);
-    }
-    registeredFor = due;
-    log.info({ models: ids }, "registered store models");
-  };
+  const watch = storeWatch(o, host, st);
+  const register = registration(o, host, st);
   let unservePulls: (() => void) | undefined;
   let timer: NodeJS.Timeout | undefined;
   return {
@@ -143,7 +80,91 @@ export function storeHostComponent(o: StoreHostComponentOptions): StoreHostCompo
     routes: (app) => void app.route("/", host.app),
     heartbeat: () => ({
       ...(pulls.list().length > 0 ? { pulls: pulls.list() } : {}),
-      health: [...missingModelHealth(missing), ...looseEntryHealth(loose)],
+      health: [...missingModelHealth(st.missing), ...looseEntryHealth(st.loose)],
     }),
+  };
+}
+
+/** What the host's watch, registration and health share. */
+interface HostState {
+  /** Bumped when the store's models change (a pull finished, a copied model found): re-register. */
+  version: number;
+  /** Models whose directory was removed by hand while in use, with the master's refusal. */
+  readonly missing: Map<ModelId, string>;
+  /** What lies unserved at the top of store_path (a loose .gguf, a misnamed folder). */
+  loose: LooseEntry[];
+}
+
+/** The watch of store_path: models copied in register once settled, removed ones leave. */
+function storeWatch(o: StoreHostComponentOptions, host: StoreHost, st: HostState): StoreWatch {
+  const { log, cluster } = o;
+  return new StoreWatch({
+    storePath: o.storePath,
+    registered: (id) => host.manifest(id) !== undefined,
+    register: (id) => host.register(id),
+    onAdded: (id) => {
+      st.missing.delete(id);
+      st.version++;
+    },
+    onLoose: (next) => {
+      const before = new Set(st.loose.map((e) => e.name));
+      for (const e of next)
+        if (!before.has(e.name)) log.warn({ entry: e.name }, `store_path: ${e.hint}`);
+      st.loose = next;
+    },
+    registeredIds: () => [
+      ...host.models().map((m) => m.model_id),
+      ...[...st.missing.keys()].filter((id) => host.manifest(id) === undefined),
+    ],
+    // Removed by hand: no longer served, and out of the registry; while something uses it the
+    // master refuses, so it stays in the health list (store_model_missing) and each scan asks again.
+    onRemoved: (id) => {
+      host.forget(id);
+      cluster.command({ type: "DeregisterModel", model_id: id }).then(
+        () => st.missing.delete(id),
+        (e: unknown) => {
+          if (!st.missing.has(id))
+            log.warn(
+              { err: e, modelId: id },
+              "a model directory was removed from store_path while the model is in use; it leaves the registry once nothing uses it",
+            );
+          st.missing.set(id, e instanceof Error ? e.message : String(e));
+        },
+      );
+    },
+    log,
+  });
+}
+
+/** Registers the store's models with the master, once per session and after each change. */
+function registration(
+  o: StoreHostComponentOptions,
+  host: StoreHost,
+  st: HostState,
+): () => Promise<void> {
+  const { log, cluster } = o;
+  let registeredFor: string | null = null;
+  return async () => {
+    const due = `${cluster.sessionId}/${st.version}`;
+    if (!cluster.synced || registeredFor === due) return;
+    await host.registerAll();
+    const ids: string[] = [];
+    for (const manifest of host.models()) {
+      const dir = host.modelPath(manifest.model_id);
+      const rec = await readModelDir(dirname(dir), basename(dir), log);
+      if (!rec) continue;
+      await cluster.command({
+        type: "RegisterModel",
+        model: {
+          ...rec,
+          bytes: manifest.total_bytes,
+          registered_by: cluster.nodeId!,
+          store_url: o.self.apiUrl,
+        },
+      });
+      ids.push(rec.model_id);
+    }
+    registeredFor = due;
+    log.info({ models: ids }, "registered store models");
   };
 }
