@@ -8,7 +8,9 @@ import type { ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { resolve } from "node:path";
 import { loadConfig, ConfigError, expandHome } from "@ic/config";
+import type { Config } from "@ic/config";
 import { createLogger, guardProcess } from "@ic/log";
+import type { Logger } from "@ic/log";
 import { Node } from "./node.ts";
 import { NODE_USAGE, parseNodeArgs } from "./node-args.ts";
 
@@ -17,13 +19,7 @@ const GRACE_MS = 15_000;
 
 async function runNode(configFile: string | undefined): Promise<void> {
   const file = configFile ?? process.env.SERVICE_CONFIG;
-  let config;
-  try {
-    config = loadConfig({ file });
-  } catch (e) {
-    process.stderr.write(`${e instanceof ConfigError ? e.message : String(e)}\n`);
-    process.exit(2);
-  }
+  const config = configOrExit(file);
   const log = createLogger({
     enabled: config.logging.enabled,
     level: config.logging.level,
@@ -72,18 +68,7 @@ async function runNode(configFile: string | undefined): Promise<void> {
     log.flush();
     process.exit(exitCode);
   }
-  process.on("SIGTERM", () => void shutdown(0, "SIGTERM", true));
-  process.on("SIGINT", () => void shutdown(0, "SIGINT", true));
-  process.on("disconnect", () => void shutdown(0, "supervisor gone"));
-  // SIGHUP: the API tokens from the config file again, nothing else (reload.ts); a refused reload
-  // keeps the tokens in force and says why in the log.
-  process.on("SIGHUP", () => {
-    node
-      .reloadTokens()
-      .catch((e: unknown) =>
-        log.warn({ err: e instanceof Error ? e.message : String(e) }, "SIGHUP reload refused"),
-      );
-  });
+  onSignals(node, log, shutdown);
   try {
     await node.start();
   } catch (e) {
@@ -96,6 +81,38 @@ async function runNode(configFile: string | undefined): Promise<void> {
     api_url: node.apiUrl,
     peer_key: node.peerKey,
     nats_url: node.natsUrl,
+  });
+}
+
+/** The config the node runs with; a config that does not load ends the process with code 2. */
+function configOrExit(file: string | undefined): Config {
+  try {
+    return loadConfig({ file });
+  } catch (e) {
+    process.stderr.write(`${e instanceof ConfigError ? e.message : String(e)}\n`);
+    process.exit(2);
+  }
+}
+
+/**
+ * SIGTERM and SIGINT drain, then stop; the supervisor going away stops. SIGHUP reads the API tokens
+ * from the config file again, nothing else (reload.ts); a refused reload keeps the tokens in force
+ * and says why in the log.
+ */
+function onSignals(
+  node: Node,
+  log: Logger,
+  shutdown: (code: number, why: string, drain?: boolean) => Promise<void>,
+): void {
+  process.on("SIGTERM", () => void shutdown(0, "SIGTERM", true));
+  process.on("SIGINT", () => void shutdown(0, "SIGINT", true));
+  process.on("disconnect", () => void shutdown(0, "supervisor gone"));
+  process.on("SIGHUP", () => {
+    node
+      .reloadTokens()
+      .catch((e: unknown) =>
+        log.warn({ err: e instanceof Error ? e.message : String(e) }, "SIGHUP reload refused"),
+      );
   });
 }
 
