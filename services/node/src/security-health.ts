@@ -19,7 +19,7 @@ export interface SecurityHealthOptions {
 
 /** Collects failures; logs the first of each kind and remote once per window (retries are every second). */
 export class SecurityHealth {
-  private readonly seen = new Map<string, AuthFailure & { count: number }>();
+  private readonly seen = new Map<string, SeenFailure>();
   private engineWithoutTls: string | undefined;
 
   constructor(private readonly o: SecurityHealthOptions) {}
@@ -83,71 +83,16 @@ export class SecurityHealth {
     const now = this.o.now();
     const window = this.o.windowMs ?? 60_000;
     const live = [...this.seen.values()].filter((f) => now - f.at <= window);
+    return [
+      ...secretEntries(joinedPeers, otherSecret),
+      ...busEntries(live, joinedPeers),
+      ...this.exposureEntries(),
+    ];
+  }
+
+  /** What this node exposes: an anonymous API, engines or a network without TLS. */
+  private exposureEntries(): HealthEntry[] {
     const out: HealthEntry[] = [];
-    // The odd one out (no peer shares its secret) is in error and stops being a placement
-    // candidate; the others only name it, so one stray node does not stop placement everywhere.
-    const alone = otherSecret.length >= joinedPeers;
-    if (otherSecret.length > 0)
-      out.push({
-        code: "cluster_secret_mismatch",
-        severity: alone ? "error" : "warn",
-        message:
-          "declared: every node presents the cluster secret (or the other one of an open rotation window); " +
-          `observed: ${otherSecret.join(", ")} present(s) a secret this node does not accept, so each side ` +
-          "refuses the other's node token (store downloads and cluster-wide views between them fail)" +
-          (alone ? "; no peer shares this node's secret" : ""),
-        remediation:
-          "give every node the same cluster.secret_file and cluster.rotation_secret_file and reload each " +
-          "(POST /admin/reload or SIGHUP); during a rotation, close the window only once every node presents the new secret",
-      });
-    const refused = live.filter((f) => f.direction === "route-refused-by-peer");
-    if (refused.length > 0 && joinedPeers > 0)
-      out.push({
-        code: "bus_auth_failures",
-        severity: "warn",
-        message:
-          `declared: every peer holds the cluster secret; observed: ${refused.map((f) => f.remote).join(", ")} ` +
-          `refuse(s) this node's routes while ${joinedPeers} other node(s) accept them: that peer holds another secret`,
-        remediation:
-          "give the refusing node the cluster's secret file and restart it (it reports cluster_secret_rejected)",
-      });
-    else if (refused.length > 0)
-      out.push({
-        code: "cluster_secret_rejected",
-        severity: "error",
-        message:
-          `declared: member of the cluster at ${refused.map((f) => f.remote).join(", ")}; ` +
-          "observed: those peers refuse this node's cluster secret, so it runs alone",
-        remediation:
-          "give this node the cluster's secret (cluster.secret_file, mode 0600, same content on every node) and restart it",
-      });
-    const tls = live.filter((f) => f.direction === "route-tls-failed");
-    if (tls.length > 0)
-      out.push({
-        code: joinedPeers > 0 ? "bus_tls_failures" : "cluster_tls_rejected",
-        severity: joinedPeers > 0 ? "warn" : "error",
-        message:
-          `declared: bus routes only between certificates of the cluster CA; observed: ${tls.reduce((s, f) => s + f.count, 0)} ` +
-          `failed TLS handshake(s) with ${addresses(tls)}` +
-          (joinedPeers > 0 ? "" : ", and this node runs alone"),
-        remediation:
-          joinedPeers > 0
-            ? "if that address is one of your nodes, give it a certificate from the cluster CA (scripts/make-secrets.mjs --node); otherwise find out who it is"
-            : "give this node the cluster's ca.crt and a certificate that CA signed for node.host (tls.ca_file, tls.cert_file, tls.key_file) and restart it",
-      });
-    const rejected = live.filter(
-      (f) => f.direction !== "route-refused-by-peer" && f.direction !== "route-tls-failed",
-    );
-    if (rejected.length > 0)
-      out.push({
-        code: "bus_auth_failures",
-        severity: "warn",
-        message:
-          `declared: only holders of the cluster secret use the bus; observed: ${rejected.reduce((s, f) => s + f.count, 0)} ` +
-          `refused login(s) from ${addresses(rejected)}`,
-        remediation:
-          "if that address is one of your nodes, give it the cluster secret; otherwise find out who it is and keep the cluster network private",
-      });
     if (this.o.anonymousApi)
       out.push({
         code: "anonymous_api",
@@ -174,6 +119,85 @@ export class SecurityHealth {
       });
     return out;
   }
+}
+
+/** A kind of failure from one address, how often, and when last. */
+type SeenFailure = AuthFailure & { count: number };
+
+/** Peers presenting a cluster secret this node does not accept. */
+function secretEntries(joinedPeers: number, otherSecret: readonly string[]): HealthEntry[] {
+  const out: HealthEntry[] = [];
+  // The odd one out (no peer shares its secret) is in error and stops being a placement
+  // candidate; the others only name it, so one stray node does not stop placement everywhere.
+  const alone = otherSecret.length >= joinedPeers;
+  if (otherSecret.length > 0)
+    out.push({
+      code: "cluster_secret_mismatch",
+      severity: alone ? "error" : "warn",
+      message:
+        "declared: every node presents the cluster secret (or the other one of an open rotation window); " +
+        `observed: ${otherSecret.join(", ")} present(s) a secret this node does not accept, so each side ` +
+        "refuses the other's node token (store downloads and cluster-wide views between them fail)" +
+        (alone ? "; no peer shares this node's secret" : ""),
+      remediation:
+        "give every node the same cluster.secret_file and cluster.rotation_secret_file and reload each " +
+        "(POST /admin/reload or SIGHUP); during a rotation, close the window only once every node presents the new secret",
+    });
+  return out;
+}
+
+/** The bus's failed logins and handshakes, as seen by this node's nats-server. */
+function busEntries(live: readonly SeenFailure[], joinedPeers: number): HealthEntry[] {
+  const out: HealthEntry[] = [];
+  const refused = live.filter((f) => f.direction === "route-refused-by-peer");
+  if (refused.length > 0 && joinedPeers > 0)
+    out.push({
+      code: "bus_auth_failures",
+      severity: "warn",
+      message:
+        `declared: every peer holds the cluster secret; observed: ${refused.map((f) => f.remote).join(", ")} ` +
+        `refuse(s) this node's routes while ${joinedPeers} other node(s) accept them: that peer holds another secret`,
+      remediation:
+        "give the refusing node the cluster's secret file and restart it (it reports cluster_secret_rejected)",
+    });
+  else if (refused.length > 0)
+    out.push({
+      code: "cluster_secret_rejected",
+      severity: "error",
+      message:
+        `declared: member of the cluster at ${refused.map((f) => f.remote).join(", ")}; ` +
+        "observed: those peers refuse this node's cluster secret, so it runs alone",
+      remediation:
+        "give this node the cluster's secret (cluster.secret_file, mode 0600, same content on every node) and restart it",
+    });
+  const tls = live.filter((f) => f.direction === "route-tls-failed");
+  if (tls.length > 0)
+    out.push({
+      code: joinedPeers > 0 ? "bus_tls_failures" : "cluster_tls_rejected",
+      severity: joinedPeers > 0 ? "warn" : "error",
+      message:
+        `declared: bus routes only between certificates of the cluster CA; observed: ${tls.reduce((s, f) => s + f.count, 0)} ` +
+        `failed TLS handshake(s) with ${addresses(tls)}` +
+        (joinedPeers > 0 ? "" : ", and this node runs alone"),
+      remediation:
+        joinedPeers > 0
+          ? "if that address is one of your nodes, give it a certificate from the cluster CA (scripts/make-secrets.mjs --node); otherwise find out who it is"
+          : "give this node the cluster's ca.crt and a certificate that CA signed for node.host (tls.ca_file, tls.cert_file, tls.key_file) and restart it",
+    });
+  const rejected = live.filter(
+    (f) => f.direction !== "route-refused-by-peer" && f.direction !== "route-tls-failed",
+  );
+  if (rejected.length > 0)
+    out.push({
+      code: "bus_auth_failures",
+      severity: "warn",
+      message:
+        `declared: only holders of the cluster secret use the bus; observed: ${rejected.reduce((s, f) => s + f.count, 0)} ` +
+        `refused login(s) from ${addresses(rejected)}`,
+      remediation:
+        "if that address is one of your nodes, give it the cluster secret; otherwise find out who it is and keep the cluster network private",
+    });
+  return out;
 }
 
 /** The distinct addresses (ports dropped) failures came from, comma-separated. */
