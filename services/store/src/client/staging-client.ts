@@ -692,20 +692,7 @@ export class StagingClient implements AsyncDisposable {
       return this.transferFailure(modelId, e);
     }
     this.log.info({ modelId, ...statsLog(stats) }, "staged");
-    return {
-      ok: true,
-      model: {
-        modelId,
-        path: dir,
-        source: "store",
-        totalBytes: plan.manifestBytes,
-        fetchedBytes: stats.fetchedBytes,
-        resumedBytes: stats.resumedBytes,
-        linkedBytes: stats.linkedBytes,
-        reusedBytes: stats.reusedBytes,
-        evicted: applied.deleted,
-      },
-    };
+    return { ok: true, model: stagedModel(modelId, dir, "store", plan, stats, applied.deleted) };
   }
 
   /**
@@ -719,26 +706,9 @@ export class StagingClient implements AsyncDisposable {
   ): Promise<{ ok: true; model: StagedModel } | Omit<DownloadFailed, "staged">> {
     const hub = this.opts.hub;
     if (!hub) return this.failure(modelId, "store_unreachable", "no model hub configured");
-    let listing;
-    try {
-      listing = await hub.source.list(modelId, signal);
-    } catch (e) {
-      return this.failure(
-        modelId,
-        "hub_error",
-        `cannot list ${modelId} on the model hub: ${errText(e)}`,
-      );
-    }
-    if (listing.files.length === 0) {
-      return this.failure(
-        modelId,
-        "hub_error",
-        `${modelId} has no artifact files on the model hub`,
-      );
-    }
-    const selection = selectHubFiles(listing.files, { file: options.servedFile });
-    if (!selection.ok)
-      return this.failure(modelId, "hub_error", `${modelId}: ${selection.message}`);
+    const listed = await this.hubListing(hub, modelId, options, signal);
+    if (!listed.ok) return listed.failure;
+    const { listing, selection } = listed;
     await mkdir(hub.modelCachePath, { recursive: true });
     const dir = modelDir(hub.modelCachePath, modelId);
     const prior = await readRecord(dir, modelId);
@@ -786,35 +756,40 @@ export class StagingClient implements AsyncDisposable {
     } catch (e) {
       return this.transferFailure(modelId, e);
     }
-    const filesWithSha = files.map((f) => ({ ...f, sha256: stats.sha256.get(f.path) ?? f.sha256 }));
-    await removeStale(
-      dir,
-      files.map((f) => f.path),
-      [RECORD_FILE],
-    );
-    const now = this.clock.now();
-    await writeRecord(dir, {
-      ...record,
-      files: filesWithSha,
-      complete: true,
-      last_used_ms: now,
-      completed_at_ms: now,
-    });
+    await commitCopy(dir, record, stats, this.clock.now());
     this.log.info({ modelId, path: dir, ...statsLog(stats) }, "downloaded from the model hub");
-    return {
-      ok: true,
-      model: {
-        modelId,
-        path: dir,
-        source: "hub",
-        totalBytes: plan.manifestBytes,
-        fetchedBytes: stats.fetchedBytes,
-        resumedBytes: stats.resumedBytes,
-        linkedBytes: 0,
-        reusedBytes: stats.reusedBytes,
-        evicted: [],
-      },
-    };
+    return { ok: true, model: stagedModel(modelId, dir, "hub", plan, stats, []) };
+  }
+
+  /** Fetch, first step of a hub download: the model's listing and the files to take from it. */
+  private async hubListing(
+    hub: HubFallback,
+    modelId: ModelId,
+    options: StageOptions,
+    signal: AbortSignal,
+  ) {
+    const fail = (failure: Omit<DownloadFailed, "staged">) => ({ ok: false as const, failure });
+    let listing;
+    try {
+      listing = await hub.source.list(modelId, signal);
+    } catch (e) {
+      return fail(
+        this.failure(
+          modelId,
+          "hub_error",
+          `cannot list ${modelId} on the model hub: ${errText(e)}`,
+        ),
+      );
+    }
+    if (listing.files.length === 0) {
+      return fail(
+        this.failure(modelId, "hub_error", `${modelId} has no artifact files on the model hub`),
+      );
+    }
+    const selection = selectHubFiles(listing.files, { file: options.servedFile });
+    if (!selection.ok)
+      return fail(this.failure(modelId, "hub_error", `${modelId}: ${selection.message}`));
+    return { ok: true as const, listing, selection };
   }
 
   // ---- store access ----
@@ -996,5 +971,53 @@ function statsLog(s: FillStats) {
     resumedBytes: s.resumedBytes,
     linkedBytes: s.linkedBytes,
     reusedBytes: s.reusedBytes,
+  };
+}
+
+/**
+ * Commit, last step of a copy: the files' verified hashes into the record, files the record does not
+ * name removed, and the record marked complete (a copy without it is resumed, never served).
+ */
+async function commitCopy(
+  dir: string,
+  record: StagingRecord,
+  stats: FillStats,
+  now: number,
+): Promise<void> {
+  const files = record.files.map((f) => ({ ...f, sha256: stats.sha256.get(f.path) ?? f.sha256 }));
+  await removeStale(
+    dir,
+    files.map((f) => f.path),
+    [RECORD_FILE],
+  );
+  await writeRecord(dir, {
+    ...record,
+    files,
+    complete: true,
+    last_used_ms: now,
+    completed_at_ms: now,
+  });
+}
+
+/** What a stage reports of a copy it made: where, from where, and how its bytes came. */
+function stagedModel(
+  modelId: ModelId,
+  dir: string,
+  source: "store" | "hub",
+  plan: { readonly manifestBytes: number },
+  stats: FillStats,
+  evicted: readonly ModelId[],
+): StagedModel {
+  return {
+    modelId,
+    path: dir,
+    source,
+    totalBytes: plan.manifestBytes,
+    fetchedBytes: stats.fetchedBytes,
+    resumedBytes: stats.resumedBytes,
+    // A hub download links nothing (its fill has no link source).
+    linkedBytes: source === "hub" ? 0 : stats.linkedBytes,
+    reusedBytes: stats.reusedBytes,
+    evicted: [...evicted],
   };
 }
