@@ -295,92 +295,11 @@ export class NodeMetrics {
       .filter((r) => r.rank === 0 && r.state === "RunnerReady" && r.endpoint?.startsWith("http"));
     const timeoutMs = this.o.scrapeTimeoutMs ?? 2000;
     const results = await Promise.all(
-      targets.map(async (r) => {
-        const labels: [string, string][] = [
-          ["node", this.o.name],
-          ["model", snap.instances[r.instance_id]?.model_id ?? "unknown"],
-          ["ic_instance", r.instance_id],
-          ["rank", String(r.rank)],
-        ];
-        const started = performance.now();
-        const headers = this.o.engineHeaders(r.instance_id);
-        // KV-cache use is not in the engine's /metrics: its /slots says what each slot holds.
-        const kv = fetch(`${r.endpoint}/slots`, { headers, signal: AbortSignal.timeout(timeoutMs) })
-          .then(async (res) => (res.ok ? kvCacheUse(await res.json()) : undefined))
-          .catch(() => undefined);
-        let families: PromFamily[] = [];
-        try {
-          const res = await fetch(`${r.endpoint}/metrics`, {
-            headers,
-            signal: AbortSignal.timeout(timeoutMs),
-          });
-          const text = await res.text();
-          if (!res.ok) throw new Error(`HTTP ${res.status}: ${text.slice(0, 200)}`);
-          families = parseExposition(text);
-        } catch (e) {
-          this.o.log.debug({ err: e, instance: r.instance_id }, "engine metrics scrape failed");
-          return { labels, families, up: 0, seconds: since(started), kv: await kv };
-        }
-        return { labels, families, up: 1, seconds: since(started), kv: await kv };
-      }),
-    );
-    const meta: PromFamily[] = [
-      {
-        name: "ic_runner_scrape_up",
-        help: "Whether the last scrape of a local llama-server's /metrics succeeded.",
-        type: "gauge",
-        samples: results.map((r) => ({
-          name: "ic_runner_scrape_up",
-          labels: r.labels,
-          value: String(r.up),
-          timestamp: undefined,
-        })),
-      },
-      {
-        name: "ic_runner_scrape_duration_seconds",
-        help: "How long the last scrape of a local llama-server's /metrics took.",
-        type: "gauge",
-        samples: results.map((r) => ({
-          name: "ic_runner_scrape_duration_seconds",
-          labels: r.labels,
-          value: String(r.seconds),
-          timestamp: undefined,
-        })),
-      },
-    ];
-    const withKv = results.filter((r) => r.kv !== undefined);
-    const kvFamily = (
-      name: string,
-      help: string,
-      value: (k: KvCacheUse) => number,
-    ): PromFamily => ({
-      name,
-      help,
-      type: "gauge",
-      samples: withKv.map((r) => ({
-        name,
-        labels: r.labels,
-        value: String(value(r.kv!)),
-        timestamp: undefined,
-      })),
-    });
-    meta.push(
-      kvFamily(
-        "ic_engine_kv_cache_tokens",
-        "Tokens held in a local llama-server's KV cache, over its slots (from its /slots).",
-        (k) => k.tokens,
-      ),
-      kvFamily(
-        "ic_engine_kv_cache_capacity_tokens",
-        "Tokens a local llama-server's KV cache holds at most (the context of its slots).",
-        (k) => k.capacity,
-      ),
-      kvFamily(
-        "ic_engine_kv_cache_usage_ratio",
-        "KV-cache use of a local llama-server: held tokens over capacity (0 to 1).",
-        (k) => (k.capacity > 0 ? k.tokens / k.capacity : 0),
+      targets.map((r) =>
+        scrapeRunner(this.o, r, snap.instances[r.instance_id]?.model_id ?? "unknown", timeoutMs),
       ),
     );
+    const meta = scrapeFamilies(results);
     return renderFamilies([...meta.filter((f) => f.samples.length > 0), ...mergeFamilies(results)]);
   }
 }
@@ -409,4 +328,105 @@ export function kvCacheUse(slots: unknown): KvCacheUse | undefined {
       tokens += Math.min(slot.n_prompt_tokens, slot.n_ctx);
   }
   return { tokens, capacity };
+}
+
+/** One scrape of a rank-0 engine: its /metrics families, whether it answered, and its KV-cache use. */
+async function scrapeRunner(
+  o: Pick<MetricsSources, "name" | "engineHeaders" | "log">,
+  r: LocalRunnerView,
+  model: string,
+  timeoutMs: number,
+): Promise<ScrapeResult> {
+  const labels: [string, string][] = [
+    ["node", o.name],
+    ["model", model],
+    ["ic_instance", r.instance_id],
+    ["rank", String(r.rank)],
+  ];
+  const started = performance.now();
+  const headers = o.engineHeaders(r.instance_id);
+  // KV-cache use is not in the engine's /metrics: its /slots says what each slot holds.
+  const kv = fetch(`${r.endpoint}/slots`, { headers, signal: AbortSignal.timeout(timeoutMs) })
+    .then(async (res) => (res.ok ? kvCacheUse(await res.json()) : undefined))
+    .catch(() => undefined);
+  let families: PromFamily[] = [];
+  try {
+    const res = await fetch(`${r.endpoint}/metrics`, {
+      headers,
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`HTTP ${res.status}: ${text.slice(0, 200)}`);
+    families = parseExposition(text);
+  } catch (e) {
+    o.log.debug({ err: e, instance: r.instance_id }, "engine metrics scrape failed");
+    return { labels, families, up: 0, seconds: since(started), kv: await kv };
+  }
+  return { labels, families, up: 1, seconds: since(started), kv: await kv };
+}
+
+interface ScrapeResult {
+  readonly labels: [string, string][];
+  readonly families: PromFamily[];
+  readonly up: number;
+  readonly seconds: number;
+  readonly kv: KvCacheUse | undefined;
+}
+
+/** The scrape's own families: whether each engine answered, how long it took, its KV-cache use. */
+function scrapeFamilies(results: readonly ScrapeResult[]): PromFamily[] {
+  const meta: PromFamily[] = [
+    {
+      name: "ic_runner_scrape_up",
+      help: "Whether the last scrape of a local llama-server's /metrics succeeded.",
+      type: "gauge",
+      samples: results.map((r) => ({
+        name: "ic_runner_scrape_up",
+        labels: r.labels,
+        value: String(r.up),
+        timestamp: undefined,
+      })),
+    },
+    {
+      name: "ic_runner_scrape_duration_seconds",
+      help: "How long the last scrape of a local llama-server's /metrics took.",
+      type: "gauge",
+      samples: results.map((r) => ({
+        name: "ic_runner_scrape_duration_seconds",
+        labels: r.labels,
+        value: String(r.seconds),
+        timestamp: undefined,
+      })),
+    },
+  ];
+  const withKv = results.filter((r) => r.kv !== undefined);
+  const kvFamily = (name: string, help: string, value: (k: KvCacheUse) => number): PromFamily => ({
+    name,
+    help,
+    type: "gauge",
+    samples: withKv.map((r) => ({
+      name,
+      labels: r.labels,
+      value: String(value(r.kv!)),
+      timestamp: undefined,
+    })),
+  });
+  meta.push(
+    kvFamily(
+      "ic_engine_kv_cache_tokens",
+      "Tokens held in a local llama-server's KV cache, over its slots (from its /slots).",
+      (k) => k.tokens,
+    ),
+    kvFamily(
+      "ic_engine_kv_cache_capacity_tokens",
+      "Tokens a local llama-server's KV cache holds at most (the context of its slots).",
+      (k) => k.capacity,
+    ),
+    kvFamily(
+      "ic_engine_kv_cache_usage_ratio",
+      "KV-cache use of a local llama-server: held tokens over capacity (0 to 1).",
+      (k) => (k.capacity > 0 ? k.tokens / k.capacity : 0),
+    ),
+  );
+  return meta;
 }
