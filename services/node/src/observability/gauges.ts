@@ -330,6 +330,13 @@ export function clusterGauges(registry: Registry, o: MetricsSources): void {
     "Index of the last sequenced event.",
     () => o.cluster.snapshot().index,
   );
+  clusterStateGauges(registry, o);
+  sessionGauges(registry, o);
+}
+
+/** The replica's instances, runners and deployments by state. */
+function clusterStateGauges(registry: Registry, o: MetricsSources): void {
+  const registers = [registry];
   new Gauge({
     name: "ic_cluster_instances",
     help: "Instances by whether their rank 0 is ready.",
@@ -369,6 +376,11 @@ export function clusterGauges(registry: Registry, o: MetricsSources): void {
         this.set({ status }, ds.filter((d) => d.status === status).length);
     },
   });
+}
+
+/** The session: its id and master, and when it started. */
+function sessionGauges(registry: Registry, o: MetricsSources): void {
+  const registers = [registry];
   new Gauge({
     name: "ic_cluster_session_info",
     help: "The current session (value 1) and its master.",
