@@ -73,7 +73,7 @@ async function pullModel(node: NodeProcess, model: PullBody, hubUrl: string): Pr
 
 /** Runs the local cluster until a signal; resolves with an exit code only when starting failed. */
 export async function runLocalCluster(o: StartOptions): Promise<number> {
-  const { nodes: n, dataDir: root, verbose } = o;
+  const { nodes: n, dataDir: root } = o;
   let userConfig: Record<string, unknown> = {};
   try {
     if (o.configFile) userConfig = operatorConfig(o.configFile);
@@ -81,6 +81,50 @@ export async function runLocalCluster(o: StartOptions): Promise<number> {
     complain(e instanceof Error ? e.message : String(e));
     return 2;
   }
+  const store = await demoStore(root);
+  const prepared = await prepareNodes(o, store, clusterSecretOf(root), userConfig);
+  if (typeof prepared === "number") return prepared;
+  const { nodes, hubUrl } = prepared;
+  const stopAll = async () => {
+    await Promise.all(nodes.map((x) => x.stop(10_000)));
+  };
+  let stopping = false;
+  const onSignal = () => {
+    if (stopping) return;
+    stopping = true;
+    say("\nstopping the local cluster...");
+    void stopAll().then(() => process.exit(0));
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  try {
+    for (const node of nodes) {
+      await node.start(60_000);
+      say(`started ${node.spec.name} at ${node.apiUrl}`);
+    }
+    await waitForConvergence(nodes, n, 30_000);
+    const first = nodes[0]!;
+    const target = o.model?.model_id ?? MODEL_ID;
+    const pulled = o.model ? await pullModel(first, o.model, hubUrl) : undefined;
+    await placeModel(first, target, o.model ? 30 * 60_000 : 120_000);
+    say(await readyMessage(nodes, target, n, store, hubUrl, pulled));
+  } catch (e) {
+    complain(`local cluster failed: ${e instanceof Error ? e.message : String(e)}`);
+    for (const node of nodes)
+      complain(
+        `--- last log lines of ${node.spec.name} ---\n${node.logLines.slice(-15).join("\n")}`,
+      );
+    await stopAll();
+    return 1;
+  }
+  return await new Promise<number>(() => {
+    // Runs until Ctrl-C (onSignal exits).
+  });
+}
+
+/** The first node's store, with the demo model generated in it on the first start. */
+async function demoStore(root: string): Promise<string> {
   mkdirSync(root, { recursive: true });
   const store = join(root, "store");
   const modelDir = join(store, "demo--tiny-llama");
@@ -90,12 +134,30 @@ export async function runLocalCluster(o: StartOptions): Promise<number> {
     say(`generated the demo model ${MODEL_ID} (${m.bytes} bytes)`);
   }
 
-  // The local nodes share one cluster secret, made on first start and kept (mode 0600) for the next.
+  return store;
+}
+
+/** The local nodes share one cluster secret, made on first start and kept (mode 0600) for the next. */
+function clusterSecretOf(root: string): string {
   const secretFile = join(root, "cluster.secret");
   if (!existsSync(secretFile))
     writeFileSync(secretFile, `${newClusterSecret()}\n`, { mode: 0o600 });
   const secret = readFileSync(secretFile, "utf8").trim();
 
+  return secret;
+}
+
+/**
+ * The local nodes' specs and config files, checked before anything starts (with tokens configured
+ * the launcher uses an admin one); the exit code 2 when a config does not load.
+ */
+async function prepareNodes(
+  o: StartOptions,
+  store: string,
+  secret: string,
+  userConfig: Record<string, unknown>,
+): Promise<{ nodes: NodeProcess[]; hubUrl: string } | number> {
+  const { nodes: n, dataDir: root, verbose } = o;
   const basePort = o.port;
   const clusterPorts: number[] = [];
   for (let i = 0; i < n; i++) clusterPorts.push(await freePort());
@@ -148,73 +210,72 @@ export async function runLocalCluster(o: StartOptions): Promise<number> {
     }
     nodes.push(node);
   }
-  const stopAll = async () => {
-    await Promise.all(nodes.map((x) => x.stop(10_000)));
-  };
-  let stopping = false;
-  const onSignal = () => {
-    if (stopping) return;
-    stopping = true;
-    say("\nstopping the local cluster...");
-    void stopAll().then(() => process.exit(0));
-  };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  return { nodes, hubUrl };
+}
 
-  try {
-    for (const node of nodes) {
-      await node.start(60_000);
-      say(`started ${node.spec.name} at ${node.apiUrl}`);
-    }
-    await waitForConvergence(nodes, n, 30_000);
-    const first = nodes[0]!;
-    const base = first.apiUrl;
-    const target = o.model?.model_id ?? MODEL_ID;
-    const pulled = o.model ? await pullModel(first, o.model, hubUrl) : undefined;
-    await waitFor(
-      async () => {
-        const s = await first.get<{ models: { model_id: string }[] }>("/state");
-        return s.models.some((m) => m.model_id === target) ? true : undefined;
-      },
-      { timeoutMs: 30_000, what: `${target} to be registered` },
-    );
-    const state = await first.get<{ instances: { model_id: string }[] }>("/state");
-    if (!state.instances.some((i) => i.model_id === target)) {
-      const r = await first.post("/place_instance", {
-        model_id: target,
-        min_nodes: 1,
-        excluded_nodes: [],
-      });
-      if (!r.ok) throw new Error(`placing ${target} failed: ${r.status} ${await r.text()}`);
-    }
-    await waitFor(
-      async () => {
-        const body = await first.get<{ data: { id: string }[] }>("/v1/models");
-        if (!body.data.some((m) => m.id === target)) return undefined;
-        const s = await first.get<{
-          instances: { model_id: string; runners: { rank: number; state: string }[] }[];
-        }>("/state");
-        const inst = s.instances.find((i) => i.model_id === target);
-        return inst?.runners.some((r0) => r0.rank === 0 && r0.state === "RunnerReady")
-          ? true
-          : undefined;
-      },
-      // A real model may take minutes to stage and load on a small machine.
-      {
-        timeoutMs: o.model ? 30 * 60_000 : 120_000,
-        what: `the ${target} instance to become ready`,
-      },
-    );
-    const auth = first.authHeaders.authorization
-      ? ` -H 'authorization: ${first.authHeaders.authorization.replace(/\S+$/, "<token>")}'`
-      : "";
-    const about = pulled
-      ? `Pulled ${target}${pulled.quant ? ` (${pulled.quant}, the engine loads ${pulled.served_file ?? "its GGUF"})` : ""} from ${hubUrl}.`
-      : `The demo model is a 1 MB model with random weights, generated here: it answers gibberish. It
+/** Waits for the model to be registered, places it unless an instance exists, waits for it to serve. */
+async function placeModel(
+  first: NodeProcess,
+  target: string,
+  readyTimeoutMs: number,
+): Promise<void> {
+  await waitFor(
+    async () => {
+      const s = await first.get<{ models: { model_id: string }[] }>("/state");
+      return s.models.some((m) => m.model_id === target) ? true : undefined;
+    },
+    { timeoutMs: 30_000, what: `${target} to be registered` },
+  );
+  const state = await first.get<{ instances: { model_id: string }[] }>("/state");
+  if (!state.instances.some((i) => i.model_id === target)) {
+    const r = await first.post("/place_instance", {
+      model_id: target,
+      min_nodes: 1,
+      excluded_nodes: [],
+    });
+    if (!r.ok) throw new Error(`placing ${target} failed: ${r.status} ${await r.text()}`);
+  }
+  await waitFor(
+    async () => {
+      const body = await first.get<{ data: { id: string }[] }>("/v1/models");
+      if (!body.data.some((m) => m.id === target)) return undefined;
+      const s = await first.get<{
+        instances: { model_id: string; runners: { rank: number; state: string }[] }[];
+      }>("/state");
+      const inst = s.instances.find((i) => i.model_id === target);
+      return inst?.runners.some((r0) => r0.rank === 0 && r0.state === "RunnerReady")
+        ? true
+        : undefined;
+    },
+    // A real model may take minutes to stage and load on a small machine.
+    {
+      timeoutMs: readyTimeoutMs,
+      what: `the ${target} instance to become ready`,
+    },
+  );
+}
+
+/** What the operator reads once the cluster serves: the model, the base URL, two commands, logs. */
+async function readyMessage(
+  nodes: readonly NodeProcess[],
+  target: string,
+  n: number,
+  store: string,
+  hubUrl: string,
+  pulled: Awaited<ReturnType<typeof pullModel>> | undefined,
+): Promise<string> {
+  const first = nodes[0]!;
+  const base = first.apiUrl;
+  const auth = first.authHeaders.authorization
+    ? ` -H 'authorization: ${first.authHeaders.authorization.replace(/\S+$/, "<token>")}'`
+    : "";
+  const about = pulled
+    ? `Pulled ${target}${pulled.quant ? ` (${pulled.quant}, the engine loads ${pulled.served_file ?? "its GGUF"})` : ""} from ${hubUrl}.`
+    : `The demo model is a 1 MB model with random weights, generated here: it answers gibberish. It
 proves the path (placement, engine, gateway), not the answers. To serve a real small model:
   npm start -- --model Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M
 or copy a GGUF into ${modelDirHint(store)} and place it (docs/models.md).`;
-    say(`
+  return `
 Local cluster ready: ${n} node(s), model ${target} placed.
 ${about}
 Base URL: ${base}
@@ -225,19 +286,7 @@ Dashboard: ${base}/
     -d '{"model":"${target}","messages":[{"role":"user","content":"Hello!"}],"max_tokens":16}'
 
 ${await logLocations(nodes)}
-Press Ctrl-C to stop.`);
-  } catch (e) {
-    complain(`local cluster failed: ${e instanceof Error ? e.message : String(e)}`);
-    for (const node of nodes)
-      complain(
-        `--- last log lines of ${node.spec.name} ---\n${node.logLines.slice(-15).join("\n")}`,
-      );
-    await stopAll();
-    return 1;
-  }
-  return await new Promise<number>(() => {
-    // Runs until Ctrl-C (onSignal exits).
-  });
+Press Ctrl-C to stop.`;
 }
 
 /**
