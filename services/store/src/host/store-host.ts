@@ -389,6 +389,85 @@ export class StoreHost implements AsyncDisposable {
   }
 
   // ---- hub downloads ----
+  /**
+   * Plan, first step of a pull: the hub's listing at the revision asked, the files serving needs (one
+   * quantization, a projector, the metadata), what the fill still has to fetch, and the room for it.
+   */
+  private async downloadPlan(
+    hub: HubSource,
+    modelId: ModelId,
+    options: HubDownloadOptions,
+    signal: AbortSignal,
+    fail: (
+      cause: Extract<HubDownloadResult, { ok: false }>["cause"],
+      message: string,
+      arithmetic?: NoFitMessageInput,
+    ) => HubDownloadResult,
+  ) {
+    const failed = (...a: Parameters<typeof fail>) => ({ ok: false as const, failure: fail(...a) });
+    let listing;
+    try {
+      listing = await hub.list(modelId, signal, options.revision);
+    } catch (e) {
+      if (signal.aborted) return failed("aborted", `download of ${modelId} aborted`);
+      const at = options.revision ? ` at ${options.revision}` : "";
+      return failed("hub_error", `cannot list ${modelId}${at} on the model hub: ${errText(e)}`);
+    }
+    if (listing.files.length === 0)
+      return failed("hub_error", `${modelId} has no artifact files on the model hub`);
+    // Only what serving needs: one quantization (its split parts), a projector, the metadata.
+    const selection = selectHubFiles(listing.files, { quant: options.quant });
+    if (!selection.ok) return failed("hub_error", `${modelId}: ${selection.message}`);
+    options.onSelected?.({ quant: selection.quant, servedFile: selection.servedFile });
+    const dir = this.modelPath(modelId);
+    const files: RecordFile[] = selection.files.map((f) => ({
+      path: f.path,
+      bytes: f.bytes,
+      ...(f.sha256 ? { sha256: f.sha256 } : {}),
+      ...(f.gitOid ? { git_oid: f.gitOid } : {}),
+    }));
+    const prior = await this.priorForDownload(modelId, dir, files);
+    const plan = await planFill(dir, files, prior);
+    const headroom = this.headroomBytes();
+    const space = await this.disk.space(this.opts.storePath);
+    if (space.freeBytes < plan.additionalBytes + headroom) {
+      const arithmetic: NoFitMessageInput = {
+        modelId,
+        path: this.opts.storePath,
+        manifestBytes: plan.manifestBytes,
+        requiredBytes: plan.additionalBytes,
+        headroomBytes: headroom,
+        freeBytes: space.freeBytes,
+        reclaimableBytes: 0,
+      };
+      return failed("no_fit", noFitMessage(arithmetic), arithmetic);
+    }
+    return { ok: true as const, listing, dir, files, plan };
+  }
+  /**
+   * Commit, last step of a pull: files the pull did not select go, the model is registered with the
+   * hashes the fill verified, and the download record is dropped.
+   */
+  private async commitPull(
+    modelId: ModelId,
+    dir: string,
+    files: readonly RecordFile[],
+    sha256: ReadonlyMap<string, string>,
+    revision: string | undefined,
+  ): Promise<StoreManifest> {
+    // Another quantization pulled before under this id is not served beside this one.
+    const stale = await removeStale(
+      dir,
+      files.map((f) => f.path),
+      [DOWNLOAD_RECORD_FILE, MANIFEST_FILE],
+    );
+    if (stale.length > 0)
+      this.log.info({ modelId, removed: stale }, "removed files the pull did not select");
+    const known = new Map(sha256);
+    const manifest = await this.registerNow(modelId, "hub", known, revision);
+    await rm(join(dir, DOWNLOAD_RECORD_FILE), { force: true });
+    return manifest;
+  }
 
   private async downloadNow(
     modelId: ModelId,
@@ -418,43 +497,9 @@ export class StoreHost implements AsyncDisposable {
     options.signal?.addEventListener("abort", onAbort, { once: true });
     this.controllers.add(controller);
     try {
-      let listing;
-      try {
-        listing = await hub.list(modelId, controller.signal, options.revision);
-      } catch (e) {
-        if (controller.signal.aborted) return fail("aborted", `download of ${modelId} aborted`);
-        const at = options.revision ? ` at ${options.revision}` : "";
-        return fail("hub_error", `cannot list ${modelId}${at} on the model hub: ${errText(e)}`);
-      }
-      if (listing.files.length === 0)
-        return fail("hub_error", `${modelId} has no artifact files on the model hub`);
-      // Only what serving needs: one quantization (its split parts), a projector, the metadata.
-      const selection = selectHubFiles(listing.files, { quant: options.quant });
-      if (!selection.ok) return fail("hub_error", `${modelId}: ${selection.message}`);
-      options.onSelected?.({ quant: selection.quant, servedFile: selection.servedFile });
-      const dir = this.modelPath(modelId);
-      const files: RecordFile[] = selection.files.map((f) => ({
-        path: f.path,
-        bytes: f.bytes,
-        ...(f.sha256 ? { sha256: f.sha256 } : {}),
-        ...(f.gitOid ? { git_oid: f.gitOid } : {}),
-      }));
-      const prior = await this.priorForDownload(modelId, dir, files);
-      const plan = await planFill(dir, files, prior);
-      const headroom = this.headroomBytes();
-      const space = await this.disk.space(this.opts.storePath);
-      if (space.freeBytes < plan.additionalBytes + headroom) {
-        const arithmetic: NoFitMessageInput = {
-          modelId,
-          path: this.opts.storePath,
-          manifestBytes: plan.manifestBytes,
-          requiredBytes: plan.additionalBytes,
-          headroomBytes: headroom,
-          freeBytes: space.freeBytes,
-          reclaimableBytes: 0,
-        };
-        return fail("no_fit", noFitMessage(arithmetic), arithmetic);
-      }
+      const planned = await this.downloadPlan(hub, modelId, options, controller.signal, fail);
+      if (!planned.ok) return planned.failure;
+      const { listing, dir, files, plan } = planned;
       const record: StagingRecord = {
         version: 1,
         model_id: modelId,
@@ -487,17 +532,7 @@ export class StoreHost implements AsyncDisposable {
           return fail(e.kind, `hub download of ${modelId} failed: ${e.message}`);
         return fail("transfer", `hub download of ${modelId} failed: ${errText(e)}`);
       }
-      // Another quantization pulled before under this id is not served beside this one.
-      const stale = await removeStale(
-        dir,
-        files.map((f) => f.path),
-        [DOWNLOAD_RECORD_FILE, MANIFEST_FILE],
-      );
-      if (stale.length > 0)
-        this.log.info({ modelId, removed: stale }, "removed files the pull did not select");
-      const known = new Map(stats.sha256);
-      const manifest = await this.registerNow(modelId, "hub", known, listing.revision);
-      await rm(join(dir, DOWNLOAD_RECORD_FILE), { force: true });
+      const manifest = await this.commitPull(modelId, dir, files, stats.sha256, listing.revision);
       return {
         ok: true,
         manifest,
