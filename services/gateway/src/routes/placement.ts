@@ -53,130 +53,8 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
 
   app.post("/place_instance", async (c) => {
     const req = await parseJson(c, PlaceRequestSchema);
-    const deadline = o.now() + o.infoPendingWaitMs;
-    // Info-pending: wait (up to the limit) for a session and for every live node's memory and links.
-    for (;;) {
-      if (!cluster.synced) {
-        if (o.now() >= deadline) {
-          throw new ServiceError(
-            "info_pending",
-            "this node has not joined a cluster session yet; retry in a few seconds",
-          );
-        }
-      } else {
-        const model = modelOrThrow(cluster, req.model_id);
-        const excluded = resolveNodeRefs(cluster.snapshot(), req.excluded_nodes, "excluded_nodes");
-        const view = placementView(cluster);
-        const result = decide(
-          view,
-          model,
-          { minNodes: req.min_nodes, sharding: req.sharding, excluded },
-          o.memory,
-        );
-        if (result.ok) {
-          const placed = await placeReplicas(req, model, excluded, result);
-          const first = placed[0]!;
-          return c.json(
-            {
-              ok: true,
-              index: first.index,
-              instance: first.instance,
-              ...(req.replicas > 1 ? { instances: placed.map((p) => p.instance) } : {}),
-            },
-            200,
-          );
-        }
-        if (result.error.code !== "info_pending" || o.now() >= deadline) throw result.error;
-      }
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    return c.json(await placeInstance(o, req), 200);
   });
-
-  /**
-   * Places the request's instances: the first as decided, each further replica on nodes none of the
-   * earlier ones uses. All or none: a replica that does not fit takes back the ones placed, and the
-   * refusal says which replica it was.
-   */
-  async function placeReplicas(
-    req: PlaceRequest,
-    model: ModelRecord,
-    excluded: readonly string[],
-    first: Extract<Decision, { ok: true }>,
-  ): Promise<{ index: number; instance: Instance }[]> {
-    const set = req.replicas > 1 ? `rs-${randomUUID()}` : undefined;
-    const placed: { index: number; instance: Instance }[] = [];
-    const used = new Set<string>();
-    let decision: Decision = first;
-    for (let k = 0; k < req.replicas; k++) {
-      if (k > 0)
-        decision = decide(
-          placementView(cluster),
-          model,
-          { minNodes: req.min_nodes, sharding: req.sharding, excluded: [...excluded, ...used] },
-          o.memory,
-        );
-      if (!decision.ok) {
-        await takeBack(placed);
-        const e = decision.error;
-        throw new ServiceError(
-          e.code,
-          `replica ${k + 1} of ${req.replicas} (each on nodes the others do not use): ${e.message}`,
-          { details: { ...(e.details ?? {}), replica: k + 1, replicas: req.replicas } },
-        );
-      }
-      const instance: Instance = {
-        instance_id: `i-${randomUUID()}` as InstanceId,
-        model_id: model.model_id,
-        sharding: req.sharding,
-        ...(req.embeddings ? { embeddings: true } : {}),
-        context_size: decision.contextSize,
-        created_at: o.now(),
-        assignments: decision.assignments,
-      };
-      let reply;
-      try {
-        reply = await cluster.command({
-          type: "PlaceInstance",
-          instance,
-          deployment: {
-            min_nodes: req.min_nodes,
-            sharding: req.sharding,
-            excluded_nodes: excluded as string[],
-            ...(req.embeddings ? { embeddings: true } : {}),
-            ...(set ? { replica_set: set } : {}),
-          },
-        });
-      } catch (e) {
-        await takeBack(placed);
-        throw e;
-      }
-      for (const a of instance.assignments) used.add(a.node_id);
-      placed.push({ index: reply.index, instance });
-      o.log.info(
-        {
-          instance: instance.instance_id,
-          model: model.model_id,
-          nodes: instance.assignments.map((a) => a.node_id),
-          ...(set ? { replica: k + 1, replicas: req.replicas, replica_set: set } : {}),
-        },
-        "instance placed",
-      );
-    }
-    return placed;
-  }
-
-  /** Deletes the replicas of a placement that could not be completed (best effort, logged). */
-  async function takeBack(placed: readonly { instance: Instance }[]): Promise<void> {
-    for (const p of placed)
-      await cluster
-        .command({ type: "DeleteInstance", instance_id: p.instance.instance_id })
-        .catch((e: unknown) =>
-          o.log.warn(
-            { err: e, instance: p.instance.instance_id },
-            "could not take back a replica of a refused placement",
-          ),
-        );
-  }
 
   app.get("/instance/previews", (c) => {
     const parsed = PreviewQuerySchema.safeParse(c.req.query());
@@ -206,4 +84,136 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
     const s = cluster.snapshot();
     return c.json({ instances: Object.values(s.instances) });
   });
+}
+
+/**
+ * POST /place_instance: waits (up to info_pending_wait_ms) for a session and for every live node's
+ * memory and links, then places the request's instances or answers the typed refusal.
+ */
+async function placeInstance(o: PlacementRouteOptions, req: PlaceRequest) {
+  const { cluster } = o;
+  const deadline = o.now() + o.infoPendingWaitMs;
+  // Info-pending: wait (up to the limit) for a session and for every live node's memory and links.
+  for (;;) {
+    if (!cluster.synced) {
+      if (o.now() >= deadline) {
+        throw new ServiceError(
+          "info_pending",
+          "this node has not joined a cluster session yet; retry in a few seconds",
+        );
+      }
+    } else {
+      const model = modelOrThrow(cluster, req.model_id);
+      const excluded = resolveNodeRefs(cluster.snapshot(), req.excluded_nodes, "excluded_nodes");
+      const view = placementView(cluster);
+      const result = decide(
+        view,
+        model,
+        { minNodes: req.min_nodes, sharding: req.sharding, excluded },
+        o.memory,
+      );
+      if (result.ok) {
+        const placed = await placeReplicas(o, req, model, excluded, result);
+        const first = placed[0]!;
+        return {
+          ok: true as const,
+          index: first.index,
+          instance: first.instance,
+          ...(req.replicas > 1 ? { instances: placed.map((p) => p.instance) } : {}),
+        };
+      }
+      if (result.error.code !== "info_pending" || o.now() >= deadline) throw result.error;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/**
+ * Places the request's instances: the first as decided, each further replica on nodes none of the
+ * earlier ones uses. All or none: a replica that does not fit takes back the ones placed, and the
+ * refusal says which replica it was.
+ */
+async function placeReplicas(
+  o: PlacementRouteOptions,
+  req: PlaceRequest,
+  model: ModelRecord,
+  excluded: readonly string[],
+  first: Extract<Decision, { ok: true }>,
+): Promise<{ index: number; instance: Instance }[]> {
+  const set = req.replicas > 1 ? `rs-${randomUUID()}` : undefined;
+  const placed: { index: number; instance: Instance }[] = [];
+  const used = new Set<string>();
+  let decision: Decision = first;
+  for (let k = 0; k < req.replicas; k++) {
+    if (k > 0)
+      decision = decide(
+        placementView(o.cluster),
+        model,
+        { minNodes: req.min_nodes, sharding: req.sharding, excluded: [...excluded, ...used] },
+        o.memory,
+      );
+    if (!decision.ok) {
+      await takeBack(o, placed);
+      const e = decision.error;
+      throw new ServiceError(
+        e.code,
+        `replica ${k + 1} of ${req.replicas} (each on nodes the others do not use): ${e.message}`,
+        { details: { ...(e.details ?? {}), replica: k + 1, replicas: req.replicas } },
+      );
+    }
+    const instance: Instance = {
+      instance_id: `i-${randomUUID()}` as InstanceId,
+      model_id: model.model_id,
+      sharding: req.sharding,
+      ...(req.embeddings ? { embeddings: true } : {}),
+      context_size: decision.contextSize,
+      created_at: o.now(),
+      assignments: decision.assignments,
+    };
+    let reply;
+    try {
+      reply = await o.cluster.command({
+        type: "PlaceInstance",
+        instance,
+        deployment: {
+          min_nodes: req.min_nodes,
+          sharding: req.sharding,
+          excluded_nodes: excluded as string[],
+          ...(req.embeddings ? { embeddings: true } : {}),
+          ...(set ? { replica_set: set } : {}),
+        },
+      });
+    } catch (e) {
+      await takeBack(o, placed);
+      throw e;
+    }
+    for (const a of instance.assignments) used.add(a.node_id);
+    placed.push({ index: reply.index, instance });
+    o.log.info(
+      {
+        instance: instance.instance_id,
+        model: model.model_id,
+        nodes: instance.assignments.map((a) => a.node_id),
+        ...(set ? { replica: k + 1, replicas: req.replicas, replica_set: set } : {}),
+      },
+      "instance placed",
+    );
+  }
+  return placed;
+}
+
+/** Deletes the replicas of a placement that could not be completed (best effort, logged). */
+async function takeBack(
+  o: PlacementRouteOptions,
+  placed: readonly { instance: Instance }[],
+): Promise<void> {
+  for (const p of placed)
+    await o.cluster
+      .command({ type: "DeleteInstance", instance_id: p.instance.instance_id })
+      .catch((e: unknown) =>
+        o.log.warn(
+          { err: e, instance: p.instance.instance_id },
+          "could not take back a replica of a refused placement",
+        ),
+      );
 }
