@@ -126,7 +126,12 @@ export function evaluate(f: Findings): Check[] {
     out.push({ name: "state", ok: false, detail: `GET /state failed: ${why(f.state)}` });
     return out;
   }
-  const s = f.state;
+  return [...out, ...sessionChecks(f, f.state), ...reachChecks(f)];
+}
+
+/** The session as GET /state shows it: nodes, the bus, node health, models, engines. */
+function sessionChecks(f: Findings, s: Exclude<Findings["state"], Error>): Check[] {
+  const out: Check[] = [];
   const n = s.node_identities.length;
   if (f.expectNodes !== undefined)
     out.push(
@@ -187,6 +192,12 @@ export function evaluate(f: Findings): Check[] {
             .join("; "),
         },
   );
+  return out;
+}
+
+/** What this machine checks itself: disks, reaching each node, nats-server, a completion, drafters. */
+function reachChecks(f: Findings): Check[] {
+  const out: Check[] = [];
   for (const [node, v] of Object.entries(f.storage)) {
     if (v instanceof Error)
       out.push({ name: `disk ${node}`, ok: false, detail: `GET /store/storage failed: ${why(v)}` });
@@ -292,6 +303,24 @@ export async function gather(
   } catch (e) {
     return { ...base, health, state: asError(e) };
   }
+  const { storage, peers } = await reachNodes(c, state);
+  const completion = await tryCompletion(c);
+  const drafters = await drafterChecks(c, state);
+  const natsServer = localNatsServer(c.url);
+  return {
+    ...base,
+    health,
+    state,
+    storage,
+    peers,
+    completion,
+    drafters,
+    ...(natsServer ? { natsServer } : {}),
+  };
+}
+
+/** Each node's API from here (GET /v1/ping) and, when it answers, its models volume. */
+async function reachNodes(c: Client, state: StateDoc) {
   const storage: Findings["storage"] = {};
   const peers: Findings["peers"] = {};
   await Promise.all(
@@ -315,7 +344,11 @@ export async function gather(
       }
     }),
   );
-  let completion: Findings["completion"];
+  return { storage, peers };
+}
+
+/** A 2-token completion on the first ready model (none when no model is ready). */
+async function tryCompletion(c: Client): Promise<Findings["completion"]> {
   try {
     const models = await c.get<{ data: { id: string }[] }>("/v1/models");
     const model = models.data[0]?.id;
@@ -327,14 +360,19 @@ export async function gather(
           { model, messages: [{ role: "user", content: "ping" }], max_tokens: 2 },
           60_000,
         );
-        completion = { model, result: { tokens: r.usage?.completion_tokens ?? 0 } };
+        return { model, result: { tokens: r.usage?.completion_tokens ?? 0 } };
       } catch (e) {
-        completion = { model, result: asError(e) };
+        return { model, result: asError(e) };
       }
     }
   } catch (e) {
-    completion = { model: "(models list)", result: asError(e) };
+    return { model: "(models list)", result: asError(e) };
   }
+  return undefined;
+}
+
+/** For each model with a drafter: the draft acceptance line of its rank-0 log. */
+async function drafterChecks(c: Client, state: StateDoc): Promise<Findings["drafters"]> {
   const drafters: Findings["drafters"] = {};
   for (const m of state.models.filter((x) => x.drafter)) {
     const inst = state.instances.find((i) => i.model_id === m.model_id);
@@ -354,22 +392,16 @@ export async function gather(
       drafters[m.model_id] = asError(e);
     }
   }
-  const host = new URL(c.url).hostname;
+  return drafters;
+}
+
+/** The nats-server of this machine, when the node asked is local. */
+function localNatsServer(url: string): Findings["natsServer"] {
+  const host = new URL(url).hostname;
   const local = host === "127.0.0.1" || host === "localhost" || host === "::1" || host === "[::1]";
-  let natsServer: Findings["natsServer"];
-  if (local) {
-    const r = spawnSync("nats-server", ["--version"], { encoding: "utf8", timeout: 5000 });
-    natsServer =
-      r.status === 0 ? r.stdout.trim() : new Error("nats-server is not installed on this machine");
-  }
-  return {
-    ...base,
-    health,
-    state,
-    storage,
-    peers,
-    completion,
-    drafters,
-    ...(natsServer ? { natsServer } : {}),
-  };
+  if (!local) return undefined;
+  const r = spawnSync("nats-server", ["--version"], { encoding: "utf8", timeout: 5000 });
+  return r.status === 0
+    ? r.stdout.trim()
+    : new Error("nats-server is not installed on this machine");
 }
