@@ -119,12 +119,16 @@ function track(cp: ChildProcess): void {
   });
 }
 
-export function spawnChild(cmd: Command, opts: SpawnOptions = {}): Child {
-  const env: Record<string, string | undefined> =
-    cmd.extendEnv === false ? { ...cmd.env } : { ...process.env, ...cmd.env };
-  const program = resolveBin(cmd.bin, env.PATH ?? process.env.PATH);
-  // A missing program is spawned as is, so the failure reads as spawn's own ENOENT.
-  const diesWithParent = program !== undefined && deathSignalAvailable();
+/**
+ * Starts the program (under setpriv --pdeathsig when the child is to die with this process, at its
+ * niceness), its output appended to the files named or piped.
+ */
+function startProcess(
+  cmd: Command,
+  program: string | undefined,
+  env: Record<string, string | undefined>,
+  diesWithParent: boolean,
+): ChildProcess {
   const opened = new Map<string, number>();
   const target = (o: Output | undefined): "ignore" | "pipe" | number => {
     if (o === undefined || typeof o === "string") return o ?? "ignore";
@@ -135,20 +139,28 @@ export function spawnChild(cmd: Command, opts: SpawnOptions = {}): Child {
     }
     return fd;
   };
-  let cp: ChildProcess;
   try {
     const stdio: StdioOptions = ["ignore", target(cmd.stdout), target(cmd.stderr)];
     // Each wrapper execs the next: the pid stays the program's.
     const nice =
       cmd.niceness && program !== undefined && NICE ? [NICE, "-n", String(cmd.niceness)] : [];
     const argv = [...nice, cmd.bin, ...cmd.args];
-    cp = diesWithParent
+    return diesWithParent
       ? spawn(SETPRIV, ["--pdeathsig", "KILL", "--", ...argv], { env, stdio })
       : spawn(argv[0]!, argv.slice(1), { env, stdio });
   } finally {
     // The child holds its own copies of the descriptors.
     for (const fd of opened.values()) closeSync(fd);
   }
+}
+
+export function spawnChild(cmd: Command, opts: SpawnOptions = {}): Child {
+  const env: Record<string, string | undefined> =
+    cmd.extendEnv === false ? { ...cmd.env } : { ...process.env, ...cmd.env };
+  const program = resolveBin(cmd.bin, env.PATH ?? process.env.PATH);
+  // A missing program is spawned as is, so the failure reads as spawn's own ENOENT.
+  const diesWithParent = program !== undefined && deathSignalAvailable();
+  const cp = startProcess(cmd, program, env, diesWithParent);
   let recorded = false;
   if (opts.recordIn && cp.pid !== undefined) {
     try {

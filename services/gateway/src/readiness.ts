@@ -105,30 +105,8 @@ export function instancePhase(state: ControlState, i: Instance, now: number): Ph
       };
     case "RunnerStopped":
       return { phase: "stopped", order: 1, text: `is stopped on ${node}`, node, retryAfterS: 5 };
-    case "RunnerStaging": {
-      const p = r.progress;
-      if (!p || p.total_bytes <= 0) {
-        return { phase: "staging", order: 2, text: `is staging on ${node}`, node, retryAfterS: 5 };
-      }
-      const pct = Math.min(100, Math.floor((p.staged_bytes / p.total_bytes) * 100));
-      const elapsedS = (now - p.started_at) / 1000;
-      // Remaining bytes at the rate seen so far, plus the warmup; 5 s until a rate is known.
-      const retryAfterS =
-        p.staged_bytes > 0 && elapsedS > 0
-          ? clamp(
-              ((p.total_bytes - p.staged_bytes) * elapsedS) / p.staged_bytes + WARMUP_GUESS_S,
-              1,
-              60,
-            )
-          : 5;
-      return {
-        phase: "staging",
-        order: 2,
-        text: `is staging on ${node} (${p.staged_bytes > 0 ? `${pct}% of ` : ""}${formatBytes(p.total_bytes)})`,
-        node,
-        retryAfterS,
-      };
-    }
+    case "RunnerStaging":
+      return stagingPhase(r.progress, node, now);
     case "RunnerWarmingUp":
     case "RunnerReady": {
       if (r.reason === "waiting for remote ranks") {
@@ -273,4 +251,29 @@ export function notServableError(
     retryable: r.retryable,
     ...(r.retryAfterS !== undefined ? { retryAfterS: r.retryAfterS } : {}),
   });
+}
+
+/** A staging rank 0: how far its copy is, and when to ask again at the rate seen so far. */
+function stagingPhase(p: Runner["progress"], node: string, now: number): Phase {
+  if (!p || p.total_bytes <= 0) {
+    return { phase: "staging", order: 2, text: `is staging on ${node}`, node, retryAfterS: 5 };
+  }
+  const pct = Math.min(100, Math.floor((p.staged_bytes / p.total_bytes) * 100));
+  const elapsedS = (now - p.started_at) / 1000;
+  // Remaining bytes at the rate seen so far, plus the warmup; 5 s until a rate is known.
+  const retryAfterS =
+    p.staged_bytes > 0 && elapsedS > 0
+      ? clamp(
+          ((p.total_bytes - p.staged_bytes) * elapsedS) / p.staged_bytes + WARMUP_GUESS_S,
+          1,
+          60,
+        )
+      : 5;
+  return {
+    phase: "staging",
+    order: 2,
+    text: `is staging on ${node} (${p.staged_bytes > 0 ? `${pct}% of ` : ""}${formatBytes(p.total_bytes)})`,
+    node,
+    retryAfterS,
+  };
 }
