@@ -126,6 +126,27 @@ function sameRefusal(a: DeploymentRefusal | undefined, b: DeploymentRefusal): bo
   return a !== undefined && a.code === b.code && a.message === b.message;
 }
 
+/** Why a deployment is placed again, in the words its event carries. */
+function reasonFor(d: Deployment, moving: boolean): string {
+  if (moving)
+    return `instance ${d.instance_id} of deployment ${d.deployment_id} is on a draining node; placed elsewhere before it leaves`;
+  if (d.status === "Pending") return `deployment ${d.deployment_id} is pending; retrying`;
+  if (d.status === "Failing")
+    return `instance ${d.instance_id} of deployment ${d.deployment_id} failed to run; trying another node`;
+  return `instance ${d.instance_id} of deployment ${d.deployment_id} was lost`;
+}
+
+/**
+ * The nodes a deployment's new instance stays off: those its placement excluded; while it is Failing,
+ * those it failed on; for a replica, those its siblings' instances hold (earlier actions included).
+ */
+function excludedFor(view: ControlState, d: Deployment): string[] {
+  const byPeer = new Map(Object.values(view.members).map((m) => [m.peer_key, m.node_id]));
+  const tried = d.status === "Failing" ? (d.failures ?? []).map((f) => f.peer_key) : [];
+  const siblings = d.replica_set ? siblingNodes(view, d) : [];
+  return [...[...d.excluded_peer_keys, ...tried].flatMap((k) => byPeer.get(k) ?? []), ...siblings];
+}
+
 /**
  * One action per lost deployment that is due: `place` (a new instance, decided as POST /place_instance
  * decides it, against the instances already placed, earlier actions of this call included) or
@@ -147,13 +168,7 @@ export function reconcile(
   ];
   for (const { d, moving } of todo) {
     if (o.due && !o.due(d)) continue;
-    const reason = moving
-      ? `instance ${d.instance_id} of deployment ${d.deployment_id} is on a draining node; placed elsewhere before it leaves`
-      : d.status === "Pending"
-        ? `deployment ${d.deployment_id} is pending; retrying`
-        : d.status === "Failing"
-          ? `instance ${d.instance_id} of deployment ${d.deployment_id} failed to run; trying another node`
-          : `instance ${d.instance_id} of deployment ${d.deployment_id} was lost`;
+    const reason = reasonFor(d, moving);
     const failures = d.failures ?? [];
     if (d.status === "Failing" && failures.length >= MAX_FAILURE_ATTEMPTS) {
       out.push({ kind: "fail", deployment_id: d.deployment_id, reason: failedEverywhere(d) });
@@ -165,15 +180,7 @@ export function reconcile(
     if (!model) {
       refusal = { code: "model_not_found", message: `model ${d.model_id} is not registered` };
     } else {
-      const byPeer = new Map(Object.values(view.members).map((m) => [m.peer_key, m.node_id]));
-      // The nodes it already failed on are left out while it is Failing.
-      const tried = d.status === "Failing" ? failures.map((f) => f.peer_key) : [];
-      // A replica stays off the nodes its siblings' instances hold (earlier actions included).
-      const siblings = d.replica_set ? siblingNodes(view, d) : [];
-      const excluded = [
-        ...[...d.excluded_peer_keys, ...tried].flatMap((k) => byPeer.get(k) ?? []),
-        ...siblings,
-      ];
+      const excluded = excludedFor(view, d);
       const r = placeInCluster(view, reports, {
         model,
         minNodes: d.min_nodes,
