@@ -463,6 +463,74 @@ function previewAt(
   return { capacities: b.caps, previews: out };
 }
 
+/** Whether one rank still fits its node: a member, healthy, its memory known and enough of it. */
+function checkAssignment(
+  c: NodeCapacity | undefined,
+  a: Assignment,
+  instance: Instance,
+  facts: ReturnType<typeof modelFacts>,
+  kv: number,
+  mem: ReturnType<typeof resolveMemoryModel>,
+): ClusterRefusal | null {
+  if (!c) {
+    return {
+      ok: false,
+      code: "all_excluded",
+      message: `node ${a.node_id} is not a member of this session`,
+      node_id: a.node_id,
+    };
+  }
+  if (c.unavailable) {
+    return {
+      ok: false,
+      code: "node_unhealthy",
+      message: describe(c),
+      node_id: c.node_id,
+      health_code: c.unavailable.health_code,
+    };
+  }
+  if (c.free_bytes === null) {
+    return {
+      ok: false,
+      code: "info_pending",
+      message: `memory of ${c.name} not yet known (telemetry not gossiped); retry in a few seconds`,
+    };
+  }
+  const free = c.free_bytes;
+  // What a refusal states: the share, its bytes and the node's free memory.
+  const figures = (layers: number | undefined, fraction: number) => ({
+    node_id: c.node_id,
+    name: c.name,
+    ...(layers !== undefined && instance.assignments.length > 1 ? { layers } : {}),
+    fraction,
+    weight_bytes: a.weight_bytes,
+    kv_bytes: kv * fraction,
+    required_bytes: a.required_bytes,
+    free_bytes: free,
+  });
+  const tooLittle = (message: string) => ({
+    ok: false as const,
+    code: "insufficient_memory" as const,
+    message: message + reservationNote(c),
+    node_id: c.node_id,
+  });
+  if (!fits(a.required_bytes, free)) {
+    const fraction = a.layers !== undefined ? a.layers / facts.layers : (a.fraction ?? 1);
+    return tooLittle(
+      memoryMessage(figures(a.layers, fraction), mem, facts.layers, instance.assignments.length),
+    );
+  }
+  // A layer share spread over the node's GPUs: whole layers per GPU.
+  const layers = a.layers ?? (instance.sharding === "Pipeline" ? facts.layers : undefined);
+  const gpu =
+    layers !== undefined ? gpuLayerFit(facts, layers, c.gpus_free_bytes ?? undefined, mem) : null;
+  if (gpu && !gpu.fits) {
+    const share = figures(layers, layers! / facts.layers);
+    return tooLittle(gpuMemoryMessage(share, gpu, facts.layers, instance.assignments.length));
+  }
+  return null;
+}
+
 /**
  * The sequencer's re-check of a decided instance against the current replica: every assigned node is
  * a healthy member whose capacity (after the instances already placed) still holds its share. Null
@@ -495,61 +563,8 @@ export function checkInstance(
     if (refused) return refused;
   }
   for (const a of instance.assignments) {
-    const c = caps.get(a.node_id);
-    if (!c) {
-      return {
-        ok: false,
-        code: "all_excluded",
-        message: `node ${a.node_id} is not a member of this session`,
-        node_id: a.node_id,
-      };
-    }
-    if (c.unavailable) {
-      return {
-        ok: false,
-        code: "node_unhealthy",
-        message: describe(c),
-        node_id: c.node_id,
-        health_code: c.unavailable.health_code,
-      };
-    }
-    if (c.free_bytes === null) {
-      return {
-        ok: false,
-        code: "info_pending",
-        message: `memory of ${c.name} not yet known (telemetry not gossiped); retry in a few seconds`,
-      };
-    }
-    const free = c.free_bytes;
-    // What a refusal states: the share, its bytes and the node's free memory.
-    const figures = (layers: number | undefined, fraction: number) => ({
-      node_id: c.node_id,
-      name: c.name,
-      ...(layers !== undefined && n > 1 ? { layers } : {}),
-      fraction,
-      weight_bytes: a.weight_bytes,
-      kv_bytes: kv * fraction,
-      required_bytes: a.required_bytes,
-      free_bytes: free,
-    });
-    const tooLittle = (message: string) => ({
-      ok: false as const,
-      code: "insufficient_memory" as const,
-      message: message + reservationNote(c),
-      node_id: c.node_id,
-    });
-    if (!fits(a.required_bytes, free)) {
-      const fraction = a.layers !== undefined ? a.layers / facts.layers : (a.fraction ?? 1);
-      return tooLittle(memoryMessage(figures(a.layers, fraction), mem, facts.layers, n));
-    }
-    // A layer share spread over the node's GPUs: whole layers per GPU.
-    const layers = a.layers ?? (instance.sharding === "Pipeline" ? facts.layers : undefined);
-    const gpu =
-      layers !== undefined ? gpuLayerFit(facts, layers, c.gpus_free_bytes ?? undefined, mem) : null;
-    if (gpu && !gpu.fits) {
-      const share = figures(layers, layers! / facts.layers);
-      return tooLittle(gpuMemoryMessage(share, gpu, facts.layers, n));
-    }
+    const refused = checkAssignment(caps.get(a.node_id), a, instance, facts, kv, mem);
+    if (refused) return refused;
   }
   return null;
 }
