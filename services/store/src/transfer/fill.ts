@@ -164,19 +164,7 @@ export async function executeFill(args: {
       continue;
     }
     if (a.kind === "link" && a.linkFrom) {
-      await mkdir(dirname(finalPath), { recursive: true });
-      const tmp = join(
-        dirname(finalPath),
-        `.${basename(finalPath)}.link-${randomBytes(4).toString("hex")}`,
-      );
-      try {
-        await link(a.linkFrom, tmp);
-        await rename(tmp, finalPath);
-      } catch (e) {
-        await rm(tmp, { force: true });
-        throw new LinkFailedError(a.file.path, e);
-      }
-      await rm(partFile(finalPath), { force: true });
+      await linkInto(finalPath, a.linkFrom, a.file.path);
       linkedBytes += a.file.bytes;
       done += a.file.bytes;
       filesDone++;
@@ -212,6 +200,26 @@ export async function executeFill(args: {
     sha256.set(a.file.path, out.sha256);
   }
   return { fetchedBytes, resumedBytes, linkedBytes, reusedBytes, sha256 };
+}
+
+/**
+ * A hardlink of `from` at `finalPath` (through a temporary name, so a failure leaves nothing half
+ * made); a partial download there goes. Throws LinkFailedError (the caller copies instead).
+ */
+async function linkInto(finalPath: string, from: string, path: string): Promise<void> {
+  await mkdir(dirname(finalPath), { recursive: true });
+  const tmp = join(
+    dirname(finalPath),
+    `.${basename(finalPath)}.link-${randomBytes(4).toString("hex")}`,
+  );
+  try {
+    await link(from, tmp);
+    await rename(tmp, finalPath);
+  } catch (e) {
+    await rm(tmp, { force: true });
+    throw new LinkFailedError(path, e);
+  }
+  await rm(partFile(finalPath), { force: true });
 }
 
 /** Removes files in `dir` that the manifest does not name (stale artifacts, stray partials, temps). */
