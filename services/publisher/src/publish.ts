@@ -158,6 +158,56 @@ async function removeCreatedRepo(hub: HubClient, id: RepoId): Promise<string> {
   }
 }
 
+/**
+ * Upload, last step: the sidecar file and its model card in one commit, with progress; a repo this
+ * job created is removed again when the upload fails.
+ */
+async function uploadSidecar(
+  hub: PublishDeps["hub"],
+  ctx: JobContext,
+  o: {
+    readonly sidecar: RepoId;
+    readonly base: RepoId;
+    readonly plan: ReturnType<typeof planExtraction>;
+    readonly outPath: string;
+    readonly created: Awaited<ReturnType<PublishDeps["hub"]["ensureRepo"]>>;
+  },
+): Promise<void> {
+  const { sidecar, base, plan, outPath, created } = o;
+  const report = progressLine(`uploading ${SIDECAR_FILE}`, plan.totalBytes, (l) => ctx.log(l));
+  report(0);
+  let sent = 0;
+  let commit: string | null;
+  try {
+    ({ commit } = await inPhase(hub, `uploading to ${sidecar}`, () =>
+      hub.upload(
+        sidecar,
+        [
+          { path: SIDECAR_FILE, localPath: outPath },
+          { path: "README.md", text: sidecarCard(base, plan.tensors) },
+        ],
+        {
+          title: `Add MTP sidecar of ${base}`,
+          signal: ctx.signal,
+          onBytes: (n) => {
+            sent = Math.min(n, plan.totalBytes);
+            report(sent);
+          },
+          onPhase: (phase) => {
+            if (phase === "committing") ctx.log(`committing to ${sidecar}`);
+          },
+        },
+      ),
+    ));
+  } catch (err) {
+    if (created !== "created") throw err;
+    throw withNote(err, await removeCreatedRepo(hub, sidecar));
+  }
+  if (sent < plan.totalBytes)
+    ctx.log(`${SIDECAR_FILE} was already stored on the hub; upload skipped`);
+  ctx.log(`committed ${commit ?? "(no commit id)"} to ${sidecar}`);
+}
+
 export async function runPublish(
   req: PublishRequest,
   ctx: JobContext,
@@ -210,38 +260,7 @@ export async function runPublish(
     );
     ctx.log(created === "created" ? `created ${sidecar}` : `${sidecar} exists; adding a commit`);
 
-    const report = progressLine(`uploading ${SIDECAR_FILE}`, plan.totalBytes, (l) => ctx.log(l));
-    report(0);
-    let sent = 0;
-    let commit: string | null;
-    try {
-      ({ commit } = await inPhase(hub, `uploading to ${sidecar}`, () =>
-        hub.upload(
-          sidecar,
-          [
-            { path: SIDECAR_FILE, localPath: outPath },
-            { path: "README.md", text: sidecarCard(info.id, plan.tensors) },
-          ],
-          {
-            title: `Add MTP sidecar of ${info.id}`,
-            signal: ctx.signal,
-            onBytes: (n) => {
-              sent = Math.min(n, plan.totalBytes);
-              report(sent);
-            },
-            onPhase: (phase) => {
-              if (phase === "committing") ctx.log(`committing to ${sidecar}`);
-            },
-          },
-        ),
-      ));
-    } catch (err) {
-      if (created !== "created") throw err;
-      throw withNote(err, await removeCreatedRepo(hub, sidecar));
-    }
-    if (sent < plan.totalBytes)
-      ctx.log(`${SIDECAR_FILE} was already stored on the hub; upload skipped`);
-    ctx.log(`committed ${commit ?? "(no commit id)"} to ${sidecar}`);
+    await uploadSidecar(hub, ctx, { sidecar, base: info.id, plan, outPath, created });
   } finally {
     await rm(scratch, { recursive: true, force: true });
   }
