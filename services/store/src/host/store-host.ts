@@ -592,40 +592,8 @@ export class StoreHost implements AsyncDisposable {
 
   // ---- HTTP ----
 
-  private routes(): Hono {
-    const app = new Hono();
-    app.onError((err, c) => {
-      const e =
-        err instanceof ServiceError
-          ? err
-          : new ServiceError("internal", err instanceof Error ? err.message : String(err));
-      if (e.code === "internal") this.log.error({ err }, "store host request failed");
-      return c.json(errorBody(e), httpStatusFor(e.code));
-    });
-    app.notFound((c) =>
-      c.json(
-        errorBody(new ServiceError("not_found", `no route ${c.req.method} ${c.req.path}`)),
-        404,
-      ),
-    );
-
-    app.get("/store/models", (c) => {
-      const body: StoreModelList = {
-        models: this.models().map((m) => ({
-          model_id: m.model_id,
-          total_bytes: m.total_bytes,
-          files: m.files.length,
-        })),
-      };
-      return c.json(body);
-    });
-
-    app.get("/store/models/:org/:name/manifest", (c) => {
-      const manifest = this.requireManifest(c.req.param("org"), c.req.param("name"));
-      return c.json(manifest);
-    });
-
-    // Uploads (ic import): files into a hidden area, then one commit moves them into the store.
+  /** Uploads (ic import): files into a hidden area, then one commit moves them into the store. */
+  private uploadRoutes(app: Hono): void {
     const uploads = new Uploads({
       storePath: this.opts.storePath,
       disk: this.disk,
@@ -672,7 +640,42 @@ export class StoreHost implements AsyncDisposable {
         throw new ServiceError("not_found", `no upload of ${id} in progress`);
       return c.json({ model_id: id, aborted: true });
     });
+  }
 
+  private routes(): Hono {
+    const app = new Hono();
+    app.onError((err, c) => {
+      const e =
+        err instanceof ServiceError
+          ? err
+          : new ServiceError("internal", err instanceof Error ? err.message : String(err));
+      if (e.code === "internal") this.log.error({ err }, "store host request failed");
+      return c.json(errorBody(e), httpStatusFor(e.code));
+    });
+    app.notFound((c) =>
+      c.json(
+        errorBody(new ServiceError("not_found", `no route ${c.req.method} ${c.req.path}`)),
+        404,
+      ),
+    );
+
+    app.get("/store/models", (c) => {
+      const body: StoreModelList = {
+        models: this.models().map((m) => ({
+          model_id: m.model_id,
+          total_bytes: m.total_bytes,
+          files: m.files.length,
+        })),
+      };
+      return c.json(body);
+    });
+
+    app.get("/store/models/:org/:name/manifest", (c) => {
+      const manifest = this.requireManifest(c.req.param("org"), c.req.param("name"));
+      return c.json(manifest);
+    });
+
+    this.uploadRoutes(app);
     app.on(["GET", "HEAD"], "/store/models/:org/:name/files/*", async (c) => {
       const manifest = this.requireManifest(c.req.param("org"), c.req.param("name"));
       // The raw segments after .../{org}/{name}/files/, taken by position (org and name may be
