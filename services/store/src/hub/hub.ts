@@ -73,20 +73,7 @@ export function createHubSource(opts: HubSourceOptions): HubSource {
       const f: typeof fetch = (input, init) =>
         baseFetch(input, { ...init, ...(signal ? { signal } : {}) });
       // A branch moves: list and download at the commit it names now, so the files agree.
-      let revision = asked ?? defaultRevision;
-      if (!SHA1.test(revision)) {
-        const info = ModelShaSchema.safeParse(
-          await modelInfo({
-            ...common,
-            name: modelId,
-            revision,
-            additionalFields: ["sha"],
-            fetch: f,
-          }),
-        );
-        if (!info.success) throw new Error(`the hub named no commit for ${modelId} at ${revision}`);
-        revision = info.data.sha;
-      }
+      const revision = await commitOf(common, modelId, asked ?? defaultRevision, f);
       for await (const raw of listFiles({
         ...common,
         revision,
@@ -95,22 +82,8 @@ export function createHubSource(opts: HubSourceOptions): HubSource {
         fetch: f,
       })) {
         if (raw.type !== "file") continue;
-        const parsed = TreeEntrySchema.safeParse(raw);
-        if (!parsed.success) {
-          throw new Error(
-            `invalid tree entry from the hub for ${modelId}: ${parsed.error.message}`,
-          );
-        }
-        const entry = parsed.data;
-        if (artifactPathProblem(entry.path) !== null) continue;
-        if (opts.include && !opts.include(entry.path)) continue;
-        const lfsSha = entry.lfs?.oid;
-        files.push({
-          path: entry.path,
-          bytes: entry.size,
-          sha256: lfsSha && SHA256.test(lfsSha) ? lfsSha : undefined,
-          gitOid: !entry.lfs && entry.oid && SHA1.test(entry.oid) ? entry.oid : undefined,
-        });
+        const file = hubFileOf(modelId, raw, opts.include);
+        if (file) files.push(file);
       }
       files.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
       return { revision, files };
@@ -158,5 +131,44 @@ export function createHubSource(opts: HubSourceOptions): HubSource {
       const body = offset > 0 ? blob.slice(offset).stream() : blob.stream();
       return { body, offset: offset > 0 ? await served : 0 };
     },
+  };
+}
+
+/** The commit a revision names now (a commit id names itself). */
+async function commitOf(
+  common: { hubUrl?: string; accessToken?: string },
+  modelId: ModelId,
+  revision: string,
+  f: typeof fetch,
+): Promise<string> {
+  if (SHA1.test(revision)) return revision;
+  const info = ModelShaSchema.safeParse(
+    await modelInfo({ ...common, name: modelId, revision, additionalFields: ["sha"], fetch: f }),
+  );
+  if (!info.success) throw new Error(`the hub named no commit for ${modelId} at ${revision}`);
+  return info.data.sha;
+}
+
+/**
+ * One entry of the hub's tree as a file to take: validated, only artifact paths (and those
+ * `include` keeps), with its LFS SHA-256 or its git blob id when the hub gave one.
+ */
+function hubFileOf(
+  modelId: ModelId,
+  raw: unknown,
+  include: ((path: string) => boolean) | undefined,
+): HubFile | undefined {
+  const parsed = TreeEntrySchema.safeParse(raw);
+  if (!parsed.success)
+    throw new Error(`invalid tree entry from the hub for ${modelId}: ${parsed.error.message}`);
+  const entry = parsed.data;
+  if (artifactPathProblem(entry.path) !== null) return undefined;
+  if (include && !include(entry.path)) return undefined;
+  const lfsSha = entry.lfs?.oid;
+  return {
+    path: entry.path,
+    bytes: entry.size,
+    sha256: lfsSha && SHA256.test(lfsSha) ? lfsSha : undefined,
+    gitOid: !entry.lfs && entry.oid && SHA1.test(entry.oid) ? entry.oid : undefined,
   };
 }
