@@ -132,6 +132,74 @@ export function engineWindow(
 }
 
 /**
+ * The engine's spans (its queue, prefill and decode), placed in the gateway's timeline from the
+ * engine's own timings (engineWindow); none when the engine reported none.
+ */
+function engineSpans(
+  stream: boolean,
+  engine: Ev<"engine"> | undefined,
+  chunk: Ev<"first_chunk"> | undefined,
+  headers: Ev<"headers"> | undefined,
+  sent: Ev<"sent"> | undefined,
+  routed: Ev<"routed"> | undefined,
+  meta: TraceMeta,
+  ids: Record<string, unknown>,
+): TraceEvent[] {
+  const win = engineWindow(stream, engine?.timings, chunk?.at, headers?.at);
+  if (!win) return [];
+  const out: TraceEvent[] = [];
+  const E = PID.engine;
+  const where = routed?.nodeId ? ` on ${routed.nodeId}` : "";
+  out.push(
+    { name: "process_name", ph: "M", pid: E, tid: 0, args: { name: `engine${where}` } },
+    { name: "thread_name", ph: "M", pid: E, tid: TID.engine, args: { name: meta.instanceId } },
+  );
+  const t = engine!.timings;
+  if (sent)
+    out.push(span(SPAN.queue, E, TID.engine, sent.at, Math.max(sent.at, win.prefillStart), ids));
+  out.push(
+    span(SPAN.prefill, E, TID.engine, win.prefillStart, win.prefillEnd, {
+      ...ids,
+      prompt_ms: t.prompt_ms,
+      prompt_n: t.prompt_n,
+      cache_n: t.cache_n,
+    }),
+    span(SPAN.decode, E, TID.engine, win.prefillEnd, win.decodeEnd, {
+      ...ids,
+      predicted_ms: t.predicted_ms,
+      predicted_n: t.predicted_n,
+    }),
+  );
+  return out;
+}
+
+/** What a trace says of its request beside the spans (otherData): ids, outcome, the engine's timings. */
+function traceMeta(
+  rec: TraceRecord,
+  task: Ev<"task">,
+  end: Ev<"end">,
+  validated: Ev<"validated"> | undefined,
+  routed: Ev<"routed"> | undefined,
+  engine: Ev<"engine"> | undefined,
+): TraceMeta {
+  const stream = validated?.stream ?? false;
+  return {
+    taskId: task.taskId,
+    modelId: validated?.model ?? "",
+    commandId: rec.commandId,
+    instanceId: routed?.instanceId ?? null,
+    engineNodeId: routed?.nodeId ?? null,
+    node: rec.node,
+    createdAt: new Date(Math.floor(rec.receivedAt)).toISOString(),
+    stream,
+    ok: end.ok,
+    status: end.status,
+    error: end.ok ? null : { code: end.code ?? "internal", message: end.message ?? null },
+    timings: (engine?.timings as TraceMeta["timings"]) ?? null,
+  };
+}
+
+/**
  * The Chrome trace of one request, or undefined when it has no task id (it failed before the master
  * created its task: nothing to key the trace on) or has not ended.
  */
@@ -150,20 +218,8 @@ export function buildTrace(rec: TraceRecord): ChromeTrace | undefined {
   const chunk = first(ev, "first_chunk");
   const engine = first(ev, "engine");
   const stream = validated?.stream ?? false;
-  const meta: TraceMeta = {
-    taskId: task.taskId,
-    modelId: validated?.model ?? "",
-    commandId: rec.commandId,
-    instanceId: routed?.instanceId ?? null,
-    engineNodeId: routed?.nodeId ?? null,
-    node: rec.node,
-    createdAt: new Date(Math.floor(rec.receivedAt)).toISOString(),
-    stream,
-    ok: end.ok,
-    status: end.status,
-    error: end.ok ? null : { code: end.code ?? "internal", message: end.message ?? null },
-    timings: (engine?.timings as TraceMeta["timings"]) ?? null,
-  };
+  const meta = traceMeta(rec, task, end, validated, routed, engine);
+
   const ids = {
     taskId: meta.taskId,
     modelId: meta.modelId,
@@ -201,31 +257,7 @@ export function buildTrace(rec: TraceRecord): ChromeTrace | undefined {
   if (routed && sent)
     out.push(span(SPAN.connect, G, TID.gateway, routed.at, sent.at, { endpoint: routed.endpoint }));
   out.push(span(SPAN.task, G, TID.master, sent?.at ?? routed?.at ?? rec.receivedAt, task.at, ids));
-  const win = engineWindow(stream, engine?.timings, chunk?.at, headers?.at);
-  if (win) {
-    const E = PID.engine;
-    const where = routed?.nodeId ? ` on ${routed.nodeId}` : "";
-    out.push(
-      { name: "process_name", ph: "M", pid: E, tid: 0, args: { name: `engine${where}` } },
-      { name: "thread_name", ph: "M", pid: E, tid: TID.engine, args: { name: meta.instanceId } },
-    );
-    const t = engine!.timings;
-    if (sent)
-      out.push(span(SPAN.queue, E, TID.engine, sent.at, Math.max(sent.at, win.prefillStart), ids));
-    out.push(
-      span(SPAN.prefill, E, TID.engine, win.prefillStart, win.prefillEnd, {
-        ...ids,
-        prompt_ms: t.prompt_ms,
-        prompt_n: t.prompt_n,
-        cache_n: t.cache_n,
-      }),
-      span(SPAN.decode, E, TID.engine, win.prefillEnd, win.decodeEnd, {
-        ...ids,
-        predicted_ms: t.predicted_ms,
-        predicted_n: t.predicted_n,
-      }),
-    );
-  }
+  out.push(...engineSpans(stream, engine, chunk, headers, sent, routed, meta, ids));
   const relayFrom = stream ? chunk?.at : headers?.at;
   if (relayFrom !== undefined)
     out.push(span(SPAN.stream, G, TID.gateway, relayFrom, end.at, { stream }));
