@@ -152,6 +152,71 @@ class IdleBound {
   }
 }
 
+/** Opens the source at `have` bytes; a failure is a typed transfer error (aborted, or not). */
+async function openSource(
+  args: Pick<Parameters<typeof transferFile>[0], "open" | "signal" | "file">,
+  have: number,
+): Promise<OpenedStream> {
+  try {
+    return await args.open(have, args.signal);
+  } catch (e) {
+    if (args.signal.aborted)
+      throw new TransferError("aborted", `transfer of ${args.file.path} aborted`, { cause: e });
+    throw new TransferError("transfer", `cannot fetch ${args.file.path}: ${errText(e)}`, {
+      cause: e,
+    });
+  }
+}
+
+/**
+ * Verify and commit, last step of a file: its hashes against the manifest's (a mismatch deletes
+ * the partial: integrity error), then the partial renamed into place.
+ */
+async function verifyAndCommit(
+  part: string,
+  finalPath: string,
+  file: {
+    readonly path: string;
+    readonly sha256?: string | undefined;
+    readonly gitOid?: string | undefined;
+  },
+  digests: Digests,
+): Promise<void> {
+  const digest = digests.sha256;
+  const gitDigest = digests.gitOid;
+  if ((file.sha256 && digest !== file.sha256) || (file.gitOid && gitDigest !== file.gitOid)) {
+    await rm(part, { force: true });
+    const expected = file.sha256 ? `sha256 ${file.sha256}` : `git oid ${file.gitOid}`;
+    const got = file.sha256 ? `sha256 ${digest}` : `git oid ${gitDigest}`;
+    throw new TransferError(
+      "integrity",
+      `${file.path}: expected ${expected}, got ${got}; partial deleted`,
+    );
+  }
+  await rename(part, finalPath);
+}
+
+/**
+ * The file's fsync (before the rename: the write-behind left it only the tail to flush) while its
+ * hash completes; the digests.
+ */
+async function syncAndHash(
+  fh: FileHandle,
+  job: ReturnType<typeof beginHash>,
+  part: string,
+  path: string,
+): Promise<Digests> {
+  const synced = fh.sync();
+  synced.catch(() => undefined);
+  const digests = await hashed(job.digest(), path);
+  try {
+    await synced;
+  } catch (e) {
+    throw new TransferError("transfer", `cannot fsync ${part}: ${errText(e)}`, { cause: e });
+  }
+  return digests;
+}
+
 async function transferBounded(
   args: Parameters<typeof transferFile>[0],
   idle: IdleBound,
@@ -175,15 +240,7 @@ async function transferBounded(
   try {
     let opened: OpenedStream | undefined;
     if (have < file.bytes) {
-      try {
-        opened = await args.open(have, signal);
-      } catch (e) {
-        if (signal.aborted)
-          throw new TransferError("aborted", `transfer of ${file.path} aborted`, { cause: e });
-        throw new TransferError("transfer", `cannot fetch ${file.path}: ${errText(e)}`, {
-          cause: e,
-        });
-      }
+      opened = await openSource(args, have);
       if (opened.offset !== have) {
         if (opened.offset !== 0) {
           await discard(opened.body);
@@ -228,15 +285,7 @@ async function transferBounded(
       }
     }
     idle.dispose();
-    // The fsync before the rename: the write-behind left it only the tail to flush.
-    const synced = fh.sync();
-    synced.catch(() => undefined);
-    digests = await hashed(job.digest(), file.path);
-    try {
-      await synced;
-    } catch (e) {
-      throw new TransferError("transfer", `cannot fsync ${part}: ${errText(e)}`, { cause: e });
-    }
+    digests = await syncAndHash(fh, job, part, file.path);
   } catch (e) {
     job.drop();
     await fh?.close().catch(() => undefined);
@@ -244,19 +293,8 @@ async function transferBounded(
   }
   await fh.close();
 
-  const digest = digests.sha256;
-  const gitDigest = digests.gitOid;
-  if ((file.sha256 && digest !== file.sha256) || (file.gitOid && gitDigest !== file.gitOid)) {
-    await rm(part, { force: true });
-    const expected = file.sha256 ? `sha256 ${file.sha256}` : `git oid ${file.gitOid}`;
-    const got = file.sha256 ? `sha256 ${digest}` : `git oid ${gitDigest}`;
-    throw new TransferError(
-      "integrity",
-      `${file.path}: expected ${expected}, got ${got}; partial deleted`,
-    );
-  }
-  await rename(part, finalPath);
-  return { sha256: digest, fetchedBytes: fetched, resumedBytes: resumedFrom };
+  await verifyAndCommit(part, finalPath, file, digests);
+  return { sha256: digests.sha256, fetchedBytes: fetched, resumedBytes: resumedFrom };
 }
 
 function beginHash(
