@@ -110,10 +110,32 @@ async function jsonBody<S extends z.ZodType>(
 export function createPublisherApp(d: PublisherAppDeps): Hono {
   const log = d.log.child({ component: "api" });
   const app = new Hono();
-  const secret = (): string | undefined => d.tokens.get();
-
   app.onError((err, c) => toErrorResponse(c, err, log));
   app.notFound((c) => toErrorResponse(c, new PublisherError("not_found", "not found"), log));
+  edges(app, d, log);
+  apiRoutes(app, d);
+  // The GUI, mounted last: /api/* above always takes priority.
+  app.get("*", async (c) => {
+    const asset = Object.hasOwn(STATIC, c.req.path) ? STATIC[c.req.path] : undefined;
+    if (!asset) throw new PublisherError("not_found", "not found");
+    const content = await readFile(join(d.publicDir, asset.file));
+    return c.body(content, 200, {
+      "Content-Type": asset.type,
+      "Content-Security-Policy": CSP,
+      "X-Frame-Options": "DENY",
+      "Cache-Control": "no-cache",
+    });
+  });
+
+  return app;
+}
+
+/**
+ * The edges every request passes: the hub token scrubbed from JSON answers, security headers and a
+ * request log, localhost only, the body bound, no caching of API answers.
+ */
+function edges(app: Hono, d: PublisherAppDeps, log: Logger): void {
+  const secret = (): string | undefined => d.tokens.get();
   // The response edge: no JSON body (an answer or the error envelope) carries the hub token,
   // whatever the request echoed. The job stream's lines are scrubbed where they are written.
   app.use("*", async (c, next) => {
@@ -154,7 +176,10 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
     if (!c.res.headers.get("content-type")?.startsWith("text/event-stream"))
       c.header("Cache-Control", "no-store");
   });
+}
 
+/** The API: status and config, detection, publish jobs and their streams, the catalog. */
+function apiRoutes(app: Hono, d: PublisherAppDeps): void {
   const modelRef = (url: string): ReturnType<typeof parseModelRef> & {} => {
     if (url.trim() === "") throw new PublisherError("bad_request", "url must not be empty");
     const ref = parseModelRef(url, d.hubUrl);
@@ -188,6 +213,32 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
     return c.json(detection.result);
   });
 
+  app.post("/api/register", async (c) => {
+    const body = await jsonBody(c, UrlBody, "url must be a string");
+    const ref = modelRef(body.url);
+    return c.json(await register(ref, { detector: d.detector, catalog: d.catalog }));
+  });
+
+  app.post("/api/catalog/find", async (c) => {
+    const body = await jsonBody(c, UrlBody, "url must be a string");
+    const ref = modelRef(body.url);
+    const entries = await d.catalog.find(ref);
+    if (entries.length === 0) {
+      throw new PublisherError("not_found", `no catalog entry has source model ${ref}`, {
+        extra: { source_model: ref },
+      });
+    }
+    return c.json({ source_model: ref, entries });
+  });
+
+  jobRoutes(app, d);
+  app.all("/api/*", () => {
+    throw new PublisherError("not_found", "not found");
+  });
+}
+
+/** Publish jobs: starting one, and the stream of its log and outcome. */
+function jobRoutes(app: Hono, d: PublisherAppDeps): void {
   app.post("/api/publish", async (c) => {
     if (d.tokens.get() === undefined) {
       throw new PublisherError(
@@ -224,65 +275,10 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
     return c.json({ job_id: jobId });
   });
 
-  app.post("/api/register", async (c) => {
-    const body = await jsonBody(c, UrlBody, "url must be a string");
-    const ref = modelRef(body.url);
-    return c.json(await register(ref, { detector: d.detector, catalog: d.catalog }));
-  });
-
-  app.post("/api/catalog/find", async (c) => {
-    const body = await jsonBody(c, UrlBody, "url must be a string");
-    const ref = modelRef(body.url);
-    const entries = await d.catalog.find(ref);
-    if (entries.length === 0) {
-      throw new PublisherError("not_found", `no catalog entry has source model ${ref}`, {
-        extra: { source_model: ref },
-      });
-    }
-    return c.json({ source_model: ref, entries });
-  });
-
   app.get("/api/stream/:id", (c) => {
     const id = c.req.param("id");
     if (d.jobs.state(id) === null) throw new PublisherError("not_found", "job not found");
-    const enc = new TextEncoder();
-    let sub: JobSubscription | null = null;
-    let heartbeat: NodeJS.Timeout | undefined;
-    let closed = false;
-    const cleanup = (): void => {
-      closed = true;
-      sub?.unsubscribe();
-      clearInterval(heartbeat);
-    };
-    const body = new ReadableStream<Uint8Array>({
-      start(controller) {
-        const send = (line: string): void => {
-          if (closed) return;
-          controller.enqueue(enc.encode(`data: ${line}\n\n`));
-          if (line === DONE_LINE) {
-            cleanup();
-            controller.close();
-          }
-        };
-        sub = d.jobs.subscribe(id, send);
-        if (!sub) {
-          send("[error]: job not found");
-          send(DONE_LINE);
-          return;
-        }
-        for (const line of sub.replay) send(line);
-        if (!closed) {
-          heartbeat = setInterval(() => {
-            if (!closed) controller.enqueue(enc.encode(": keep-alive\n\n"));
-          }, d.heartbeatMs ?? 15_000);
-          heartbeat.unref();
-        }
-      },
-      cancel() {
-        // The client went away; the job keeps running and can be streamed again.
-        cleanup();
-      },
-    });
+    const body = jobStream(d, id);
     return new Response(body, {
       status: 200,
       headers: {
@@ -293,23 +289,49 @@ export function createPublisherApp(d: PublisherAppDeps): Hono {
       },
     });
   });
+}
 
-  app.all("/api/*", () => {
-    throw new PublisherError("not_found", "not found");
+/**
+ * A job's log as Server-Sent Events: what it wrote so far, then each line as it comes, a keep-alive
+ * comment while it is quiet, and the end line; a client that leaves stops only its own stream.
+ */
+function jobStream(d: PublisherAppDeps, id: string): ReadableStream<Uint8Array> {
+  const enc = new TextEncoder();
+  let sub: JobSubscription | null = null;
+  let heartbeat: NodeJS.Timeout | undefined;
+  let closed = false;
+  const cleanup = (): void => {
+    closed = true;
+    sub?.unsubscribe();
+    clearInterval(heartbeat);
+  };
+  return new ReadableStream<Uint8Array>({
+    start(controller) {
+      const send = (line: string): void => {
+        if (closed) return;
+        controller.enqueue(enc.encode(`data: ${line}\n\n`));
+        if (line === DONE_LINE) {
+          cleanup();
+          controller.close();
+        }
+      };
+      sub = d.jobs.subscribe(id, send);
+      if (!sub) {
+        send("[error]: job not found");
+        send(DONE_LINE);
+        return;
+      }
+      for (const line of sub.replay) send(line);
+      if (!closed) {
+        heartbeat = setInterval(() => {
+          if (!closed) controller.enqueue(enc.encode(": keep-alive\n\n"));
+        }, d.heartbeatMs ?? 15_000);
+        heartbeat.unref();
+      }
+    },
+    cancel() {
+      // The client went away; the job keeps running and can be streamed again.
+      cleanup();
+    },
   });
-
-  // The GUI, mounted last: /api/* above always takes priority.
-  app.get("*", async (c) => {
-    const asset = Object.hasOwn(STATIC, c.req.path) ? STATIC[c.req.path] : undefined;
-    if (!asset) throw new PublisherError("not_found", "not found");
-    const content = await readFile(join(d.publicDir, asset.file));
-    return c.body(content, 200, {
-      "Content-Type": asset.type,
-      "Content-Security-Policy": CSP,
-      "X-Frame-Options": "DENY",
-      "Cache-Control": "no-cache",
-    });
-  });
-
-  return app;
 }
