@@ -171,60 +171,13 @@ export function createHubClient(opts: HubClientOptions): HubClient {
     (input, init) =>
       baseFetch(input, signal ? { ...init, signal } : init);
 
-  const open = async (
-    id: RepoId,
-    path: string,
-    signal?: AbortSignal,
-  ): Promise<RemoteFile | null> => {
-    const blob = await downloadFile({
-      ...common(),
-      repo: { type: "model", name: id },
-      path,
-      xet: false,
-      fetch: withSignal(signal),
-    });
-    if (!blob) return null;
-    return {
-      path,
-      size: blob.size,
-      async read(start, end) {
-        const buf = new Uint8Array(await blob.slice(start, end).arrayBuffer());
-        if (buf.byteLength !== end - start) {
-          throw new Error(
-            `${path}: asked for ${end - start} bytes at ${start}, got ${buf.byteLength}`,
-          );
-        }
-        return buf;
-      },
-      stream: (start, end) => blob.slice(start, end).stream(),
-    };
-  };
+  const open = (id: RepoId, path: string, signal?: AbortSignal): Promise<RemoteFile | null> =>
+    openRemote({ ...common(), repo: { type: "model", name: id }, fetch: withSignal(signal) }, path);
 
   return {
     url: displayHubUrl(opts.hubUrl),
 
-    async modelInfo(id, signal) {
-      try {
-        const info = await modelInfo({
-          ...common(),
-          name: id,
-          additionalFields: ["cardData", "filePaths"],
-          fetch: withSignal(signal),
-        });
-        const card = info.cardData as unknown;
-        return {
-          id: parseRepoId(info.name) ?? id,
-          cardData:
-            card && typeof card === "object" && !Array.isArray(card)
-              ? (card as Record<string, unknown>)
-              : null,
-          files: info.filePaths ?? [],
-        };
-      } catch (err) {
-        if (isMissing(err)) return null;
-        throw err;
-      }
-    },
+    modelInfo: (id, signal) => modelInfoOf(common(), id, withSignal(signal)),
 
     open,
 
@@ -265,65 +218,141 @@ export function createHubClient(opts: HubClientOptions): HubClient {
       });
     },
 
-    async upload(id, files, o) {
-      const token = opts.token();
-      if (!token) throw new Error("no model-hub token configured");
-      const operations: CommitOperation[] = await Promise.all(
-        files.map(async (f) => ({
-          operation: "addOrUpdate" as const,
-          path: f.path,
-          content: "localPath" in f ? await FileSliceBlob.open(f.localPath) : new Blob([f.text]),
-        })),
-      );
-      // Large files go up as PUTs of a file-backed Blob. Re-sending it as a counted stream with an
-      // explicit length gives byte-level progress without reading the file into memory.
-      let sent = 0;
-      const countingFetch: typeof fetch = async (input, init) => {
-        const body = init?.body;
-        if (init?.method === "PUT" && body instanceof Blob) {
-          const counted = body.stream().pipeThrough(
-            new TransformStream<Uint8Array, Uint8Array>({
-              transform(chunk, controller) {
-                sent += chunk.byteLength;
-                o.onBytes?.(sent);
-                controller.enqueue(chunk);
-              },
-            }),
-          );
-          const headers = new Headers(init.headers);
-          headers.set("content-length", String(body.size));
-          return baseFetch(input, {
-            ...init,
-            body: counted,
-            headers,
-            duplex: "half",
-            ...(o.signal ? { signal: o.signal } : {}),
-          } as RequestInit);
-        }
-        return baseFetch(input, o.signal ? { ...init, signal: o.signal } : init);
-      };
-      const iter = commitIter({
-        repo: { type: "model", name: id },
-        accessToken: token,
-        ...(opts.hubUrl ? { hubUrl: opts.hubUrl } : {}),
-        operations,
-        title: o.title,
-        useXet: false,
-        fetch: countingFetch,
-        ...(o.signal ? { abortSignal: o.signal } : {}),
-      });
-      const failed: string[] = [];
-      let res = await iter.next();
-      while (!res.done) {
-        const ev = res.value;
-        if (ev.event === "phase") o.onPhase?.(ev.phase);
-        else if (ev.state === "error") {
-          failed.push(ev.path);
-        }
-        res = await iter.next();
-      }
-      if (failed.length > 0) throw new Error(`upload failed for ${failed.join(", ")}`);
-      return { commit: res.value?.commit.oid ?? null };
-    },
+    upload: (id, files, o) => uploadFiles(opts, baseFetch, id, files, o),
   };
+}
+
+/** A file of a hub repo, read in ranges or streamed (null when the repo has no such file). */
+async function openRemote(
+  where: {
+    readonly hubUrl?: string;
+    readonly accessToken?: string;
+    readonly repo: { readonly type: "model"; readonly name: string };
+    readonly fetch: typeof fetch;
+  },
+  path: string,
+): Promise<RemoteFile | null> {
+  const blob = await downloadFile({ ...where, path, xet: false });
+  if (!blob) return null;
+  return {
+    path,
+    size: blob.size,
+    async read(start, end) {
+      const buf = new Uint8Array(await blob.slice(start, end).arrayBuffer());
+      if (buf.byteLength !== end - start) {
+        throw new Error(
+          `${path}: asked for ${end - start} bytes at ${start}, got ${buf.byteLength}`,
+        );
+      }
+      return buf;
+    },
+    stream: (start, end) => blob.slice(start, end).stream(),
+  };
+}
+
+/**
+ * The fetch of an upload. Large files go up as PUTs of a file-backed Blob; re-sending it as a
+ * counted stream with an explicit length gives byte-level progress without reading the file into
+ * memory.
+ */
+function countingUploads(
+  baseFetch: typeof fetch,
+  o: {
+    readonly signal?: AbortSignal | undefined;
+    readonly onBytes?: ((n: number) => void) | undefined;
+  },
+): typeof fetch {
+  let sent = 0;
+  return async (input, init) => {
+    const body = init?.body;
+    if (init?.method === "PUT" && body instanceof Blob) {
+      const counted = body.stream().pipeThrough(
+        new TransformStream<Uint8Array, Uint8Array>({
+          transform(chunk, controller) {
+            sent += chunk.byteLength;
+            o.onBytes?.(sent);
+            controller.enqueue(chunk);
+          },
+        }),
+      );
+      const headers = new Headers(init.headers);
+      headers.set("content-length", String(body.size));
+      return baseFetch(input, {
+        ...init,
+        body: counted,
+        headers,
+        duplex: "half",
+        ...(o.signal ? { signal: o.signal } : {}),
+      } as RequestInit);
+    }
+    return baseFetch(input, o.signal ? { ...init, signal: o.signal } : init);
+  };
+}
+
+/** One commit of `files` to the repo `id`, with byte progress; the files that failed are named. */
+async function uploadFiles(
+  opts: HubClientOptions,
+  baseFetch: typeof fetch,
+  ...[id, files, o]: Parameters<HubClient["upload"]>
+): ReturnType<HubClient["upload"]> {
+  const token = opts.token();
+  if (!token) throw new Error("no model-hub token configured");
+  const operations: CommitOperation[] = await Promise.all(
+    files.map(async (f) => ({
+      operation: "addOrUpdate" as const,
+      path: f.path,
+      content: "localPath" in f ? await FileSliceBlob.open(f.localPath) : new Blob([f.text]),
+    })),
+  );
+  const countingFetch = countingUploads(baseFetch, o);
+  const iter = commitIter({
+    repo: { type: "model", name: id },
+    accessToken: token,
+    ...(opts.hubUrl ? { hubUrl: opts.hubUrl } : {}),
+    operations,
+    title: o.title,
+    useXet: false,
+    fetch: countingFetch,
+    ...(o.signal ? { abortSignal: o.signal } : {}),
+  });
+  const failed: string[] = [];
+  let res = await iter.next();
+  while (!res.done) {
+    const ev = res.value;
+    if (ev.event === "phase") o.onPhase?.(ev.phase);
+    else if (ev.state === "error") {
+      failed.push(ev.path);
+    }
+    res = await iter.next();
+  }
+  if (failed.length > 0) throw new Error(`upload failed for ${failed.join(", ")}`);
+  return { commit: res.value?.commit.oid ?? null };
+}
+
+/** A model's card data and file list (null when the hub has no such model). */
+async function modelInfoOf(
+  where: { hubUrl?: string; accessToken?: string },
+  id: RepoId,
+  f: typeof fetch,
+): ReturnType<HubClient["modelInfo"]> {
+  try {
+    const info = await modelInfo({
+      ...where,
+      name: id,
+      additionalFields: ["cardData", "filePaths"],
+      fetch: f,
+    });
+    const card = info.cardData as unknown;
+    return {
+      id: parseRepoId(info.name) ?? id,
+      cardData:
+        card && typeof card === "object" && !Array.isArray(card)
+          ? (card as Record<string, unknown>)
+          : null,
+      files: info.filePaths ?? [],
+    };
+  } catch (err) {
+    if (isMissing(err)) return null;
+    throw err;
+  }
 }
