@@ -281,133 +281,185 @@ function spend<T>(budget: Budget, cap: number, f: (b: Budget) => T): T {
  * near-Hamiltonian search, and when k equals the component a node left with fewer than two usable
  * neighbours cuts the branch. Cost is at most O(budget) whatever the graph.
  */
+/** Rings of one node: each allowed node alone (k = 1). */
+function singleNodes(
+  o: CycleSearchOptions,
+  limit: number,
+  ok: (v: number) => boolean,
+): CycleSearchOutcome {
+  let found = 0;
+  for (let s = 0; s < limit; s++) {
+    if (!ok(s)) continue;
+    if (o.budget.left-- <= 0) return { found, exhausted: true, stopped: false };
+    if (o.cut?.(o.weight?.(s) ?? 0, 0, s)) continue;
+    found++;
+    if (o.visit([s])) return { found, exhausted: false, stopped: true };
+  }
+  return { found, exhausted: false, stopped: false };
+}
+
+/**
+ * Breadth-first from s over allowed ranks >= s: `dist` holds each node's hop count (-1 when not
+ * reached), `queue` the nodes reached in order; returns how many were reached.
+ */
+function reachFrom(
+  g: LinkGraph,
+  s: number,
+  ok: (v: number) => boolean,
+  dist: Int32Array,
+  queue: Int32Array,
+  budget: CycleSearchOptions["budget"],
+): number {
+  dist.fill(-1);
+  dist[s] = 0;
+  let head = 0;
+  let tail = 0;
+  queue[tail++] = s;
+  while (head < tail) {
+    const v = queue[head++]!;
+    const nb = g.adj[v]!;
+    budget.left -= nb.length;
+    for (let i = 0; i < nb.length; i++) {
+      const w = nb[i]!;
+      if (w < s || !ok(w) || dist[w] !== -1) continue;
+      dist[w] = dist[v]! + 1;
+      queue[tail++] = w;
+    }
+  }
+  return tail;
+}
+
 function depthFirst(g: LinkGraph, o: CycleSearchOptions): CycleSearchOutcome {
-  const { k, budget, visit, within } = o;
+  const { k, budget, within } = o;
   const limit = Math.min(o.limit, g.n);
   const ok = (v: number) => v < limit && (!within || within[v] === 1);
-  let found = 0;
-  if (k < 1 || limit < k) return { found, exhausted: false, stopped: false };
-  if (k === 1) {
-    for (let s = 0; s < limit; s++) {
-      if (!ok(s)) continue;
-      if (budget.left-- <= 0) return { found, exhausted: true, stopped: false };
-      if (o.cut?.(o.weight?.(s) ?? 0, 0, s)) continue;
-      found++;
-      if (visit([s])) return { found, exhausted: false, stopped: true };
-    }
-    return { found, exhausted: false, stopped: false };
-  }
-
-  const dist = new Int32Array(limit);
-  const onPath = new Uint8Array(limit);
-  const options = new Int32Array(limit); // unvisited allowed neighbours, Warnsdorff mode only
-  const path: number[] = [];
-  const queue = new Int32Array(limit);
-  let exhausted = false;
-  let stopped = false;
-
-  for (let s = 0; s <= limit - k && !exhausted && !stopped; s++) {
+  if (k < 1 || limit < k) return { found: 0, exhausted: false, stopped: false };
+  if (k === 1) return singleNodes(o, limit, ok);
+  const search: RingSearch = {
+    g,
+    o,
+    ok,
+    dist: new Int32Array(limit),
+    onPath: new Uint8Array(limit),
+    options: new Int32Array(limit), // unvisited allowed neighbours, Warnsdorff mode only
+    path: [],
+    queue: new Int32Array(limit),
+    found: 0,
+    exhausted: false,
+    stopped: false,
+  };
+  for (let s = 0; s <= limit - k && !search.exhausted && !search.stopped; s++) {
     if (!ok(s) || o.cut?.(o.weight?.(s) ?? 0, k - 1, s)) continue;
-    // BFS from s over allowed ranks >= s.
-    dist.fill(-1);
-    dist[s] = 0;
-    let head = 0;
-    let tail = 0;
-    queue[tail++] = s;
-    while (head < tail) {
-      const v = queue[head++]!;
-      const nb = g.adj[v]!;
-      budget.left -= nb.length;
-      for (let i = 0; i < nb.length; i++) {
-        const w = nb[i]!;
-        if (w < s || !ok(w) || dist[w] !== -1) continue;
-        dist[w] = dist[v]! + 1;
-        queue[tail++] = w;
-      }
-    }
+    const comp = reachFrom(g, s, ok, search.dist, search.queue, budget);
     if (budget.left <= 0) {
-      exhausted = true;
+      search.exhausted = true;
       break;
     }
-    const comp = tail;
     if (comp < k) continue;
-    const warnsdorff = k > 2 && 2 * k > comp;
-    const hamiltonian = k > 2 && k === comp;
-    if (warnsdorff) {
-      for (let q = 0; q < comp; q++) {
-        const v = queue[q]!;
-        let c = 0;
-        for (const w of g.adj[v]!) if (w > s && dist[w] !== -1 && ok(w)) c++;
-        options[v] = c;
-        budget.left -= g.adj[v]!.length;
+    ringsFrom(search, s, comp);
+  }
+  return { found: search.found, exhausted: search.exhausted, stopped: search.stopped };
+}
+
+/** The state of one search for rings: the graph and options, its buffers, and how far it got. */
+interface RingSearch {
+  readonly g: LinkGraph;
+  readonly o: CycleSearchOptions;
+  readonly ok: (v: number) => boolean;
+  /** Hops from the current start (-1: not reached). */
+  readonly dist: Int32Array;
+  readonly onPath: Uint8Array;
+  readonly options: Int32Array;
+  readonly path: number[];
+  readonly queue: Int32Array;
+  found: number;
+  exhausted: boolean;
+  stopped: boolean;
+}
+
+/**
+ * The rings whose lowest rank is s (its component of `comp` nodes reached): depth first, in
+ * Warnsdorff order when the ring covers most of the component, with the Hamiltonian dead-end check
+ * when it covers all of it.
+ */
+function ringsFrom(st: RingSearch, s: number, comp: number): void {
+  const { g, o, ok, dist, onPath, options, path, queue } = st;
+  const { k, budget, visit } = o;
+  const warnsdorff = k > 2 && 2 * k > comp;
+  const hamiltonian = k > 2 && k === comp;
+  if (warnsdorff) {
+    for (let q = 0; q < comp; q++) {
+      const v = queue[q]!;
+      let c = 0;
+      for (const w of g.adj[v]!) if (w > s && dist[w] !== -1 && ok(w)) c++;
+      options[v] = c;
+      budget.left -= g.adj[v]!.length;
+    }
+  }
+  // Below, a node w is in play when w > s, ok(w) and dist[w] !== -1 (reached from s).
+  const enter = (v: number, delta: number) => {
+    onPath[v] = delta > 0 ? 1 : 0;
+    if (!warnsdorff) return;
+    for (const w of g.adj[v]!) if (w > s && ok(w) && dist[w] !== -1) options[w]! -= delta;
+  };
+  // Hamiltonian mode: every unvisited node must keep two usable neighbours (unvisited, the new end, s).
+  const deadEnd = (end: number, prev: number): boolean => {
+    for (const base of [end, prev]) {
+      budget.left -= g.adj[base]!.length;
+      for (const u of g.adj[base]!) {
+        if (u <= s || !ok(u) || dist[u] === -1 || onPath[u]) continue;
+        const usable =
+          options[u]! + (g.rtt(u, end) !== undefined ? 1 : 0) + (dist[u] === 1 ? 1 : 0);
+        if (usable < 2) return true;
       }
     }
-    // Below, a node w is in play when w > s, ok(w) and dist[w] !== -1 (reached from s).
-    const enter = (v: number, delta: number) => {
-      onPath[v] = delta > 0 ? 1 : 0;
-      if (!warnsdorff) return;
-      for (const w of g.adj[v]!) if (w > s && ok(w) && dist[w] !== -1) options[w]! -= delta;
-    };
-    // Hamiltonian mode: every unvisited node must keep two usable neighbours (unvisited, the new end, s).
-    const deadEnd = (end: number, prev: number): boolean => {
-      for (const base of [end, prev]) {
-        budget.left -= g.adj[base]!.length;
-        for (const u of g.adj[base]!) {
-          if (u <= s || !ok(u) || dist[u] === -1 || onPath[u]) continue;
-          const usable =
-            options[u]! + (g.rtt(u, end) !== undefined ? 1 : 0) + (dist[u] === 1 ? 1 : 0);
-          if (usable < 2) return true;
-        }
-      }
-      return false;
-    };
+    return false;
+  };
 
-    let weight = o.weight?.(s) ?? 0;
-    path.push(s);
-    onPath[s] = 1;
-    const dfs = (): void => {
-      const depth = path.length;
-      const last = path[depth - 1]!;
-      const nb = g.adj[last]!;
-      budget.left -= nb.length;
-      if (budget.left <= 0) {
-        exhausted = true;
-        return;
+  let weight = o.weight?.(s) ?? 0;
+  path.push(s);
+  onPath[s] = 1;
+  const dfs = (): void => {
+    const depth = path.length;
+    const last = path[depth - 1]!;
+    const nb = g.adj[last]!;
+    budget.left -= nb.length;
+    if (budget.left <= 0) {
+      st.exhausted = true;
+      return;
+    }
+    // After adding v, `rest` nodes remain to add and the ring must then close back to s.
+    const rest = k - depth - 1;
+    const cands: number[] = [];
+    for (let i = 0; i < nb.length; i++) {
+      const v = nb[i]!;
+      if (v <= s || !ok(v) || onPath[v] || dist[v] === -1 || dist[v]! > rest + 1) continue;
+      // Close each ring in one direction only: its last node ranks after its second.
+      if (rest === 0 && k > 2 && v < path[1]!) continue;
+      cands.push(v);
+    }
+    if (warnsdorff && cands.length > 1) cands.sort((x, y) => options[x]! - options[y]! || x - y);
+    for (const v of cands) {
+      if (st.exhausted || st.stopped) return;
+      const w = o.weight?.(v) ?? 0;
+      if (o.cut?.(weight + w, rest, s)) continue;
+      path.push(v);
+      enter(v, 1);
+      weight += w;
+      if (rest === 0) {
+        st.found++;
+        if (visit(path)) st.stopped = true;
+      } else if (!(hamiltonian && deadEnd(v, last))) {
+        dfs();
       }
-      // After adding v, `rest` nodes remain to add and the ring must then close back to s.
-      const rest = k - depth - 1;
-      const cands: number[] = [];
-      for (let i = 0; i < nb.length; i++) {
-        const v = nb[i]!;
-        if (v <= s || !ok(v) || onPath[v] || dist[v] === -1 || dist[v]! > rest + 1) continue;
-        // Close each ring in one direction only: its last node ranks after its second.
-        if (rest === 0 && k > 2 && v < path[1]!) continue;
-        cands.push(v);
-      }
-      if (warnsdorff && cands.length > 1) cands.sort((x, y) => options[x]! - options[y]! || x - y);
-      for (const v of cands) {
-        if (exhausted || stopped) return;
-        const w = o.weight?.(v) ?? 0;
-        if (o.cut?.(weight + w, rest, s)) continue;
-        path.push(v);
-        enter(v, 1);
-        weight += w;
-        if (rest === 0) {
-          found++;
-          if (visit(path)) stopped = true;
-        } else if (!(hamiltonian && deadEnd(v, last))) {
-          dfs();
-        }
-        weight -= w;
-        enter(v, -1);
-        path.pop();
-      }
-    };
-    dfs();
-    path.pop();
-    onPath[s] = 0;
-  }
-  return { found, exhausted, stopped };
+      weight -= w;
+      enter(v, -1);
+      path.pop();
+    }
+  };
+  dfs();
+  path.pop();
+  onPath[s] = 0;
 }
 
 /**
