@@ -465,6 +465,48 @@ function largest(p: Prepared, limit: number): number {
   return p.blocks(limit).reduce((m, b) => Math.max(m, b.length), 0);
 }
 
+/**
+ * Memory proofs: how many of the ranked nodes can hold the smallest possible share, the total that
+ * k nodes must hold (the shares' requirements always sum to it), and whether k nodes cannot.
+ */
+function memoryBounds(p: Prepared, k: number, sharding: Sharding) {
+  const n = p.ranked.length;
+  const smallest = sharding === "Tensor" ? 1 / k : 1 / p.model.layers;
+  const floor = estimateNodeRequirement(p.model, smallest, p.mem).required_bytes;
+  let eligible = 0;
+  while (eligible < n && fits(floor, p.ranked[eligible]!.free_bytes)) eligible++;
+  const need = p.model.weight_bytes * p.mem.overheadFactor + p.kvBytes + k * p.mem.runnerBytes;
+  const shortInTotal = k > 1 && p.prefix[k]! <= need;
+  const hopeless = eligible < k || p.prefix[k]! <= need;
+  const totalNote = shortInTotal
+    ? `; the ${k} nodes with most free memory have ${gb(p.prefix[k]!)} GB free in total but ${k} shares need ${gb(need)} GB`
+    : "";
+  return { eligible, need, hopeless, totalNote };
+}
+
+/** Accepts the best fitting ring, improved by 2-opt for rings of 4 to TWO_OPT_MAX nodes when that helps. */
+function acceptImproved(
+  p: Prepared,
+  g: Parameters<typeof evaluate>[1],
+  fit: Evaluated,
+  k: number,
+  sharding: Sharding,
+): PlacementResult {
+  if (k < 4 || k > TWO_OPT_MAX) return accept(p, fit);
+  const tuned = evaluate(p, g, orient(improveRing(g, fit.ring)), sharding);
+  return accept(p, tuned.fits && !better(p, fit, tuned) ? tuned : fit);
+}
+
+/** No 2-connected block of the link graph holds k nodes: no ring of k can exist. */
+function noRingRefusal(p: Prepared, k: number, n: number): PlacementResult {
+  return refusal(
+    "no_cycle",
+    k === 2
+      ? `no two of the ${n} candidate node(s) are linked in the measured link graph; 2 nodes need a direct link`
+      : `no connected cycle of ${k} nodes exists in the measured link graph: the largest group of candidates joined by two independent paths has ${largest(p, n)} node(s) (of ${n})`,
+  );
+}
+
 function solve(p: Prepared, k: number, sharding: Sharding): PlacementResult {
   const early = precheck(p, k, sharding);
   if (early) return early;
@@ -472,28 +514,10 @@ function solve(p: Prepared, k: number, sharding: Sharding): PlacementResult {
   const g = k === 1 ? p.nodesOnly() : p.graph();
 
   // Topology proof: a ring of k >= 2 nodes lies inside one 2-connected block (a link, for k = 2).
-  if (k > 1 && largest(p, n) < k) {
-    return refusal(
-      "no_cycle",
-      k === 2
-        ? `no two of the ${n} candidate node(s) are linked in the measured link graph; 2 nodes need a direct link`
-        : `no connected cycle of ${k} nodes exists in the measured link graph: the largest group of candidates joined by two independent paths has ${largest(p, n)} node(s) (of ${n})`,
-    );
-  }
+  if (k > 1 && largest(p, n) < k) return noRingRefusal(p, k, n);
 
-  // Memory proofs: nodes that cannot hold the smallest possible share, and the total that k nodes
-  // must hold (the shares' requirements always sum to it).
-  const smallest = sharding === "Tensor" ? 1 / k : 1 / p.model.layers;
-  const floor = estimateNodeRequirement(p.model, smallest, p.mem).required_bytes;
-  let eligible = 0;
-  while (eligible < n && fits(floor, p.ranked[eligible]!.free_bytes)) eligible++;
-  const need = p.model.weight_bytes * p.mem.overheadFactor + p.kvBytes + k * p.mem.runnerBytes;
+  const { eligible, need, hopeless, totalNote } = memoryBounds(p, k, sharding);
   const topK = Array.from({ length: k }, (_, i) => i);
-  const shortInTotal = k > 1 && p.prefix[k]! <= need;
-  const hopeless = eligible < k || p.prefix[k]! <= need;
-  const totalNote = shortInTotal
-    ? `; the ${k} nodes with most free memory have ${gb(p.prefix[k]!)} GB free in total but ${k} shares need ${gb(need)} GB`
-    : "";
 
   let bestFit: Evaluated | null = null;
   let bestMiss: Evaluated | null = null;
@@ -525,11 +549,7 @@ function solve(p: Prepared, k: number, sharding: Sharding): PlacementResult {
       },
     });
     const fit = bestFit as Evaluated | null;
-    if (fit) {
-      if (k < 4 || k > TWO_OPT_MAX) return accept(p, fit);
-      const tuned = evaluate(p, g, orient(improveRing(g, fit.ring)), sharding);
-      return accept(p, tuned.fits && !better(p, fit, tuned) ? tuned : fit);
-    }
+    if (fit) return acceptImproved(p, g, fit, k, sharding);
     const miss = bestMiss as Evaluated | null;
     if (miss) return memoryRefusal(p, miss, totalNote);
     exhausted = first.exhausted;
