@@ -56,87 +56,110 @@ const accept = (events: ControlEvent[] = []): CommandDecision => ({ ok: true, ev
 const refuse = (error: ServiceError): CommandDecision => ({ ok: false, error });
 
 /**
+ * PlaceInstance: every rank on a member, the model registered, and (the same pure check as the
+ * gateway's, against this replica) the memory still there; then the instance, and its deployment
+ * replacing the model's deployments that failed everywhere.
+ */
+function decidePlace(
+  s: ControlState,
+  cmd: Extract<Command, { type: "PlaceInstance" }>,
+  ctx: DecideContext,
+): CommandDecision {
+  for (const a of cmd.instance.assignments) {
+    if (!own(s.members, a.node_id)) {
+      return refuse(
+        new ServiceError("conflict", `node ${a.node_id} is not a member of this session`),
+      );
+    }
+  }
+  const model = own(s.models, cmd.instance.model_id);
+  if (!model) {
+    return refuse(
+      new ServiceError("model_not_found", `model ${cmd.instance.model_id} is not registered`),
+    );
+  }
+  // The gateway decided from its own view; this replica may already hold an instance placed
+  // through another node since. The same pure check, here, settles who gets the memory.
+  const refused = checkInstance(s, ctx.reports, cmd.instance, model, ctx.memory);
+  if (refused) {
+    return refuse(refusalError(refused));
+  }
+  const events: ControlEvent[] = [{ type: "InstancePlaced", instance: cmd.instance }];
+  if (cmd.deployment) {
+    // A new placement of a model replaces its deployments that failed everywhere they were tried.
+    for (const d of Object.values(s.deployments))
+      if (d.model_id === cmd.instance.model_id && d.status === "Failed")
+        events.push({
+          type: "DeploymentDeleted",
+          deployment_id: d.deployment_id,
+          reason: "superseded by a new placement of the model",
+        });
+    // Exclusions are kept by peer key: node ids change with every session.
+    const excluded = new Set(cmd.deployment.excluded_nodes);
+    events.push({
+      type: "DeploymentCreated",
+      deployment: {
+        deployment_id: ctx.newId("deployment"),
+        model_id: cmd.instance.model_id,
+        min_nodes: cmd.deployment.min_nodes,
+        sharding: cmd.deployment.sharding,
+        ...(cmd.deployment.embeddings ? { embeddings: true } : {}),
+        ...(cmd.deployment.replica_set ? { replica_set: cmd.deployment.replica_set } : {}),
+        excluded_peer_keys: Object.values(s.members)
+          .filter((m) => excluded.has(m.node_id))
+          .map((m) => m.peer_key),
+        created_at: ctx.now,
+        instance_id: cmd.instance.instance_id,
+        status: "Placed",
+      },
+    });
+  }
+  return accept(events);
+}
+
+/**
+ * DeleteInstance: its deployments go (also while Pending, its instance gone), its open tasks fail,
+ * then the instance.
+ */
+function decideDelete(
+  s: ControlState,
+  cmd: Extract<Command, { type: "DeleteInstance" }>,
+  ctx: DecideContext,
+): CommandDecision {
+  // Deleting the instance deletes the intent, also while it is Pending (its instance gone).
+  const events: ControlEvent[] = Object.values(s.deployments)
+    .filter((d) => d.instance_id === cmd.instance_id)
+    .map((d) => ({
+      type: "DeploymentDeleted",
+      deployment_id: d.deployment_id,
+      reason: `instance ${cmd.instance_id} deleted by request`,
+    }));
+  if (!own(s.instances, cmd.instance_id)) {
+    if (events.length > 0) return accept(events);
+    return refuse(new ServiceError("not_found", `no instance ${cmd.instance_id}`));
+  }
+  for (const t of ctx.tasksOf?.(cmd.instance_id) ?? []) {
+    events.push({ type: "TaskFailed", task_id: t.task_id, reason: "instance deleted" });
+  }
+  events.push({
+    type: "InstanceDeleted",
+    instance_id: cmd.instance_id,
+    reason: "deleted by request",
+  });
+  return accept(events);
+}
+
+/**
  * Every event is decided against `state` as it was before the command: the events of one command
  * never depend on each other's application. Refusals emit nothing.
  */
 export function decide(state: ControlState, cmd: Command, ctx: DecideContext): CommandDecision {
   const s = state;
   switch (cmd.type) {
-    case "PlaceInstance": {
-      for (const a of cmd.instance.assignments) {
-        if (!own(s.members, a.node_id)) {
-          return refuse(
-            new ServiceError("conflict", `node ${a.node_id} is not a member of this session`),
-          );
-        }
-      }
-      const model = own(s.models, cmd.instance.model_id);
-      if (!model) {
-        return refuse(
-          new ServiceError("model_not_found", `model ${cmd.instance.model_id} is not registered`),
-        );
-      }
-      // The gateway decided from its own view; this replica may already hold an instance placed
-      // through another node since. The same pure check, here, settles who gets the memory.
-      const refused = checkInstance(s, ctx.reports, cmd.instance, model, ctx.memory);
-      if (refused) {
-        return refuse(refusalError(refused));
-      }
-      const events: ControlEvent[] = [{ type: "InstancePlaced", instance: cmd.instance }];
-      if (cmd.deployment) {
-        // A new placement of a model replaces its deployments that failed everywhere they were tried.
-        for (const d of Object.values(s.deployments))
-          if (d.model_id === cmd.instance.model_id && d.status === "Failed")
-            events.push({
-              type: "DeploymentDeleted",
-              deployment_id: d.deployment_id,
-              reason: "superseded by a new placement of the model",
-            });
-        // Exclusions are kept by peer key: node ids change with every session.
-        const excluded = new Set(cmd.deployment.excluded_nodes);
-        events.push({
-          type: "DeploymentCreated",
-          deployment: {
-            deployment_id: ctx.newId("deployment"),
-            model_id: cmd.instance.model_id,
-            min_nodes: cmd.deployment.min_nodes,
-            sharding: cmd.deployment.sharding,
-            ...(cmd.deployment.embeddings ? { embeddings: true } : {}),
-            ...(cmd.deployment.replica_set ? { replica_set: cmd.deployment.replica_set } : {}),
-            excluded_peer_keys: Object.values(s.members)
-              .filter((m) => excluded.has(m.node_id))
-              .map((m) => m.peer_key),
-            created_at: ctx.now,
-            instance_id: cmd.instance.instance_id,
-            status: "Placed",
-          },
-        });
-      }
-      return accept(events);
-    }
-    case "DeleteInstance": {
-      // Deleting the instance deletes the intent, also while it is Pending (its instance gone).
-      const events: ControlEvent[] = Object.values(s.deployments)
-        .filter((d) => d.instance_id === cmd.instance_id)
-        .map((d) => ({
-          type: "DeploymentDeleted",
-          deployment_id: d.deployment_id,
-          reason: `instance ${cmd.instance_id} deleted by request`,
-        }));
-      if (!own(s.instances, cmd.instance_id)) {
-        if (events.length > 0) return accept(events);
-        return refuse(new ServiceError("not_found", `no instance ${cmd.instance_id}`));
-      }
-      for (const t of ctx.tasksOf?.(cmd.instance_id) ?? []) {
-        events.push({ type: "TaskFailed", task_id: t.task_id, reason: "instance deleted" });
-      }
-      events.push({
-        type: "InstanceDeleted",
-        instance_id: cmd.instance_id,
-        reason: "deleted by request",
-      });
-      return accept(events);
-    }
+    case "PlaceInstance":
+      return decidePlace(s, cmd, ctx);
+    case "DeleteInstance":
+      return decideDelete(s, cmd, ctx);
     case "RegisterModel": {
       const prev = own(s.models, cmd.model.model_id);
       if (prev && JSON.stringify(prev) === JSON.stringify(cmd.model)) return accept();
