@@ -81,7 +81,9 @@ export async function clusterTraceStats(
   if (local) return { found: true, stats: local, foundOn: self.name, unreachable: [] };
   const peers = o.peers();
   const answers = await Promise.all(
-    peers.map((p) => askPeer(p, `/v1/traces/${encodeURIComponent(taskId)}/stats`, TraceStatsSchema, o)),
+    peers.map((p) =>
+      askPeer(p, `/v1/traces/${encodeURIComponent(taskId)}/stats`, TraceStatsSchema, o),
+    ),
   );
   const unreachable: Unreachable[] = [];
   let hit: { stats: TraceStats; foundOn: string } | undefined;
