@@ -1,7 +1,7 @@
 // buildNode: one node's components, built from their config sections, started in order and wired
 // into the API. It is the one place that says what a node is made of; node.ts adds the process
-// around it (the nats-server, the listening socket, drain and stop) and fuzz.test.ts serves the
-// same API over a scripted cluster.
+// around it (the nats-server, the listening socket, drain and stop); the API's composition is
+// node-api.ts, which fuzz.test.ts also serves over a scripted cluster.
 import { randomBytes } from "node:crypto";
 import type { Hono } from "hono";
 import type { Bus } from "@ic/bus";
@@ -10,19 +10,18 @@ import type { ClusterSecret, Config, ResolvedTls } from "@ic/config";
 import { stagingFor } from "@ic/config";
 import { dashboardComponent } from "@ic/dashboard";
 import { eventLogComponent } from "@ic/eventlog";
-import type { Disk } from "@ic/eventlog";
 import { engineAuth, RequestLoad } from "@ic/gateway";
 import { ComponentStack, TokenSet } from "@ic/http";
 import type { Component } from "@ic/http";
 import { processLogTail } from "@ic/log";
-import type { LogTail, Logger } from "@ic/log";
+import type { Logger } from "@ic/log";
 import type { ClusterView, PeerApis, PeerView } from "@ic/protocol";
 import { LiveStagingSettings, stagingSettings } from "@ic/staging";
 import { createHubSource, storeComponent, storeHostComponent } from "@ic/store";
 import { tracingComponent } from "@ic/tracing";
 import { engineComponent, telemetryComponent, workerComponent } from "@ic/worker";
 import type { Worker } from "@ic/worker";
-import type { ClusterPort, EngineComponent, TelemetryReader } from "@ic/worker";
+import type { ClusterPort } from "@ic/worker";
 import { healthRoutes } from "./health-route.ts";
 import type { NodePhase } from "./health-route.ts";
 import { LoopMonitor } from "./loop-monitor.ts";
@@ -34,7 +33,7 @@ import { ConfigReloader, reloadRoutes, withNodeToken } from "./reload.ts";
 import type { SecurityHealth } from "./security-health.ts";
 import { StoreStager } from "./store-stager.ts";
 
-/** What the components ask of the cluster agent (a ClusterAgent; a scripted one in fuzz.test.ts). */
+/** What the components ask of the cluster agent (node.ts passes its ClusterAgent). */
 export type NodeCluster = ClusterView &
   ClusterPort &
   WatchAgent &
@@ -73,11 +72,6 @@ export interface NodeDeps<C extends NodeCluster> {
   readonly hooks?: NodeHooks;
   /** Renewed certificates for the API's new connections (a reload). */
   readonly applyTls?: (next: ResolvedTls) => void;
-  /** Seams for serving the API without an engine or a real disk (fuzz.test.ts). */
-  readonly engine?: EngineComponent;
-  readonly readTelemetry?: TelemetryReader;
-  readonly disk?: Disk;
-  readonly logTail?: LogTail;
 }
 
 export interface BuiltNode<C extends NodeCluster> {
@@ -201,16 +195,13 @@ async function compose<C extends NodeCluster>(
 async function startLocal<C extends NodeCluster>(scope: Scope<C>) {
   const { cfg, deps, stack } = scope;
   const { log, peerKey, secret } = deps;
-  const events = await stack.start(
-    eventLogComponent(cfg.event_log, { log, ...(deps.disk ? { disk: deps.disk } : {}) }),
-  );
+  const events = await stack.start(eventLogComponent(cfg.event_log, { log }));
   const engine = await stack.start(
-    deps.engine ??
-      engineComponent(cfg.engine, {
-        log,
-        tls: cfg.tls ? { certFile: cfg.tls.cert_file, keyFile: cfg.tls.key_file } : undefined,
-        onTlsProbe: (r) => deps.security.engineTls(r),
-      }),
+    engineComponent(cfg.engine, {
+      log,
+      tls: cfg.tls ? { certFile: cfg.tls.cert_file, keyFile: cfg.tls.key_file } : undefined,
+      onTlsProbe: (r) => deps.security.engineTls(r),
+    }),
   );
   const telemetry = (
     await stack.start(
@@ -226,7 +217,6 @@ async function startLocal<C extends NodeCluster>(scope: Scope<C>) {
             peer_key: p.heartbeat.peer_key,
             api_url: p.heartbeat.api_url,
           })),
-        ...(deps.readTelemetry ? { read: deps.readTelemetry } : {}),
       }),
     )
   ).collector;
@@ -346,7 +336,7 @@ async function startServices<C extends NodeCluster>(
         logFileOf: (id, rank) => worker()?.supervisorFor(id, rank)?.spec.logFile,
       },
       peers,
-      logTail: deps.logTail ?? processLogTail(),
+      logTail: processLogTail(),
     }),
   );
   const store = await stack.start(

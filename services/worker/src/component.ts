@@ -12,10 +12,7 @@ import { LinkProber } from "./links.ts";
 import type { LinkTarget } from "./links.ts";
 import type { ClusterPort, Stager } from "./ports.ts";
 import { TelemetryCollector } from "./telemetry.ts";
-import type { TelemetryReading } from "./telemetry.ts";
 
-/** Takes one telemetry reading (the host's by default). */
-export type TelemetryReader = () => Promise<TelemetryReading>;
 import { Worker } from "./worker.ts";
 
 type EngineSection = Config["engine"];
@@ -90,20 +87,16 @@ export function telemetryComponent(
     readonly peerKey: string;
     /** The live peers to measure links to (this node excluded). */
     readonly peers: () => readonly LinkTarget[];
-    readonly read?: TelemetryReader;
   },
 ): TelemetryComponent {
-  const collector = new TelemetryCollector(
-    {
-      log: o.log,
-      engine: o.engine,
-      declaredBackend: node.backend,
-      modelsPath: o.modelsPath,
-      intervalMs: o.heartbeatMs,
-      memoryLimitBytes: node.memory_limit_gb !== undefined ? node.memory_limit_gb * GiB : undefined,
-    },
-    o.read,
-  );
+  const collector = new TelemetryCollector({
+    log: o.log,
+    engine: o.engine,
+    declaredBackend: node.backend,
+    modelsPath: o.modelsPath,
+    intervalMs: o.heartbeatMs,
+    memoryLimitBytes: node.memory_limit_gb !== undefined ? node.memory_limit_gb * GiB : undefined,
+  });
   const links = new LinkProber(1000);
   let unechoed: (() => void) | undefined;
   let probe: NodeJS.Timeout | undefined;

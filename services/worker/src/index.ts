@@ -22,6 +22,5 @@ export {
   workerComponent,
   type EngineComponent,
   type TelemetryComponent,
-  type TelemetryReader,
   type WorkerComponent,
 } from "./component.ts";
