@@ -539,12 +539,12 @@ export class StagingClient implements AsyncDisposable {
   }
 
   /**
-   * The fill and commit steps of staging: the record (incomplete) first, so a crash leaves a copy
-   * that resumes; then every file fetched, resumed, linked or reused and verified (executeFill);
-   * files the manifest no longer names removed; and the record marked complete. The copy is still
-   * marked downloading here, so no eviction pass can delete it while it is finalized.
+   * The fill step of a copy (store or hub): the record (incomplete) first, so a crash leaves a copy
+   * that resumes; then every file fetched, resumed, linked or reused and verified (executeFill).
+   * commitCopy follows. The copy is still marked downloading meanwhile, so no eviction pass can
+   * delete it while it is finalized.
    */
-  private async fillAndCommit(
+  private async fillCopy(
     dir: string,
     record: StagingRecord,
     plan: FillPlan,
@@ -555,7 +555,7 @@ export class StagingClient implements AsyncDisposable {
     await mkdir(dir, { recursive: true });
     await writeRecord(dir, record);
     const modelId = record.model_id;
-    const stats = await executeFill({
+    return executeFill({
       idleTimeoutMs: this.opts.transferIdleTimeoutMs,
       dir,
       plan,
@@ -563,14 +563,6 @@ export class StagingClient implements AsyncDisposable {
       open,
       onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
     });
-    await removeStale(
-      dir,
-      record.files.map((f) => f.path),
-      [RECORD_FILE],
-    );
-    const now = this.clock.now();
-    await writeRecord(dir, { ...record, complete: true, last_used_ms: now, completed_at_ms: now });
-    return stats;
   }
 
   /**
@@ -668,7 +660,7 @@ export class StagingClient implements AsyncDisposable {
         },
         "staging admitted",
       );
-      stats = await this.fillAndCommit(
+      stats = await this.fillCopy(
         dir,
         record,
         plan,
@@ -676,6 +668,7 @@ export class StagingClient implements AsyncDisposable {
         options,
         signal,
       );
+      await commitCopy(dir, record, stats, this.clock.now());
     } catch (e) {
       if (e instanceof LinkFailedError) {
         this.log.warn({ modelId, err: e }, "hardlink failed; admitting again as a copy");
@@ -740,19 +733,17 @@ export class StagingClient implements AsyncDisposable {
     };
     let stats: FillStats;
     try {
-      await mkdir(dir, { recursive: true });
-      await writeRecord(dir, record);
       const byPath = new Map(listing.files.map((f) => [f.path, f]));
-      stats = await executeFill({
-        idleTimeoutMs: this.opts.transferIdleTimeoutMs,
+      stats = await this.fillCopy(
         dir,
+        record,
         plan,
+        // At the commit the listing named, so a moving branch cannot mix two versions.
+        (file) => (offset, sig) =>
+          hub.source.open(modelId, byPath.get(file.path) ?? file, offset, sig, listing.revision),
+        options,
         signal,
-        open: (file) => (offset, s) =>
-          // At the commit the listing named, so a moving branch cannot mix two versions.
-          hub.source.open(modelId, byPath.get(file.path) ?? file, offset, s, listing.revision),
-        onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
-      });
+      );
     } catch (e) {
       return this.transferFailure(modelId, e);
     }
