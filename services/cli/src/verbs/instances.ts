@@ -1,0 +1,130 @@
+// The verbs about instances: ic place (and wait until it serves), previews, rm, chat.
+import { ApiError, Client } from "../client.ts";
+import { intOption, UsageError } from "../args.ts";
+import type { Parsed } from "../args.ts";
+import { bytes, table } from "../format.ts";
+import { instanceId, nodeNamer, print, waitServing } from "./common.ts";
+import type { Io } from "./common.ts";
+
+export async function verbPlace(p: Parsed, c: Client, io: Io): Promise<number> {
+  const sharding = (p.values["sharding"] as string | undefined) ?? "Pipeline";
+  if (sharding !== "Pipeline" && sharding !== "Tensor")
+    throw new UsageError(`--sharding must be Pipeline or Tensor, not "${sharding}"`);
+  const body = {
+    model_id: p.positionals[0],
+    min_nodes: intOption("min-nodes", p.values["min-nodes"], 1, 1024, 1),
+    sharding,
+    excluded_nodes: ((p.values["exclude"] as string | undefined) ?? "").split(",").filter(Boolean),
+    ...(p.values["embeddings"] ? { embeddings: true } : {}),
+    replicas: intOption("replicas", p.values["replicas"], 1, 16, 1),
+  };
+  type Placed = {
+    instance_id: string;
+    assignments: { node_id: string; rank: number; layers: number }[];
+  };
+  const r = await c.json<{ instance: Placed; instances?: Placed[] }>(
+    "POST",
+    "/place_instance",
+    body,
+    60_000,
+  );
+  const named = p.json ? String : await nodeNamer(c);
+  const all = r.instances ?? [r.instance];
+  print(io, p, r, () =>
+    all
+      .map(
+        (i) =>
+          `placed ${i.instance_id}: ${i.assignments.map((a) => `rank ${a.rank} on ${named(a.node_id)}, ${a.layers} layers`).join("; ")}`,
+      )
+      .join("\n"),
+  );
+  if (p.values["wait"]) for (const i of all) await waitServing(c, i.instance_id, io, p);
+  return 0;
+}
+
+export async function verbPreviews(p: Parsed, c: Client, io: Io): Promise<number> {
+  const q = new URLSearchParams({ model_id: p.positionals[0]! });
+  if (p.values["exclude"]) q.set("excluded_node_ids", p.values["exclude"] as string);
+  const r = await c.get<{
+    previews: {
+      sharding: string;
+      nodes: number;
+      ok: boolean;
+      assignments?: { node_id: string; rank: number; required_bytes: number }[];
+      error?: { code: string; message: string };
+    }[];
+  }>(`/instance/previews?${q.toString()}`);
+  const named = p.json ? String : await nodeNamer(c);
+  print(io, p, r, () =>
+    table(
+      ["SHARDING", "NODES", "RESULT"],
+      r.previews.map((v) => [
+        v.sharding,
+        String(v.nodes),
+        v.ok
+          ? `ok: ${(v.assignments ?? []).map((a) => `${named(a.node_id)} ${bytes(a.required_bytes)}`).join(", ")}`
+          : `${v.error?.code}: ${v.error?.message}`,
+      ]),
+    ),
+  );
+  return 0;
+}
+
+export async function verbRm(p: Parsed, c: Client, io: Io): Promise<number> {
+  const id = await instanceId(c, p.positionals[0]!);
+  const r = await c.json<{ instance_id: string }>("DELETE", `/instance/${encodeURIComponent(id)}`);
+  print(io, p, r, () => `deleted ${r.instance_id}`);
+  return 0;
+}
+
+export async function verbChat(p: Parsed, c: Client, io: Io): Promise<number> {
+  const [model, ...words] = p.positionals;
+  const content = words.join(" ") || "Hello!";
+  const maxTokens = intOption("max-tokens", p.values["max-tokens"], 1, 1_000_000, 256);
+  const t = p.values["temperature"] as string | undefined;
+  const temperature = t === undefined ? undefined : Number(t);
+  if (temperature !== undefined && !(temperature >= 0 && temperature <= 2))
+    throw new UsageError(`--temperature must be a number from 0 to 2, not "${t}"`);
+  const r = await c.raw(
+    "POST",
+    "/v1/chat/completions",
+    {
+      model,
+      messages: [{ role: "user", content }],
+      max_tokens: maxTokens,
+      stream: true,
+      ...(temperature === undefined ? {} : { temperature }),
+    },
+    900_000,
+  );
+  if (!r.ok) {
+    throw await Client.errorOf(r);
+  }
+  const decoder = new TextDecoder();
+  let buf = "";
+  let text = "";
+  for await (const chunk of r.body!) {
+    buf += decoder.decode(chunk as Uint8Array, { stream: true });
+    let at;
+    while ((at = buf.indexOf("\n\n")) >= 0) {
+      const ev = buf.slice(0, at);
+      buf = buf.slice(at + 2);
+      const data = ev
+        .split("\n")
+        .find((l) => l.startsWith("data: "))
+        ?.slice(6);
+      if (!data || data === "[DONE]") continue;
+      const j = JSON.parse(data) as {
+        error?: { code: string; message: string };
+        choices?: { delta?: { content?: string } }[];
+      };
+      if (j.error) throw new ApiError(500, j.error.code, j.error.message);
+      const piece = j.choices?.[0]?.delta?.content ?? "";
+      text += piece;
+      if (!p.json) io.write(piece);
+    }
+  }
+  if (p.json) io.out(JSON.stringify({ model, content: text }, null, 2));
+  else io.write("\n");
+  return 0;
+}
