@@ -12,8 +12,8 @@ export {
   type StoreStats,
   type HubDownloadResult,
 } from "./host/store-host.ts";
+export { StagingClient } from "./client/staging-client.ts";
 export {
-  StagingClient,
   DOWNLOAD_FAILED_CAUSES,
   type StagingClientOptions,
   type ModelUsage,
@@ -27,7 +27,7 @@ export {
   type DownloadFailedCause,
   type EvictionOutcome,
   type PurgeOutcome,
-} from "./client/staging-client.ts";
+} from "./client/staging-types.ts";
 export {
   createHubSource,
   type HubSource,

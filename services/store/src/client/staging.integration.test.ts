@@ -9,7 +9,8 @@ import { silentLogger } from "@ic/log";
 import { FakeClock, MiB, StorageReportSchema, type ModelId } from "@ic/protocol";
 import { StoreHost } from "../host/store-host.ts";
 import type { StagingSettings } from "@ic/staging";
-import { StagingClient, type ModelUsage } from "./staging-client.ts";
+import { StagingClient } from "./staging-client.ts";
+import type { ModelUsage } from "./staging-types.ts";
 import { budgetDisk, tempDir, writeArtifact, type TempDir } from "../test-support.ts";
 import type { Disk } from "../disk.ts";
 
