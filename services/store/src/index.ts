@@ -6,12 +6,12 @@
 // disk, path and record helpers both roles use stay at the top.
 export {
   StoreHost,
-  MANIFEST_FILE,
   type StoreHostOptions,
   type ListenOptions,
   type StoreStats,
-  type HubDownloadResult,
 } from "./host/store-host.ts";
+export { MANIFEST_FILE } from "./host/manifests.ts";
+export type { HubDownloadResult } from "./host/hub-download.ts";
 export { StagingClient } from "./client/staging-client.ts";
 export {
   DOWNLOAD_FAILED_CAUSES,

@@ -1,0 +1,174 @@
+// A pull's plan and what it starts from: the hub's listing at the revision asked, the files serving
+// needs, what is already in the store (an interrupted pull's record or the registered manifest), and
+// the exact room it needs on store_path. The store host runs the fill and the commit.
+import { createReadStream } from "node:fs";
+import { createHash } from "node:crypto";
+import type { ModelId, StoreManifest } from "@ic/protocol";
+import { noFitMessage, type NoFitMessageInput } from "@ic/staging";
+import type { Disk } from "../disk.ts";
+import { planFill, type FillTotals } from "../transfer/fill.ts";
+import type { HubSource } from "../hub/hub.ts";
+import { selectHubFiles } from "../hub/hub-select.ts";
+import { artifactFile, modelDir } from "../paths.ts";
+import { readRecord, type RecordFile, type StagingRecord } from "../record.ts";
+import { errText } from "../transfer/transfer.ts";
+
+/** Progress record of a store-side hub download, removed once the manifest is written. */
+export const DOWNLOAD_RECORD_FILE = ".ic-download.json";
+
+export type HubDownloadResult =
+  | {
+      readonly ok: true;
+      readonly manifest: StoreManifest;
+      readonly fetchedBytes: number;
+      readonly resumedBytes: number;
+      readonly reusedBytes: number;
+    }
+  | {
+      readonly ok: false;
+      readonly type: "DownloadFailed";
+      readonly modelId: ModelId;
+      readonly cause: "no_fit" | "hub_error" | "transfer" | "integrity" | "aborted";
+      readonly message: string;
+      readonly arithmetic?: NoFitMessageInput;
+    };
+
+export interface HubDownloadOptions {
+  readonly signal?: AbortSignal | undefined;
+  /** Bytes and files done of the selected manifest: once admitted, then as files move. */
+  readonly onProgress?: ((p: FillTotals) => void) | undefined;
+  /** A branch, tag or commit; the hub source's default (main) when absent. */
+  readonly revision?: string | undefined;
+  /** The quantization to fetch (see hub-select.ts); Q4_K_M, else the smallest, when absent. */
+  readonly quant?: string | undefined;
+  /** What was chosen, once the hub listed the repo (before any byte is fetched). */
+  readonly onSelected?:
+    ((s: { quant: string | null; servedFile: string | null }) => void) | undefined;
+}
+
+/** Why a pull failed (the DownloadFailed event's cause). */
+export type HubFailureCause = Extract<HubDownloadResult, { ok: false }>["cause"];
+
+/** What a pull's plan reads of the store host. */
+export interface HubPlanContext {
+  readonly storePath: string;
+  readonly disk: Disk;
+  /** Free bytes store_path keeps after the pull, as configured now. */
+  readonly headroomBytes: number;
+  /** The model's registered manifest, if any. */
+  readonly manifest: StoreManifest | undefined;
+}
+
+/**
+ * Plan, first step of a pull: the hub's listing at the revision asked, the files serving needs (one
+ * quantization, a projector, the metadata), what the fill still has to fetch, and the room for it.
+ */
+export async function downloadPlan(
+  ctx: HubPlanContext,
+  hub: HubSource,
+  modelId: ModelId,
+  options: HubDownloadOptions,
+  signal: AbortSignal,
+  fail: (
+    cause: HubFailureCause,
+    message: string,
+    arithmetic?: NoFitMessageInput,
+  ) => HubDownloadResult,
+) {
+  const failed = (...a: Parameters<typeof fail>) => ({ ok: false as const, failure: fail(...a) });
+  let listing;
+  try {
+    listing = await hub.list(modelId, signal, options.revision);
+  } catch (e) {
+    if (signal.aborted) return failed("aborted", `download of ${modelId} aborted`);
+    const at = options.revision ? ` at ${options.revision}` : "";
+    return failed("hub_error", `cannot list ${modelId}${at} on the model hub: ${errText(e)}`);
+  }
+  if (listing.files.length === 0)
+    return failed("hub_error", `${modelId} has no artifact files on the model hub`);
+  // Only what serving needs: one quantization (its split parts), a projector, the metadata.
+  const selection = selectHubFiles(listing.files, { quant: options.quant });
+  if (!selection.ok) return failed("hub_error", `${modelId}: ${selection.message}`);
+  options.onSelected?.({ quant: selection.quant, servedFile: selection.servedFile });
+  const dir = modelDir(ctx.storePath, modelId);
+  const files: RecordFile[] = selection.files.map((f) => ({
+    path: f.path,
+    bytes: f.bytes,
+    ...(f.sha256 ? { sha256: f.sha256 } : {}),
+    ...(f.gitOid ? { git_oid: f.gitOid } : {}),
+  }));
+  const prior = await priorForDownload(ctx.manifest, modelId, dir, files);
+  const plan = await planFill(dir, files, prior);
+  const headroom = ctx.headroomBytes;
+  const space = await ctx.disk.space(ctx.storePath);
+  if (space.freeBytes < plan.additionalBytes + headroom) {
+    const arithmetic: NoFitMessageInput = {
+      modelId,
+      path: ctx.storePath,
+      manifestBytes: plan.manifestBytes,
+      requiredBytes: plan.additionalBytes,
+      headroomBytes: headroom,
+      freeBytes: space.freeBytes,
+      reclaimableBytes: 0,
+    };
+    return failed("no_fit", noFitMessage(arithmetic), arithmetic);
+  }
+  return { ok: true as const, listing, dir, files, plan };
+}
+
+/**
+ * What is already in the store for a download: an interrupted download's record, or the registered
+ * manifest. Small files the hub identifies only by git blob id get that id computed from disk.
+ */
+async function priorForDownload(
+  manifest: StoreManifest | undefined,
+  modelId: ModelId,
+  dir: string,
+  wanted: readonly RecordFile[],
+): Promise<StagingRecord | null> {
+  const rec = await readRecord(dir, modelId, DOWNLOAD_RECORD_FILE);
+  if (rec.kind === "ok") return rec.record;
+  if (!manifest) return null;
+  const byPath = new Map(wanted.map((f) => [f.path, f]));
+  const files: RecordFile[] = [];
+  for (const f of manifest.files) {
+    const hubFile = byPath.get(f.path);
+    let gitOid: string | undefined;
+    if (
+      hubFile?.git_oid &&
+      !hubFile.sha256 &&
+      hubFile.bytes === f.bytes &&
+      f.bytes <= GIT_OID_MAX_BYTES
+    ) {
+      gitOid = await gitBlobOid(artifactFile(dir, f.path), f.bytes);
+    }
+    files.push({
+      path: f.path,
+      bytes: f.bytes,
+      sha256: f.sha256,
+      ...(gitOid ? { git_oid: gitOid } : {}),
+    });
+  }
+  return {
+    version: 1,
+    model_id: modelId,
+    source: "hub",
+    files,
+    total_bytes: manifest.total_bytes,
+    complete: true,
+    last_used_ms: 0,
+  };
+}
+
+/** Files stored in git itself (not LFS) are small; larger ones are never hashed twice. */
+const GIT_OID_MAX_BYTES = 64 * 1024 * 1024;
+
+async function gitBlobOid(path: string, bytes: number): Promise<string | undefined> {
+  try {
+    const hash = createHash("sha1").update(`blob ${bytes}\0`);
+    for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+    return hash.digest("hex");
+  } catch {
+    return undefined;
+  }
+}
