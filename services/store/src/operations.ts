@@ -1,5 +1,5 @@
 // The store's operations in the OpenAPI document: the storage report, purges and pulls (routes.ts)
-// and the store host's registry, files and uploads (host/store-host.ts).
+// and the store host's registry, files and uploads (host/http.ts).
 import {
   jsonAnswer,
   ClusterStorageSchema,
