@@ -1,12 +1,8 @@
 // Front door of the worker service: telemetry, link probing, runner supervision and the model registry.
-export { TELEMETRY_KINDS, TelemetryCollector, TelemetryQueue } from "./telemetry.ts";
-export type {
-  TelemetryKind,
-  TelemetryOptions,
-  TelemetryQueueOptions,
-  TelemetryReading,
-  TelemetrySamples,
-} from "./telemetry.ts";
+export { TelemetryCollector } from "./telemetry.ts";
+export type { TelemetryOptions, TelemetryReading } from "./telemetry.ts";
+export { TELEMETRY_KINDS, TelemetryQueue } from "./telemetry-queue.ts";
+export type { TelemetryKind, TelemetryQueueOptions, TelemetrySamples } from "./telemetry-queue.ts";
 export { LinkProber, RttWindows, RTT_WINDOW } from "./links.ts";
 export type { LinkTarget } from "./links.ts";
 export { RunnerSupervisor, nextRunnerAction } from "./runner.ts";

@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { EngineSchema } from "@ic/config";
 import { engineEnvironment, logTail, nextRunnerAction } from "./runner.ts";
 import { serverArgs } from "./args.ts";
-import { runnerContext } from "./worker.ts";
+import { runnerContext } from "./slot.ts";
 import type { Instance, InstanceId, ModelId, NodeId } from "@ic/protocol";
 
 const spec = { restartBackoffMs: 1000, healthyUptimeMs: 60_000, maxCrashes: 5 };

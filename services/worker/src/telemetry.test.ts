@@ -5,7 +5,8 @@ import { describe, expect, it } from "vitest";
 import { TelemetryDiagnosticsSchema } from "@ic/protocol";
 import type { HealthEntry, Telemetry } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
-import { TelemetryCollector, TelemetryQueue } from "./telemetry.ts";
+import { TelemetryCollector } from "./telemetry.ts";
+import { TelemetryQueue } from "./telemetry-queue.ts";
 import type { TelemetryReading } from "./telemetry.ts";
 
 /** A settable clock. */

@@ -11,7 +11,6 @@ import type {
   Instance,
   ModelRecord,
   ModelId,
-  Runner,
   RunnerState,
 } from "@ic/protocol";
 import type { Logger } from "@ic/log";
@@ -22,6 +21,8 @@ import type { RunnerSpec, RunnerStatus } from "./runner.ts";
 import type { EngineSettings } from "./args.ts";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
 import { planRunners, remoteEndpoints } from "./plan.ts";
+import { applyStatus, runnerContext, runnerOf, slotHealth, stagingStart } from "./slot.ts";
+import type { Slot, SlotStatus } from "./slot.ts";
 import type { RunnerAction, SlotView } from "./plan.ts";
 import { join } from "node:path";
 
@@ -53,31 +54,6 @@ export interface WorkerOptions {
    */
   readonly settings: EngineSettings;
 }
-
-interface Slot {
-  readonly key: string;
-  readonly instance: Instance;
-  readonly rank: number;
-  readonly abort: AbortController;
-  supervisor?: RunnerSupervisor;
-  state: RunnerState;
-  reason?: string;
-  endpoint?: string;
-  restarts: number;
-  /** rank 0 of a multi-node instance: the rpc endpoints it was started with. */
-  rpc?: string;
-  /** rank 0 while staging: bytes on disk so far (reported with RunnerStaging). */
-  progress?: NonNullable<Runner["progress"]>;
-  /** When the current warmup (process start or wait for remote ranks) began. */
-  warmupStartedAt?: number;
-  /** When staging progress was last reported (at most one report a second per runner). */
-  progressReportedAt: number;
-  /** The engine's last error line while it crash-loops or after it failed. */
-  lastError?: string;
-}
-
-/** Restarts in a row (without becoming ready) from which a runner counts as crash-looping. */
-const CRASH_LOOP_RESTARTS = 2;
 
 /** Minimum interval between two staging progress reports of one runner. */
 export const PROGRESS_REPORT_INTERVAL_MS = 1000;
@@ -240,30 +216,9 @@ export class Worker implements AsyncDisposable {
     return gpus.length > 0 ? gpus.map((g) => g.vram_free_bytes ?? g.vram_total_bytes ?? 0) : [1];
   }
 
-  /**
-   * This node's runners that fail, as nodeHealth entries: one that gave up (runner_failed) or keeps
-   * crashing (runner_crash_loop), with its model, instance and the engine's last error line.
-   */
+  /** This node's runners that fail, as nodeHealth entries (slot.ts). */
   health(): HealthEntry[] {
-    const out: HealthEntry[] = [];
-    for (const s of this.slots.values()) {
-      const failed = s.state === "RunnerFailed";
-      if (!failed && !(s.state !== "RunnerReady" && s.restarts >= CRASH_LOOP_RESTARTS)) continue;
-      const what = `${s.instance.model_id} (instance ${s.instance.instance_id}, rank ${s.rank})`;
-      const said = s.lastError ? `: ${s.lastError}` : "";
-      out.push({
-        code: failed ? "runner_failed" : "runner_crash_loop",
-        severity: "warn",
-        message: failed
-          ? `the runner of ${what} gave up after ${s.restarts} restarts (${s.reason ?? "failed"})${said}`
-          : `the runner of ${what} crashed ${s.restarts} times in a row${said}`,
-        remediation:
-          "read the engine's words above and the runner log (GET /instances/{id}/logs); a model that fails to load is placed on another node and given up when it fails everywhere; fix or replace the model and place it again",
-        model_id: s.instance.model_id,
-        instance_id: s.instance.instance_id,
-      });
-    }
-    return out;
+    return slotHealth(this.slots.values());
   }
 
   private launching = new Set<string>();
@@ -448,57 +403,15 @@ export class Worker implements AsyncDisposable {
     this.update(slot, s);
   }
 
-  private update(
-    slot: Slot,
-    s: {
-      state: RunnerState;
-      reason?: string | undefined;
-      endpoint?: string | undefined;
-      restarts: number;
-      lastError?: string | undefined;
-    },
-  ): void {
-    // A new warmup (first, after a restart, or after waiting for remote ranks) restarts its clock.
-    if (s.state !== "RunnerWarmingUp") slot.warmupStartedAt = undefined;
-    else if (
-      slot.warmupStartedAt === undefined ||
-      slot.state !== "RunnerWarmingUp" ||
-      slot.reason !== s.reason ||
-      slot.restarts !== s.restarts
-    )
-      slot.warmupStartedAt = Date.now();
-    if (s.state !== "RunnerStaging") slot.progress = undefined;
-    slot.state = s.state;
-    slot.reason = s.reason;
-    slot.endpoint = s.state === "RunnerReady" ? s.endpoint : undefined;
-    slot.restarts = s.restarts;
-    slot.lastError = s.state === "RunnerReady" ? undefined : (s.lastError ?? slot.lastError);
+  private update(slot: Slot, s: SlotStatus): void {
+    applyStatus(slot, s, Date.now());
     this.report(slot);
   }
 
-  private toRunner(slot: Slot): Runner | null {
-    const nodeId = this.o.cluster.nodeId;
-    if (!nodeId) return null;
-    return {
-      instance_id: slot.instance.instance_id,
-      node_id: nodeId,
-      rank: slot.rank,
-      state: slot.state,
-      ...(slot.reason ? { reason: slot.reason } : {}),
-      ...(slot.endpoint ? { endpoint: slot.endpoint } : {}),
-      restarts: slot.restarts,
-      since: Date.now(),
-      ...(slot.lastError ? { last_error: slot.lastError.slice(0, 400) } : {}),
-      ...(slot.state === "RunnerStaging" && slot.progress ? { progress: slot.progress } : {}),
-      ...(slot.state === "RunnerWarmingUp" && slot.warmupStartedAt !== undefined
-        ? { warmup_started_at: slot.warmupStartedAt }
-        : {}),
-    };
-  }
-
   private report(slot: Slot): void {
-    const runner = this.toRunner(slot);
-    if (!runner || !this.o.cluster.synced) return;
+    const nodeId = this.o.cluster.nodeId;
+    if (!nodeId || !this.o.cluster.synced) return;
+    const runner = runnerOf(slot, nodeId, Date.now());
     this.o.cluster.command({ type: "ReportRunner", runner }).catch((e: unknown) => {
       this.log.debug({ err: e }, "runner report not delivered; the periodic pass retries");
     });
@@ -544,24 +457,4 @@ export class Worker implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
-}
-
-/** Progress of a staging that starts now: nothing on disk yet out of the model's bytes. */
-export function stagingStart(totalBytes: number, now: number): NonNullable<Runner["progress"]> {
-  return { staged_bytes: 0, total_bytes: totalBytes, started_at: now };
-}
-
-/**
- * The runner's `-c`: what placement chose for the instance (its memory was counted at it); for an
- * instance placed before placement recorded one, the configured context (4096 when unset) capped by
- * the model's trained context. Pure.
- */
-export function runnerContext(
-  placed: number | undefined,
-  configured: number | undefined,
-  trained: number,
-): number {
-  if (placed !== undefined) return placed;
-  const c = configured ?? 4096;
-  return trained > 0 ? Math.min(c, trained) : c;
 }
