@@ -1,7 +1,7 @@
-// The dashboard's HTTP side: the static page at / (HTML, script and style from public/, no build
-// step, served with a strict Content-Security-Policy) and GET/PUT /admin/settings (the staging
+// The dashboard's HTTP side: the static page at / (HTML, ES modules and style from public/, no
+// build step, served with a strict Content-Security-Policy) and GET/PUT /admin/settings (the staging
 // settings editor). The page holds no data: everything it shows comes from the API with a token.
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { Hono } from "hono";
 import { parseJson } from "@ic/http";
@@ -11,10 +11,20 @@ import type { SettingsFile } from "./settings.ts";
 
 const PUBLIC_DIR = fileURLToPath(new URL("../public/", import.meta.url));
 
-/** Path -> file under public/ and its media type; nothing else is served. */
+/**
+ * Path -> file under public/ and its media type; nothing else is served. The page's script is
+ * native ES modules (app.js the entry, importing the others): every .js file directly in public/,
+ * listed once at startup (the files ship with the code).
+ */
 export const DASHBOARD_ASSETS: Readonly<Record<string, { file: string; type: string }>> = {
   "/": { file: "index.html", type: "text/html; charset=utf-8" },
-  "/dashboard/app.js": { file: "app.js", type: "text/javascript; charset=utf-8" },
+  ...Object.fromEntries(
+    readdirSync(PUBLIC_DIR, { withFileTypes: true })
+      .filter((e) => e.isFile() && e.name.endsWith(".js"))
+      .map((e) => e.name)
+      .sort()
+      .map((f) => [`/dashboard/${f}`, { file: f, type: "text/javascript; charset=utf-8" }]),
+  ),
   "/dashboard/style.css": { file: "style.css", type: "text/css; charset=utf-8" },
   "/favicon.ico": { file: "favicon.svg", type: "image/svg+xml" },
 };
