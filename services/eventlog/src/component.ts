@@ -4,7 +4,7 @@ import type { Component } from "@ic/http";
 import type { Logger } from "@ic/log";
 import type { Disk } from "./disk.ts";
 import { EventLog } from "./event-log.ts";
-import type { EventLogConfig } from "./event-log.ts";
+import type { EventLogConfig } from "./options.ts";
 import { eventRoutes } from "./routes.ts";
 
 export interface EventLogComponent extends Component {

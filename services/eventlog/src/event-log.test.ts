@@ -11,7 +11,7 @@ import type { IndexedEvent } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import type { AppendHandle, EventFiles } from "./disk.ts";
 import { FakeDisk, nodeFiles } from "./disk.ts";
-import type { EventLogConfig, EventLogDeps } from "./event-log.ts";
+import type { EventLogConfig, EventLogDeps } from "./options.ts";
 import { EventLog } from "./event-log.ts";
 import { EventRecordSchema } from "./record.ts";
 

@@ -9,7 +9,7 @@
 // - A compaction writes the archive before it replaces the active file, so a crash between the two
 //   can duplicate records into an archive but never lose one.
 // - In counting-only mode nothing is written: records are counted (total and per type) instead.
-import { mkdir, open, stat, truncate as truncateFile, unlink } from "node:fs/promises";
+import { mkdir, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { IndexedEvent } from "@ic/protocol";
 import type { Logger } from "@ic/log";
@@ -26,84 +26,29 @@ import {
   shouldCheckDisk,
 } from "./policy.ts";
 import type { EventRecord } from "./record.ts";
-import { EventRecordSchema, encodeRecord, peekLine, toRecord } from "./record.ts";
+import { encodeRecord, peekLine, toRecord } from "./record.ts";
 import {
   ACTIVE_FILE,
   archiveName,
-  completeLength,
   copyRangeAtomic,
   cutOffset,
   firstLine,
-  lastLineOfArchive,
-  linesBackward,
   listArchives,
   removeTemps,
 } from "./ring-file.ts";
-
-/** The `event_log` section of the node config (dir already `~`-expanded). */
-export interface EventLogConfig {
-  readonly dir: string;
-  readonly compact_above_mb: number;
-  readonly keep_events: number;
-  readonly archive_total_mb: number;
-  readonly free_floor_gb: number;
-  readonly check_every: number;
-  /** How long an accepted record may wait in memory for others to share its write (default 50 ms; 0: at once). */
-  readonly write_delay_ms?: number;
-}
-
-export const WRITE_DELAY_MS_DEFAULT = 50;
-
-export interface EventLogDeps {
-  readonly config: EventLogConfig;
-  readonly logger: Logger;
-  readonly disk?: Disk;
-  readonly clock?: Pick<Clock, "now">;
-  /** Opens the active file for appending; tests inject failures (ENOSPC) here. */
-  readonly files?: EventFiles;
-  /** Records held in memory while the disk is busy; beyond it the oldest are dropped. Default 100000. */
-  readonly maxPending?: number;
-}
-
-export const READ_LIMIT_DEFAULT = 200;
-export const READ_LIMIT_MAX = 5000;
-
-export interface ReadQuery {
-  /** 1..5000, default 200. */
-  readonly limit?: number | undefined;
-  /** Only records with a larger seq. */
-  readonly after_seq?: number | undefined;
-  /** Only records of this event type. */
-  readonly type?: string | undefined;
-}
-
-export interface EventLogUsage {
-  readonly mode: Mode;
-  readonly active_bytes: number;
-  readonly archive_bytes: number;
-  readonly archive_files: number;
-  readonly records_written: number;
-  readonly records_counted_only: number;
-  /** Counted-only records per event type. */
-  readonly counted_by_type: Readonly<Record<string, number>>;
-  /** Records lost without being counted by type: non-space write errors, memory overflow, after stop. */
-  readonly records_dropped: number;
-  readonly last_free_check: { readonly free_bytes: number; readonly at: number } | null;
-}
-
-export type EventLogState = "idle" | "starting" | "running" | "stopping" | "stopped";
+import { errCode, fileSize, isSpaceError, readBackward, recoverActive } from "./active-file.ts";
+import type { Match } from "./active-file.ts";
+import {
+  READ_LIMIT_DEFAULT,
+  READ_LIMIT_MAX,
+  WRITE_DELAY_MS_DEFAULT,
+  type EventLogDeps,
+  type EventLogState,
+  type EventLogUsage,
+  type ReadQuery,
+} from "./options.ts";
 
 const BATCH_MAX = 4096;
-const SPACE_ERRORS = new Set(["ENOSPC", "EDQUOT"]);
-
-function errCode(err: unknown): string | undefined {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === "string" ? code : undefined;
-}
-
-function isSpaceError(err: unknown): boolean {
-  return SPACE_ERRORS.has(errCode(err) ?? "");
-}
 
 interface Pending {
   readonly record: EventRecord;
@@ -227,7 +172,7 @@ export class EventLog {
   async read(q: ReadQuery = {}): Promise<EventRecord[]> {
     const limit = Math.min(READ_LIMIT_MAX, Math.max(1, Math.floor(q.limit ?? READ_LIMIT_DEFAULT)));
     const after = q.after_seq;
-    const matches = (seq: number, type: string): "take" | "skip" | "stop" =>
+    const matches: Match = (seq, type) =>
       after !== undefined && seq <= after
         ? "stop"
         : q.type !== undefined && type !== q.type
@@ -245,24 +190,9 @@ export class EventLog {
       const end =
         this.state === "running" || this.state === "stopping"
           ? this.activeBytes
-          : await this.fileSize();
+          : await fileSize(this.activePath);
       if (end === 0) return out.reverse();
-      const fh = await open(this.activePath, "r");
-      try {
-        for await (const line of linesBackward(fh, end)) {
-          const head = peekLine(line);
-          if (!head) continue;
-          const m = matches(head.seq, head.type);
-          if (m === "stop") break;
-          if (m === "skip") continue;
-          const parsed = EventRecordSchema.safeParse(head.value);
-          if (!parsed.success) continue;
-          out.push(parsed.data);
-          if (out.length >= limit) break;
-        }
-      } finally {
-        await fh.close();
-      }
+      await readBackward(this.activePath, end, matches, limit, out);
       return out.reverse();
     });
   }
@@ -291,7 +221,9 @@ export class EventLog {
       const temps = await removeTemps(this.dir);
       if (temps.length > 0)
         this.log.warn({ temps }, "removed leftovers of an interrupted compaction");
-      await this.recoverActive();
+      const recovered = await recoverActive(this.activePath, this.dir, this.log);
+      this.activeBytes = recovered.size;
+      this.lastSeq = recovered.lastSeq;
       await this.refreshArchiveStats();
     } catch (err) {
       if (!isSpaceError(err)) {
@@ -334,62 +266,6 @@ export class EventLog {
         .catch((err: unknown) => this.log.warn({ err }, "closing the event log failed"));
     });
     this.log.info({ usage: this.usage() }, "event log stopped");
-  }
-
-  /** Cuts a torn last line (crash mid-write), then finds the last seq in the active file or archives. */
-  private async recoverActive(): Promise<void> {
-    let size = await this.fileSize();
-    if (size > 0) {
-      const fh = await open(this.activePath, "r");
-      try {
-        const complete = await completeLength(fh, size);
-        if (complete < size) {
-          await truncateFile(this.activePath, complete);
-          this.log.warn(
-            { cut_bytes: size - complete },
-            "removed a torn last line from the event log",
-          );
-          size = complete;
-        }
-        for await (const line of linesBackward(fh, size)) {
-          const head = peekLine(line);
-          if (head) {
-            this.lastSeq = head.seq;
-            break;
-          }
-        }
-      } finally {
-        await fh.close();
-      }
-    }
-    this.activeBytes = size;
-    if (this.lastSeq === 0) await this.recoverSeqFromArchives();
-  }
-
-  private async recoverSeqFromArchives(): Promise<void> {
-    const archives = await listArchives(this.dir);
-    archives.sort((a, b) => b.mtime - a.mtime || (a.name < b.name ? 1 : -1));
-    for (const a of archives) {
-      try {
-        const line = await lastLineOfArchive(join(this.dir, a.name), (l) => peekLine(l) !== null);
-        const head = line === null ? null : peekLine(line);
-        if (head) {
-          this.lastSeq = head.seq;
-          return;
-        }
-      } catch (err) {
-        this.log.warn({ err, archive: a.name }, "unreadable event-log archive");
-      }
-    }
-  }
-
-  private async fileSize(): Promise<number> {
-    try {
-      return (await stat(this.activePath)).size;
-    } catch (err) {
-      if (errCode(err) === "ENOENT") return 0;
-      throw err;
-    }
   }
 
   // ---- modes and disk checks ----
@@ -512,7 +388,7 @@ export class EventLog {
       } catch (truncErr) {
         // The partial bytes stay: count them, and end them with a newline before the next record.
         this.needsNewline = true;
-        this.activeBytes = await this.fileSize().catch(() => this.activeBytes);
+        this.activeBytes = await fileSize(this.activePath).catch(() => this.activeBytes);
         this.log.warn({ err: truncErr }, "could not cut a partial event-log write");
       }
     }

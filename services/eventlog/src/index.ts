@@ -1,13 +1,14 @@
 // Front door of @ic/eventlog: the bounded durable event log, its pure policies and GET /events.
 // Wired by the node launcher: new EventLog({ config: cfg.event_log, logger }), eventRoutes(app, log).
-export { EventLog, READ_LIMIT_DEFAULT, READ_LIMIT_MAX } from "./event-log.ts";
+export { EventLog } from "./event-log.ts";
+export { READ_LIMIT_DEFAULT, READ_LIMIT_MAX } from "./options.ts";
 export type {
   EventLogConfig,
   EventLogDeps,
   EventLogState,
   EventLogUsage,
   ReadQuery,
-} from "./event-log.ts";
+} from "./options.ts";
 export { EventRecordSchema, toRecord } from "./record.ts";
 export type { EventRecord } from "./record.ts";
 export {

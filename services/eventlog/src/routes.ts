@@ -3,8 +3,9 @@
 import type { Hono } from "hono";
 import { z } from "zod";
 import { ControlEventSchema, ServiceError } from "@ic/protocol";
-import type { EventLog, EventLogUsage } from "./event-log.ts";
-import { READ_LIMIT_DEFAULT, READ_LIMIT_MAX } from "./event-log.ts";
+import type { EventLog } from "./event-log.ts";
+import type { EventLogUsage } from "./options.ts";
+import { READ_LIMIT_DEFAULT, READ_LIMIT_MAX } from "./options.ts";
 import type { Mode } from "./policy.ts";
 import type { EventRecord } from "./record.ts";
 
