@@ -16,22 +16,22 @@ import type {
   SessionId,
 } from "@ic/protocol";
 import { elect, nodeIdFor } from "@ic/state";
-import type { IdKind, Peer } from "@ic/state";
+import type { Peer } from "@ic/state";
 import type { Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
-import { DEFAULT_LOG_BOUNDS, MasterLog } from "./master-log.ts";
-import { defaultSyncBudget, SyncServer } from "./replica-sync.ts";
 import { AnnouncedSession } from "./announced-session.ts";
 import { LinkReport } from "./link-report.ts";
-import { IntentKeeper, SESSION_CHANGED } from "./intent-keeper.ts";
-import { Sequencer } from "./sequencer.ts";
-import { sessionStarted, successor } from "./session-start.ts";
-import { CommandClient } from "./command-client.ts";
-import { Replica } from "./replica.ts";
-import { MasterEndpoints } from "./master-endpoints.ts";
+import { SESSION_CHANGED } from "./intent-keeper.ts";
+import { sessionStarted } from "./session-start.ts";
+import type { CommandClient } from "./command-client.ts";
+import type { Replica } from "./replica.ts";
 import { Membership } from "./membership.ts";
 import type { PeerView } from "./membership.ts";
 import type { AgentListener, AgentOptions } from "./agent-options.ts";
+import { commandClientFor, replicaFor, type AgentCore } from "./agent-wiring.ts";
+import { MasterRole } from "./master-role.ts";
+import { intakeOf, replicaTakes } from "./event-intake.ts";
+import { behindMaster, heartbeatOf } from "./heartbeat.ts";
 
 type Role = "follower" | "master";
 
@@ -45,25 +45,14 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly membership: Membership;
   /** Another master's session announced while this node was not in it (see adopt). */
   private readonly announced = new AnnouncedSession();
-  private readonly masterLog: MasterLog;
-  private readonly syncServer: SyncServer;
-  private readonly syncBudget: number;
-  /** Master only: commands, tasks, joins and departures, re-placements (sequencer.ts). */
-  private readonly sequencer: Sequencer;
+  /** The master role's parts: sequencer, log, catch-up, endpoints, hand-off (master-role.ts). */
+  private readonly master: MasterRole;
   /** This node's commands to the master (command-client.ts). */
   private readonly commands: CommandClient;
   /** Which heartbeats carry this node's links (link-report.ts). */
   private readonly linkReport: LinkReport;
   private readonly listeners = new Set<AgentListener>();
   private readonly subs: Unsubscribe[] = [];
-  /** The master role's bus endpoints (master-endpoints.ts). */
-  private readonly endpoints: MasterEndpoints;
-  /**
-   * A planned hand-off of this node's session (see handOff): from when it starts, commands are
-   * answered `no_master` naming the successor; the subscriptions of the master role stay a while
-   * after it, so a follower that asked this node, or that lags, still gets an answer.
-   */
-  private handingOff: { session_id: SessionId; to: Peer } | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
   private hbTimer: NodeJS.Timeout | undefined;
   private upSince = 0;
@@ -71,25 +60,29 @@ export class ClusterAgent implements AsyncDisposable {
   private readonly log: Logger;
 
   constructor(private readonly o: AgentOptions) {
-    this.masterLog = new MasterLog({ ...DEFAULT_LOG_BOUNDS, ...o.logBounds });
-    this.syncBudget = o.syncBudgetBytes ?? defaultSyncBudget(o.bus.maxPayload);
-    this.syncServer = new SyncServer(this.masterLog, () => this.replica.state, {
-      budgetBytes: this.syncBudget,
-      snapshotGap: o.snapshotGap ?? 5000,
-    });
     this.linkReport = new LinkReport(o.linksRefresh);
     this.log = o.log.child({ component: "cluster" });
-    this.sequencer = this.sequencerFor(o);
-    this.replica = this.replicaFor(o);
-    this.endpoints = new MasterEndpoints(o.bus, {
-      members: () => this.replica.state.members,
+    const core: AgentCore = {
+      log: this.log,
+      isMaster: () => this.role === "master",
+      current: () => this.current,
+      state: () => this.replica.state,
+      synced: () => this.synced,
+      stopped: () => this.stopped,
+      emit: (e) => void this.emit(e),
+      livePeers: () => this.livePeers(),
+      peer: (peerKey) => this.membership.get(peerKey),
       originOf: (peerKey) => this.originOf(peerKey),
+      handle: (session, from, cmd) => this.handleCommand(session, from, cmd),
+      applied: (ev, left) => this.applied(ev, left),
+      snapshotInstalled: (state) => {
+        for (const l of this.listeners) l.snapshot?.(state);
+      },
       refuse: (what, origin, why) => this.membership.refuse(what, origin, why),
-      sessionId: () => this.current?.session_id ?? null,
-      command: (session, from, cmd) => this.handleCommand(session, from, cmd),
-      sync: (req) => this.syncServer.answer(req),
-    });
-    this.commands = this.commandClientFor(o);
+    };
+    this.master = new MasterRole(core, o);
+    this.replica = replicaFor(core, o);
+    this.commands = commandClientFor(core, o);
     this.membership = new Membership({
       selfKey: o.self.peerKey,
       bus: o.bus,
@@ -97,83 +90,6 @@ export class ClusterAgent implements AsyncDisposable {
       livenessTimeoutMs: o.timings.livenessTimeoutMs,
       probe: o.probe,
       log: this.log,
-    });
-  }
-
-  /** The master role's sequencing, with the intent store when there is one. */
-  private sequencerFor(o: AgentOptions): Sequencer {
-    const master = {
-      mastering: (session: SessionId) =>
-        this.role === "master" && this.current?.session_id === session,
-      state: () => this.replica.state,
-      emit: (e: ControlEvent) => void this.emit(e),
-      livePeers: () => this.livePeers(),
-      peer: (peerKey: string) => this.membership.get(peerKey),
-    };
-    const intents = o.intents
-      ? new IntentKeeper({
-          store: o.intents,
-          master: {
-            ...master,
-            decide: (from, cmd, ids, now) => this.sequencer.decide(from, cmd, ids, now),
-            accept: (d) => this.sequencer.accept(d),
-          },
-          clock: o.clock,
-          log: this.log,
-          newId,
-        })
-      : undefined;
-    return new Sequencer({
-      master,
-      selfKey: o.self.peerKey,
-      livenessTimeoutMs: o.timings.livenessTimeoutMs,
-      clock: o.clock,
-      log: this.log,
-      newId,
-      taskBounds: o.taskBounds,
-      memory: o.memory,
-      intents,
-    });
-  }
-
-  /** The replica, telling this agent what it applied. */
-  private replicaFor(o: AgentOptions): Replica {
-    return new Replica({
-      host: {
-        session: () => this.current,
-        isMaster: () => this.role === "master",
-        originOf: (peerKey) => this.originOf(peerKey),
-        applied: (ev, left) => {
-          // A node the master declared gone counts as gone here too, until it is heard again.
-          if (left !== undefined && left !== o.self.peerKey) this.membership.markLost(left);
-          if (ev.event.type === "MasterHandedOff") this.handedOff(ev.session_id, ev.event);
-          for (const l of this.listeners) l.event?.(ev, this.replica.state);
-        },
-        snapshotInstalled: (state) => {
-          for (const l of this.listeners) l.snapshot?.(state);
-        },
-      },
-      bus: o.bus,
-      log: this.log,
-    });
-  }
-
-  /** This node's commands to the master. */
-  private commandClientFor(o: AgentOptions): CommandClient {
-    return new CommandClient({
-      agent: {
-        current: () => this.current,
-        isMaster: () => this.role === "master",
-        synced: () => this.synced,
-        stopped: () => this.stopped,
-        peer: (peerKey) => this.membership.get(peerKey),
-        originOf: (peerKey) => this.originOf(peerKey),
-        handle: (session, from, cmd) => this.handleCommand(session, from, cmd),
-      },
-      selfKey: o.self.peerKey,
-      bus: o.bus,
-      clock: o.clock,
-      commandTimeoutMs: o.commandTimeoutMs,
     });
   }
 
@@ -200,7 +116,7 @@ export class ClusterAgent implements AsyncDisposable {
   }
   /** Master only: chat tasks open now (0 on a follower). */
   openTasks(): number {
-    return this.role === "master" ? this.sequencer.openTasks : 0;
+    return this.role === "master" ? this.master.sequencer.openTasks : 0;
   }
   /** The master this node follows (undefined while it is master itself or has none). */
   masterPeer(): PeerView | undefined {
@@ -260,8 +176,7 @@ export class ClusterAgent implements AsyncDisposable {
     clearInterval(this.tickTimer);
     clearInterval(this.hbTimer);
     for (const u of this.subs) u();
-    this.endpoints.close();
-    this.endpoints.closeRetired();
+    this.master.close();
   }
 
   /**
@@ -274,36 +189,7 @@ export class ClusterAgent implements AsyncDisposable {
    * can take over (the cluster then elects a new master once this node is gone, as for a loss).
    */
   async handOff(waitMs = 5000): Promise<string | undefined> {
-    const cur = this.current;
-    if (this.role !== "master" || !cur || this.handingOff || this.stopped) return undefined;
-    const to = successor({
-      state: this.replica.state,
-      sessionId: cur.session_id,
-      selfKey: this.o.self.peerKey,
-      peer: (k) => this.membership.get(k),
-      now: this.o.clock.now(),
-      livenessTimeoutMs: this.o.timings.livenessTimeoutMs,
-    });
-    if (!to) return undefined;
-    this.handingOff = { session_id: cur.session_id, to: to.peer };
-    this.log.info({ session: cur.session_id, to: to.peer.peer_key }, "handing the session off");
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      this.sequencer.intents?.settled(),
-      new Promise<void>((r) => (timer = setTimeout(r, waitMs))),
-    ]);
-    clearTimeout(timer);
-    if (this.role !== "master" || this.current?.session_id !== cur.session_id || this.stopped) {
-      this.handingOff = undefined;
-      return undefined;
-    }
-    this.emit({
-      type: "MasterHandedOff",
-      master_node_id: to.nodeId,
-      master_peer_key: to.peer.peer_key,
-      master_started_at: to.peer.started_at,
-    });
-    return to.peer.peer_key;
+    return this.master.handOffs.run(waitMs);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -313,23 +199,15 @@ export class ClusterAgent implements AsyncDisposable {
   // ---- heartbeat ----
 
   heartbeat(): Heartbeat {
-    const s = this.o.self;
-    const extras = this.o.extras();
-    const intentHealth = this.role === "master" ? this.sequencer.intents?.health() : undefined;
-    return {
-      peer_key: s.peerKey,
-      name: s.name,
-      host: s.host,
-      api_url: s.apiUrl,
-      started_at: s.startedAt,
-      session_id: this.current?.session_id ?? null,
-      master_peer_key: this.current?.master.peer_key ?? null,
-      is_master: this.role === "master",
-      last_index: this.replica.state.index,
-      sent_at: this.o.clock.now(),
-      ...extras,
-      health: intentHealth ? [...extras.health, intentHealth] : extras.health,
-    };
+    return heartbeatOf({
+      self: this.o.self,
+      extras: this.o.extras(),
+      current: this.current,
+      isMaster: this.role === "master",
+      lastIndex: this.replica.state.index,
+      now: this.o.clock.now(),
+      intentHealth: this.role === "master" ? this.master.sequencer.intents?.health() : undefined,
+    });
   }
 
   publishHeartbeat(): void {
@@ -351,21 +229,14 @@ export class ClusterAgent implements AsyncDisposable {
     // A process not heard before has none of this node's links yet: the next heartbeat carries them.
     if (known?.heartbeat.started_at !== msg.started_at) this.linkReport.newPeer();
     if (!known || (hb.is_master && !known.heartbeat.is_master)) this.tick();
-    // The master's heartbeat says how far its log goes. An event is only re-requested when a later
-    // one shows the gap, so a lost last event (a message dropped while a route reconnects after a
-    // partition heals) would otherwise leave this replica behind until the next event.
-    const cur = this.current;
-    if (
-      cur &&
-      this.role === "follower" &&
-      hb.is_master &&
-      hb.peer_key === cur.master.peer_key &&
-      hb.session_id === cur.session_id &&
-      this.synced &&
-      hb.last_index > this.replica.state.index
-    ) {
-      void this.replica.sync(this.replica.state.index + 1);
-    }
+    // The master's heartbeat says how far its log goes: a follower behind it asks for the rest.
+    const follower = {
+      current: this.current,
+      isMaster: this.role === "master",
+      synced: this.synced,
+      index: this.replica.state.index,
+    };
+    if (behindMaster(hb, follower)) void this.replica.sync(this.replica.state.index + 1);
   }
 
   private originOf(peerKey: string): string | undefined {
@@ -433,8 +304,8 @@ export class ClusterAgent implements AsyncDisposable {
         break;
     }
     // While handing off, the master sequences nothing of its own: the successor takes over.
-    if (this.role === "master" && !this.handingOff) {
-      this.sequencer.supervise(now, opts.departures ?? true, this.current!.session_id);
+    if (this.role === "master" && !this.master.handOffs.active) {
+      this.master.sequencer.supervise(now, opts.departures ?? true, this.current!.session_id);
     }
     this.membership.forgetSilent(now);
   }
@@ -509,46 +380,39 @@ export class ClusterAgent implements AsyncDisposable {
 
   // ---- replica ----
 
+  /** An event from the bus: taken or refused by the intake (event-intake.ts), then the replica's. */
   private onEvent(ev: IndexedEvent, origin: string | undefined): void {
     if (this.announced.offer(ev, origin)) return;
-    const p = this.current;
-    // Events count only from the connection of the master they name (SessionStarted) or of the
-    // current session's master: a confused member cannot fork the replicas.
-    const sender =
-      ev.event.type === "SessionStarted" ? ev.event.session.master_peer_key : p?.master.peer_key;
-    const senderOrigin = sender === undefined ? undefined : this.originOf(sender);
-    // A master not heard yet: its heartbeat follows at once, and adoption then syncs from it.
-    if (senderOrigin === undefined) return;
-    if (origin !== senderOrigin) {
-      this.membership.refuse(
-        "event",
-        origin,
-        `event ${ev.index} of ${ev.session_id} not from its master`,
-      );
+    const view = {
+      selfKey: this.o.self.peerKey,
+      current: this.current,
+      originOf: (k: string) => this.originOf(k),
+    };
+    const d = intakeOf(ev, origin, view);
+    if (d.kind === "wait") return;
+    if (d.kind === "refuse") {
+      this.membership.refuse("event", origin, d.why);
       return;
     }
-    if (ev.event.type === "SessionStarted") {
-      if (ev.session_id !== this.current?.session_id) this.announced.announce(ev, origin);
-      this.membership.touch(ev.event.session.master_peer_key);
-      const masterKey = ev.event.session.master_peer_key;
-      // Treat the announcement as the master's heartbeat so the election rule can adopt it now.
-      if (
-        masterKey !== this.o.self.peerKey &&
-        this.membership.announcedMaster(masterKey, ev.session_id)
-      )
-        this.tick();
-    } else if (p && ev.session_id === p.session_id) {
-      this.membership.touch(p.master.peer_key);
-    }
-    if (!this.current || ev.session_id !== this.current.session_id) return;
-    if (this.role === "master") return; // the master applied it when it emitted it
-    // Applied already, when it made this node adopt the session.
-    if (
-      ev.event.type === "SessionStarted" &&
-      this.replica.state.session?.session_id === ev.session_id
-    )
-      return;
-    this.replica.receive(ev);
+    if (d.announce && origin !== undefined) this.announced.announce(ev, origin);
+    if (d.touch !== undefined) this.membership.touch(d.touch);
+    // Treat the announcement as the master's heartbeat so the election rule can adopt it now.
+    if (d.announcedMaster && this.membership.announcedMaster(d.announcedMaster, ev.session_id))
+      this.tick();
+    const now = {
+      sessionId: this.current?.session_id,
+      isMaster: this.role === "master",
+      replicaSession: this.replica.state.session?.session_id,
+    };
+    if (replicaTakes(ev, now)) this.replica.receive(ev);
+  }
+
+  /** The replica applied an event: the agent's side of it, then the listeners. */
+  private applied(ev: IndexedEvent, left: string | undefined): void {
+    // A node the master declared gone counts as gone here too, until it is heard again.
+    if (left !== undefined && left !== this.o.self.peerKey) this.membership.markLost(left);
+    if (ev.event.type === "MasterHandedOff") this.handedOff(ev.session_id, ev.event);
+    for (const l of this.listeners) l.event?.(ev, this.replica.state);
   }
 
   /**
@@ -564,15 +428,14 @@ export class ClusterAgent implements AsyncDisposable {
     const master: Peer = { peer_key: e.master_peer_key, started_at: e.master_started_at };
     this.log.info({ session: sessionId, master: master.peer_key }, "master handed off");
     if (this.role === "master") {
-      this.endpoints.retire();
+      this.master.retire();
       this.role = "follower";
-      this.sequencer.clear();
     }
     this.current = { session_id: sessionId, master };
     if (master.peer_key === this.o.self.peerKey) {
       this.becomeMaster(sessionId);
       this.publishHeartbeat();
-    } else if (this.handingOff) {
+    } else if (this.master.handOffs.active) {
       // Says at once that this node is no longer the master.
       this.publishHeartbeat();
     }
@@ -581,20 +444,13 @@ export class ClusterAgent implements AsyncDisposable {
   // ---- master role ----
 
   private becomeMaster(sessionId: SessionId): void {
-    this.stepDown();
-    this.handingOff = undefined;
+    this.master.serve(sessionId);
     this.role = "master";
-    this.masterLog.reset();
-    this.syncServer.reset();
-    this.sequencer.clear();
-    this.sequencer.intents?.reset();
-    this.endpoints.serve(sessionId);
   }
 
   private stepDown(): void {
-    this.endpoints.close();
+    this.master.stop();
     this.role = "follower";
-    this.sequencer.clear();
   }
 
   /** Master only: sequence an event, apply it locally, publish it. */
@@ -607,11 +463,7 @@ export class ClusterAgent implements AsyncDisposable {
       event,
     };
     this.replica.apply(ev);
-    this.sequencer.emitted(event);
-    this.masterLog.append(ev, Buffer.byteLength(JSON.stringify(ev)));
-    // A publish that fails (logged and counted by the bus) leaves followers a gap: they catch up
-    // through sync, in pages, at the next event or master heartbeat.
-    this.o.bus.publish("events", ev);
+    this.master.record(ev);
     return ev;
   }
 
@@ -621,30 +473,14 @@ export class ClusterAgent implements AsyncDisposable {
     from: NodeId,
     cmd: Command,
   ): CommandReply | Promise<CommandReply> {
-    if (this.handingOff?.session_id === sessionId) return handedOffReply(this.handingOff.to);
+    const handedOff = this.master.handOffs.reply(sessionId);
+    if (handedOff) return handedOff;
     if (this.role !== "master" || sessionId !== this.current?.session_id) return SESSION_CHANGED;
-    return this.sequencer.command(sessionId, from, cmd);
+    return this.master.sequencer.command(sessionId, from, cmd);
   }
 
   /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */
   command(cmd: Command): Promise<Extract<CommandReply, { ok: true }>> {
     return this.commands.send(cmd);
   }
-}
-
-function handedOffReply(to: Peer): CommandReply {
-  return {
-    ok: false,
-    error: {
-      code: "no_master",
-      message: "the master handed the session off; retry with the new master",
-      details: { handed_off_to: to.peer_key },
-    },
-  };
-}
-
-const ID_PREFIX: Readonly<Record<IdKind, string>> = { deployment: "d", task: "t", instance: "i" };
-/** Fresh ids for what the master creates (deployments, tasks, re-placed instances). */
-function newId(kind: IdKind): string {
-  return `${ID_PREFIX[kind]}-${randomUUID()}`;
 }
