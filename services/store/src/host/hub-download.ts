@@ -3,6 +3,7 @@
 // the exact room it needs on store_path. The store host runs the fill and the commit.
 import { createReadStream } from "node:fs";
 import { createHash } from "node:crypto";
+import type { Logger } from "@ic/log";
 import type { ModelId, StoreManifest } from "@ic/protocol";
 import { noFitMessage, type NoFitMessageInput } from "@ic/staging";
 import type { Disk } from "../disk.ts";
@@ -48,6 +49,25 @@ export interface HubDownloadOptions {
 
 /** Why a pull failed (the DownloadFailed event's cause). */
 export type HubFailureCause = Extract<HubDownloadResult, { ok: false }>["cause"];
+
+/** How a pull of `modelId` fails: logged once with its cause, answered as a DownloadFailed. */
+export function pullFailure(log: Logger, modelId: ModelId) {
+  return (
+    cause: HubFailureCause,
+    message: string,
+    arithmetic?: NoFitMessageInput,
+  ): HubDownloadResult => {
+    log.warn({ modelId, cause }, message);
+    return {
+      ok: false,
+      type: "DownloadFailed",
+      modelId,
+      cause,
+      message,
+      ...(arithmetic ? { arithmetic } : {}),
+    };
+  };
+}
 
 /** What a pull's plan reads of the store host. */
 export interface HubPlanContext {

@@ -19,7 +19,7 @@ import {
   type ModelId,
   type StoreManifest,
 } from "@ic/protocol";
-import { type NoFitMessageInput, Serial } from "@ic/staging";
+import { Serial } from "@ic/staging";
 import { nodeDisk, type Disk } from "../disk.ts";
 import { executeFill, plannedTotals, removeStale } from "../transfer/fill.ts";
 import type { HubSource } from "../hub/hub.ts";
@@ -31,9 +31,9 @@ import { storeHostApp } from "./http.ts";
 import {
   DOWNLOAD_RECORD_FILE,
   downloadPlan,
+  pullFailure,
   type HubDownloadOptions,
   type HubDownloadResult,
-  type HubFailureCause,
 } from "./hub-download.ts";
 import { MANIFEST_FILE, readManifests, writeManifest } from "./manifests.ts";
 
@@ -321,21 +321,7 @@ export class StoreHost implements AsyncDisposable {
     modelId: ModelId,
     options: HubDownloadOptions,
   ): Promise<HubDownloadResult> {
-    const fail = (
-      cause: HubFailureCause,
-      message: string,
-      arithmetic?: NoFitMessageInput,
-    ): HubDownloadResult => {
-      this.log.warn({ modelId, cause }, message);
-      return {
-        ok: false,
-        type: "DownloadFailed",
-        modelId,
-        cause,
-        message,
-        ...(arithmetic ? { arithmetic } : {}),
-      };
-    };
+    const fail = pullFailure(this.log, modelId);
     const hub = this.opts.hub;
     if (!hub) return fail("hub_error", "no model hub configured on the store host");
     if (this.state !== "running") return fail("aborted", "store host is not running");
