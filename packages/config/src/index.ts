@@ -1,5 +1,12 @@
 // Front door of the config package: schema, loader and per-node staging resolution.
-export { API_SCOPES, ConfigSchema, EngineSchema, MAX_STAGING_GB, StagingSchema } from "./schema.ts";
+export {
+  API_SCOPES,
+  ChatSchema,
+  ConfigSchema,
+  EngineSchema,
+  MAX_STAGING_GB,
+  StagingSchema,
+} from "./schema.ts";
 export type {
   ApiScope,
   Config,

@@ -55,6 +55,38 @@ export const ApiTokenSchema = z
 
 /** The `engine` section: how this node runs llama.cpp (a new engine flag is a key here and its
  * argument in services/worker/src/args.ts). */
+/**
+ * The `chat` section: the bounds of one request through a gateway, taken whole by the gateway (its
+ * `ChatLimits`), so this is the one place for their defaults.
+ */
+export const ChatSchema = z
+  .object({
+    /** max_tokens given to requests that set neither max_tokens nor max_completion_tokens. */
+    default_max_tokens: z.number().int().positive().default(2048),
+    /** A new connection to an engine that is not up within this long fails (504, retryable). */
+    connect_timeout_ms: z.number().int().positive().default(5000),
+    /**
+     * Longest silence between two chunks of a stream (llama-server pings every 30 s while it
+     * works, so the default leaves room for one missed ping).
+     */
+    idle_timeout_ms: z.number().int().positive().default(75_000),
+    /** Longest a request may take from start to end, queueing and generation included. */
+    total_timeout_ms: z.number().int().positive().default(900_000),
+    /**
+     * A chat stream whose instance is lost after it sent tokens continues on another ready
+     * instance of the model (docs/api.md, "Stream migration"); a request's `x-ic-migrate: 1`
+     * or `0` overrides this.
+     */
+    migrate_streams: z.boolean().default(false),
+    /**
+     * With several ready instances of a model, the requests of one conversation (same leading
+     * system and first user messages) go to the same instance, whose prompt cache holds their
+     * prefix, while its load stays within 1.25 times the mean or the mean plus 2; off: fewest outstanding requests.
+     */
+    prefix_routing: z.boolean().default(true),
+  })
+  .strict();
+
 export const EngineSchema = z
   .object({
     server_bin: z.string().optional(),
@@ -231,34 +263,7 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
-    chat: z
-      .object({
-        /** max_tokens given to requests that set neither max_tokens nor max_completion_tokens. */
-        default_max_tokens: z.number().int().positive().default(2048),
-        /** A new connection to an engine that is not up within this long fails (504, retryable). */
-        connect_timeout_ms: z.number().int().positive().default(5000),
-        /**
-         * Longest silence between two chunks of a stream (llama-server pings every 30 s while it
-         * works, so the default leaves room for one missed ping).
-         */
-        idle_timeout_ms: z.number().int().positive().default(75_000),
-        /** Longest a request may take from start to end, queueing and generation included. */
-        total_timeout_ms: z.number().int().positive().default(900_000),
-        /**
-         * A chat stream whose instance is lost after it sent tokens continues on another ready
-         * instance of the model (docs/api.md, "Stream migration"); a request's `x-ic-migrate: 1`
-         * or `0` overrides this.
-         */
-        migrate_streams: z.boolean().default(false),
-        /**
-         * With several ready instances of a model, the requests of one conversation (same leading
-         * system and first user messages) go to the same instance, whose prompt cache holds their
-         * prefix, while its load stays within 1.25 times the mean or the mean plus 2; off: fewest outstanding requests.
-         */
-        prefix_routing: z.boolean().default(true),
-      })
-      .strict()
-      .prefault({}),
+    chat: ChatSchema.prefault({}),
     tracing: z
       .object({
         enabled: z.boolean().default(false),

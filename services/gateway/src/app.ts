@@ -30,7 +30,7 @@ export interface GatewayOptions {
   /** Headers for the engine of an instance (its API key). */
   readonly engineHeaders?: ChatOptions["engineHeaders"];
   /** Chat bounds: default max_tokens and the engine timeouts (config `chat`). */
-  readonly chatLimits?: ChatOptions["limits"];
+  readonly chat?: ChatOptions["chat"];
   /** Each chat stream migration's outcome and duration (metrics). */
   readonly onChatMigration?: ChatOptions["onMigration"];
   /** GET /state/stream sends a document at least this often (default 2000 ms). */
@@ -71,7 +71,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     log,
     ...(o.observeChat ? { observe: o.observeChat } : {}),
     ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
-    limits: o.chatLimits,
+    chat: o.chat,
     load,
     ...(o.onChatMigration ? { onMigration: o.onChatMigration } : {}),
   });

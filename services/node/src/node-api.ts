@@ -64,14 +64,7 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
     infoPendingWaitMs: cfg.cluster.info_pending_wait_ms,
     stateStreamPeriodMs: cfg.cluster.heartbeat_ms,
     contextSize: cfg.engine.context_size,
-    chatLimits: {
-      defaultMaxTokens: cfg.chat.default_max_tokens,
-      connectTimeoutMs: cfg.chat.connect_timeout_ms,
-      idleTimeoutMs: cfg.chat.idle_timeout_ms,
-      totalTimeoutMs: cfg.chat.total_timeout_ms,
-      migrateStreams: cfg.chat.migrate_streams,
-      prefixRouting: cfg.chat.prefix_routing,
-    },
+    chat: cfg.chat,
     onChatMigration: (m) => r.observability.metrics.migration(m),
     // With tokens configured, peers present the cluster's node token (read scope: store downloads).
     // The set is replaced on a reload (SIGHUP, POST /admin/reload).

@@ -207,7 +207,7 @@ export async function openLeg(
  * chunk cost ~5 µs a chunk (hundreds of µs a request), the largest per-chunk cost of the relay.
  */
 function legBounds(
-  limits: Pick<ChatLimits, "totalTimeoutMs" | "idleTimeoutMs">,
+  limits: Pick<ChatLimits, "total_timeout_ms" | "idle_timeout_ms">,
   deadline: number,
   watch: Pick<ReturnType<typeof watchFailure>, "fail">,
 ): { touch(): void; clear(): void } {
@@ -216,12 +216,12 @@ function legBounds(
       watch.fail(
         new ServiceError(
           "upstream_timeout",
-          `the request did not finish within ${limits.totalTimeoutMs} ms; retry`,
+          `the request did not finish within ${limits.total_timeout_ms} ms; retry`,
         ),
       ),
     Math.max(0, deadline - Date.now()),
   );
-  const idleMs = limits.idleTimeoutMs;
+  const idleMs = limits.idle_timeout_ms;
   let idleTimer: NodeJS.Timeout | undefined;
   let lastChunkAt = 0;
   const onIdle = () => {
@@ -275,7 +275,7 @@ function dispatch(
       abort: leg.abort,
       onSent: sent,
       headers: ctx.o.engineHeaders?.(target.instance.instance_id),
-      connectTimeoutMs: ctx.limits.connectTimeoutMs,
+      connectTimeoutMs: ctx.limits.connect_timeout_ms,
     });
   const createTask = () =>
     ctx.reports.create({

@@ -10,6 +10,7 @@ import {
 } from "@ic/protocol";
 import type { ChatEvent, ChatObserver, CommandId, EngineTimings, ModelRecord } from "@ic/protocol";
 import type { Logger } from "@ic/log";
+import { ChatSchema } from "@ic/config";
 import type { ClusterView } from "@ic/protocol";
 import type { RequestLoad } from "../request-load.ts";
 import type { ReadyInstance } from "../readiness.ts";
@@ -72,35 +73,21 @@ export function wrongKind(model: string, endpoint: Endpoint): ServiceError {
   );
 }
 
-/** Bounds of one request; the config's `chat` section (defaults there). */
-export interface ChatLimits {
-  /** Given to requests that set neither max_tokens nor max_completion_tokens. */
-  readonly defaultMaxTokens: number;
-  readonly connectTimeoutMs: number;
-  readonly idleTimeoutMs: number;
-  readonly totalTimeoutMs: number;
-  /** Streams go on elsewhere when their instance is lost (chat.migrate_streams; a header overrides). */
-  readonly migrateStreams: boolean;
-  /**
-   * With several ready instances, a conversation's requests go to the same one while its load stays
-   * within 1.25 times the mean or the mean plus 2 (chat.prefix_routing; prefix-key.ts, balancing.ts).
-   */
-  readonly prefixRouting: boolean;
-}
+/**
+ * Bounds of one request: the config's `chat` section, whole (its keys and defaults are in
+ * `ChatSchema`, packages/config): `default_max_tokens`, the connect, idle and total timeouts,
+ * `migrate_streams` (a header overrides it) and `prefix_routing` (prefix-key.ts, balancing.ts).
+ */
+export type ChatLimits = z.output<typeof ChatSchema>;
 
-export const DEFAULT_CHAT_LIMITS: ChatLimits = {
-  defaultMaxTokens: 2048,
-  connectTimeoutMs: 5000,
-  idleTimeoutMs: 75_000,
-  totalTimeoutMs: 900_000,
-  migrateStreams: false,
-  prefixRouting: true,
-};
+/** The section's defaults, from the schema. */
+export const DEFAULT_CHAT_LIMITS: ChatLimits = ChatSchema.parse({});
 
 export interface ChatOptions {
   readonly cluster: ClusterView;
   readonly log: Logger;
-  readonly limits?: Partial<ChatLimits> | undefined;
+  /** The config's `chat` section; a key left out takes its default. */
+  readonly chat?: Partial<ChatLimits> | undefined;
   /**
    * Called once per request as it arrives; the observer it returns (if any) sees the request's
    * events in order (tracing and metrics subscribe here). Returning undefined costs nothing.

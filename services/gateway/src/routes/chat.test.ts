@@ -161,7 +161,7 @@ async function gateway(
     name: "t",
     // The tests here count on which instance is tried first (the least loaded, then the oldest);
     // prefix routing has its own tests below.
-    chatLimits: { prefixRouting: false, ...limits },
+    chat: { prefix_routing: false, ...limits },
     ...(observeChat ? { observeChat } : {}),
     ...extra,
   });
@@ -226,7 +226,7 @@ describe("non-streaming failures", () => {
   it("TaskFailed that overtakes the CreateTask reply still ends the request (no hang)", async () => {
     const e = await engine(() => {}); // never answers
     const c = cluster(e.url, { taskFailedFirst: true });
-    const r = await (await gateway(c.view, { totalTimeoutMs: 20_000 }))({});
+    const r = await (await gateway(c.view, { total_timeout_ms: 20_000 }))({});
     expect(r.status).toBe(500);
     expect(errorOf(r.text)).toMatchObject({ code: "task_failed", retryable: true });
     expect(r.ms).toBeLessThan(5000);
@@ -235,7 +235,7 @@ describe("non-streaming failures", () => {
   it("the instance's node leaving ends a request whose task was never failed", async () => {
     const e = await engine(() => {});
     const c = cluster(e.url);
-    const send = await gateway(c.view, { totalTimeoutMs: 20_000 });
+    const send = await gateway(c.view, { total_timeout_ms: 20_000 });
     setTimeout(
       () => c.emit({ type: "NodeLeft", node_id: nodeIdFor(S, "p-0"), reason: "heartbeat timeout" }),
       200,
@@ -247,7 +247,7 @@ describe("non-streaming failures", () => {
 
   it("an engine that never answers ends with 504 upstream_timeout after the total bound", async () => {
     const e = await engine(() => {});
-    const r = await (await gateway(cluster(e.url).view, { totalTimeoutMs: 300 }))({});
+    const r = await (await gateway(cluster(e.url).view, { total_timeout_ms: 300 }))({});
     expect(r.status).toBe(504);
     expect(errorOf(r.text)).toMatchObject({ code: "upstream_timeout", retryable: true });
   });
@@ -389,7 +389,9 @@ describe("streams", () => {
       res.writeHead(200, { "content-type": "text/event-stream" });
       res.write(chunk(ENGINE_ID, "Hi")); // then silence
     });
-    const r = await (await gateway(cluster(e.url).view, { idleTimeoutMs: 300 }))({ stream: true });
+    const r = await (
+      await gateway(cluster(e.url).view, { idle_timeout_ms: 300 })
+    )({ stream: true });
     const evs = events(r.text);
     expect(ErrorBodySchema.parse(evs.at(-1)).error).toMatchObject({
       code: "upstream_timeout",
@@ -436,7 +438,7 @@ describe("streams", () => {
 describe("generation cap", () => {
   it("a request without max_tokens gets the configured default; an explicit one is kept", async () => {
     const e = await engine((_q, res) => res.end(JSON.stringify({ id: ENGINE_ID, choices: [] })));
-    const send = await gateway(cluster(e.url).view, { defaultMaxTokens: 77 });
+    const send = await gateway(cluster(e.url).view, { default_max_tokens: 77 });
     await send({ max_tokens: undefined });
     await send({ max_tokens: 5 });
     await send({ max_completion_tokens: 9 });
@@ -648,7 +650,7 @@ describe("prefix routing (chat.prefix_routing, on by default)", () => {
   it("every turn of a conversation goes to the same replica; conversations spread over both", async () => {
     const a = await engine(answer);
     const b = await engine(answer);
-    const send = await gateway(twoInstances(a.url, b.url).view, { prefixRouting: true });
+    const send = await gateway(twoInstances(a.url, b.url).view, { prefix_routing: true });
     const homes = new Map<string, Set<string>>();
     for (let c = 0; c < 12; c++) {
       for (let t = 1; t <= 3; t++) {
@@ -668,7 +670,7 @@ describe("prefix routing (chat.prefix_routing, on by default)", () => {
   it("off: requests one after another go to the least loaded, then the oldest (always i-1 here)", async () => {
     const a = await engine(answer);
     const b = await engine(answer);
-    const send = await gateway(twoInstances(a.url, b.url).view, { prefixRouting: false });
+    const send = await gateway(twoInstances(a.url, b.url).view, { prefix_routing: false });
     for (let c = 0; c < 6; c++)
       expect((await send({ messages: turns(`city ${c}`, 1) })).status).toBe(200);
     expect(a.bodies).toHaveLength(6);
@@ -742,7 +744,7 @@ describe("retry before the first byte", () => {
     const send = await gateway(twoInstances(failing.url, good.url).view);
     expect((await send({})).status).toBe(502);
     const silent = await engine(() => {}); // never answers
-    const slow = await gateway(twoInstances(silent.url, good.url).view, { totalTimeoutMs: 200 });
+    const slow = await gateway(twoInstances(silent.url, good.url).view, { total_timeout_ms: 200 });
     const r = await slow({});
     expect(r.status).toBe(504);
     expect(good.bodies).toHaveLength(0);
@@ -1018,7 +1020,7 @@ describe("stream migration (opt-in)", () => {
   it.each([
     {
       how: "chat.migrate_streams",
-      limits: { migrateStreams: true },
+      limits: { migrate_streams: true },
       headers: {} as Record<string, string>,
       usage: false,
     },
@@ -1092,7 +1094,7 @@ describe("stream migration (opt-in)", () => {
     const seen: ChatEvent[] = [];
     const send = await gateway(
       twoInstances(first.url, second.url).view,
-      { migrateStreams: true },
+      { migrate_streams: true },
       () => ({ event: (x) => seen.push(x) }),
     );
     await send({ stream: true, max_tokens: 10 });
@@ -1121,7 +1123,7 @@ describe("stream migration (opt-in)", () => {
           : reply;
       },
     };
-    const send = await gateway(view, { migrateStreams: true });
+    const send = await gateway(view, { migrate_streams: true });
     const r = await send({ stream: true, max_tokens: 10 });
     expect(events(r.text).at(-1)).toBe("[DONE]");
     await new Promise((res) => setTimeout(res, 400)); // FinishTask rides a later batch
@@ -1153,7 +1155,7 @@ describe("stream migration (opt-in)", () => {
       cluster: twoInstances(endless.url, second.url).view,
       log: silentLogger(),
       name: "t",
-      chatLimits: { migrateStreams: true, prefixRouting: false },
+      chat: { migrate_streams: true, prefix_routing: false },
       onChatMigration: (m) => migrations.push(m),
     });
     const server = await new Promise<Server>((resolve) => {
@@ -1198,7 +1200,7 @@ describe("stream migration (opt-in)", () => {
     });
     expect(second.bodies).toHaveLength(0);
     // `x-ic-migrate: 0` turns the configured default off for one request.
-    const off = await gateway(twoInstances(first.url, second.url).view, { migrateStreams: true });
+    const off = await gateway(twoInstances(first.url, second.url).view, { migrate_streams: true });
     const r2 = await off({ stream: true, max_tokens: 10 }, { "x-ic-migrate": "0" });
     expect(ErrorBodySchema.parse(events(r2.text).at(-1)).error.code).toBe("instance_lost");
     expect(second.bodies).toHaveLength(0);
@@ -1207,7 +1209,7 @@ describe("stream migration (opt-in)", () => {
   it("opted in, with no other ready replica: the same typed error event", async () => {
     const first = await dyingEngine();
     const migrations: MigrationReport[] = [];
-    const send = await gateway(cluster(first.url).view, { migrateStreams: true }, undefined, {
+    const send = await gateway(cluster(first.url).view, { migrate_streams: true }, undefined, {
       onChatMigration: (m) => migrations.push(m),
     });
     const r = await send({ stream: true, max_tokens: 10 });
@@ -1230,7 +1232,7 @@ describe("stream migration (opt-in)", () => {
     const migrations: MigrationReport[] = [];
     const send = await gateway(
       twoInstances(first.url, refusing.url).view,
-      { migrateStreams: true },
+      { migrate_streams: true },
       undefined,
       { onChatMigration: (m) => migrations.push(m) },
     );
@@ -1253,12 +1255,12 @@ describe("stream migration (opt-in)", () => {
       res.write(deltaEvent(FIRST_ID, 1000, "first.gguf", { content: "Hi" })); // then silence
     });
     const second = await continuingEngine();
-    const a = await gateway(twoInstances(erring.url, second.url).view, { migrateStreams: true });
+    const a = await gateway(twoInstances(erring.url, second.url).view, { migrate_streams: true });
     const ra = await a({ stream: true, max_tokens: 10 });
     expect(ErrorBodySchema.parse(events(ra.text).at(-1)).error.code).toBe("upstream_failed");
     const b = await gateway(twoInstances(stalling.url, second.url).view, {
-      migrateStreams: true,
-      idleTimeoutMs: 300,
+      migrate_streams: true,
+      idle_timeout_ms: 300,
     });
     const rb = await b({ stream: true, max_tokens: 10 });
     expect(ErrorBodySchema.parse(events(rb.text).at(-1)).error.code).toBe("upstream_timeout");
@@ -1268,7 +1270,7 @@ describe("stream migration (opt-in)", () => {
   it("a stream already at its max_tokens is not continued: the typed error", async () => {
     const first = await dyingEngine();
     const second = await continuingEngine();
-    const send = await gateway(twoInstances(first.url, second.url).view, { migrateStreams: true });
+    const send = await gateway(twoInstances(first.url, second.url).view, { migrate_streams: true });
     const r = await send({ stream: true, max_tokens: 3 });
     expect(ErrorBodySchema.parse(events(r.text).at(-1)).error.code).toBe("instance_lost");
     expect(second.bodies).toHaveLength(0);
@@ -1279,7 +1281,7 @@ describe("stream migration (opt-in)", () => {
       res.setHeader("content-type", "application/json");
       res.end(JSON.stringify({ id: ENGINE_ID, choices: [] }));
     });
-    const send = await gateway(cluster(e.url).view, { migrateStreams: true });
+    const send = await gateway(cluster(e.url).view, { migrate_streams: true });
     const r = await send({ max_tokens: 10 }, { "x-ic-migrate": "1" });
     expect(r.status).toBe(200);
     expect(e.bodies[0]).toEqual({

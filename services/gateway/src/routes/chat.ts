@@ -51,7 +51,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
   const load = o.load ?? new RequestLoad();
   /** CreateTask per event-loop turn, FinishTask with the next of them (task-reports.ts). */
   const reports = new TaskReports(o.cluster);
-  const ctx: ChatContext = { o, load, reports, limits: { ...DEFAULT_CHAT_LIMITS, ...o.limits } };
+  const ctx: ChatContext = { o, load, reports, limits: { ...DEFAULT_CHAT_LIMITS, ...o.chat } };
 
   app.get("/v1/models", (c) => {
     // Only models with a ready instance (the same test the chat route applies) that the token may use.
@@ -233,21 +233,21 @@ function requestContext(
     body.max_tokens === undefined &&
     body.max_completion_tokens === undefined
   )
-    body.max_tokens = ctx.limits.defaultMaxTokens;
+    body.max_tokens = ctx.limits.default_max_tokens;
   return {
     body,
     path: endpoint.path,
     embeddings: endpoint.embeddings,
     limited,
     countTokens,
-    deadline: Date.now() + ctx.limits.totalTimeoutMs,
+    deadline: Date.now() + ctx.limits.total_timeout_ms,
     // Stream migration (docs/api.md): chat streams only, when the config or the request asks.
     migrate:
       endpoint.path === "/v1/chat/completions" &&
       body.stream === true &&
-      migrationWanted(requestHeader(c, "x-ic-migrate"), ctx.limits.migrateStreams),
+      migrationWanted(requestHeader(c, "x-ic-migrate"), ctx.limits.migrate_streams),
     tried: new Set<string>(),
-    prefixKey: ctx.limits.prefixRouting && !endpoint.embeddings ? prefixKey(body) : undefined,
+    prefixKey: ctx.limits.prefix_routing && !endpoint.embeddings ? prefixKey(body) : undefined,
     clientGone: false,
   };
 }
