@@ -13,6 +13,7 @@ import {
 import type { NodeProcess, NodeSpec } from "@ic/launcher";
 import { waitFor } from "./ports.ts";
 import { DelayRelay, NetLab } from "./netns/index.ts";
+import type { LabHost } from "./netns/index.ts";
 import { makeClusterCerts } from "./certs.ts";
 import type { ClusterCerts } from "./certs.ts";
 
@@ -163,54 +164,14 @@ export async function startHostCluster(
 ): Promise<HostCluster> {
   const lab = await NetLab.create({ hosts: n });
   const secret = newClusterSecret();
-  // Each certificate is valid for the host's name and address, and the root namespace's address
-  // (where delay relays listen: a route dialled through one checks the peer's certificate by it).
-  const certs =
-    opts.tls === false
-      ? null
-      : makeClusterCerts(
-          lab.hosts.map((h) => ({ name: h.name, hosts: [h.name, h.address, lab.rootAddress] })),
-        );
+  const certs = opts.tls === false ? null : hostCerts(lab);
   const adminToken = `adm_${randomBytes(18).toString("hex")}`;
   const relays: DelayRelay[] = [];
   const nodes: NodeProcess[] = [];
-  const cluster: HostCluster = {
-    lab,
-    secret,
-    adminToken,
-    relays,
-    certs,
-    nodes,
-    node: (name) => {
-      const found = nodes.find((x) => x.spec.name === name);
-      if (!found) throw new Error(`no node ${name}`);
-      return found;
-    },
-    stop: async () => {
-      await Promise.all(nodes.map((x) => x.stop(5000)));
-    },
-    [Symbol.asyncDispose]: async () => {
-      await Promise.all(nodes.map((x) => x[Symbol.asyncDispose]()));
-      await Promise.all(relays.map((r) => r.close()));
-      await lab.dispose();
-    },
-  };
+  const cluster = hostClusterHandle({ lab, secret, adminToken, relays, certs, nodes });
   try {
     for (const [i, h] of lab.hosts.entries()) {
-      const peers: string[] = [];
-      for (const other of lab.hosts) {
-        if (other.name === h.name) continue;
-        if (opts.routeDelayMs) {
-          const relay = await DelayRelay.start({
-            listenHost: lab.rootAddress,
-            targetHost: other.address,
-            targetPort: HOST_PORTS.cluster,
-            delayMs: opts.routeDelayMs,
-          });
-          relays.push(relay);
-          peers.push(relay.address);
-        } else peers.push(`${other.name}:${HOST_PORTS.cluster}`);
-      }
+      const peers = await hostPeers(lab, h, opts.routeDelayMs, relays);
       nodes.push(
         prepareNode({
           name: h.name,
@@ -221,14 +182,7 @@ export async function startHostCluster(
           reachAt: h.address,
           wrap: lab.wrap(h.name),
           config: withAdminToken(
-            deepMerge(
-              {
-                node: { host: h.name, bind: "0.0.0.0", api_port: HOST_PORTS.api },
-                bus: { client_port: HOST_PORTS.client },
-                tls: certs ? certs.tlsConfig(h.name) : { allow_plaintext: true },
-              },
-              opts.config?.(i) ?? {},
-            ),
+            deepMerge(hostConfig(h, certs), opts.config?.(i) ?? {}),
             adminToken,
           ),
           env: typeof opts.env === "function" ? opts.env(i) : (opts.env ?? {}),
@@ -244,6 +198,80 @@ export async function startHostCluster(
     throw e;
   }
   return cluster;
+}
+
+/**
+ * Each certificate is valid for the host's name and address, and the root namespace's address
+ * (where delay relays listen: a route dialled through one checks the peer's certificate by it).
+ */
+function hostCerts(lab: NetLab): ClusterCerts {
+  return makeClusterCerts(
+    lab.hosts.map((h) => ({ name: h.name, hosts: [h.name, h.address, lab.rootAddress] })),
+  );
+}
+
+/** The cluster of `startHostCluster` over its parts, filled in (nodes, relays) as they start. */
+function hostClusterHandle(parts: {
+  lab: NetLab;
+  secret: string;
+  adminToken: string;
+  relays: DelayRelay[];
+  certs: ClusterCerts | null;
+  nodes: NodeProcess[];
+}): HostCluster {
+  const { lab, relays, nodes } = parts;
+  return {
+    ...parts,
+    node: (name) => {
+      const found = nodes.find((x) => x.spec.name === name);
+      if (!found) throw new Error(`no node ${name}`);
+      return found;
+    },
+    stop: async () => {
+      await Promise.all(nodes.map((x) => x.stop(5000)));
+    },
+    [Symbol.asyncDispose]: async () => {
+      await Promise.all(nodes.map((x) => x[Symbol.asyncDispose]()));
+      await Promise.all(relays.map((r) => r.close()));
+      await lab.dispose();
+    },
+  };
+}
+
+/**
+ * The route peers of host `h`: every other host by name, or with `delayMs` a delay relay (started
+ * here, added to `relays`) in front of each.
+ */
+async function hostPeers(
+  lab: NetLab,
+  h: LabHost,
+  delayMs: number | undefined,
+  relays: DelayRelay[],
+): Promise<string[]> {
+  const peers: string[] = [];
+  for (const other of lab.hosts) {
+    if (other.name === h.name) continue;
+    if (delayMs) {
+      const relay = await DelayRelay.start({
+        listenHost: lab.rootAddress,
+        targetHost: other.address,
+        targetPort: HOST_PORTS.cluster,
+        delayMs,
+      });
+      relays.push(relay);
+      peers.push(relay.address);
+    } else peers.push(`${other.name}:${HOST_PORTS.cluster}`);
+  }
+  return peers;
+}
+
+/** A lab host's node config as deployed, before the test's own config is merged in. */
+function hostConfig(h: LabHost, certs: ClusterCerts | null): Record<string, unknown> {
+  return {
+    node: { host: h.name, bind: "0.0.0.0", api_port: HOST_PORTS.api },
+    bus: { client_port: HOST_PORTS.client },
+    tls: certs ? certs.tlsConfig(h.name) : { allow_plaintext: true },
+  };
 }
 
 /** Writes the tiny test model (and optionally its drafter) into `<store>/<org>--<name>/`. */

@@ -66,52 +66,89 @@ interface StateDoc {
 
 /** Runs the phases against `cluster` (already serving `model`); resolves with what it saw. */
 export async function soak(cluster: HostCluster, o: SoakOptions): Promise<SoakReport> {
-  const note = o.note ?? (() => {});
-  const t0 = Date.now();
-  const up = new Set(cluster.nodes.map((n) => n.spec.name));
-  const expected = new Set<string>();
-  const crashes: { node: string; code: number | null; at: number }[] = [];
-  const stopWindows: { node: string; from: number; to: number }[] = [];
-  const requests: RequestOutcome[] = [];
-  const largest: Record<string, number> = {};
-  const memory: Record<string, [number, number][]> = {};
-  const sessionIndex = new Map<string, number>();
-  const recoveries: { phase: string; ms: number; afterStartMs?: number }[] = [];
-  let phase = "start";
-  let running = true;
-
-  const watchExit = (n: NodeProcess) => {
-    void n.waitExit().then((code) => {
-      if (expected.has(n.spec.name)) return;
-      crashes.push({ node: n.spec.name, code, at: Date.now() });
-      note(`CRASH: ${n.spec.name} exited with ${code}`);
-    });
-  };
-  cluster.nodes.forEach(watchExit);
+  const run = new SoakRun(cluster, o);
+  cluster.nodes.forEach((n) => run.watchExit(n));
 
   const deploymentIds = (await cluster.nodes[0]!.get<StateDoc>("/state")).deployments.map(
     (d) => d.deployment_id,
   );
 
   // Clients: each sends without pause through the next node that is up.
-  let turn = 0;
-  const client = async () => {
-    while (running) {
-      const live = cluster.nodes.filter((n) => up.has(n.spec.name));
-      const via = live[turn++ % Math.max(1, live.length)];
+  const clients = Array.from({ length: o.clients }, () => run.client());
+
+  // Sampling: memory and the largest bus message per node, and each session's index.
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      await run.sample();
+      await sleep(o.sampleMs ?? 5000);
+    }
+  })();
+
+  for (const [i, p] of o.phases.entries()) await run.runPhase(i, p, deploymentIds);
+  run.running = false;
+  await Promise.all(clients);
+  sampling = false;
+  await sampler;
+  await run.sample();
+  // From here the caller stops the nodes: those exits are not crashes.
+  for (const n of cluster.nodes) run.expected.add(n.spec.name);
+  return run.report();
+}
+
+/** What one soak run tracks while its clients, sampler and phases run side by side. */
+class SoakRun {
+  private readonly note: (line: string) => void;
+  private readonly t0 = Date.now();
+  /** Nodes the clients and the sampler may use (not being stopped). */
+  private readonly up: Set<string>;
+  /** Nodes the driver is stopping: their exits are not crashes. */
+  readonly expected = new Set<string>();
+  private readonly crashes: { node: string; code: number | null; at: number }[] = [];
+  private readonly stopWindows: { node: string; from: number; to: number }[] = [];
+  private readonly requests: RequestOutcome[] = [];
+  private readonly largest: Record<string, number> = {};
+  private readonly memory: Record<string, [number, number][]> = {};
+  private readonly sessionIndex = new Map<string, number>();
+  private readonly recoveries: { phase: string; ms: number; afterStartMs?: number }[] = [];
+  private phase = "start";
+  running = true;
+  /** The clients' shared round robin over the nodes that are up. */
+  private turn = 0;
+
+  constructor(
+    private readonly cluster: HostCluster,
+    private readonly o: SoakOptions,
+  ) {
+    this.note = o.note ?? (() => {});
+    this.up = new Set(cluster.nodes.map((n) => n.spec.name));
+  }
+
+  watchExit(n: NodeProcess): void {
+    void n.waitExit().then((code) => {
+      if (this.expected.has(n.spec.name)) return;
+      this.crashes.push({ node: n.spec.name, code, at: Date.now() });
+      this.note(`CRASH: ${n.spec.name} exited with ${code}`);
+    });
+  }
+
+  /** One client: sends without pause through the next node that is up, until the run ends. */
+  async client(): Promise<void> {
+    while (this.running) {
+      const live = this.cluster.nodes.filter((n) => this.up.has(n.spec.name));
+      const via = live[this.turn++ % Math.max(1, live.length)];
       if (!via) {
         await sleep(50);
         continue;
       }
-      requests.push(await chatOnce(via, o.model, o.maxTokens ?? 8, phase));
+      this.requests.push(await chatOnce(via, this.o.model, this.o.maxTokens ?? 8, this.phase));
     }
-  };
-  const clients = Array.from({ length: o.clients }, client);
+  }
 
-  // Sampling: memory and the largest bus message per node, and each session's index.
-  const sample = async () => {
-    for (const n of cluster.nodes) {
-      if (!up.has(n.spec.name)) continue;
+  /** Reads each node's /metrics (memory, largest bus message) and /state (its session's index). */
+  async sample(): Promise<void> {
+    for (const n of this.cluster.nodes) {
+      if (!this.up.has(n.spec.name)) continue;
       try {
         const text = await (
           await fetch(`${n.apiUrl}/metrics`, {
@@ -121,94 +158,100 @@ export async function soak(cluster: HostCluster, o: SoakOptions): Promise<SoakRe
         ).text();
         const rss = metric(text, "process_resident_memory_bytes");
         if (rss !== undefined)
-          (memory[n.spec.name] ??= []).push([Math.round((Date.now() - t0) / 1000), rss / 2 ** 20]);
+          (this.memory[n.spec.name] ??= []).push([
+            Math.round((Date.now() - this.t0) / 1000),
+            rss / 2 ** 20,
+          ]);
         for (const m of text.matchAll(
           /^ic_bus_message_max_bytes\{[^}]*name="([^"]+)"[^}]*\} (\d+)/gm,
         ))
-          largest[m[1]!] = Math.max(largest[m[1]!] ?? 0, Number(m[2]));
+          this.largest[m[1]!] = Math.max(this.largest[m[1]!] ?? 0, Number(m[2]));
         const s = await n.get<StateDoc>("/state?links=0", 3000);
         if (s.session)
-          sessionIndex.set(
+          this.sessionIndex.set(
             s.session.session_id,
-            Math.max(sessionIndex.get(s.session.session_id) ?? 0, s.index),
+            Math.max(this.sessionIndex.get(s.session.session_id) ?? 0, s.index),
           );
       } catch {
         // a node going down between the check and the read
       }
     }
-  };
-  let sampling = true;
-  const sampler = (async () => {
-    while (sampling) {
-      await sample();
-      await sleep(o.sampleMs ?? 5000);
-    }
-  })();
+  }
 
-  const stop = async (n: NodeProcess, signal: "SIGTERM" | "SIGKILL") => {
+  async runPhase(i: number, p: SoakPhase, deploymentIds: readonly string[]): Promise<void> {
+    this.phase = `${i + 1}:${p.kind}${p.kind === "full" ? `-${p.signal}` : ""}`;
+    this.note(`phase ${this.phase}`);
+    if (p.kind === "load") {
+      await sleep(p.seconds * 1000);
+    } else if (p.kind === "rolling") {
+      await this.rollingRestart(deploymentIds);
+    } else {
+      await this.fullRestart(p.signal, deploymentIds);
+    }
+  }
+
+  /** Each node in turn, the master first: SIGTERM, start, wait until everything serves again. */
+  private async rollingRestart(deploymentIds: readonly string[]): Promise<void> {
+    const masterFirst = await orderMasterFirst(this.cluster);
+    for (const n of masterFirst) {
+      const began = Date.now();
+      await this.stopNode(n, "SIGTERM");
+      await this.startNode(n);
+      await servesAgain(this.cluster, deploymentIds, this.o.model);
+      const ms = Date.now() - began;
+      this.recoveries.push({ phase: `${this.phase} ${n.spec.name}`, ms });
+      this.note(`  ${n.spec.name} restarted; serving again after ${ms} ms`);
+    }
+  }
+
+  private async fullRestart(
+    signal: "SIGTERM" | "SIGKILL",
+    deploymentIds: readonly string[],
+  ): Promise<void> {
+    const nodes = this.cluster.nodes;
+    const began = Date.now();
+    await Promise.all(nodes.map((n) => this.stopNode(n, signal)));
+    // All at once, as `docker compose up` or a power-on does.
+    await Promise.all(nodes.map((n) => this.startNode(n)));
+    const started = Date.now();
+    await servesAgain(this.cluster, deploymentIds, this.o.model);
+    const ms = Date.now() - began;
+    this.recoveries.push({ phase: this.phase, ms, afterStartMs: Date.now() - started });
+    this.note(
+      `  every node restarted; serving again ${Date.now() - started} ms after all started (${ms} ms in all)`,
+    );
+  }
+
+  private async stopNode(n: NodeProcess, signal: "SIGTERM" | "SIGKILL"): Promise<void> {
     const from = Date.now();
-    expected.add(n.spec.name);
-    up.delete(n.spec.name);
+    this.expected.add(n.spec.name);
+    this.up.delete(n.spec.name);
     if (signal === "SIGKILL") {
       n.kill("SIGKILL");
       await n.waitExit();
     } else await n.stop();
-    stopWindows.push({ node: n.spec.name, from, to: Date.now() });
-  };
-  const start = async (n: NodeProcess) => {
-    await n.start(120_000);
-    expected.delete(n.spec.name);
-    watchExit(n);
-    up.add(n.spec.name);
-  };
-
-  for (const [i, p] of o.phases.entries()) {
-    phase = `${i + 1}:${p.kind}${p.kind === "full" ? `-${p.signal}` : ""}`;
-    note(`phase ${phase}`);
-    if (p.kind === "load") {
-      await sleep(p.seconds * 1000);
-    } else if (p.kind === "rolling") {
-      const masterFirst = await orderMasterFirst(cluster);
-      for (const n of masterFirst) {
-        const began = Date.now();
-        await stop(n, "SIGTERM");
-        await start(n);
-        await servesAgain(cluster, deploymentIds, o.model);
-        const ms = Date.now() - began;
-        recoveries.push({ phase: `${phase} ${n.spec.name}`, ms });
-        note(`  ${n.spec.name} restarted; serving again after ${ms} ms`);
-      }
-    } else {
-      const began = Date.now();
-      await Promise.all(cluster.nodes.map((n) => stop(n, p.signal)));
-      // All at once, as `docker compose up` or a power-on does.
-      await Promise.all(cluster.nodes.map((n) => start(n)));
-      const started = Date.now();
-      await servesAgain(cluster, deploymentIds, o.model);
-      const ms = Date.now() - began;
-      recoveries.push({ phase, ms, afterStartMs: Date.now() - started });
-      note(
-        `  every node restarted; serving again ${Date.now() - started} ms after all started (${ms} ms in all)`,
-      );
-    }
+    this.stopWindows.push({ node: n.spec.name, from, to: Date.now() });
   }
-  running = false;
-  await Promise.all(clients);
-  sampling = false;
-  await sampler;
-  await sample();
-  // From here the caller stops the nodes: those exits are not crashes.
-  for (const n of cluster.nodes) expected.add(n.spec.name);
-  return {
-    seconds: (Date.now() - t0) / 1000,
-    requests,
-    crashes,
-    largestBusMessage: largest,
-    eventsSequenced: [...sessionIndex.values()].reduce((a, b) => a + b, 0),
-    memory,
-    recoveries,
-    stopWindows,
-  };
+
+  private async startNode(n: NodeProcess): Promise<void> {
+    await n.start(120_000);
+    this.expected.delete(n.spec.name);
+    this.watchExit(n);
+    this.up.add(n.spec.name);
+  }
+
+  report(): SoakReport {
+    return {
+      seconds: (Date.now() - this.t0) / 1000,
+      requests: this.requests,
+      crashes: this.crashes,
+      largestBusMessage: this.largest,
+      eventsSequenced: [...this.sessionIndex.values()].reduce((a, b) => a + b, 0),
+      memory: this.memory,
+      recoveries: this.recoveries,
+      stopWindows: this.stopWindows,
+    };
+  }
 }
 
 /** The nodes with the current master first (a rolling restart's hardest step). */

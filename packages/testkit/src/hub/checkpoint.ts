@@ -89,21 +89,37 @@ function layerTensors(prefix: string, h: number, inter: number, dtype: string): 
   ];
 }
 
-export async function generateMtpCheckpoint(
-  opts: MtpCheckpointOptions = {},
-): Promise<MtpCheckpoint> {
-  const style = opts.style ?? "nextn-layers";
-  const layers = opts.numHiddenLayers ?? 2;
-  const nextn = style === "none" ? 0 : (opts.numNextnPredictLayers ?? 1);
-  const h = opts.hiddenSize ?? 16;
-  const inter = opts.intermediateSize ?? 2 * h;
-  const vocab = opts.vocabSize ?? 64;
-  const shardCount = Math.max(1, opts.shards ?? 3);
-  const dtype = opts.dtype ?? "BF16";
-  const seed = opts.seed ?? 7;
-  const dir = opts.dir ?? (await mkdtemp(join(tmpdir(), "mtp-checkpoint-")));
-  await mkdir(dir, { recursive: true });
+/** The options with their defaults filled in: the model's shape and how it is written. */
+interface Shape {
+  readonly style: MtpStyle;
+  readonly layers: number;
+  readonly nextn: number;
+  readonly h: number;
+  readonly inter: number;
+  readonly vocab: number;
+  readonly shardCount: number;
+  readonly dtype: "BF16" | "F32";
+  readonly seed: number;
+}
 
+function shapeOf(opts: MtpCheckpointOptions): Shape {
+  const style = opts.style ?? "nextn-layers";
+  const h = opts.hiddenSize ?? 16;
+  return {
+    style,
+    layers: opts.numHiddenLayers ?? 2,
+    nextn: style === "none" ? 0 : (opts.numNextnPredictLayers ?? 1),
+    h,
+    inter: opts.intermediateSize ?? 2 * h,
+    vocab: opts.vocabSize ?? 64,
+    shardCount: Math.max(1, opts.shards ?? 3),
+    dtype: opts.dtype ?? "BF16",
+    seed: opts.seed ?? 7,
+  };
+}
+
+/** Embeddings, the decoder layers, the final norm and the LM head. */
+function mainTensors({ layers, h, inter, vocab, dtype }: Shape): TensorSpec[] {
   const main: TensorSpec[] = [{ name: "model.embed_tokens.weight", dtype, shape: [vocab, h] }];
   for (let i = 0; i < layers; i++)
     main.push(...layerTensors(`model.layers.${i}.`, h, inter, dtype));
@@ -111,7 +127,11 @@ export async function generateMtpCheckpoint(
     { name: "model.norm.weight", dtype, shape: [h] },
     { name: "lm_head.weight", dtype, shape: [vocab, h] },
   );
+  return main;
+}
 
+/** The MTP heads, named as `style` names them (none for `none`). */
+function mtpTensors({ style, layers, nextn, h, inter, dtype }: Shape): TensorSpec[] {
   const mtp: TensorSpec[] = [];
   if (style === "nextn-layers") {
     for (let j = 0; j < nextn; j++) {
@@ -133,10 +153,15 @@ export async function generateMtpCheckpoint(
     );
     for (let j = 0; j < nextn; j++) mtp.push(...layerTensors(`mtp.layers.${j}.`, h, inter, dtype));
   }
-  const all = [...main, ...mtp];
-  const total = all.reduce((a, t) => a + tensorBytes(t), 0);
+  return mtp;
+}
 
-  // Split sequentially by bytes; MTP tensors come last, as in real checkpoints.
+/** Splits the tensors sequentially by bytes into at most `shardCount` groups, none empty. */
+function shardGroups(
+  all: readonly TensorSpec[],
+  total: number,
+  shardCount: number,
+): TensorSpec[][] {
   const groups: TensorSpec[][] = [];
   const target = total / shardCount;
   let current: TensorSpec[] = [];
@@ -155,7 +180,19 @@ export async function generateMtpCheckpoint(
     }
   }
   if (current.length > 0) groups.push(current);
+  return groups;
+}
 
+/** Writes one safetensors file per group; returns the file names and each tensor's sha256 and file. */
+async function writeShards(
+  dir: string,
+  groups: readonly TensorSpec[][],
+  seed: number,
+): Promise<{
+  files: string[];
+  tensorSha256: Record<string, string>;
+  shardOf: Record<string, string>;
+}> {
   const files: string[] = [];
   const tensorSha256: Record<string, string> = {};
   const shardOf: Record<string, string> = {};
@@ -184,16 +221,19 @@ export async function generateMtpCheckpoint(
     await once(out, "finish");
     files.push(file);
   }
+  return { files, tensorSha256, shardOf };
+}
 
-  if (groups.length > 1) {
-    const index = {
-      metadata: { total_size: total },
-      weight_map: Object.fromEntries(all.map((t) => [t.name, shardOf[t.name]])),
-    };
-    await writeFile(join(dir, "model.safetensors.index.json"), JSON.stringify(index, null, 2));
-    files.push("model.safetensors.index.json");
-  }
-
+/** config.json of the model family `style` stands for, with the shape. */
+function checkpointConfig({
+  style,
+  layers,
+  nextn,
+  h,
+  inter,
+  vocab,
+  dtype,
+}: Shape): Record<string, unknown> {
   const config: Record<string, unknown> =
     style === "none"
       ? { architectures: ["Gemma3ForCausalLM"], model_type: "gemma3", num_hidden_layers: layers }
@@ -216,6 +256,34 @@ export async function generateMtpCheckpoint(
     vocab_size: vocab,
     torch_dtype: dtype === "BF16" ? "bfloat16" : "float32",
   });
+  return config;
+}
+
+export async function generateMtpCheckpoint(
+  opts: MtpCheckpointOptions = {},
+): Promise<MtpCheckpoint> {
+  const shape = shapeOf(opts);
+  const dir = opts.dir ?? (await mkdtemp(join(tmpdir(), "mtp-checkpoint-")));
+  await mkdir(dir, { recursive: true });
+
+  const mtp = mtpTensors(shape);
+  const all = [...mainTensors(shape), ...mtp];
+  const total = all.reduce((a, t) => a + tensorBytes(t), 0);
+
+  // Split sequentially by bytes; MTP tensors come last, as in real checkpoints.
+  const groups = shardGroups(all, total, shape.shardCount);
+  const { files, tensorSha256, shardOf } = await writeShards(dir, groups, shape.seed);
+
+  if (groups.length > 1) {
+    const index = {
+      metadata: { total_size: total },
+      weight_map: Object.fromEntries(all.map((t) => [t.name, shardOf[t.name]])),
+    };
+    await writeFile(join(dir, "model.safetensors.index.json"), JSON.stringify(index, null, 2));
+    files.push("model.safetensors.index.json");
+  }
+
+  const config = checkpointConfig(shape);
   await writeFile(join(dir, "config.json"), JSON.stringify(config, null, 2));
   files.push("config.json");
 
