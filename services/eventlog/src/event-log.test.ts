@@ -76,6 +76,7 @@ function config(over: Partial<EventLogConfig> = {}): EventLogConfig {
     archive_total_mb: 128 / 1024,
     free_floor_gb: 2,
     check_every: 16,
+    write_delay_ms: 50,
     ...over,
   };
 }

@@ -41,7 +41,6 @@ import type { Match } from "./active-file.ts";
 import {
   READ_LIMIT_DEFAULT,
   READ_LIMIT_MAX,
-  WRITE_DELAY_MS_DEFAULT,
   type EventLogDeps,
   type EventLogState,
   type EventLogUsage,
@@ -350,7 +349,7 @@ export class EventLog {
         await this.writeBatch();
         if (this.pending.length > 0) this.queueFlush(true);
       });
-    const delay = this.deps.config.write_delay_ms ?? WRITE_DELAY_MS_DEFAULT;
+    const delay = this.deps.config.write_delay_ms;
     if (now || delay <= 0) return write();
     // Unref'd: a queued write never keeps the process alive; stop() writes what is queued.
     this.flushTimer = setTimeout(write, delay);

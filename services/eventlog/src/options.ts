@@ -13,11 +13,10 @@ export interface EventLogConfig {
   readonly archive_total_mb: number;
   readonly free_floor_gb: number;
   readonly check_every: number;
-  /** How long an accepted record may wait in memory for others to share its write (default 50 ms; 0: at once). */
-  readonly write_delay_ms?: number;
+  /** How long an accepted record may wait in memory for others to share its write (0: at once). */
+  readonly write_delay_ms: number;
 }
 
-export const WRITE_DELAY_MS_DEFAULT = 50;
 
 export interface EventLogDeps {
   readonly config: EventLogConfig;

@@ -27,6 +27,7 @@ beforeEach(async () => {
       archive_total_mb: 1,
       free_floor_gb: 2,
       check_every: 1024,
+      write_delay_ms: 50,
     },
     logger: silentLogger(),
     disk: new FakeDisk(10 * GiB),

@@ -2826,6 +2826,7 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
         archive_total_mb: 1,
         free_floor_gb: 2,
         check_every: 1024,
+        write_delay_ms: 50,
       },
       { log, disk: new FakeDisk(100 * 1024 ** 3) },
     );
