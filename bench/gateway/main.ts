@@ -17,6 +17,7 @@ import {
   startCluster,
   waitForConvergence,
 } from "@ic/testkit";
+import type { NodeProcess } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
 import {
   batch,
@@ -83,8 +84,37 @@ async function startFloorProxy(upstream: string): Promise<{ url: string; proc: C
   return { url: `http://127.0.0.1:${port}`, proc };
 }
 
-async function main(): Promise<void> {
-  const store = mkdtempSync(join(tmpdir(), "bench-gw-"));
+/** The three paths' indexes: the floor proxy and the gateway; and nats-server's among the hops. */
+const FLOOR = 1;
+const GATEWAY = 2;
+const NATS = 2;
+
+interface Path {
+  name: string;
+  url: string;
+  headers: Record<string, string>;
+}
+
+interface Pass {
+  ratio: number;
+  delta: number;
+  /** CPU ms of each hop over the pass's rounds (idle not yet removed) and the rounds' wall ms. */
+  cpu: number[];
+  wall: number;
+  requests: number;
+}
+
+/** Every pass at one concurrency: each path's TTFTs and tok/s, and gateway vs floor per round. */
+interface AtConcurrency {
+  c: number;
+  got: { ttft: number[]; tps: number[] }[];
+  ratios: number[];
+  deltas: number[];
+  passes: Pass[];
+}
+
+/** Seeds the store and starts one node (engine pinned to its own core). */
+async function startBench(store: string) {
   const wide = process.env.BENCH_MODEL === "wide";
   const { modelId } = await seedStore(store, { slow: wide });
   const env: Record<string, string> = {};
@@ -104,182 +134,244 @@ async function main(): Promise<void> {
       logging: { level: "warn" },
     }),
   });
-  let floor: { url: string; proc: ChildProcess } | undefined;
-  try {
-    const node = cluster.nodes[0]!;
-    await waitForConvergence(cluster.nodes, 1);
-    const inst = await placeAndWait(node, { model_id: modelId, min_nodes: 1 });
-    const s = await node.get<{
-      instances: { instance_id: string; runners: { rank: number; endpoint?: string }[] }[];
-    }>("/state");
-    const direct = s.instances
-      .find((i) => i.instance_id === inst.instance_id)!
-      .runners.find((r) => r.rank === 0)!.endpoint!;
-    floor = await startFloorProxy(direct);
-    const floorPid = floor.proc.pid!;
-    const nodePgid = node.pid!;
-    // The engine takes only its API key (its node made it; the gateway adds it itself): read off
-    // the engine's process.
-    const engineAuth = { authorization: `Bearer ${engineKeyOf(new URL(direct).port)}` };
-    const paths = [
-      { name: "direct llama-server", url: direct, headers: engineAuth },
-      { name: "bare Node proxy (floor)", url: floor.url, headers: engineAuth },
-      { name: "gateway", url: node.apiUrl, headers: node.authHeaders },
-    ];
-    const FLOOR = 1;
-    const GATEWAY = 2;
-    // CPU of the hops: the proxy process; the node's process group (the node, its supervising
-    // parent and its nats-server; the engine excluded), nats-server also on its own.
-    const nodeProcs = hopProcesses({ pgid: nodePgid });
-    const hops = [
-      [floorPid],
-      nodeProcs.map((p) => p.pid),
-      nodeProcs.filter((p) => p.name === "nats-server").map((p) => p.pid),
-    ];
-    const NATS = 2;
-    const names = nodeProcs.map((p) => p.name);
-    // Names with their counts, e.g. "2 × node, nats-server".
-    const counted = [...new Set(names)]
-      .map((n) => {
-        const k = names.filter((x) => x === n).length;
-        return k > 1 ? `${k} × ${n}` : n;
-      })
-      .join(", ");
-    for (let i = 0; i < WARMUP; i++) {
-      for (const p of paths) {
-        const one = await streamOnce(p.url, modelId, p.headers, i < 10);
-        if (one.tokens === 0)
-          throw new Error(`a warm-up stream through ${p.name} generated no content`);
-      }
+  return { wide, modelId, pinning, cluster };
+}
+
+/** Places the model on the node; the URL of its llama-server (rank 0's endpoint). */
+async function placeEngine(node: NodeProcess, modelId: string): Promise<string> {
+  const inst = await placeAndWait(node, { model_id: modelId, min_nodes: 1 });
+  const s = await node.get<{
+    instances: { instance_id: string; runners: { rank: number; endpoint?: string }[] }[];
+  }>("/state");
+  return s.instances
+    .find((i) => i.instance_id === inst.instance_id)!
+    .runners.find((r) => r.rank === 0)!.endpoint!;
+}
+
+/** The three paths, the hops whose CPU is read, and the node's processes by name and count. */
+function pathsAndHops(
+  node: NodeProcess,
+  direct: string,
+  floor: { url: string; proc: ChildProcess },
+): { paths: Path[]; hops: number[][]; counted: string } {
+  const floorPid = floor.proc.pid!;
+  const nodePgid = node.pid!;
+  // The engine takes only its API key (its node made it; the gateway adds it itself): read off
+  // the engine's process.
+  const engineAuth = { authorization: `Bearer ${engineKeyOf(new URL(direct).port)}` };
+  const paths = [
+    { name: "direct llama-server", url: direct, headers: engineAuth },
+    { name: "bare Node proxy (floor)", url: floor.url, headers: engineAuth },
+    { name: "gateway", url: node.apiUrl, headers: node.authHeaders },
+  ];
+  // CPU of the hops: the proxy process; the node's process group (the node, its supervising
+  // parent and its nats-server; the engine excluded), nats-server also on its own.
+  const nodeProcs = hopProcesses({ pgid: nodePgid });
+  const hops = [
+    [floorPid],
+    nodeProcs.map((p) => p.pid),
+    nodeProcs.filter((p) => p.name === "nats-server").map((p) => p.pid),
+  ];
+  const names = nodeProcs.map((p) => p.name);
+  // Names with their counts, e.g. "2 × node, nats-server".
+  const counted = [...new Set(names)]
+    .map((n) => {
+      const k = names.filter((x) => x === n).length;
+      return k > 1 ? `${k} × ${n}` : n;
+    })
+    .join(", ");
+  return { paths, hops, counted };
+}
+
+/** WARMUP requests per path (the first ten checked against JSON.parse). */
+async function warmUp(paths: readonly Path[], modelId: string): Promise<void> {
+  for (let i = 0; i < WARMUP; i++) {
+    for (const p of paths) {
+      const one = await streamOnce(p.url, modelId, p.headers, i < 10);
+      if (one.tokens === 0)
+        throw new Error(`a warm-up stream through ${p.name} generated no content`);
     }
-    // After the warm-up: right after start the node is still compiling and settling.
-    const idleBefore = await idleCpuRates(hops);
-    console.log(
-      `${paths.map((p) => `${p.name} ${p.url}`).join(", ")}; max_tokens ${MAX_TOKENS}; ${PASSES} passes of ${ROUNDS_1} rounds at concurrency 1 and ${ROUNDS_16} at 16; ${pinning}; idle CPU ms/s: floor ${(idleBefore[0]! * 1000).toFixed(1)}, node ${(idleBefore[1]! * 1000).toFixed(1)} (nats-server ${(idleBefore[2]! * 1000).toFixed(1)})`,
+  }
+}
+
+/**
+ * One round: a batch of `c` per path, in an order rotated by `r`; adds to `got` and to each hop's
+ * `cpu`. The hops' CPU is read around the whole round: work a request leaves behind (the task's
+ * bookkeeping after the last byte) lands in it too, and the hops do nothing for the other paths.
+ */
+async function runRound(
+  r: number,
+  c: number,
+  paths: readonly Path[],
+  hops: readonly number[][],
+  modelId: string,
+  got: AtConcurrency["got"],
+  cpu: number[],
+): Promise<{ wall: number; ratio: number; delta: number }> {
+  const round: { ttft: number; tps: number }[] = [];
+  const before = hops.map((pids) => threadCpu(pids));
+  const t0 = performance.now();
+  for (let k = 0; k < paths.length; k++) {
+    const at = (r + k) % paths.length;
+    const res = await batch(paths[at]!.url, modelId, paths[at]!.headers, c);
+    got[at]!.ttft.push(...res.ttft);
+    got[at]!.tps.push(res.tokensPerSec);
+    round[at] = { ttft: summarize(res.ttft).median, tps: res.tokensPerSec };
+  }
+  const wall = performance.now() - t0;
+  hops.forEach((pids, k) => (cpu[k]! += cpuDelta(before[k]!, threadCpu(pids))));
+  return {
+    wall,
+    ratio: round[GATEWAY]!.tps / round[FLOOR]!.tps,
+    delta: round[GATEWAY]!.ttft - round[FLOOR]!.ttft,
+  };
+}
+
+/** PASSES passes of rounds at concurrency `c`. */
+async function measureAt(
+  c: number,
+  paths: readonly Path[],
+  hops: readonly number[][],
+  modelId: string,
+): Promise<AtConcurrency> {
+  const got = paths.map(() => ({ ttft: [] as number[], tps: [] as number[] }));
+  /** Per round, gateway vs floor in the same round: tok/s ratio and median-TTFT difference. */
+  const ratios: number[] = [];
+  const deltas: number[] = [];
+  const passes: Pass[] = [];
+  const reps = c === 1 ? ROUNDS_1 : ROUNDS_16;
+  for (let pass = 0; pass < PASSES; pass++) {
+    const from = ratios.length;
+    const cpu = hops.map(() => 0);
+    let wall = 0;
+    // Interleaved, each round in a rotated order, so drift on a shared machine hits all paths
+    // alike.
+    for (let r = 0; r < reps; r++) {
+      const one = await runRound(r, c, paths, hops, modelId, got, cpu);
+      wall += one.wall;
+      ratios.push(one.ratio);
+      deltas.push(one.delta);
+    }
+    passes.push({
+      ratio: summarize(ratios.slice(from)).median,
+      delta: summarize(deltas.slice(from)).median,
+      cpu,
+      wall,
+      requests: reps * c,
+    });
+  }
+  return { c, got, ratios, deltas, passes };
+}
+
+/** The per-path rows at one concurrency: TTFT, tok/s, against direct, and the hops' CPU. */
+function pathRows(
+  at: AtConcurrency,
+  perRequest: readonly number[][],
+  paths: readonly Path[],
+  label: string,
+): string[] {
+  const { c, got } = at;
+  const rows: string[] = [];
+  const cpuMed = [0, 1, NATS].map((k) => summarize(perRequest.map((x) => x[k]!)).median);
+  const ttft = got.map((g) => summarize(g.ttft).median);
+  const tps = got.map((g) => summarize(g.tps).median);
+  const cpuCell = (k: number) =>
+    k === FLOOR
+      ? cpuMed[0]!.toFixed(2)
+      : k === GATEWAY
+        ? `${cpuMed[1]!.toFixed(2)} (nats-server ${cpuMed[2]!.toFixed(2)})`
+        : "";
+  paths.forEach((p, k) => {
+    const line =
+      k === 0
+        ? `| ${label} | ${c} | ${p.name} | ${ttft[0]!.toFixed(2)} | | ${tps[0]!.toFixed(0)} | | |`
+        : `| ${label} | ${c} | ${p.name} | ${ttft[k]!.toFixed(2)} | ${(ttft[k]! - ttft[0]!).toFixed(2)} | ${tps[k]!.toFixed(0)} | ${pct(tps[k]! / tps[0]!)} | ${cpuCell(k)} |`;
+    console.log(line);
+    rows.push(line);
+  });
+  return rows;
+}
+
+/** The target row at one concurrency: gateway vs floor, with the range of the passes. */
+function targetRow(
+  at: AtConcurrency,
+  perRequest: readonly number[][],
+  label: string,
+): { line: string; verdict: { c: number; throughputMet: boolean; ttftMet: boolean } } {
+  const { c, ratios, deltas, passes } = at;
+  const cpuDiff = summarize(perRequest.map((x) => x[1]! - x[0]!)).median;
+  const ratio = summarize(ratios).median;
+  const delta = summarize(deltas).median;
+  const throughputMet = ratio >= THROUGHPUT_TARGET;
+  const ttftMet = delta <= TTFT_TARGET_MS;
+  const range = (xs: number[], f: (x: number) => string) =>
+    xs.length > 1 ? ` (passes ${f(Math.min(...xs))} – ${f(Math.max(...xs))})` : "";
+  const ms = (x: number) => x.toFixed(2);
+  const line = `| ${label} | ${c} | ${pct(ratio)}${range(
+    passes.map((p) => p.ratio),
+    pct,
+  )} | ${throughputMet ? "met" : "**not met**"} | ${ms(delta)}${range(
+    passes.map((p) => p.delta),
+    ms,
+  )} | ${ttftMet ? "met" : "**not met**"} | ${ms(cpuDiff)}${range(
+    perRequest.map((x) => x[1]! - x[0]!),
+    ms,
+  )} |`;
+  console.log(line);
+  return { line, verdict: { c, throughputMet, ttftMet } };
+}
+
+/** Both tables' rows, and the verdict against the target, from every concurrency's passes. */
+function analyze(
+  byConcurrency: readonly AtConcurrency[],
+  idle: readonly number[],
+  paths: readonly Path[],
+  label: string,
+): { rows: string[]; targetRows: string[]; verdict: string } {
+  const rows: string[] = [];
+  const targetRows: string[] = [];
+  const verdicts: { c: number; throughputMet: boolean; ttftMet: boolean }[] = [];
+  for (const at of byConcurrency) {
+    const { c, passes } = at;
+    /** Per pass, CPU ms per request of the floor, the node (with nats-server) and nats-server. */
+    const perRequest = passes.map((p) =>
+      p.cpu.map((ms, k) => (ms - idle[k]! * p.wall) / p.requests),
     );
-    interface Pass {
-      ratio: number;
-      delta: number;
-      /** CPU ms of each hop over the pass's rounds (idle not yet removed) and the rounds' wall ms. */
-      cpu: number[];
-      wall: number;
-      requests: number;
-    }
-    const byConcurrency: {
-      c: number;
-      got: { ttft: number[]; tps: number[] }[];
-      ratios: number[];
-      deltas: number[];
-      passes: Pass[];
-    }[] = [];
-    for (const c of [1, 16]) {
-      const got = paths.map(() => ({ ttft: [] as number[], tps: [] as number[] }));
-      /** Per round, gateway vs floor in the same round: tok/s ratio and median-TTFT difference. */
-      const ratios: number[] = [];
-      const deltas: number[] = [];
-      const passes: Pass[] = [];
-      const reps = c === 1 ? ROUNDS_1 : ROUNDS_16;
-      for (let pass = 0; pass < PASSES; pass++) {
-        const from = ratios.length;
-        const cpu = hops.map(() => 0);
-        let wall = 0;
-        // Interleaved, each round in a rotated order, so drift on a shared machine hits all paths
-        // alike. The hops' CPU is read around the whole round: work a request leaves behind (the
-        // task's bookkeeping after the last byte) lands in it too, and the hops do nothing for the
-        // other paths.
-        for (let r = 0; r < reps; r++) {
-          const round: { ttft: number; tps: number }[] = [];
-          const before = hops.map((pids) => threadCpu(pids));
-          const t0 = performance.now();
-          for (let k = 0; k < paths.length; k++) {
-            const at = (r + k) % paths.length;
-            const res = await batch(paths[at]!.url, modelId, paths[at]!.headers, c);
-            got[at]!.ttft.push(...res.ttft);
-            got[at]!.tps.push(res.tokensPerSec);
-            round[at] = { ttft: summarize(res.ttft).median, tps: res.tokensPerSec };
-          }
-          wall += performance.now() - t0;
-          hops.forEach((pids, k) => (cpu[k]! += cpuDelta(before[k]!, threadCpu(pids))));
-          ratios.push(round[GATEWAY]!.tps / round[FLOOR]!.tps);
-          deltas.push(round[GATEWAY]!.ttft - round[FLOOR]!.ttft);
-        }
-        passes.push({
-          ratio: summarize(ratios.slice(from)).median,
-          delta: summarize(deltas.slice(from)).median,
-          cpu,
-          wall,
-          requests: reps * c,
-        });
-      }
-      byConcurrency.push({ c, got, ratios, deltas, passes });
-    }
-    // The idle rate again after the rounds; their mean is taken off each hop's CPU.
-    const idleAfter = await idleCpuRates(hops);
-    const idle = hops.map((_, k) => (idleBefore[k]! + idleAfter[k]!) / 2);
-    const rows: string[] = [];
-    const targetRows: string[] = [];
-    const verdicts: { c: number; throughputMet: boolean; ttftMet: boolean }[] = [];
-    const label = wide ? "wide (30 MB)" : "tiny (0.8 MB)";
-    for (const { c, got, ratios, deltas, passes } of byConcurrency) {
-      /** Per pass, CPU ms per request of the floor, the node (with nats-server) and nats-server. */
-      const perRequest = passes.map((p) =>
-        p.cpu.map((ms, k) => (ms - idle[k]! * p.wall) / p.requests),
-      );
-      passes.forEach((p, i) =>
-        console.log(
-          `c=${c} pass ${i + 1}: gateway/floor ${pct(p.ratio)}, TTFT gateway - floor ${p.delta.toFixed(2)} ms; hop CPU per request: floor ${perRequest[i]![0]!.toFixed(2)} ms, gateway ${perRequest[i]![1]!.toFixed(2)} ms (nats-server ${perRequest[i]![NATS]!.toFixed(2)})`,
-        ),
-      );
-      const cpuMed = [0, 1, NATS].map((k) => summarize(perRequest.map((x) => x[k]!)).median);
-      const cpuDiff = summarize(perRequest.map((x) => x[1]! - x[0]!)).median;
-      const ttft = got.map((g) => summarize(g.ttft).median);
-      const tps = got.map((g) => summarize(g.tps).median);
-      const cpuCell = (k: number) =>
-        k === FLOOR
-          ? cpuMed[0]!.toFixed(2)
-          : k === GATEWAY
-            ? `${cpuMed[1]!.toFixed(2)} (nats-server ${cpuMed[2]!.toFixed(2)})`
-            : "";
-      paths.forEach((p, k) => {
-        const line =
-          k === 0
-            ? `| ${label} | ${c} | ${p.name} | ${ttft[0]!.toFixed(2)} | | ${tps[0]!.toFixed(0)} | | |`
-            : `| ${label} | ${c} | ${p.name} | ${ttft[k]!.toFixed(2)} | ${(ttft[k]! - ttft[0]!).toFixed(2)} | ${tps[k]!.toFixed(0)} | ${pct(tps[k]! / tps[0]!)} | ${cpuCell(k)} |`;
-        console.log(line);
-        rows.push(line);
-      });
-      const ratio = summarize(ratios).median;
-      const delta = summarize(deltas).median;
-      const throughputMet = ratio >= THROUGHPUT_TARGET;
-      const ttftMet = delta <= TTFT_TARGET_MS;
-      verdicts.push({ c, throughputMet, ttftMet });
-      const range = (xs: number[], f: (x: number) => string) =>
-        xs.length > 1 ? ` (passes ${f(Math.min(...xs))} – ${f(Math.max(...xs))})` : "";
-      const ms = (x: number) => x.toFixed(2);
-      const line = `| ${label} | ${c} | ${pct(ratio)}${range(
-        passes.map((p) => p.ratio),
-        pct,
-      )} | ${throughputMet ? "met" : "**not met**"} | ${ms(delta)}${range(
-        passes.map((p) => p.delta),
-        ms,
-      )} | ${ttftMet ? "met" : "**not met**"} | ${ms(cpuDiff)}${range(
-        perRequest.map((x) => x[1]! - x[0]!),
-        ms,
-      )} |`;
-      console.log(line);
-      targetRows.push(line);
-    }
-    const missed = verdicts.flatMap((v) => [
-      ...(v.throughputMet ? [] : [`throughput at concurrency ${v.c}`]),
-      ...(v.ttftMet ? [] : [`TTFT at concurrency ${v.c}`]),
-    ]);
-    const verdict =
-      missed.length === 0
-        ? "**met in this run** at both concurrencies"
-        : `**not met in this run**: ${missed.join(", ")}`;
-    await writeSection(
-      wide ? "Gateway (wide model)" : "Gateway (tiny model)",
-      `\`${wide ? "BENCH_MODEL=wide " : ""}npm run bench gateway\` — ${machineLine()}.
+    passes.forEach((p, i) =>
+      console.log(
+        `c=${c} pass ${i + 1}: gateway/floor ${pct(p.ratio)}, TTFT gateway - floor ${p.delta.toFixed(2)} ms; hop CPU per request: floor ${perRequest[i]![0]!.toFixed(2)} ms, gateway ${perRequest[i]![1]!.toFixed(2)} ms (nats-server ${perRequest[i]![NATS]!.toFixed(2)})`,
+      ),
+    );
+    rows.push(...pathRows(at, perRequest, paths, label));
+    const target = targetRow(at, perRequest, label);
+    verdicts.push(target.verdict);
+    targetRows.push(target.line);
+  }
+  const missed = verdicts.flatMap((v) => [
+    ...(v.throughputMet ? [] : [`throughput at concurrency ${v.c}`]),
+    ...(v.ttftMet ? [] : [`TTFT at concurrency ${v.c}`]),
+  ]);
+  const verdict =
+    missed.length === 0
+      ? "**met in this run** at both concurrencies"
+      : `**not met in this run**: ${missed.join(", ")}`;
+  return { rows, targetRows, verdict };
+}
+
+/** The Gateway section of docs/benchmarks.md (or BENCH_REPORT). */
+async function writeReport(r: {
+  wide: boolean;
+  pinning: string;
+  verdict: string;
+  targetRows: readonly string[];
+  rows: readonly string[];
+  idle: readonly number[];
+  counted: string;
+}): Promise<void> {
+  const { wide, pinning, verdict, targetRows, rows, idle, counted } = r;
+  await writeSection(
+    wide ? "Gateway (wide model)" : "Gateway (tiny model)",
+    `\`${wide ? "BENCH_MODEL=wide " : ""}npm run bench gateway\` — ${machineLine()}.
 
 Streaming chat completions (max_tokens ${MAX_TOKENS}, temperature 0) against one llama-server (CPU
 build, \`${process.env.BENCH_ENGINE_ARGS ?? ENGINE_ARGS}\`: one thread, a slot for each of 16 concurrent requests; ${pinning};
@@ -316,7 +408,33 @@ its nats-server (${counted}; the engine excluded; the nats-server's share in bra
 |---|---|---|---|---|---|---|---|
 ${rows.join("\n")}
 `,
+  );
+}
+
+async function main(): Promise<void> {
+  const store = mkdtempSync(join(tmpdir(), "bench-gw-"));
+  const { wide, modelId, pinning, cluster } = await startBench(store);
+  let floor: { url: string; proc: ChildProcess } | undefined;
+  try {
+    const node = cluster.nodes[0]!;
+    await waitForConvergence(cluster.nodes, 1);
+    const direct = await placeEngine(node, modelId);
+    floor = await startFloorProxy(direct);
+    const { paths, hops, counted } = pathsAndHops(node, direct, floor);
+    await warmUp(paths, modelId);
+    // After the warm-up: right after start the node is still compiling and settling.
+    const idleBefore = await idleCpuRates(hops);
+    console.log(
+      `${paths.map((p) => `${p.name} ${p.url}`).join(", ")}; max_tokens ${MAX_TOKENS}; ${PASSES} passes of ${ROUNDS_1} rounds at concurrency 1 and ${ROUNDS_16} at 16; ${pinning}; idle CPU ms/s: floor ${(idleBefore[0]! * 1000).toFixed(1)}, node ${(idleBefore[1]! * 1000).toFixed(1)} (nats-server ${(idleBefore[2]! * 1000).toFixed(1)})`,
     );
+    const byConcurrency: AtConcurrency[] = [];
+    for (const c of [1, 16]) byConcurrency.push(await measureAt(c, paths, hops, modelId));
+    // The idle rate again after the rounds; their mean is taken off each hop's CPU.
+    const idleAfter = await idleCpuRates(hops);
+    const idle = hops.map((_, k) => (idleBefore[k]! + idleAfter[k]!) / 2);
+    const label = wide ? "wide (30 MB)" : "tiny (0.8 MB)";
+    const { rows, targetRows, verdict } = analyze(byConcurrency, idle, paths, label);
+    await writeReport({ wide, pinning, verdict, targetRows, rows, idle, counted });
     console.log(`wrote its Gateway section of ${process.env.BENCH_REPORT ?? "docs/benchmarks.md"}`);
   } finally {
     // SIGINT: the proxy exits through its handler, so a --cpu-prof profile is written.

@@ -118,17 +118,13 @@ interface StateDoc {
   instances: { instance_id: string }[];
 }
 
-async function main(): Promise<void> {
-  const inv = inventory();
-  const plan = gpuCheckPlan(inv);
-  const runs = (id: CheckId) => !plan.find((c) => c.id === id)?.skip;
-  for (const c of plan) if (c.skip) outcomes.set(c.id, { result: "skip", evidence: [c.skip] });
-  say(
-    `GPUs: ${inv.gpus.map((g) => `${g.name} ${g.vramMiB} MiB`).join(", ") || "none"}; nvcc: ${inv.nvcc}`,
-  );
+type Built = NonNullable<ReturnType<typeof managedBuild>>;
+type Runs = (id: CheckId) => boolean;
+type NodeConfig = (i: number) => Record<string, unknown>;
+type Telemetry = StateDoc["topology"]["nodes"][number]["telemetry"];
 
-  // 1. The engine, built by the project's own script (cached per bundle commit).
-  const work = mkdtempSync(join(tmpdir(), "gpu-check-"));
+/** 1. The engine, built by the project's own script (cached per bundle commit). */
+function buildEngine(inv: Inventory, work: string): Built | null {
   const buildLog = join(work, "engine-build.log");
   const t = Date.now();
   const b = spawnSync(process.execPath, [join(REPO_ROOT, "scripts/build-engine.mjs")], {
@@ -146,9 +142,11 @@ async function main(): Promise<void> {
       ...grep(`${b.stdout}${b.stderr}`, /built in|CUDA|error/i, 3),
     ],
   );
-  if (!built) return;
+  return built;
+}
 
-  // 2. What the engine can split across nodes.
+/** 2. What the engine can split across nodes; whether Tensor across nodes should be served. */
+async function probeEngine(built: Built): Promise<{ optIn: boolean; tensorAllowed: boolean }> {
   const engine = await locateEngine();
   const split = await probeSplitSupport(engine, { cacheDir: engineCacheRoot() });
   record("engine-probe", true, [
@@ -161,16 +159,48 @@ async function main(): Promise<void> {
   const tensorAllowed =
     (split.row_over_rpc || (split.tensor_over_rpc && optIn)) &&
     (built.backend === "cuda" || built.backend === "metal");
+  return { optIn, tensorAllowed };
+}
 
-  const store = mkdtempSync(join(tmpdir(), "gpu-check-store-"));
-  await seedStore(store, { modelId: MODEL });
-  await seedStore(store, { modelId: WIDE, slow: true });
-  const config = (i: number) => ({
-    ...(i === 0 ? { store_path: store } : {}),
-    engine: { gpu_layers: 999, context_size: 2048, experimental_tensor_split: optIn },
+/** GPU telemetry and VRAM counting, from a node's reported telemetry against nvidia-smi. */
+function telemetryChecks(tel: Telemetry | undefined, inv: Inventory, runs: Runs): void {
+  if (runs("gpu-telemetry"))
+    record("gpu-telemetry", (tel?.gpus.length ?? 0) >= 1, [
+      `GPUs reported: ${tel?.gpus.map((g) => `${g.model} ${((g.vram_total_bytes ?? 0) / 2 ** 30).toFixed(1)} GiB`).join(", ")}`,
+    ]);
+  if (runs("vram-counting")) {
+    const vram = inv.gpus.reduce((s, g) => s + g.vramMiB * 2 ** 20, 0);
+    const total = tel?.memory_total_bytes ?? 0;
+    record("vram-counting", tel?.engine.backend === "cuda" && Math.abs(total - vram) / vram < 0.1, [
+      `placement counts ${(total / 2 ** 30).toFixed(1)} GiB (nvidia-smi: ${(vram / 2 ** 30).toFixed(1)} GiB VRAM), engine backend ${tel?.engine.backend}`,
+    ]);
+  }
+}
+
+/** Tensor within a node: placed with sharding Tensor, run with -sm row, and it answers. */
+async function tensorWithinNode(n: NodeProcess): Promise<void> {
+  const r = await n.post("/place_instance", {
+    model_id: MODEL,
+    min_nodes: 1,
+    sharding: "Tensor",
   });
+  const body = (await r.json()) as { instance?: { instance_id: string } };
+  const id = body.instance?.instance_id ?? "";
+  await new Promise((res) => setTimeout(res, 15_000));
+  const args = n.logLines.find((l) => l.includes(id) && l.includes("-sm"));
+  const c2 = await chat(n);
+  record(
+    "tensor-within-node",
+    r.status === 200 && /-sm","row","-ts/.test(args ?? "") && c2.status === 200,
+    [
+      `place ${r.status}; runner args ${(args ?? "not found").slice(0, 200)}`,
+      ...grep(runnerLog(n, id, 0), /CUDA[01] model buffer|split/),
+    ],
+  );
+}
 
-  // 3. One node.
+/** 3. One node: telemetry, VRAM counting, full offload, a chat, Tensor within the node. */
+async function oneNode(config: NodeConfig, inv: Inventory, runs: Runs): Promise<void> {
   let one: LocalCluster | undefined;
   try {
     one = await startCluster(1, { config });
@@ -179,21 +209,7 @@ async function main(): Promise<void> {
     const inst = await placeAndWait(n, { model_id: MODEL, min_nodes: 1 }, 120_000);
     const doc = await n.get<StateDoc>("/state");
     const tel = doc.topology.nodes[0]?.telemetry;
-    if (runs("gpu-telemetry"))
-      record("gpu-telemetry", (tel?.gpus.length ?? 0) >= 1, [
-        `GPUs reported: ${tel?.gpus.map((g) => `${g.model} ${((g.vram_total_bytes ?? 0) / 2 ** 30).toFixed(1)} GiB`).join(", ")}`,
-      ]);
-    if (runs("vram-counting")) {
-      const vram = inv.gpus.reduce((s, g) => s + g.vramMiB * 2 ** 20, 0);
-      const total = tel?.memory_total_bytes ?? 0;
-      record(
-        "vram-counting",
-        tel?.engine.backend === "cuda" && Math.abs(total - vram) / vram < 0.1,
-        [
-          `placement counts ${(total / 2 ** 30).toFixed(1)} GiB (nvidia-smi: ${(vram / 2 ** 30).toFixed(1)} GiB VRAM), engine backend ${tel?.engine.backend}`,
-        ],
-      );
-    }
+    telemetryChecks(tel, inv, runs);
     const log0 = runnerLog(n, inst.instance_id, 0);
     if (runs("full-offload")) {
       const m = /offloaded (\d+)\/(\d+) layers to GPU/.exec(log0);
@@ -203,34 +219,65 @@ async function main(): Promise<void> {
     }
     const c = await chat(n);
     record("chat", c.status === 200, [`200 expected, got ${c.status}: ${c.text.slice(0, 120)}`]);
-    if (runs("tensor-within-node")) {
-      const r = await n.post("/place_instance", {
-        model_id: MODEL,
-        min_nodes: 1,
-        sharding: "Tensor",
-      });
-      const body = (await r.json()) as { instance?: { instance_id: string } };
-      const id = body.instance?.instance_id ?? "";
-      await new Promise((res) => setTimeout(res, 15_000));
-      const args = n.logLines.find((l) => l.includes(id) && l.includes("-sm"));
-      const c2 = await chat(n);
-      record(
-        "tensor-within-node",
-        r.status === 200 && /-sm","row","-ts/.test(args ?? "") && c2.status === 200,
-        [
-          `place ${r.status}; runner args ${(args ?? "not found").slice(0, 200)}`,
-          ...grep(runnerLog(n, id, 0), /CUDA[01] model buffer|split/),
-        ],
-      );
-    }
+    if (runs("tensor-within-node")) await tensorWithinNode(n);
   } catch (e) {
     say(`one-node part failed: ${e instanceof Error ? e.message : String(e)}`);
     for (const n of one?.nodes ?? []) say(`${n.spec.name} runner logs:\n${runnerTails(n)}`);
   } finally {
     await one?.stop();
   }
+}
 
-  // 4. Two nodes: Pipeline over rpc, and Tensor across nodes.
+/** Tensor across nodes: served where the probe allows it, else refused with nothing started. */
+async function tensorAcrossNodes(
+  n1: NodeProcess,
+  n2: NodeProcess,
+  tensorAllowed: boolean,
+): Promise<void> {
+  const before = (await n1.get<StateDoc>("/state")).instances.length;
+  const r = await n1.post("/place_instance", {
+    model_id: MODEL,
+    min_nodes: 2,
+    sharding: "Tensor",
+  });
+  const body = (await r.json()) as {
+    instance?: { instance_id: string };
+    error?: { code: string; message: string };
+  };
+  if (tensorAllowed) {
+    let served = false;
+    let log = "";
+    if (r.status === 200 && body.instance) {
+      const id = body.instance.instance_id;
+      for (let i = 0; i < 120 && !served; i++) {
+        await new Promise((res) => setTimeout(res, 500));
+        log = runnerLog(n1, id, 0) || runnerLog(n2, id, 0);
+        if (/listening on/.test(log)) served = (await chat(n1, WIDE)).status === 200;
+      }
+    }
+    record("tensor-across-nodes", r.status === 200 && served, [
+      `the probe allows it: place ${r.status}, served ${served}`,
+      ...grep(log, /Meta\(\) model buffer|SPLIT_MODE_TENSOR|RPC\d|CUDA0 model buffer/),
+    ]);
+  } else {
+    await new Promise((res) => setTimeout(res, 1000));
+    const after = (await n1.get<StateDoc>("/state")).instances.length;
+    record(
+      "tensor-across-nodes",
+      r.status === 400 && body.error?.code === "tensor_unsupported" && after === before,
+      [
+        `refused as the probe says: ${r.status} ${body.error?.code}: ${body.error?.message ?? ""}`.slice(
+          0,
+          400,
+        ),
+        `instances before ${before}, after ${after}`,
+      ],
+    );
+  }
+}
+
+/** 4. Two nodes: Pipeline over rpc, and Tensor across nodes. */
+async function twoNodes(config: NodeConfig, built: Built, tensorAllowed: boolean): Promise<void> {
   let two: LocalCluster | undefined;
   try {
     two = await startCluster(2, { config });
@@ -250,54 +297,44 @@ async function main(): Promise<void> {
         ...grep(rank1, /CUDA|backend|device/, 2).map((l) => `rpc server: ${l}`),
       ],
     );
-    const before = (await n1.get<StateDoc>("/state")).instances.length;
-    const r = await n1.post("/place_instance", {
-      model_id: MODEL,
-      min_nodes: 2,
-      sharding: "Tensor",
-    });
-    const body = (await r.json()) as {
-      instance?: { instance_id: string };
-      error?: { code: string; message: string };
-    };
-    if (tensorAllowed) {
-      let served = false;
-      let log = "";
-      if (r.status === 200 && body.instance) {
-        const id = body.instance.instance_id;
-        for (let i = 0; i < 120 && !served; i++) {
-          await new Promise((res) => setTimeout(res, 500));
-          log = runnerLog(n1, id, 0) || runnerLog(n2, id, 0);
-          if (/listening on/.test(log)) served = (await chat(n1, WIDE)).status === 200;
-        }
-      }
-      record("tensor-across-nodes", r.status === 200 && served, [
-        `the probe allows it: place ${r.status}, served ${served}`,
-        ...grep(log, /Meta\(\) model buffer|SPLIT_MODE_TENSOR|RPC\d|CUDA0 model buffer/),
-      ]);
-    } else {
-      await new Promise((res) => setTimeout(res, 1000));
-      const after = (await n1.get<StateDoc>("/state")).instances.length;
-      record(
-        "tensor-across-nodes",
-        r.status === 400 && body.error?.code === "tensor_unsupported" && after === before,
-        [
-          `refused as the probe says: ${r.status} ${body.error?.code}: ${body.error?.message ?? ""}`.slice(
-            0,
-            400,
-          ),
-          `instances before ${before}, after ${after}`,
-        ],
-      );
-    }
+    await tensorAcrossNodes(n1, n2, tensorAllowed);
   } catch (e) {
     say(`two-node part failed: ${e instanceof Error ? e.message : String(e)}`);
     for (const n of two?.nodes ?? []) say(`${n.spec.name} runner logs:\n${runnerTails(n)}`);
   } finally {
     await two?.stop();
   }
+}
 
-  // 5. The gateway benchmark, short rounds, in what time is left.
+/** bench/gateway with the wide model and short rounds, killed after `budget` ms; its exit code. */
+function runGatewayBench(report: string, budget: number): Promise<number | null> {
+  return new Promise<number | null>((resolve) => {
+    const p = spawn(
+      process.execPath,
+      ["--import", "tsx", join(REPO_ROOT, "bench/gateway/main.ts")],
+      {
+        env: {
+          ...process.env,
+          BENCH_MODEL: "wide",
+          BENCH_REPORT: report,
+          BENCH_WARMUP: "60",
+          BENCH_ROUNDS_1: "15",
+          BENCH_ROUNDS_16: "5",
+          BENCH_PASSES: "2",
+        },
+        stdio: ["ignore", "inherit", "inherit"],
+      },
+    );
+    const timer = setTimeout(() => p.kill("SIGKILL"), budget);
+    p.on("exit", (c) => {
+      clearTimeout(timer);
+      resolve(c);
+    });
+  });
+}
+
+/** 5. The gateway benchmark, short rounds, in what time is left. */
+async function gatewayBench(work: string, runs: Runs): Promise<void> {
   if (process.env.GPU_CHECK_SKIP_BENCH === "1")
     outcomes.set("gateway-bench", { result: "skip", evidence: ["GPU_CHECK_SKIP_BENCH=1"] });
   else if (runs("gateway-bench")) {
@@ -309,29 +346,7 @@ async function main(): Promise<void> {
         evidence: [`${(left() / 1000).toFixed(0)} s left of the budget`],
       });
     } else {
-      const code = await new Promise<number | null>((resolve) => {
-        const p = spawn(
-          process.execPath,
-          ["--import", "tsx", join(REPO_ROOT, "bench/gateway/main.ts")],
-          {
-            env: {
-              ...process.env,
-              BENCH_MODEL: "wide",
-              BENCH_REPORT: report,
-              BENCH_WARMUP: "60",
-              BENCH_ROUNDS_1: "15",
-              BENCH_ROUNDS_16: "5",
-              BENCH_PASSES: "2",
-            },
-            stdio: ["ignore", "inherit", "inherit"],
-          },
-        );
-        const timer = setTimeout(() => p.kill("SIGKILL"), budget);
-        p.on("exit", (c) => {
-          clearTimeout(timer);
-          resolve(c);
-        });
-      });
+      const code = await runGatewayBench(report, budget);
       const md = existsSync(report) ? readFileSync(report, "utf8") : "";
       // The figures (one row per concurrency and path, then gateway against the floor) and whether
       // the targets were met: a run that finished but missed them is not a pass.
@@ -348,8 +363,10 @@ async function main(): Promise<void> {
       ]);
     }
   }
+}
 
-  // Summary.
+/** The summary: a row per check of the plan, written as the GPU check's section (and to OUT). */
+async function summary(inv: Inventory, plan: ReturnType<typeof gpuCheckPlan>): Promise<void> {
   const rows = plan.map((c) => {
     const o = outcomes.get(c.id) ?? {
       result: "fail",
@@ -375,6 +392,34 @@ async function main(): Promise<void> {
   const failed = plan.filter((c) => (outcomes.get(c.id)?.result ?? "fail") === "fail").length;
   say(`${failed} check(s) failed`);
   process.exitCode = failed > 0 ? 1 : 0;
+}
+
+async function main(): Promise<void> {
+  const inv = inventory();
+  const plan = gpuCheckPlan(inv);
+  const runs = (id: CheckId) => !plan.find((c) => c.id === id)?.skip;
+  for (const c of plan) if (c.skip) outcomes.set(c.id, { result: "skip", evidence: [c.skip] });
+  say(
+    `GPUs: ${inv.gpus.map((g) => `${g.name} ${g.vramMiB} MiB`).join(", ") || "none"}; nvcc: ${inv.nvcc}`,
+  );
+
+  const work = mkdtempSync(join(tmpdir(), "gpu-check-"));
+  const built = buildEngine(inv, work);
+  if (!built) return;
+  const { optIn, tensorAllowed } = await probeEngine(built);
+
+  const store = mkdtempSync(join(tmpdir(), "gpu-check-store-"));
+  await seedStore(store, { modelId: MODEL });
+  await seedStore(store, { modelId: WIDE, slow: true });
+  const config = (i: number) => ({
+    ...(i === 0 ? { store_path: store } : {}),
+    engine: { gpu_layers: 999, context_size: 2048, experimental_tensor_split: optIn },
+  });
+
+  await oneNode(config, inv, runs);
+  await twoNodes(config, built, tensorAllowed);
+  await gatewayBench(work, runs);
+  await summary(inv, plan);
 }
 
 await main();

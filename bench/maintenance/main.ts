@@ -181,182 +181,226 @@ function tally(os: readonly Outcome[]): string {
   );
 }
 
-async function main(): Promise<void> {
-  const store = await mkdtemp(join(tmpdir(), "ic-bench-maint-"));
-  const { modelId } = await seedStore(store, { modelId: "bench/maintenance", slow: true });
-  let cluster: HostCluster | undefined;
-  const lines: string[] = [];
-  const say = (l: string) => {
-    console.log(l);
-    lines.push(l);
-  };
+/** What the phases share: the log, the reports read once the load has stopped, the kills' times. */
+interface Phases {
+  say: (l: string) => void;
   /** What each phase measures, read once the load has stopped (every request then has its end). */
-  const reports: ((all: readonly Outcome[]) => string)[] = [];
+  reports: ((all: readonly Outcome[]) => string)[];
   /** When each kill happened: a phase counts what started after its kill and ended before the next. */
-  const kills: number[] = [];
-  try {
-    cluster = await startHostCluster(3, {
-      config: (i) => ({
-        node: { drain_timeout_ms: 30_000 },
-        engine: { context_size: 4096, extra_args: ["-np", "4"] },
-        ...(i === 0 ? { store_path: store } : {}),
-      }),
-    });
-    const nodes = cluster.nodes;
-    await waitForConvergence(nodes, 3);
-    await waitFor(
-      async () =>
-        (await nodes[0]!.get<{ models: { model_id: string }[] }>("/state")).models.length > 0
-          ? true
-          : undefined,
-      { timeoutMs: 30_000, what: "the model registered" },
-    );
-    const placed = await nodes[0]!.post("/place_instance", { model_id: modelId, replicas: 2 });
-    if (placed.status !== 200) throw new Error(`place_instance ${placed.status}`);
-    const first = await waitForReadyInstances<StateDoc>(nodes, 2, 120_000);
-    const session = first.session!.session_id;
+  kills: number[];
+}
 
-    const lb = new HealthCheckedBalancer(nodes);
-    let migrate = false;
-    const run = load(lb, modelId, () => migrate);
+type Base = (all: readonly Outcome[]) => Outcome[];
 
-    // 1. Baseline.
-    await sleep(2000);
-    const baseFrom = Date.now();
-    await sleep(BASE_S * 1000);
-    const baseTo = Date.now();
-    const base = (all: readonly Outcome[]) => within(all, baseFrom, baseTo);
-    reports.push(
-      (all) =>
-        `baseline (${BASE_S} s): ${tally(base(all))}; latency p50 ${ms(p50(base(all)))}, p99 ${ms(p99(base(all)))}`,
-    );
+/** Waits for the cluster and the model, places two replicas; the first state with both ready. */
+async function placeReplicas(nodes: readonly NodeProcess[], modelId: string): Promise<StateDoc> {
+  await waitForConvergence(nodes, 3);
+  await waitFor(
+    async () =>
+      (await nodes[0]!.get<{ models: { model_id: string }[] }>("/state")).models.length > 0
+        ? true
+        : undefined,
+    { timeoutMs: 30_000, what: "the model registered" },
+  );
+  const placed = await nodes[0]!.post("/place_instance", { model_id: modelId, replicas: 2 });
+  if (placed.status !== 200) throw new Error(`place_instance ${placed.status}`);
+  return waitForReadyInstances<StateDoc>(nodes, 2, 120_000);
+}
 
-    // 2. Rolling SIGTERM restart, the master first.
-    const masterName = first.node_identities.find((n) => n.is_master)!.name;
-    const order = [...nodes].sort(
-      (a, b) => Number(b.spec.name === masterName) - Number(a.spec.name === masterName),
-    );
-    const rollFrom = Date.now();
-    for (const n of order) {
-      const view = await nodes.find((x) => x !== n)!.get<StateDoc>("/state");
-      const wasMaster = view.node_identities.find((x) => x.name === n.spec.name)!.is_master;
-      const t0 = Date.now();
-      await n.stop(40_000);
-      const stopMs = Date.now() - t0;
-      await n.start();
-      await restartCrashed(nodes, say);
-      await waitForConvergence(nodes, 3, 60_000);
-      await waitForReadyInstances<StateDoc>(nodes, 2, 120_000);
-      const t1 = Date.now();
-      reports.push((all) => {
-        const w = within(all, t0, t1);
-        return (
-          `restart ${n.spec.name}${wasMaster ? " (master)" : ""}: drained and stopped in ${ms(stopMs)}, ` +
-          `back with two replicas in ${ms(t1 - t0)}; ${tally(w)}; p99 ${ms(p99(w))} ` +
-          `(${ms(p99(w) - p99(base(all)))} over the baseline's p99)`
-        );
-      });
-      await sleep(2000);
-    }
-    const rollTo = Date.now();
-    const after = await nodes[0]!.get<StateDoc>("/state");
-    const same = after.session?.session_id === session;
-    // What ended before the first kill (a request still running then is counted with the kill).
-    reports.push(
-      (all) =>
-        `rolling restart, all: ${tally(within(all, rollFrom, rollTo).filter((o) => o.end < (kills[0] ?? Infinity)))}; session ${same ? "unchanged" : "CHANGED"}`,
-    );
+/** 1. Baseline: BASE_S seconds of steady load; what started in it. */
+async function baseline(p: Phases): Promise<Base> {
+  await sleep(2000);
+  const baseFrom = Date.now();
+  await sleep(BASE_S * 1000);
+  const baseTo = Date.now();
+  const base = (all: readonly Outcome[]) => within(all, baseFrom, baseTo);
+  p.reports.push(
+    (all) =>
+      `baseline (${BASE_S} s): ${tally(base(all))}; latency p50 ${ms(p50(base(all)))}, p99 ${ms(p99(base(all)))}`,
+  );
+  return base;
+}
 
-    // 3 to 6. kill -9 of a replica's engine (llama-server; its node restarts it), then of a
-    // replica's whole node (node, nats-server, engines), each with stream migration off and on.
-    // The victim holds a replica and is not the master.
-    for (const target of ["engine", "node"] as const) {
-      for (const migrating of [false, true]) {
-        migrate = migrating;
-        await sleep(3000);
-        const s = await waitForReadyInstances<StateDoc>(nodes, 2, 120_000);
-        const rank0 = s.instances.map((i) => ({
-          node: s.node_identities.find(
-            (n) => n.node_id === i.assignments.find((a) => a.rank === 0)!.node_id,
-          )!,
-          endpoint: i.runners.find((r) => r.rank === 0)?.endpoint,
-        }));
-        // Never the master (a lost master changes the session: the spec's failure, measured by
-        // bench/failover); the store host only when the other holder is the master.
-        const pick =
-          rank0.find((r) => r.node.name !== nodes[0]!.spec.name && !r.node.is_master) ??
-          rank0.find((r) => !r.node.is_master)!;
-        const victim = nodes.find((n) => n.spec.name === pick.node.name)!;
-        const t0 = Date.now();
-        kills.push(t0);
-        if (target === "engine") {
-          const url = new URL(pick.endpoint!);
-          process.kill(
-            enginePidOf(url.port, cluster.lab.host(victim.spec.name).address),
-            "SIGKILL",
-          );
-        } else {
-          victim.kill("SIGKILL");
-          await victim.waitExit();
-        }
-        // Requests that started before the kill and ended after it were in flight at the kill.
-        await sleep(8000);
-        const t1 = Date.now();
-        const what = `kill -9 of ${pick.node.name}'s ${target === "engine" ? "engine" : "whole node"}, new requests ${migrating ? "asking for" : "without"} migration`;
-        reports.push((all) => {
-          const hit = all.filter((o) => o.start < t0 && o.end >= t0);
-          const next = kills.find((k) => k > t0) ?? Infinity;
-          const w = within(all, t0, t1).filter((o) => o.end < next);
-          // A killed node's own gateway dies with it: what the client sent there is lost on the
-          // client's connection, which nothing behind it can mend (counted apart).
-          const own = (o: Outcome) => target === "node" && o.via === victim.spec.name;
-          const moved = [...hit, ...w].filter((o) => o.migrated);
-          const others = hit.filter((o) => !own(o));
-          const gaps = moved.map((o) => o.maxGapMs).sort((a, b) => a - b);
-          return (
-            `${what}: in flight at the kill through the other gateways: streams that asked for ` +
-            `migration: ${tally(others.filter((o) => o.optedIn))}; the others: ${tally(others.filter((o) => !o.optedIn))}` +
-            (target === "node" ? `; through its own gateway: ${tally(hit.filter(own))}` : "") +
-            `; started in the next 8 s: ${tally(w.filter((o) => !own(o)))}` +
-            (target === "node"
-              ? ` (sent to the dead node before the balancer noticed: ${tally(w.filter(own))})`
-              : "") +
-            (moved.length
-              ? `; migrated streams paused at most ${ms(gaps.at(-1)!)} (median ${ms(quantile(gaps, 0.5))})`
-              : "")
-          );
-        });
-        if (target === "node") await victim.start();
-        await restartCrashed(nodes, say);
-        await waitForConvergence(nodes, 3, 60_000);
-      }
-    }
-    await run.stop();
-    await lb.stop();
-    for (const r of reports) say(r(run.outcomes));
-    // Every failure, with what the client got and what the nodes logged meanwhile (for the analysis).
-    for (const o of run.outcomes.filter((x) => !x.ok)) {
-      console.log(
-        `failed via ${o.via} at ${new Date(o.start).toISOString()}: ${o.result}: ${o.detail}`,
+/** 2. Rolling SIGTERM restart, the master first. */
+async function rollingRestart(
+  nodes: readonly NodeProcess[],
+  first: StateDoc,
+  session: string,
+  p: Phases,
+  base: Base,
+): Promise<void> {
+  const masterName = first.node_identities.find((n) => n.is_master)!.name;
+  const order = [...nodes].sort(
+    (a, b) => Number(b.spec.name === masterName) - Number(a.spec.name === masterName),
+  );
+  const rollFrom = Date.now();
+  for (const n of order) {
+    const view = await nodes.find((x) => x !== n)!.get<StateDoc>("/state");
+    const wasMaster = view.node_identities.find((x) => x.name === n.spec.name)!.is_master;
+    const t0 = Date.now();
+    await n.stop(40_000);
+    const stopMs = Date.now() - t0;
+    await n.start();
+    await restartCrashed(nodes, p.say);
+    await waitForConvergence(nodes, 3, 60_000);
+    await waitForReadyInstances<StateDoc>(nodes, 2, 120_000);
+    const t1 = Date.now();
+    p.reports.push((all) => {
+      const w = within(all, t0, t1);
+      return (
+        `restart ${n.spec.name}${wasMaster ? " (master)" : ""}: drained and stopped in ${ms(stopMs)}, ` +
+        `back with two replicas in ${ms(t1 - t0)}; ${tally(w)}; p99 ${ms(p99(w))} ` +
+        `(${ms(p99(w) - p99(base(all)))} over the baseline's p99)`
       );
-      for (const n of nodes)
-        for (const l of n.logLines) {
-          const t = Date.parse(/"time":"([^"]+)"/.exec(l)?.[1] ?? "");
-          if (
-            t >= o.start - 500 &&
-            t <= o.end + 500 &&
-            /"level":(40|50|60)|drain|stopp|lost|broke/.test(l)
-          )
-            console.log(`  ${n.spec.name}: ${l.slice(0, 400)}`);
-        }
-    }
-    say(
-      `whole run: ${tally(run.outcomes)}; ${lb.refused} connection(s) refused and sent to another node`,
-    );
-  } finally {
-    await cluster?.[Symbol.asyncDispose]();
-    await rm(store, { recursive: true, force: true });
+    });
+    await sleep(2000);
   }
+  const rollTo = Date.now();
+  const after = await nodes[0]!.get<StateDoc>("/state");
+  const same = after.session?.session_id === session;
+  // What ended before the first kill (a request still running then is counted with the kill).
+  p.reports.push(
+    (all) =>
+      `rolling restart, all: ${tally(within(all, rollFrom, rollTo).filter((o) => o.end < (p.kills[0] ?? Infinity)))}; session ${same ? "unchanged" : "CHANGED"}`,
+  );
+}
+
+/**
+ * The victim of a kill: a node holding a replica's rank 0, never the master (a lost master changes
+ * the session: the spec's failure, measured by bench/failover); the store host only when the other
+ * holder is the master. Also that replica's engine endpoint.
+ */
+async function pickVictim(
+  nodes: readonly NodeProcess[],
+): Promise<{ name: string; endpoint: string | undefined }> {
+  const s = await waitForReadyInstances<StateDoc>(nodes, 2, 120_000);
+  const rank0 = s.instances.map((i) => ({
+    node: s.node_identities.find(
+      (n) => n.node_id === i.assignments.find((a) => a.rank === 0)!.node_id,
+    )!,
+    endpoint: i.runners.find((r) => r.rank === 0)?.endpoint,
+  }));
+  const pick =
+    rank0.find((r) => r.node.name !== nodes[0]!.spec.name && !r.node.is_master) ??
+    rank0.find((r) => !r.node.is_master)!;
+  return { name: pick.node.name, endpoint: pick.endpoint };
+}
+
+/** What a kill at t0 did to the requests in flight then and to those started until t1. */
+function killReport(
+  what: string,
+  target: "engine" | "node",
+  victim: NodeProcess,
+  t0: number,
+  t1: number,
+  kills: readonly number[],
+): (all: readonly Outcome[]) => string {
+  return (all) => {
+    const hit = all.filter((o) => o.start < t0 && o.end >= t0);
+    const next = kills.find((k) => k > t0) ?? Infinity;
+    const w = within(all, t0, t1).filter((o) => o.end < next);
+    // A killed node's own gateway dies with it: what the client sent there is lost on the
+    // client's connection, which nothing behind it can mend (counted apart).
+    const own = (o: Outcome) => target === "node" && o.via === victim.spec.name;
+    const moved = [...hit, ...w].filter((o) => o.migrated);
+    const others = hit.filter((o) => !own(o));
+    const gaps = moved.map((o) => o.maxGapMs).sort((a, b) => a - b);
+    return (
+      `${what}: in flight at the kill through the other gateways: streams that asked for ` +
+      `migration: ${tally(others.filter((o) => o.optedIn))}; the others: ${tally(others.filter((o) => !o.optedIn))}` +
+      (target === "node" ? `; through its own gateway: ${tally(hit.filter(own))}` : "") +
+      `; started in the next 8 s: ${tally(w.filter((o) => !own(o)))}` +
+      (target === "node"
+        ? ` (sent to the dead node before the balancer noticed: ${tally(w.filter(own))})`
+        : "") +
+      (moved.length
+        ? `; migrated streams paused at most ${ms(gaps.at(-1)!)} (median ${ms(quantile(gaps, 0.5))})`
+        : "")
+    );
+  };
+}
+
+/**
+ * 3 to 6. kill -9 of a replica's engine (llama-server; its node restarts it), then of a replica's
+ * whole node (node, nats-server, engines), each with stream migration off and on. The victim holds
+ * a replica and is not the master.
+ */
+async function killPhase(
+  cluster: HostCluster,
+  target: "engine" | "node",
+  migrating: boolean,
+  p: Phases,
+): Promise<void> {
+  const nodes = cluster.nodes;
+  await sleep(3000);
+  const pick = await pickVictim(nodes);
+  const victim = nodes.find((n) => n.spec.name === pick.name)!;
+  const t0 = Date.now();
+  p.kills.push(t0);
+  if (target === "engine") {
+    const url = new URL(pick.endpoint!);
+    process.kill(enginePidOf(url.port, cluster.lab.host(victim.spec.name).address), "SIGKILL");
+  } else {
+    victim.kill("SIGKILL");
+    await victim.waitExit();
+  }
+  // Requests that started before the kill and ended after it were in flight at the kill.
+  await sleep(8000);
+  const t1 = Date.now();
+  const what = `kill -9 of ${pick.name}'s ${target === "engine" ? "engine" : "whole node"}, new requests ${migrating ? "asking for" : "without"} migration`;
+  p.reports.push(killReport(what, target, victim, t0, t1, p.kills));
+  if (target === "node") await victim.start();
+  await restartCrashed(nodes, p.say);
+  await waitForConvergence(nodes, 3, 60_000);
+}
+
+/** Every failure, with what the client got and what the nodes logged meanwhile (for the analysis). */
+function printFailures(outcomes: readonly Outcome[], nodes: readonly NodeProcess[]): void {
+  for (const o of outcomes.filter((x) => !x.ok)) {
+    console.log(
+      `failed via ${o.via} at ${new Date(o.start).toISOString()}: ${o.result}: ${o.detail}`,
+    );
+    for (const n of nodes)
+      for (const l of n.logLines) {
+        const t = Date.parse(/"time":"([^"]+)"/.exec(l)?.[1] ?? "");
+        if (
+          t >= o.start - 500 &&
+          t <= o.end + 500 &&
+          /"level":(40|50|60)|drain|stopp|lost|broke/.test(l)
+        )
+          console.log(`  ${n.spec.name}: ${l.slice(0, 400)}`);
+      }
+  }
+}
+
+/** Every phase under one load, on one cluster; the phases' reports said once the load stopped. */
+async function runPhases(cluster: HostCluster, modelId: string, say: (l: string) => void) {
+  const p: Phases = { say, reports: [], kills: [] };
+  const nodes = cluster.nodes;
+  const first = await placeReplicas(nodes, modelId);
+  const session = first.session!.session_id;
+  const lb = new HealthCheckedBalancer(nodes);
+  let migrate = false;
+  const run = load(lb, modelId, () => migrate);
+  const base = await baseline(p);
+  await rollingRestart(nodes, first, session, p, base);
+  for (const target of ["engine", "node"] as const) {
+    for (const migrating of [false, true]) {
+      migrate = migrating;
+      await killPhase(cluster, target, migrating, p);
+    }
+  }
+  await run.stop();
+  await lb.stop();
+  for (const r of p.reports) say(r(run.outcomes));
+  printFailures(run.outcomes, nodes);
+  say(
+    `whole run: ${tally(run.outcomes)}; ${lb.refused} connection(s) refused and sent to another node`,
+  );
+}
+
+/** The section of docs/benchmarks.md (or BENCH_REPORT): how it was run, then every phase's line. */
+async function writeReport(lines: readonly string[]): Promise<void> {
   await writeSection(
     "Maintenance and crashes: requests through restarts (bench/maintenance)",
     [
@@ -380,6 +424,31 @@ async function main(): Promise<void> {
       ...lines.map((l) => `- ${l}`),
     ].join("\n"),
   );
+}
+
+async function main(): Promise<void> {
+  const store = await mkdtemp(join(tmpdir(), "ic-bench-maint-"));
+  const { modelId } = await seedStore(store, { modelId: "bench/maintenance", slow: true });
+  let cluster: HostCluster | undefined;
+  const lines: string[] = [];
+  const say = (l: string) => {
+    console.log(l);
+    lines.push(l);
+  };
+  try {
+    cluster = await startHostCluster(3, {
+      config: (i) => ({
+        node: { drain_timeout_ms: 30_000 },
+        engine: { context_size: 4096, extra_args: ["-np", "4"] },
+        ...(i === 0 ? { store_path: store } : {}),
+      }),
+    });
+    await runPhases(cluster, modelId, say);
+  } finally {
+    await cluster?.[Symbol.asyncDispose]();
+    await rm(store, { recursive: true, force: true });
+  }
+  await writeReport(lines);
 }
 
 await main();

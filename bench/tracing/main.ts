@@ -45,8 +45,16 @@ async function setTracing(node: NodeProcess, enabled: boolean): Promise<void> {
 const MODES = ["off", "on"] as const;
 type Mode = (typeof MODES)[number];
 
-async function main(): Promise<void> {
-  const store = mkdtempSync(join(tmpdir(), "bench-tracing-"));
+type Got = Record<Mode, { ttft: number[]; tps: number[] }>;
+/** The paired figures, one per round (off and on back to back). */
+interface Paired {
+  ttftSpeed: number[];
+  addedTtft: number[];
+  throughput: number[];
+}
+
+/** Seeds the store and starts one node (engine pinned to its own core, tracing off). */
+async function startBench(store: string) {
   const { modelId } = await seedStore(store);
   const env: Record<string, string> = {};
   const pinning = await pinCores(env);
@@ -64,104 +72,143 @@ async function main(): Promise<void> {
       tracing: { enabled: false },
     }),
   });
-  try {
-    const node = cluster.nodes[0]!;
-    await waitForConvergence(cluster.nodes, 1);
-    await placeAndWait(node, { model_id: modelId, min_nodes: 1 });
-    const url = node.apiUrl;
-    const headers = node.authHeaders;
-    let traced = 0;
-    console.log(
-      `${url}; max_tokens ${MAX_TOKENS}; ${ROUNDS_1} batches per mode at concurrency 1, ${ROUNDS_8} at 8; ${pinning}`,
-    );
-    for (let i = 0; i < WARMUP; i++) {
-      const mode = MODES[i % 2]!;
+  return { modelId, pinning, engineArgs, cluster };
+}
+
+/** WARMUP requests alternating between the modes; how many were traced. */
+async function warmUp(node: NodeProcess, modelId: string): Promise<number> {
+  let traced = 0;
+  for (let i = 0; i < WARMUP; i++) {
+    const mode = MODES[i % 2]!;
+    await setTracing(node, mode === "on");
+    const one = await streamOnce(node.apiUrl, modelId, node.authHeaders);
+    if (one.tokens === 0) throw new Error("a warm-up stream generated no content");
+    if (mode === "on") traced++;
+  }
+  return traced;
+}
+
+/** The timed rounds at concurrency `c`: every batch's figures, the paired ratios, requests traced. */
+async function timedRounds(
+  c: number,
+  node: NodeProcess,
+  modelId: string,
+): Promise<{ got: Got; paired: Paired; traced: number }> {
+  let traced = 0;
+  const got: Got = {
+    off: { ttft: [], tps: [] },
+    on: { ttft: [], tps: [] },
+  };
+  // Per round, the two modes' batches ran back to back: their ratio cancels slow drift.
+  const paired: Paired = {
+    ttftSpeed: [],
+    addedTtft: [],
+    throughput: [],
+  };
+  const reps = c === 1 ? ROUNDS_1 : ROUNDS_8;
+  // Interleaved in rotated order, so drift on a shared machine hits both modes alike.
+  for (let r = 0; r < reps; r++) {
+    const round = {} as Record<Mode, { ttft: number; tps: number }>;
+    for (let k = 0; k < MODES.length; k++) {
+      const mode = MODES[(r + k) % MODES.length]!;
       await setTracing(node, mode === "on");
-      const one = await streamOnce(url, modelId, headers);
-      if (one.tokens === 0) throw new Error("a warm-up stream generated no content");
-      if (mode === "on") traced++;
+      const res = await batch(node.apiUrl, modelId, node.authHeaders, c);
+      got[mode].ttft.push(...res.ttft);
+      got[mode].tps.push(res.tokensPerSec);
+      round[mode] = { ttft: summarize(res.ttft).median, tps: res.tokensPerSec };
+      if (mode === "on") traced += c;
     }
-    const rows: string[] = [];
-    const verdicts: boolean[] = [];
-    for (const c of CONCURRENCY) {
-      const got: Record<Mode, { ttft: number[]; tps: number[] }> = {
-        off: { ttft: [], tps: [] },
-        on: { ttft: [], tps: [] },
-      };
-      // Per round, the two modes' batches ran back to back: their ratio cancels slow drift.
-      const paired: { ttftSpeed: number[]; addedTtft: number[]; throughput: number[] } = {
-        ttftSpeed: [],
-        addedTtft: [],
-        throughput: [],
-      };
-      const reps = c === 1 ? ROUNDS_1 : ROUNDS_8;
-      // Interleaved in rotated order, so drift on a shared machine hits both modes alike.
-      for (let r = 0; r < reps; r++) {
-        const round = {} as Record<Mode, { ttft: number; tps: number }>;
-        for (let k = 0; k < MODES.length; k++) {
-          const mode = MODES[(r + k) % MODES.length]!;
-          await setTracing(node, mode === "on");
-          const res = await batch(url, modelId, headers, c);
-          got[mode].ttft.push(...res.ttft);
-          got[mode].tps.push(res.tokensPerSec);
-          round[mode] = { ttft: summarize(res.ttft).median, tps: res.tokensPerSec };
-          if (mode === "on") traced += c;
-        }
-        paired.ttftSpeed.push(round.off.ttft / round.on.ttft);
-        paired.addedTtft.push(round.on.ttft - round.off.ttft);
-        paired.throughput.push(round.on.tps / round.off.tps);
-      }
-      // Node CPU per request: blocks of CPU_REQUESTS requests after the timed rounds, alternating
-      // off, on, ... (CPU_BLOCKS per mode); the median block per mode.
-      const cpu: Record<Mode, number[]> = { off: [], on: [] };
-      for (let b = 0; b < 2 * CPU_BLOCKS; b++) {
-        const mode = MODES[b % 2]!;
-        await setTracing(node, mode === "on");
-        const before = cpuMs({ pgid: node.pid! }).ms;
-        for (let n = 0; n < CPU_REQUESTS; n += c) await batch(url, modelId, headers, c);
-        await new Promise((r) => setTimeout(r, 100)); // trace writes and task bookkeeping land
-        cpu[mode].push((cpuMs({ pgid: node.pid! }).ms - before) / CPU_REQUESTS);
-        if (mode === "on") traced += CPU_REQUESTS;
-      }
-      if (process.env.BENCH_DUMP)
-        writeFileSync(`${process.env.BENCH_DUMP}-c${c}.json`, JSON.stringify({ got, paired, cpu }));
-      const med = (xs: number[]) => summarize(xs).median;
-      const ttftSpeed = med(paired.ttftSpeed);
-      const throughput = med(paired.throughput);
-      verdicts.push(throughput >= TARGET && ttftSpeed >= TARGET);
-      const line = [
-        c,
-        med(got.off.ttft).toFixed(2),
-        med(got.on.ttft).toFixed(2),
-        med(paired.addedTtft).toFixed(2),
-        `${(ttftSpeed * 100).toFixed(1)}%`,
-        med(got.off.tps).toFixed(0),
-        med(got.on.tps).toFixed(0),
-        `${(throughput * 100).toFixed(1)}%`,
-        `${med(cpu.off).toFixed(2)} (${cpu.off.map((x) => x.toFixed(2)).join(", ")})`,
-        `${med(cpu.on).toFixed(2)} (${cpu.on.map((x) => x.toFixed(2)).join(", ")})`,
-      ];
-      const row = `| ${line.join(" | ")} |`;
-      console.log(row);
-      rows.push(row);
-    }
-    await setTracing(node, false);
-    await new Promise((r) => setTimeout(r, 500));
-    const status = await node.get<Status>("/v1/tracing");
-    const files = readdirSync(status.dir).filter((f) => f.endsWith(".json"));
-    const avgBytes =
-      files.reduce((s, f) => s + statSync(join(status.dir, f)).size, 0) / Math.max(1, files.length);
-    console.log(
-      `traced requests ${traced}, trace files ${files.length}, written ${status.written}, dropped ${status.dropped}`,
+    paired.ttftSpeed.push(round.off.ttft / round.on.ttft);
+    paired.addedTtft.push(round.on.ttft - round.off.ttft);
+    paired.throughput.push(round.on.tps / round.off.tps);
+  }
+  return { got, paired, traced };
+}
+
+/**
+ * Node CPU per request: blocks of CPU_REQUESTS requests after the timed rounds, alternating
+ * off, on, ... (CPU_BLOCKS per mode); each block's figure per mode, and the requests traced.
+ */
+async function cpuBlocks(
+  c: number,
+  node: NodeProcess,
+  modelId: string,
+): Promise<{ cpu: Record<Mode, number[]>; traced: number }> {
+  let traced = 0;
+  const cpu: Record<Mode, number[]> = { off: [], on: [] };
+  for (let b = 0; b < 2 * CPU_BLOCKS; b++) {
+    const mode = MODES[b % 2]!;
+    await setTracing(node, mode === "on");
+    const before = cpuMs({ pgid: node.pid! }).ms;
+    for (let n = 0; n < CPU_REQUESTS; n += c)
+      await batch(node.apiUrl, modelId, node.authHeaders, c);
+    await new Promise((r) => setTimeout(r, 100)); // trace writes and task bookkeeping land
+    cpu[mode].push((cpuMs({ pgid: node.pid! }).ms - before) / CPU_REQUESTS);
+    if (mode === "on") traced += CPU_REQUESTS;
+  }
+  return { cpu, traced };
+}
+
+/** The table's row at concurrency `c`, and whether the target was met there. */
+function analyzeAt(
+  c: number,
+  got: Got,
+  paired: Paired,
+  cpu: Record<Mode, number[]>,
+): { row: string; met: boolean } {
+  const med = (xs: number[]) => summarize(xs).median;
+  const ttftSpeed = med(paired.ttftSpeed);
+  const throughput = med(paired.throughput);
+  const line = [
+    c,
+    med(got.off.ttft).toFixed(2),
+    med(got.on.ttft).toFixed(2),
+    med(paired.addedTtft).toFixed(2),
+    `${(ttftSpeed * 100).toFixed(1)}%`,
+    med(got.off.tps).toFixed(0),
+    med(got.on.tps).toFixed(0),
+    `${(throughput * 100).toFixed(1)}%`,
+    `${med(cpu.off).toFixed(2)} (${cpu.off.map((x) => x.toFixed(2)).join(", ")})`,
+    `${med(cpu.on).toFixed(2)} (${cpu.on.map((x) => x.toFixed(2)).join(", ")})`,
+  ];
+  return { row: `| ${line.join(" | ")} |`, met: throughput >= TARGET && ttftSpeed >= TARGET };
+}
+
+/** Tracing off, then the node's count of traces against `traced`; throws where they differ. */
+async function checkTraces(
+  node: NodeProcess,
+  traced: number,
+): Promise<{ status: Status; avgBytes: number }> {
+  await setTracing(node, false);
+  await new Promise((r) => setTimeout(r, 500));
+  const status = await node.get<Status>("/v1/tracing");
+  const files = readdirSync(status.dir).filter((f) => f.endsWith(".json"));
+  const avgBytes =
+    files.reduce((s, f) => s + statSync(join(status.dir, f)).size, 0) / Math.max(1, files.length);
+  console.log(
+    `traced requests ${traced}, trace files ${files.length}, written ${status.written}, dropped ${status.dropped}`,
+  );
+  if (status.written + status.dropped !== traced || files.length !== status.written)
+    throw new Error(
+      `expected ${traced} traces, the node wrote ${status.written} (${files.length} files)`,
     );
-    if (status.written + status.dropped !== traced || files.length !== status.written)
-      throw new Error(
-        `expected ${traced} traces, the node wrote ${status.written} (${files.length} files)`,
-      );
-    const met = verdicts.every(Boolean);
-    await writeSection(
-      "Tracing overhead",
-      `\`npm run bench tracing\` — ${machineLine()}.
+  return { status, avgBytes };
+}
+
+/** The Tracing overhead section of docs/benchmarks.md (or BENCH_REPORT). */
+async function writeReport(r: {
+  engineArgs: string;
+  pinning: string;
+  traced: number;
+  avgBytes: number;
+  status: Status;
+  met: boolean;
+  rows: readonly string[];
+}): Promise<void> {
+  const { engineArgs, pinning, traced, avgBytes, status, met, rows } = r;
+  await writeSection(
+    "Tracing overhead",
+    `\`npm run bench tracing\` — ${machineLine()}.
 
 Streaming chat completions (max_tokens ${MAX_TOKENS}, temperature 0) through one node's
 \`/v1/chat/completions\` to its llama-server (CPU build, \`${engineArgs}\`; ${pinning}; the 0.8 MB
@@ -185,7 +232,37 @@ ${met ? "met in this run" : "**not met in this run** (see the table and the anal
 |---|---|---|---|---|---|---|---|---|---|
 ${rows.join("\n")}
 `,
+  );
+}
+
+async function main(): Promise<void> {
+  const store = mkdtempSync(join(tmpdir(), "bench-tracing-"));
+  const { modelId, pinning, engineArgs, cluster } = await startBench(store);
+  try {
+    const node = cluster.nodes[0]!;
+    await waitForConvergence(cluster.nodes, 1);
+    await placeAndWait(node, { model_id: modelId, min_nodes: 1 });
+    console.log(
+      `${node.apiUrl}; max_tokens ${MAX_TOKENS}; ${ROUNDS_1} batches per mode at concurrency 1, ${ROUNDS_8} at 8; ${pinning}`,
     );
+    let traced = await warmUp(node, modelId);
+    const rows: string[] = [];
+    const verdicts: boolean[] = [];
+    for (const c of CONCURRENCY) {
+      const timed = await timedRounds(c, node, modelId);
+      const { got, paired } = timed;
+      const { cpu, traced: inBlocks } = await cpuBlocks(c, node, modelId);
+      traced += timed.traced + inBlocks;
+      if (process.env.BENCH_DUMP)
+        writeFileSync(`${process.env.BENCH_DUMP}-c${c}.json`, JSON.stringify({ got, paired, cpu }));
+      const { row, met } = analyzeAt(c, got, paired, cpu);
+      verdicts.push(met);
+      console.log(row);
+      rows.push(row);
+    }
+    const { status, avgBytes } = await checkTraces(node, traced);
+    const met = verdicts.every(Boolean);
+    await writeReport({ engineArgs, pinning, traced, avgBytes, status, met, rows });
     console.log("wrote its Tracing overhead section of docs/benchmarks.md");
   } finally {
     await cluster.stop();
