@@ -16,7 +16,6 @@ import {
 } from "./verbs/models.ts";
 import { verbLogs, verbTraces } from "./verbs/observe.ts";
 
-
 /** What `run` calls for each verb of `ic` (args.ts's VERBS holds their options and help). */
 export const RUNNERS: Readonly<Record<string, (p: Parsed, c: Client, io: Io) => Promise<number>>> =
   {

@@ -17,7 +17,6 @@ export interface EventLogConfig {
   readonly write_delay_ms: number;
 }
 
-
 export interface EventLogDeps {
   readonly config: EventLogConfig;
   readonly logger: Logger;
