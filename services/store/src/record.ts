@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { z } from "zod";
 import { ArtifactPathSchema, ModelIdSchema, Sha256Schema, type ModelId } from "@ic/protocol";
 import { isErrno, writeJsonAtomic } from "./paths.ts";
+import type { HubFile } from "./hub/hub.ts";
 
 export const RECORD_FILE = ".staging.json";
 
@@ -83,4 +84,14 @@ export function sameContent(a: RecordFile, b: RecordFile): boolean {
   if (a.sha256 && b.sha256) return a.sha256 === b.sha256;
   if (a.git_oid && b.git_oid) return a.git_oid === b.git_oid;
   return false;
+}
+
+/** A record's entry for a file the hub listed (a pull into the store, or a direct hub download). */
+export function hubRecordFile(f: HubFile): RecordFile {
+  return {
+    path: f.path,
+    bytes: f.bytes,
+    ...(f.sha256 ? { sha256: f.sha256 } : {}),
+    ...(f.gitOid ? { git_oid: f.gitOid } : {}),
+  };
 }

@@ -6,7 +6,6 @@ import type { Logger } from "@ic/log";
 import type { ModelId } from "@ic/protocol";
 import type { StagedCopy } from "@ic/staging";
 import { executeFill, removeStale, type FillPlan, type FillStats } from "../transfer/fill.ts";
-import type { HubFile } from "../hub/hub.ts";
 import { RECORD_FILE, writeRecord, type RecordFile, type StagingRecord } from "../record.ts";
 import { errText, TransferError, type OpenAt } from "../transfer/transfer.ts";
 import type {
@@ -98,15 +97,6 @@ export function toCopy(e: StagedEntry): StagedCopy {
     inUse: e.inUse,
     companionOfActive: e.companionOfActive,
     downloading: e.downloading,
-  };
-}
-
-export function hubRecordFile(f: HubFile): RecordFile {
-  return {
-    path: f.path,
-    bytes: f.bytes,
-    ...(f.sha256 ? { sha256: f.sha256 } : {}),
-    ...(f.gitOid ? { git_oid: f.gitOid } : {}),
   };
 }
 

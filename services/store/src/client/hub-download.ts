@@ -8,14 +8,13 @@ import { noFitMessage, type NoFitMessageInput, type StagingSettings } from "@ic/
 import type { Disk } from "../disk.ts";
 import { selectHubFiles } from "../hub/hub-select.ts";
 import { modelDir } from "../paths.ts";
-import { readRecord, type StagingRecord } from "../record.ts";
+import { hubRecordFile, readRecord, type StagingRecord } from "../record.ts";
 import { planFill, type FillStats } from "../transfer/fill.ts";
 import { errText } from "../transfer/transfer.ts";
 import {
   commitCopy,
   downloadFailure,
   fillCopy,
-  hubRecordFile,
   stagedModel,
   statsLog,
   transferFailure,

@@ -11,7 +11,7 @@ import { planFill, type FillTotals } from "../transfer/fill.ts";
 import type { HubSource } from "../hub/hub.ts";
 import { selectHubFiles } from "../hub/hub-select.ts";
 import { artifactFile, modelDir } from "../paths.ts";
-import { readRecord, type RecordFile, type StagingRecord } from "../record.ts";
+import { hubRecordFile, readRecord, type RecordFile, type StagingRecord } from "../record.ts";
 import { errText } from "../transfer/transfer.ts";
 
 /** Progress record of a store-side hub download, removed once the manifest is written. */
@@ -111,12 +111,7 @@ export async function downloadPlan(
   if (!selection.ok) return failed("hub_error", `${modelId}: ${selection.message}`);
   options.onSelected?.({ quant: selection.quant, servedFile: selection.servedFile });
   const dir = modelDir(ctx.storePath, modelId);
-  const files: RecordFile[] = selection.files.map((f) => ({
-    path: f.path,
-    bytes: f.bytes,
-    ...(f.sha256 ? { sha256: f.sha256 } : {}),
-    ...(f.gitOid ? { git_oid: f.gitOid } : {}),
-  }));
+  const files = selection.files.map(hubRecordFile);
   const prior = await priorForDownload(ctx.manifest, modelId, dir, files);
   const plan = await planFill(dir, files, prior);
   const headroom = ctx.headroomBytes;
