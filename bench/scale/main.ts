@@ -8,7 +8,7 @@
 // Settings (env): BENCH_SIZES (10,25,50,100), BENCH_SERVERS (4), BENCH_PER_HOST (25), BENCH_KILLS (3),
 // BENCH_FAST_KILLS (2), BENCH_SETTLE_S (6), BENCH_WINDOW_S (20), BENCH_INSTANCES_PER_NODE (0.25);
 // BENCH_PROFILE=<dir>: CPU profiles of the master (join, steady state), of one shared process and of
-// the first successor's takeover (summarize them with profile-summary.ts); BENCH_DEBUG: how long each
+// the first successor's takeover (summarize them with bench/lib/profile-summary.ts); BENCH_DEBUG: how long each
 // survivor took after the election; BENCH_LOG_LEVEL / BENCH_LOG_SAMPLE / BENCH_VERBOSE: the agents'
 // log lines (counted per phase; sampled or shown); BENCH_REPORT: write the section elsewhere.
 import { randomUUID } from "node:crypto";

@@ -349,6 +349,11 @@ describe("embedded nats-server", () => {
       { op: "respond", name: "nodeRead", code: "MAX_PAYLOAD_EXCEEDED", count: 1 },
     ]);
     expect(responder.sendStats.largest.get("nodeRead")).toBeGreaterThan(responder.maxPayload);
+    // Traffic counts what went through: the asker's two requests in, the one small reply out.
+    const t = responder.sendStats.traffic;
+    expect(t.inMsgs).toBeGreaterThanOrEqual(2);
+    expect(t.outMsgs).toBeGreaterThanOrEqual(1);
+    expect(asker.sendStats.traffic.inBytes).toBeGreaterThan(0);
 
     // A publish over the limit is refused as a value; a request over it is a typed error.
     expect(asker.publish("heartbeat", { big: huge } as never)).toBe(false);

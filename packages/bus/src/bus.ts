@@ -64,6 +64,8 @@ export interface BusSendStats {
   readonly failures: ReadonlyMap<string, { op: SendOp; name: string; code: string; count: number }>;
   /** Largest encoded body sent (or tried) per catalog name, in bytes. */
   readonly largest: ReadonlyMap<string, number>;
+  /** Messages and bytes (payloads) this connection received and sent since it opened. */
+  readonly traffic: { inMsgs: number; outMsgs: number; inBytes: number; outBytes: number };
 }
 
 /** The code of a failed nats.js send: its NatsError code, else the error's name. */
@@ -109,7 +111,7 @@ export class Bus implements AsyncDisposable {
 
   /** Failed sends and the largest message per catalog name, for /metrics. */
   get sendStats(): BusSendStats {
-    return { failures: this.failures, largest: this.largest };
+    return { failures: this.failures, largest: this.largest, traffic: this.nc.stats() };
   }
 
   /** Encodes a body and records its size under its catalog name. */

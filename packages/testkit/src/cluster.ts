@@ -160,6 +160,8 @@ export async function startHostCluster(
      */
     tls?: boolean;
     verbose?: boolean;
+    /** Node flags of node `i` (e.g. `--cpu-prof` for a benchmark's profile). */
+    nodeArgs?: (i: number) => readonly string[];
   } = {},
 ): Promise<HostCluster> {
   const lab = await NetLab.create({ hosts: n });
@@ -186,6 +188,7 @@ export async function startHostCluster(
             adminToken,
           ),
           env: typeof opts.env === "function" ? opts.env(i) : (opts.env ?? {}),
+          ...(opts.nodeArgs ? { nodeArgs: opts.nodeArgs(i) } : {}),
           verbose: opts.verbose ?? process.env.IC_TEST_VERBOSE === "1",
         }),
       );

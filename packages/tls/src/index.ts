@@ -3,16 +3,21 @@
 // `trustClusterCa` adds that CA to what this process's fetch and https requests accept, beside the
 // public roots, so the model hub stays reachable. A process trusts one cluster CA at a time.
 import { Agent as HttpsAgent } from "node:https";
-import { rootCertificates } from "node:tls";
+import { createSecureContext, rootCertificates } from "node:tls";
+import type { SecureContext } from "node:tls";
 import { Agent, setGlobalDispatcher } from "undici";
 
-let trusted: readonly string[] | undefined;
+// One TLS context holds what this process trusts, built once per trust change and shared by every
+// client connection. Giving each request the CA list instead (`ca: [...]`, about 150 PEM strings)
+// cost a busy gateway about a third of its CPU: node:https folds the whole list into each request's
+// agent key, and every new connection parsed it into a fresh context (bench/cluster-chat's profile).
+let context: SecureContext | undefined;
 let agent: HttpsAgent | undefined;
 
 /** Makes fetch (undici's global dispatcher) and `clusterHttpsAgent` accept the cluster CA's certificates. */
 export function trustClusterCa(caPem: string): void {
-  trusted = [...rootCertificates, caPem];
-  setGlobalDispatcher(new Agent({ connect: { ca: [...trusted] } }));
+  context = createSecureContext({ ca: [...rootCertificates, caPem] });
+  setGlobalDispatcher(new Agent({ connect: { secureContext: context } }));
   agent?.destroy();
   agent = undefined;
 }
@@ -26,14 +31,15 @@ export function clusterHttpsAgent(): HttpsAgent {
     keepAlive: true,
     maxSockets: 256,
     keepAliveMsecs: 10_000,
-    ...(trusted ? { ca: [...trusted] } : {}),
+    ...trustedTls(),
   });
   return agent;
 }
 
-/** The CAs a node:https request without an agent must be given (undefined: Node's defaults). */
-export function trustedCas(): string[] | undefined {
-  return trusted ? [...trusted] : undefined;
+/** What a node:https request without an agent must be given to trust the cluster CA (nothing
+ * before `trustClusterCa`: Node's defaults). */
+export function trustedTls(): { secureContext?: SecureContext } {
+  return context ? { secureContext: context } : {};
 }
 
 /** Options of a node:https server with this node's certificate (TLS 1.2 and newer). */

@@ -3,7 +3,7 @@
 import { Agent, request } from "node:http";
 import type { IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
-import { clusterHttpsAgent, trustedCas } from "@ic/tls";
+import { clusterHttpsAgent, trustedTls } from "@ic/tls";
 
 const agent = new Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 10_000 });
 
@@ -117,7 +117,7 @@ function postOnce(
     const req = send(
       {
         agent: fresh ? false : u.tls ? clusterHttpsAgent() : agent,
-        ...(u.tls && fresh ? { ca: trustedCas() } : {}),
+        ...(u.tls && fresh ? trustedTls() : {}),
         host: u.hostname,
         port: u.port,
         path: u.pathname,

@@ -6,7 +6,7 @@
 import { request as httpRequest } from "node:http";
 import type { ClientRequest } from "node:http";
 import { request as httpsRequest } from "node:https";
-import { trustedCas } from "@ic/tls";
+import { trustedTls } from "@ic/tls";
 import type { Hono } from "hono";
 import { streamSSE } from "hono/streaming";
 import { z } from "zod";
@@ -157,7 +157,7 @@ export class PeerWatch {
     const req = (tls ? httpsRequest : httpRequest)(url, {
       method: "GET",
       agent: false,
-      ...(tls ? { ca: trustedCas() } : {}),
+      ...(tls ? trustedTls() : {}),
       headers: {
         accept: "text/event-stream",
         ...(this.o.token ? { authorization: `Bearer ${this.o.token()}` } : {}),

@@ -50,6 +50,32 @@ function processGauges(registry: Registry, o: MetricsSources): void {
     },
   });
   new Counter({
+    name: "ic_bus_messages_total",
+    help: "Messages this node's bus connection received (in) and sent (out) since it opened.",
+    labelNames: ["direction"],
+    registers,
+    collect() {
+      this.reset();
+      const t = o.bus?.().traffic;
+      if (!t) return;
+      this.inc({ direction: "in" }, t.inMsgs);
+      this.inc({ direction: "out" }, t.outMsgs);
+    },
+  });
+  new Counter({
+    name: "ic_bus_bytes_total",
+    help: "Payload bytes this node's bus connection received (in) and sent (out) since it opened.",
+    labelNames: ["direction"],
+    registers,
+    collect() {
+      this.reset();
+      const t = o.bus?.().traffic;
+      if (!t) return;
+      this.inc({ direction: "in" }, t.inBytes);
+      this.inc({ direction: "out" }, t.outBytes);
+    },
+  });
+  new Counter({
     name: "ic_unhandled_rejections_total",
     help: "Promise rejections nobody handled (logged; the node kept serving).",
     registers,

@@ -1,6 +1,6 @@
-// Summarizes V8 .cpuprofile files written by bench/scale (BENCH_PROFILE=<dir>): self time by function
-// and by package, and inclusive time of the functions that matter here (heartbeat handling, ticks,
-// bus decoding, sync). `npx tsx bench/scale/profile-summary.ts <file.cpuprofile>...`
+// Summarizes V8 .cpuprofile files written by bench/scale and bench/cluster-chat (BENCH_PROFILE=<dir>):
+// self time by function and by package, and inclusive time of the functions that matter here
+// (heartbeat handling, ticks, bus decoding, sync). `npx tsx bench/lib/profile-summary.ts <file.cpuprofile>...`
 import { readFileSync } from "node:fs";
 
 interface CallFrame {

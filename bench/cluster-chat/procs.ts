@@ -1,0 +1,105 @@
+// CPU time of each node's processes, read from /proc: the node itself, the nats-server it started and
+// its engine (the stand-in), found as the node's descendants, so each part's cost is counted apart.
+import { readdirSync, readFileSync } from "node:fs";
+import { TICK_MS } from "../lib/streaming.ts";
+
+export type Part = "node" | "bus" | "engine";
+
+interface Proc {
+  readonly pid: number;
+  readonly ppid: number;
+  readonly comm: string;
+  readonly ticks: number;
+}
+
+function processes(): Proc[] {
+  const out: Proc[] = [];
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${d}/stat`, "utf8");
+    } catch {
+      continue; // gone meanwhile
+    }
+    const close = stat.lastIndexOf(")");
+    // fields[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
+    const fields = stat.slice(close + 2).split(" ");
+    out.push({
+      pid: Number(d),
+      ppid: Number(fields[1]),
+      comm: stat.slice(stat.indexOf("(") + 1, close),
+      ticks: Number(fields[11]) + Number(fields[12]),
+    });
+  }
+  return out;
+}
+
+function cmdline(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
+  } catch {
+    return "";
+  }
+}
+
+/** What a descendant of a node is: its nats-server, its engine, or part of the node. */
+function partOf(p: Proc): Part {
+  if (p.comm === "nats-server") return "bus";
+  if (cmdline(p.pid).includes("stand-in-engine")) return "engine";
+  return "node";
+}
+
+/** CPU ms of each part of each node (keyed by the node's pid), this process's own, now. */
+export function cpuSnapshot(nodePids: readonly number[]): Map<number, Record<Part, number>> {
+  const all = processes();
+  const children = new Map<number, Proc[]>();
+  for (const p of all) children.set(p.ppid, [...(children.get(p.ppid) ?? []), p]);
+  const out = new Map<number, Record<Part, number>>();
+  for (const root of nodePids) {
+    const sums: Record<Part, number> = { node: 0, bus: 0, engine: 0 };
+    const self = all.find((p) => p.pid === root);
+    const stack = self ? [self] : [];
+    while (stack.length) {
+      const p = stack.pop()!;
+      // A wrapper (ip netns exec) execs node in place; the node's own pid counts as the node.
+      sums[p.pid === root ? "node" : partOf(p)] += p.ticks * TICK_MS;
+      stack.push(...(children.get(p.pid) ?? []));
+    }
+    out.set(root, sums);
+  }
+  return out;
+}
+
+/** Per node and part: CPU ms spent between two snapshots. */
+export function cpuSpent(
+  before: Map<number, Record<Part, number>>,
+  after: Map<number, Record<Part, number>>,
+): Map<number, Record<Part, number>> {
+  const out = new Map<number, Record<Part, number>>();
+  for (const [pid, a] of after) {
+    const b = before.get(pid) ?? { node: 0, bus: 0, engine: 0 };
+    out.set(pid, { node: a.node - b.node, bus: a.bus - b.bus, engine: a.engine - b.engine });
+  }
+  return out;
+}
+
+/** The API key and endpoint port of every stand-in engine listening on one of `hosts`. */
+export function standInsOn(hosts: readonly string[]): { port: number; key: string }[] {
+  const out: { port: number; key: string }[] = [];
+  for (const p of processes()) {
+    const argv = cmdline(p.pid).split(" ");
+    if (!argv.some((a) => a.endsWith("stand-in-engine.mjs"))) continue;
+    const at = (flag: string) => argv[argv.indexOf(flag) + 1];
+    if (!hosts.includes(at("--host") ?? "")) continue;
+    let env: string[];
+    try {
+      env = readFileSync(`/proc/${p.pid}/environ`, "utf8").split("\0");
+    } catch {
+      continue;
+    }
+    const key = env.find((e) => e.startsWith("LLAMA_API_KEY="))?.slice("LLAMA_API_KEY=".length);
+    if (key) out.push({ port: Number(at("--port")), key });
+  }
+  return out;
+}
