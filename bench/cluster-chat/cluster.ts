@@ -5,8 +5,7 @@
 import { mkdtemp } from "node:fs/promises";
 import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import {
   placeAndWait,
   seedStore,
@@ -16,14 +15,7 @@ import {
 } from "@ic/testkit";
 import type { HostCluster, NodeProcess } from "@ic/testkit";
 import type { Target } from "./load.ts";
-import { standInsOn } from "./procs.ts";
-
-export const STAND_IN = join(
-  dirname(fileURLToPath(import.meta.url)),
-  "..",
-  "lib",
-  "stand-in-engine.mjs",
-);
+import { STAND_IN, standInsOn } from "../lib/stand-in.ts";
 
 export interface Bench {
   readonly cluster: HostCluster;

@@ -75,11 +75,15 @@ export async function closedLoop(o: {
   maxTokens: number;
   ca: string;
 }): Promise<LoadResult> {
-  const body = JSON.stringify({
-    model: o.model,
-    messages: [{ role: "user", content: "hi" }],
-    max_tokens: o.maxTokens,
-  });
+  // Each request its own conversation (its first message differs), as many clients would send:
+  // prefix routing then spreads them over the replicas instead of keeping one conversation on one.
+  let seq = 0;
+  const bodyOf = () =>
+    JSON.stringify({
+      model: o.model,
+      messages: [{ role: "user", content: `hi ${++seq}` }],
+      max_tokens: o.maxTokens,
+    });
   const lat: number[] = [];
   const failures: string[] = [];
   let failed = 0;
@@ -97,7 +101,7 @@ export async function closedLoop(o: {
         while (performance.now() < end) {
           const s = performance.now();
           try {
-            const r = await post(agent, url, t.headers, body);
+            const r = await post(agent, url, t.headers, bodyOf());
             if (r.status === 200) lat.push(performance.now() - s);
             else {
               failed++;

@@ -52,9 +52,11 @@ async function runSize(n: number): Promise<SizeRun> {
     : undefined;
   const b = await startBench(n, profileDir);
   const rows: Figures[] = [];
+  let idleCores = 0;
   try {
     await warmUp(b);
     const idle = await measureIdle(b);
+    idleCores = idle.machineCores;
     for (const level of LEVELS) {
       const f = figures(b, await measureStep(b, level, idle));
       rows.push(f);
@@ -75,6 +77,7 @@ async function runSize(n: number): Promise<SizeRun> {
     : [];
   return {
     n,
+    idleCores,
     rows,
     profile: files.length ? files.map((f) => summarize(f, 20)).join("\n\n") : undefined,
   };

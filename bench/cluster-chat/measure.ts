@@ -6,7 +6,7 @@ import { closedLoop, quantileOf } from "./load.ts";
 import type { LoadResult } from "./load.ts";
 import { counters } from "./cluster.ts";
 import type { Bench, Counters } from "./cluster.ts";
-import { cpuSnapshot, cpuSpent } from "./procs.ts";
+import { cpuSnapshot, cpuSpent, machineBusyMs } from "./procs.ts";
 import type { Part } from "./procs.ts";
 
 export const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 4);
@@ -17,6 +17,8 @@ const IDLE_S = Number(process.env.BENCH_IDLE_S ?? 4);
 export interface Idle {
   readonly cpu: Map<number, Record<Part, number>>;
   readonly counters: Counters;
+  /** Cores the whole machine kept busy. */
+  readonly machineCores: number;
 }
 
 const sum = (xs: readonly number[]) => xs.reduce((s, x) => s + x, 0);
@@ -50,13 +52,15 @@ export async function measureIdle(b: Bench): Promise<Idle> {
   await new Promise((r) => setTimeout(r, 1000));
   const c0 = await counters(b);
   const cpu0 = cpuSnapshot(pids(b));
+  const m0 = machineBusyMs();
   const t0 = performance.now();
   await new Promise((r) => setTimeout(r, IDLE_S * 1000));
   const s = (performance.now() - t0) / 1000;
   const cpu = cpuSpent(cpu0, cpuSnapshot(pids(b)));
+  const machineCores = (machineBusyMs() - m0) / (s * 1000);
   const c1 = await counters(b);
   for (const v of cpu.values()) for (const k of ["node", "bus", "engine"] as const) v[k] /= s;
-  return { cpu, counters: scale(diff(c0, c1), 1 / s) };
+  return { cpu, counters: scale(diff(c0, c1), 1 / s), machineCores };
 }
 
 export interface Step {
@@ -67,6 +71,8 @@ export interface Step {
   readonly cpu: Map<number, Record<Part, number>>;
   /** Counters over the gateway window, idle subtracted. */
   readonly counted: Counters;
+  /** Cores the whole machine kept busy during the gateway window (nothing subtracted). */
+  readonly machineCores: number;
 }
 
 /** One concurrency: `perGateway` requests at once on every gateway, and as many on the engines. */
@@ -80,8 +86,10 @@ export async function measureStep(b: Bench, perGateway: number, idle: Idle): Pro
   });
   const c0 = await counters(b);
   const cpu0 = cpuSnapshot(pids(b));
+  const m0 = machineBusyMs();
   const gateway = await closedLoop({ ...load, targets: b.gateways, perTarget: perGateway });
   const cpu = cpuSpent(cpu0, cpuSnapshot(pids(b)));
+  const machineCores = (machineBusyMs() - m0) / (gateway.seconds * 1000);
   // Let the batched task reports of the window's last requests land before counting.
   await new Promise((r) => setTimeout(r, 600));
   const c1 = await counters(b);
@@ -91,7 +99,7 @@ export async function measureStep(b: Bench, perGateway: number, idle: Idle): Pro
     for (const k of ["node", "bus", "engine"] as const) v[k] -= i[k] * s;
   }
   const counted = diff(scale(idle.counters, s), diff(c0, c1));
-  return { perGateway, direct, gateway, cpu, counted };
+  return { perGateway, direct, gateway, cpu, counted, machineCores };
 }
 
 /** The figures of one step, per second and per request. */
@@ -133,6 +141,7 @@ export function figures(b: Bench, st: Step) {
     logBytes: perReq(sum(st.counted.logBytes) / b.pids.length),
     /** Requests per second per core our path (nodes and their nats-servers) would carry alone. */
     perCore: g.ok / ((nodeCpu + busCpu) / 1000),
+    machineCores: st.machineCores,
   };
 }
 

@@ -1,6 +1,7 @@
 // CPU time of each node's processes, read from /proc: the node itself, the nats-server it started and
 // its engine (the stand-in), found as the node's descendants, so each part's cost is counted apart.
 import { readdirSync, readFileSync } from "node:fs";
+import { isStandIn } from "../lib/stand-in.ts";
 import { TICK_MS } from "../lib/streaming.ts";
 
 export type Part = "node" | "bus" | "engine";
@@ -35,18 +36,10 @@ function processes(): Proc[] {
   return out;
 }
 
-function cmdline(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ");
-  } catch {
-    return "";
-  }
-}
-
 /** What a descendant of a node is: its nats-server, its engine, or part of the node. */
 function partOf(p: Proc): Part {
   if (p.comm === "nats-server") return "bus";
-  if (cmdline(p.pid).includes("stand-in-engine")) return "engine";
+  if (isStandIn(p.pid)) return "engine";
   return "node";
 }
 
@@ -84,22 +77,11 @@ export function cpuSpent(
   return out;
 }
 
-/** The API key and endpoint port of every stand-in engine listening on one of `hosts`. */
-export function standInsOn(hosts: readonly string[]): { port: number; key: string }[] {
-  const out: { port: number; key: string }[] = [];
-  for (const p of processes()) {
-    const argv = cmdline(p.pid).split(" ");
-    if (!argv.some((a) => a.endsWith("stand-in-engine.mjs"))) continue;
-    const at = (flag: string) => argv[argv.indexOf(flag) + 1];
-    if (!hosts.includes(at("--host") ?? "")) continue;
-    let env: string[];
-    try {
-      env = readFileSync(`/proc/${p.pid}/environ`, "utf8").split("\0");
-    } catch {
-      continue;
-    }
-    const key = env.find((e) => e.startsWith("LLAMA_API_KEY="))?.slice("LLAMA_API_KEY=".length);
-    if (key) out.push({ port: Number(at("--port")), key });
-  }
-  return out;
+/** CPU ms the whole machine has spent busy (every core, kernel included) since boot. */
+export function machineBusyMs(): number {
+  const line = readFileSync("/proc/stat", "utf8").split("\n")[0]!;
+  // cpu user nice system idle iowait irq softirq steal ...
+  const v = line.trim().split(/\s+/).slice(1).map(Number);
+  const busy = v[0]! + v[1]! + v[2]! + v[5]! + v[6]! + v[7]!;
+  return busy * TICK_MS;
 }

@@ -3,6 +3,8 @@ import type { Figures } from "./measure.ts";
 
 export interface SizeRun {
   readonly n: number;
+  /** Cores the machine kept busy with the cluster idle (heartbeats, telemetry, probes). */
+  readonly idleCores: number;
   readonly rows: Figures[];
   readonly profile: string | undefined;
 }
@@ -26,11 +28,11 @@ export function sustained(rows: readonly Figures[]): Figures | undefined {
 
 function table(rows: readonly Figures[]): string {
   const head =
-    "| requests at once | direct req/s | gateway req/s | p50 ms | p99 ms | p99 added ms | failed | master node, core | other node (mean), core | master's own, core | node CPU ms/req | nats-server CPU ms/req | engine CPU ms/req | client CPU ms/req | req/s per core (nodes + nats) |";
-  const sep = `|${"---|".repeat(15)}`;
+    "| requests at once | direct req/s | gateway req/s | p50 ms | p99 ms | p99 added ms | failed | master node, core | other node (mean), core | master's own, core | node CPU ms/req | nats-server CPU ms/req | engine CPU ms/req | client CPU ms/req | req/s per core (nodes + nats) | machine busy, cores |";
+  const sep = `|${"---|".repeat(16)}`;
   const body = rows.map(
     (r) =>
-      `| ${r.total} | ${f0(r.directRate)} | ${f0(r.rate)} | ${f1(r.p50)} | ${f1(r.p99)} | ${f1(r.addedP99)} | ${r.failed} | ${pct(r.masterCore)} | ${pct(r.followerCore)} | ${pct(r.masterOwnCore)} | ${f2(r.nodeCpuPerReq)} | ${f2(r.busCpuPerReq)} | ${f2(r.engineCpuPerReq)} | ${f2(r.clientCpuPerReq)} | ${f0(r.perCore)} |`,
+      `| ${r.total} | ${f0(r.directRate)} | ${f0(r.rate)} | ${f1(r.p50)} | ${f1(r.p99)} | ${f1(r.addedP99)} | ${r.failed} | ${pct(r.masterCore)} | ${pct(r.followerCore)} | ${pct(r.masterOwnCore)} | ${f2(r.nodeCpuPerReq)} | ${f2(r.busCpuPerReq)} | ${f2(r.engineCpuPerReq)} | ${f2(r.clientCpuPerReq)} | ${f0(r.perCore)} | ${f2(r.machineCores)} |`,
   );
   return [head, sep, ...body].join("\n");
 }
@@ -64,6 +66,8 @@ export function reportOf(runs: readonly SizeRun[], context: string): string {
   for (const run of runs) {
     out.push(
       `### ${run.n} nodes`,
+      "",
+      `The idle cluster kept ${f2(run.idleCores)} of the machine's cores busy (heartbeats, telemetry, link probes; subtracted from the CPU per request below, not from "machine busy").`,
       "",
       table(run.rows),
       "",

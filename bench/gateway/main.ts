@@ -19,6 +19,7 @@ import {
 } from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
+import { STAND_IN, standInsOn } from "../lib/stand-in.ts";
 import {
   batch,
   cpuDelta,
@@ -49,6 +50,16 @@ const ENGINE_ARGS = "-t 1 -tb 1 -np 16";
 /** The target, against the bare Node proxy (the floor): throughput ratio and added TTFT. */
 const THROUGHPUT_TARGET = 0.98;
 const TTFT_TARGET_MS = 0.5;
+/** Issue 32: the gateway's CPU per request at most this many times the floor's. */
+const CPU_RATIO_TARGET = 1.5;
+
+/**
+ * BENCH_ENGINE=stand-in: bench/lib/stand-in-engine.mjs instead of llama-server, streaming
+ * BENCH_STAND_IN_TPS tokens per second per stream (3000 by default: a GPU's rate), so the engine's
+ * own speed leaves our path exposed.
+ */
+const STAND_IN_MODE = process.env.BENCH_ENGINE === "stand-in";
+const STAND_IN_TPS = Number(process.env.BENCH_STAND_IN_TPS ?? 3000);
 
 const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
 
@@ -118,7 +129,12 @@ async function startBench(store: string) {
   const wide = process.env.BENCH_MODEL === "wide";
   const { modelId } = await seedStore(store, { slow: wide });
   const env: Record<string, string> = {};
+  // pinCores wraps the engine it finds (SERVICE_ENGINE_SERVER_BIN first) to pin it to its core.
+  if (STAND_IN_MODE) process.env.SERVICE_ENGINE_SERVER_BIN = STAND_IN;
   const pinning = await pinCores(env);
+  const engineArgs = STAND_IN_MODE
+    ? ["--stand-in-tps", String(STAND_IN_TPS)]
+    : (process.env.BENCH_ENGINE_ARGS ?? ENGINE_ARGS).split(" ").filter(Boolean);
   const cluster = await startCluster(1, {
     env,
     ...(process.env.BENCH_PROFILE
@@ -129,7 +145,7 @@ async function startBench(store: string) {
       cluster: { heartbeat_ms: 2000, liveness_timeout_ms: 4000, election_timeout_ms: 3000 },
       engine: {
         context_size: 4096,
-        extra_args: (process.env.BENCH_ENGINE_ARGS ?? ENGINE_ARGS).split(" ").filter(Boolean),
+        extra_args: engineArgs,
       },
       logging: { level: "warn" },
     }),
@@ -158,9 +174,17 @@ function pathsAndHops(
   const nodePgid = node.pid!;
   // The engine takes only its API key (its node made it; the gateway adds it itself): read off
   // the engine's process.
-  const engineAuth = { authorization: `Bearer ${engineKeyOf(new URL(direct).port)}` };
+  const port = new URL(direct).port;
+  const key = STAND_IN_MODE
+    ? standInsOn([new URL(direct).hostname]).find((e) => e.port === Number(port))?.key
+    : engineKeyOf(port);
+  const engineAuth = { authorization: `Bearer ${key}` };
   const paths = [
-    { name: "direct llama-server", url: direct, headers: engineAuth },
+    {
+      name: STAND_IN_MODE ? "direct stand-in engine" : "direct llama-server",
+      url: direct,
+      headers: engineAuth,
+    },
     { name: "bare Node proxy (floor)", url: floor.url, headers: engineAuth },
     { name: "gateway", url: node.apiUrl, headers: node.authHeaders },
   ];
@@ -297,9 +321,14 @@ function targetRow(
   at: AtConcurrency,
   perRequest: readonly number[][],
   label: string,
-): { line: string; verdict: { c: number; throughputMet: boolean; ttftMet: boolean } } {
+): {
+  line: string;
+  verdict: { c: number; throughputMet: boolean; ttftMet: boolean; cpuMet: boolean };
+} {
   const { c, ratios, deltas, passes } = at;
   const cpuDiff = summarize(perRequest.map((x) => x[1]! - x[0]!)).median;
+  const cpuRatio = summarize(perRequest.map((x) => x[1]! / x[0]!)).median;
+  const cpuMet = cpuRatio <= CPU_RATIO_TARGET;
   const ratio = summarize(ratios).median;
   const delta = summarize(deltas).median;
   const throughputMet = ratio >= THROUGHPUT_TARGET;
@@ -316,9 +345,12 @@ function targetRow(
   )} | ${ttftMet ? "met" : "**not met**"} | ${ms(cpuDiff)}${range(
     perRequest.map((x) => x[1]! - x[0]!),
     ms,
-  )} |`;
+  )} | ${cpuRatio.toFixed(2)}×${range(
+    perRequest.map((x) => x[1]! / x[0]!),
+    (x) => `${x.toFixed(2)}×`,
+  )} | ${cpuMet ? "met" : "**not met**"} |`;
   console.log(line);
-  return { line, verdict: { c, throughputMet, ttftMet } };
+  return { line, verdict: { c, throughputMet, ttftMet, cpuMet } };
 }
 
 /** Both tables' rows, and the verdict against the target, from every concurrency's passes. */
@@ -330,7 +362,7 @@ function analyze(
 ): { rows: string[]; targetRows: string[]; verdict: string } {
   const rows: string[] = [];
   const targetRows: string[] = [];
-  const verdicts: { c: number; throughputMet: boolean; ttftMet: boolean }[] = [];
+  const verdicts: { c: number; throughputMet: boolean; ttftMet: boolean; cpuMet: boolean }[] = [];
   for (const at of byConcurrency) {
     const { c, passes } = at;
     /** Per pass, CPU ms per request of the floor, the node (with nats-server) and nats-server. */
@@ -350,12 +382,20 @@ function analyze(
   const missed = verdicts.flatMap((v) => [
     ...(v.throughputMet ? [] : [`throughput at concurrency ${v.c}`]),
     ...(v.ttftMet ? [] : [`TTFT at concurrency ${v.c}`]),
+    ...(v.cpuMet ? [] : [`CPU per request at concurrency ${v.c}`]),
   ]);
   const verdict =
     missed.length === 0
       ? "**met in this run** at both concurrencies"
       : `**not met in this run**: ${missed.join(", ")}`;
   return { rows, targetRows, verdict };
+}
+
+/** What the engine was, in the report's words. */
+function engineLine(wide: boolean, pinning: string): string {
+  if (STAND_IN_MODE)
+    return `the stand-in engine (bench/lib/stand-in-engine.mjs, started by the node as its llama-server: ${STAND_IN_TPS} tokens/s per stream, one SSE event per token in llama-server's shapes, no model; ${pinning}`;
+  return `one llama-server (CPU build, \`${process.env.BENCH_ENGINE_ARGS ?? ENGINE_ARGS}\`: one thread, a slot for each of 16 concurrent requests; ${pinning}; ${wide ? "the wide test model: 384 wide, 6 layers, F16" : "the 0.8 MB tiny test model: thousands of tokens/s, the worst case for per-chunk overhead"}`;
 }
 
 /** The Gateway section of docs/benchmarks.md (or BENCH_REPORT). */
@@ -370,12 +410,14 @@ async function writeReport(r: {
 }): Promise<void> {
   const { wide, pinning, verdict, targetRows, rows, idle, counted } = r;
   await writeSection(
-    wide ? "Gateway (wide model)" : "Gateway (tiny model)",
-    `\`${wide ? "BENCH_MODEL=wide " : ""}npm run bench gateway\` — ${machineLine()}.
+    STAND_IN_MODE
+      ? "Gateway (stand-in engine at GPU token rates)"
+      : wide
+        ? "Gateway (wide model)"
+        : "Gateway (tiny model)",
+    `\`${STAND_IN_MODE ? `BENCH_ENGINE=stand-in BENCH_STAND_IN_TPS=${STAND_IN_TPS} ` : wide ? "BENCH_MODEL=wide " : ""}npm run bench gateway\` — ${machineLine()}.
 
-Streaming chat completions (max_tokens ${MAX_TOKENS}, temperature 0) against one llama-server (CPU
-build, \`${process.env.BENCH_ENGINE_ARGS ?? ENGINE_ARGS}\`: one thread, a slot for each of 16 concurrent requests; ${pinning};
-${wide ? "the wide test model: 384 wide, 6 layers, F16" : "the 0.8 MB tiny test model: thousands of tokens/s, the worst case for per-chunk overhead"}), called directly, through a
+Streaming chat completions (max_tokens ${MAX_TOKENS}, temperature 0) against ${engineLine(wide, pinning)}), called directly, through a
 bare Node proxy and through a node's \`/v1/chat/completions\` (task creation through the master, SSE
 pass-through with id rewriting). The bare proxy (\`bench/gateway/floor-proxy.mjs\`: node:http
 pass-through, no validation, task or bus, its own process on the node's core) is the floor of any
@@ -392,8 +434,8 @@ in the same round; TTFT = median over all rounds of the gateway's median TTFT �
 same round; hop CPU = the hops' CPU per request (below), gateway − floor. In brackets the range of
 the per-pass figures (the noise between passes).
 
-| model | concurrency | throughput gateway ÷ floor | ≥ ${pct(THROUGHPUT_TARGET)} | TTFT gateway − floor (ms) | ≤ ${TTFT_TARGET_MS} ms | hop CPU per request, gateway − floor (ms) |
-|---|---|---|---|---|---|---|
+| model | concurrency | throughput gateway ÷ floor | ≥ ${pct(THROUGHPUT_TARGET)} | TTFT gateway − floor (ms) | ≤ ${TTFT_TARGET_MS} ms | hop CPU per request, gateway − floor (ms) | hop CPU per request, gateway ÷ floor | ≤ ${CPU_RATIO_TARGET}× |
+|---|---|---|---|---|---|---|---|---|
 ${targetRows.join("\n")}
 
 The direct figures, for context: TTFT = first SSE chunk with generated content, median over all
@@ -432,7 +474,11 @@ async function main(): Promise<void> {
     // The idle rate again after the rounds; their mean is taken off each hop's CPU.
     const idleAfter = await idleCpuRates(hops);
     const idle = hops.map((_, k) => (idleBefore[k]! + idleAfter[k]!) / 2);
-    const label = wide ? "wide (30 MB)" : "tiny (0.8 MB)";
+    const label = STAND_IN_MODE
+      ? `stand-in (${STAND_IN_TPS} tok/s)`
+      : wide
+        ? "wide (30 MB)"
+        : "tiny (0.8 MB)";
     const { rows, targetRows, verdict } = analyze(byConcurrency, idle, paths, label);
     await writeReport({ wide, pinning, verdict, targetRows, rows, idle, counted });
     console.log(`wrote its Gateway section of ${process.env.BENCH_REPORT ?? "docs/benchmarks.md"}`);

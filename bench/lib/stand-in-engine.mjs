@@ -95,6 +95,16 @@ const fingerprint = "b1-stand-in";
 let processing = 0;
 let predicted = 0;
 
+const ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+/** 32 letters and digits, as llama-server's completion ids (the gateway rewrites ids in place when
+ * the lengths match). */
+function idChars() {
+  let s = "";
+  for (const b of randomBytes(32)) s += ALNUM[b % ALNUM.length];
+  return s;
+}
+
 function send(res, status, body) {
   const text = typeof body === "string" ? body : JSON.stringify(body);
   res.writeHead(status, {
@@ -157,7 +167,7 @@ async function complete(req, res, chat) {
     Number(body.max_tokens ?? body.max_completion_tokens ?? body.n_predict ?? 16),
   );
   const prompt = promptTokens(body);
-  const id = `${chat ? "chatcmpl" : "cmpl"}-${randomBytes(16).toString("base64url")}`;
+  const id = `${chat ? "chatcmpl" : "cmpl"}-${idChars()}`;
   const created = Math.floor(Date.now() / 1000);
   const object = chat ? "chat.completion" : "text_completion";
   const t0 = performance.now();

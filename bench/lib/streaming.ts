@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { locateEngine } from "@ic/engine";
 import { postUpstream } from "@ic/gateway";
+import { isStandIn } from "./stand-in.ts";
 
 export const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 64);
 
@@ -107,7 +108,7 @@ export async function pinCores(env: Record<string, string>): Promise<string> {
 /** Length of one /proc CPU clock tick (ms). */
 export const TICK_MS = 1000 / Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim() || 100);
 
-/** The processes of group `pgid` (or just `pid`) other than llama-server, with their stat fields. */
+/** The processes of group `pgid` (or just `pid`) other than the engine, with their stat fields. */
 function* hopStats(
   sel: { pgid: number } | { pid: number },
 ): Generator<{ pid: number; name: string; fields: string[] }> {
@@ -124,7 +125,8 @@ function* hopStats(
     // fields[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
     const fields = stat.slice(close + 2).split(" ");
     const match = "pgid" in sel ? Number(fields[2]) === sel.pgid : Number(d) === sel.pid;
-    if (match && !name.startsWith("llama-server")) yield { pid: Number(d), name, fields };
+    if (match && !name.startsWith("llama-server") && !isStandIn(Number(d)))
+      yield { pid: Number(d), name, fields };
   }
 }
 
