@@ -44,6 +44,15 @@ export async function startBench(n: number, profileDir: string | undefined): Pro
   const { store, modelId } = await seedStore(join(dir, "store"));
   const cluster = await startHostCluster(n, {
     config: (i) => ({
+      // As deployed: the spec's timings, not the test kit's fast ones (a heartbeat every 0.5 s and a
+      // dashboard sample a second kept 3 idle nodes at 0.45 of a core).
+      cluster: {
+        heartbeat_ms: 2000,
+        liveness_timeout_ms: 4000,
+        election_timeout_ms: 3000,
+        info_pending_wait_ms: 15000,
+      },
+      dashboard: { sample_interval_ms: 10_000 },
       engine: { server_bin: STAND_IN },
       ...(i === 0 ? { store_path: store } : {}),
     }),

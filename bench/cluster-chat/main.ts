@@ -9,7 +9,7 @@
 // master and one other gateway over the whole run, summarized in the report.
 // Usage: npm run bench cluster-chat. Settings (env): BENCH_SIZES (3,10), BENCH_LEVELS (requests at
 // once per gateway: 1,2,4,8,16), BENCH_WINDOW_S (8), BENCH_IDLE_S (4), BENCH_MAX_TOKENS (4),
-// BENCH_WARMUP_S (5), BENCH_REPORT (write the section elsewhere).
+// BENCH_WARMUP_S (5), BENCH_REPORT (write the section elsewhere), BENCH_SECTION (its title).
 import { mkdtempSync, readdirSync, statSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
@@ -89,7 +89,10 @@ async function main(): Promise<void> {
   const context = `${machineLine()}; ${cpus().length} CPUs (${cpus()[0]?.model ?? "?"}), load average ${loadavg()[0]!.toFixed(2)} at the end. ${WINDOW_S} s per step, non-streaming requests of max_tokens ${MAX_TOKENS}.`;
   const text = reportOf(runs, context);
   console.log(text);
-  await writeSection("Cluster chat capacity (bench/cluster-chat)", text);
+  await writeSection(
+    process.env.BENCH_SECTION ?? "Cluster chat capacity (bench/cluster-chat)",
+    text,
+  );
 }
 
 await main();

@@ -58,9 +58,18 @@ function verdict(run: SizeRun): string {
   return `${line} Target (≥ ${TARGET_RATE} requests/s through 3 gateways, master under ${pct(MASTER_LIMIT)} of a core): **${met ? "met" : "missed"}**.`;
 }
 
+/** The BENCH_* settings this run was given, as a command line's prefix. */
+function settings(): string {
+  return Object.entries(process.env)
+    .filter(([k]) => k.startsWith("BENCH_") && k !== "BENCH_REPORT")
+    .map(([k, v]) => `${k}=${/^[\w.,/-]*$/.test(v ?? "") ? v : JSON.stringify(v)} `)
+    .sort()
+    .join("");
+}
+
 export function reportOf(runs: readonly SizeRun[], context: string): string {
   const out = [
-    `Command: \`npm run bench cluster-chat\`. Nodes on lab hosts (network namespaces on one bridge, TLS and bearer tokens as deployed), each running bench/lib/stand-in-engine.mjs as its llama-server (the node supervises it, routes to it and relays its answers as it would llama-server's; it answers at once), the tiny model placed once per node. Closed-loop HTTPS clients in this process, the same number of requests at once on every gateway; before each step the same load straight to the engines (the baseline of "p99 added"). CPU from /proc per process over the gateway window, the idle cluster's rate subtracted. ${context}`,
+    `Command: \`${settings()}npm run bench cluster-chat\`. Nodes on lab hosts (network namespaces on one bridge, TLS and bearer tokens as deployed), each running bench/lib/stand-in-engine.mjs as its llama-server (the node supervises it, routes to it and relays its answers as it would llama-server's; it answers at once), the tiny model placed once per node. Closed-loop HTTPS clients in this process, the same number of requests at once on every gateway; before each step the same load straight to the engines (the baseline of "p99 added"). CPU from /proc per process over the gateway window, the idle cluster's rate subtracted. ${context}`,
     "",
   ];
   for (const run of runs) {
