@@ -9,8 +9,8 @@ import { Agent, setGlobalDispatcher } from "undici";
 
 // One TLS context holds what this process trusts, built once per trust change and shared by every
 // client connection. Giving each request the CA list instead (`ca: [...]`, about 150 PEM strings)
-// cost a busy gateway about a third of its CPU: node:https folds the whole list into each request's
-// agent key, and every new connection parsed it into a fresh context (bench/cluster-chat's profile).
+// cost a busy gateway a fifth to a quarter of its CPU: node:https folds the whole list into each
+// request's agent key, and every new connection parsed it into a fresh context (bench/cluster-chat).
 let context: SecureContext | undefined;
 let agent: HttpsAgent | undefined;
 
