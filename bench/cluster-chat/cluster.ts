@@ -2,7 +2,7 @@
 // (TLS, bearer tokens), each running the stand-in engine as its llama-server, the tiny model placed
 // once per node; and what the bench reads from it between two points in time: the master's state
 // index, every node's bus traffic and durable event-log writes.
-import { mkdtemp } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,6 +18,8 @@ import type { Target } from "./load.ts";
 import { STAND_IN, standInsOn } from "../lib/stand-in.ts";
 
 export interface Bench {
+  /** The bench's own files (the store); removed with the cluster. */
+  readonly dir: string;
   readonly cluster: HostCluster;
   readonly modelId: string;
   readonly ca: string;
@@ -44,8 +46,8 @@ export async function startBench(n: number, profileDir: string | undefined): Pro
   const { store, modelId } = await seedStore(join(dir, "store"));
   const cluster = await startHostCluster(n, {
     config: (i) => ({
-      // As deployed: the spec's timings, not the test kit's fast ones (a heartbeat every 0.5 s and a
-      // dashboard sample a second kept 3 idle nodes at 0.45 of a core).
+      // As deployed: the spec's timings, not the test kit's fast ones (a heartbeat every 0.5 s, a
+      // dashboard sample a second).
       cluster: {
         heartbeat_ms: 2000,
         liveness_timeout_ms: 4000,
@@ -71,6 +73,7 @@ export async function startBench(n: number, profileDir: string | undefined): Pro
       await placeAndWait(cluster.nodes[0]!, { model_id: modelId, min_nodes: 1 });
     const state = await waitForReadyInstances<StateDoc>(cluster.nodes[0]!, n);
     return {
+      dir,
       cluster,
       modelId,
       ca: readFileSync(cluster.certs!.caFile, "utf8"),
@@ -85,6 +88,7 @@ export async function startBench(n: number, profileDir: string | undefined): Pro
     };
   } catch (e) {
     await cluster[Symbol.asyncDispose]();
+    await rm(dir, { recursive: true, force: true });
     throw e;
   }
 }

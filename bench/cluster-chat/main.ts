@@ -10,7 +10,7 @@
 // Usage: npm run bench cluster-chat. Settings (env): BENCH_SIZES (3,10), BENCH_LEVELS (requests at
 // once per gateway: 1,2,4,8,16), BENCH_WINDOW_S (8), BENCH_IDLE_S (4), BENCH_MAX_TOKENS (4),
 // BENCH_WARMUP_S (5), BENCH_REPORT (write the section elsewhere), BENCH_SECTION (its title).
-import { mkdtempSync, readdirSync, statSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { machineLine, writeSection } from "../lib/report.ts";
@@ -68,6 +68,7 @@ async function runSize(n: number): Promise<SizeRun> {
   } finally {
     // The nodes exit normally on SIGTERM, which writes their profiles.
     await b.cluster[Symbol.asyncDispose]();
+    rmSync(b.dir, { recursive: true, force: true });
   }
   // Per node, its busiest thread's profile (the main thread; tsx's loader thread also writes one).
   const files = profileDir
