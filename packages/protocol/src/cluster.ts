@@ -350,6 +350,17 @@ export type IndexedEvent = z.infer<typeof IndexedEventSchema>;
 
 // ---- commands ----
 
+/** A task a gateway finished: its id and the tokens it used (counted against tokens_per_minute). */
+export const FinishedTaskSchema = z.object({
+  task_id: TaskIdSchema,
+  /** Prompt plus completion tokens the request used (counted against tokens_per_minute). */
+  tokens: z.number().int().nonnegative().optional(),
+});
+export type FinishedTask = z.infer<typeof FinishedTaskSchema>;
+
+/** Most finished tasks one CreateTask carries (a bound on the message: about 60 bytes each). */
+export const MAX_FINISHED_PER_COMMAND = 256;
+
 export const CommandSchema = z.discriminatedUnion("type", [
   z.object({
     type: z.literal("PlaceInstance"),
@@ -376,13 +387,14 @@ export const CommandSchema = z.discriminatedUnion("type", [
     instance_id: InstanceIdSchema,
     /** A token with limits: the master admits the task against them or refuses rate_limited. */
     token: z.object({ name: z.string().min(1).max(64), limits: TokenLimitsSchema }).optional(),
+    /**
+     * Tasks the sending gateway finished since its last command, reported here instead of one
+     * FinishTask command each (one bus round per request, not two). The master ends them before
+     * it decides this task, and also when it refuses it.
+     */
+    finished: z.array(FinishedTaskSchema).max(MAX_FINISHED_PER_COMMAND).optional(),
   }),
-  z.object({
-    type: z.literal("FinishTask"),
-    task_id: TaskIdSchema,
-    /** Prompt plus completion tokens the request used (counted against tokens_per_minute). */
-    tokens: z.number().int().nonnegative().optional(),
-  }),
+  z.object({ type: z.literal("FinishTask"), ...FinishedTaskSchema.shape }),
   z.object({ type: z.literal("FailTask"), task_id: TaskIdSchema, reason: z.string() }),
   z.object({
     type: z.literal("ReportDownloadFailed"),

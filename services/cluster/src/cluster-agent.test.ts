@@ -958,6 +958,7 @@ describe("placement re-check in the sequencer", () => {
       return {
         a,
         b,
+        inst,
         create: (on: ClusterAgent, t?: { name: string; limits: TokenLimits }) =>
           send(create(on, t)),
         send,
@@ -1012,6 +1013,48 @@ describe("placement re-check in the sequencer", () => {
       );
       expect((await create(b, carol)).ok).toBe(true);
       expect((await create(b, carol)).ok).toBe(false);
+    });
+
+    it("finished tasks a CreateTask carries end before it is decided, and also when it is refused", async () => {
+      const { a, b, inst, create, send } = await twoGateways();
+      const erin = { name: "erin", limits: { concurrent_requests: 2, tokens_per_minute: 100 } };
+      const t1 = (await create(a, erin)) as { task: TaskId };
+      const t2 = (await create(b, erin)) as { task: TaskId };
+      expect((await create(a, erin)).ok).toBe(false);
+      // t1's end rides on the next CreateTask: its place is free for the task it asks for.
+      const t3 = await send(
+        a
+          .command({
+            type: "CreateTask",
+            command_id: "c-x" as never,
+            model_id: model.model_id,
+            instance_id: inst.instance_id,
+            token: erin,
+            finished: [{ task_id: t1.task, tokens: 30 }],
+          })
+          .catch((e: unknown) => e),
+      );
+      expect(t3).toMatchObject({ ok: true });
+      // A CreateTask refused (its instance is gone) still ends what it carries: t2's place frees.
+      const refused = await send(
+        b
+          .command({
+            type: "CreateTask",
+            command_id: "c-y" as never,
+            model_id: model.model_id,
+            instance_id: "inst-gone" as never,
+            finished: [{ task_id: t2.task, tokens: 80 }],
+          })
+          .catch((e: unknown) => e as ServiceError),
+      );
+      expect((refused as ServiceError).code).toBe("instance_lost");
+      // Both ended with their tokens counted: 110 of 100 in the minute, so the next is refused on
+      // tokens, not on concurrency.
+      const next = await create(b, erin);
+      expect((next as { error: ServiceError }).error.details).toMatchObject({
+        limit: "tokens_per_minute",
+        used: 110,
+      });
     });
 
     it("tokens_per_minute: the tokens FinishTask reports count, and a new request waits for them to leave the window", async () => {

@@ -17,6 +17,7 @@ import type {
   Member,
   NodeId,
   SessionId,
+  TaskId,
 } from "@ic/protocol";
 import {
   checkTokenLimits,
@@ -105,6 +106,12 @@ export class Sequencer {
    */
   command(sessionId: SessionId, from: NodeId, cmd: Command): CommandReply | Promise<CommandReply> {
     try {
+      // The tasks a CreateTask reports finished end first, whatever becomes of the new one: their
+      // places count no more when its token's limits are checked, and a refusal loses none.
+      if (cmd.type === "CreateTask" && cmd.finished) {
+        const now = this.o.clock.now();
+        for (const f of cmd.finished) this.endTask(f.task_id, f.tokens, now);
+      }
       const d = this.decide(from, cmd, this.o.newId);
       if (!d.ok) return { ok: false, error: toWireError(d.error) };
       if (this.intents && IntentKeeper.changes(d.events))
@@ -145,17 +152,19 @@ export class Sequencer {
       this.tasks.add(d.opened);
       if (d.opened.token !== undefined) this.tokenWindows.request(d.opened.token, now);
     }
-    if (d.ended) {
-      const t = this.tasks.end(d.ended);
-      if (t?.token !== undefined && d.usedTokens)
-        this.tokenWindows.used(t.token, d.usedTokens, now);
-    }
+    if (d.ended) this.endTask(d.ended, d.usedTokens, now);
     for (const e of d.events) this.o.master.emit(e);
     return {
       ok: true,
       index: this.o.master.state().index,
       ...(d.opened ? { task_id: d.opened.task_id } : {}),
     };
+  }
+
+  /** A task that ended leaves the table; the tokens it used count against its token's minute. */
+  private endTask(id: TaskId, tokens: number | undefined, now: number): void {
+    const t = this.tasks.end(id);
+    if (t?.token !== undefined && tokens) this.tokenWindows.used(t.token, tokens, now);
   }
 
   private superviseMembers(now: number, departures: boolean, session: SessionId): void {

@@ -1,7 +1,8 @@
 // The chat path's task commands (CreateTask, FinishTask), gathered so that the requests of a burst
-// reach the engine before their bookkeeping runs, and a burst's commands share one bus round instead
-// of costing one each (see TaskReports).
-import type { Command, CommandReply, TaskId } from "@ic/protocol";
+// reach the engine before their bookkeeping runs, a burst's commands share one write, and finished
+// tasks ride on the next CreateTask instead of costing a bus round each (see TaskReports).
+import { MAX_FINISHED_PER_COMMAND } from "@ic/protocol";
+import type { Command, CommandReply, FinishedTask, TaskId } from "@ic/protocol";
 import type { ClusterView } from "@ic/protocol";
 
 /**
@@ -24,10 +25,12 @@ type Reply = Extract<CommandReply, { ok: true }>;
  * - a CreateTask waits for the end of the current event-loop turn (setImmediate): the other requests
  *   that became ready in the same turn are on their way to the engine first, and the turn's commands
  *   are sent together (on the master, their events go out in one write);
- * - a FinishTask waits for the next CreateTask batch, or FINISH_DELAY_MS.
+ * - a finished task waits for the next CreateTask batch, whose first CreateTask carries it
+ *   (`finished`), or FINISH_DELAY_MS, after which it goes as a FinishTask of its own.
  * Invariants: every held report is sent by the next batch or the delay, whichever comes first, and
- * each once, FinishTasks before the batch's CreateTasks; only tasks that ended well wait (the caller
- * reports a failed task at once). Neither changes the replicated log: the master keeps tasks.
+ * each once, ahead of the batch's new tasks (the master ends a CreateTask's `finished` first); only
+ * tasks that ended well wait (the caller reports a failed task at once). Neither changes the
+ * replicated log: the master keeps tasks.
  */
 export class TaskReports {
   /** Ended well, with the tokens used where a limit counts them. */
@@ -68,17 +71,35 @@ export class TaskReports {
 
   private send(): void {
     this.scheduled = false;
-    this.flushFinished();
     const creates = this.creates;
     this.creates = [];
+    // The held reports ride on the turn's first CreateTask (one bus round per request instead of
+    // two); what one command cannot carry goes as FinishTasks. Lost with a CreateTask that never
+    // reaches the master, they expire there, as a lost FinishTask does.
+    const first = creates[0];
+    if (first && this.finished.size > 0) {
+      this.clearTimer();
+      const finished: FinishedTask[] = [];
+      for (const [task_id, tokens] of this.finished) {
+        if (finished.length === MAX_FINISHED_PER_COMMAND) break;
+        finished.push({ task_id, ...(tokens !== undefined ? { tokens } : {}) });
+        this.finished.delete(task_id);
+      }
+      first.cmd = { ...first.cmd, finished };
+    }
+    this.flushFinished();
     for (const c of creates) this.cluster.command(c.cmd).then(c.resolve, c.reject);
   }
 
-  private flushFinished(): void {
+  private clearTimer(): void {
     if (this.timer !== undefined) {
       clearTimeout(this.timer);
       this.timer = undefined;
     }
+  }
+
+  private flushFinished(): void {
+    this.clearTimer();
     if (this.finished.size === 0) return;
     const ended = [...this.finished];
     this.finished.clear();
