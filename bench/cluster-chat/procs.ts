@@ -1,8 +1,8 @@
 // CPU time of each node's processes, read from /proc: the node itself, the nats-server it started and
 // its engine (the stand-in), found as the node's descendants, so each part's cost is counted apart.
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { isStandIn } from "../lib/stand-in.ts";
-import { TICK_MS } from "../lib/streaming.ts";
+import { procStats, TICK_MS } from "../lib/streaming.ts";
 
 export type Part = "node" | "bus" | "engine";
 
@@ -14,26 +14,12 @@ interface Proc {
 }
 
 function processes(): Proc[] {
-  const out: Proc[] = [];
-  for (const d of readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${d}/stat`, "utf8");
-    } catch {
-      continue; // gone meanwhile
-    }
-    const close = stat.lastIndexOf(")");
-    // fields[0] is field 3 (state): ppid is field 4, utime 14, stime 15.
-    const fields = stat.slice(close + 2).split(" ");
-    out.push({
-      pid: Number(d),
-      ppid: Number(fields[1]),
-      comm: stat.slice(stat.indexOf("(") + 1, close),
-      ticks: Number(fields[11]) + Number(fields[12]),
-    });
-  }
-  return out;
+  return [...procStats()].map((p) => ({
+    pid: p.pid,
+    ppid: Number(p.fields[1]),
+    comm: p.name,
+    ticks: Number(p.fields[11]) + Number(p.fields[12]),
+  }));
 }
 
 /** What a descendant of a node is: its nats-server, its engine, or part of the node. */

@@ -108,25 +108,32 @@ export async function pinCores(env: Record<string, string>): Promise<string> {
 /** Length of one /proc CPU clock tick (ms). */
 export const TICK_MS = 1000 / Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim() || 100);
 
-/** The processes of group `pgid` (or just `pid`) other than the engine, with their stat fields. */
-function* hopStats(
-  sel: { pgid: number } | { pid: number },
-): Generator<{ pid: number; name: string; fields: string[] }> {
+/**
+ * Every process's /proc/<pid>/stat: its name and the fields after it (fields[0] is field 3, state:
+ * ppid is fields[1], pgrp fields[2], utime fields[11], stime fields[12]).
+ */
+export function* procStats(): Generator<{ pid: number; name: string; fields: string[] }> {
   for (const d of readdirSync("/proc")) {
     if (!/^\d+$/.test(d)) continue;
     let stat: string;
     try {
       stat = readFileSync(`/proc/${d}/stat`, "utf8");
     } catch {
-      continue;
+      continue; // gone meanwhile
     }
     const close = stat.lastIndexOf(")");
     const name = stat.slice(stat.indexOf("(") + 1, close);
-    // fields[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
-    const fields = stat.slice(close + 2).split(" ");
-    const match = "pgid" in sel ? Number(fields[2]) === sel.pgid : Number(d) === sel.pid;
-    if (match && !name.startsWith("llama-server") && !isStandIn(Number(d)))
-      yield { pid: Number(d), name, fields };
+    yield { pid: Number(d), name, fields: stat.slice(close + 2).split(" ") };
+  }
+}
+
+/** The processes of group `pgid` (or just `pid`) other than the engine, with their stat fields. */
+function* hopStats(
+  sel: { pgid: number } | { pid: number },
+): Generator<{ pid: number; name: string; fields: string[] }> {
+  for (const p of procStats()) {
+    const match = "pgid" in sel ? Number(p.fields[2]) === sel.pgid : p.pid === sel.pid;
+    if (match && !p.name.startsWith("llama-server") && !isStandIn(p.pid)) yield p;
   }
 }
 

@@ -136,6 +136,12 @@ describe("observability across hosts", () => {
     expect(counter(after.fams, "ic_chat_completion_tokens_total", { model: modelId })).toBe(
       counter(before.fams, "ic_chat_completion_tokens_total", { model: modelId }) + 8,
     );
+    // Bus traffic since the connection opened (heartbeats both ways at least); bytes exceed messages.
+    for (const direction of ["in", "out"]) {
+      const msgs = counter(after.fams, "ic_bus_messages_total", { direction });
+      expect(msgs).toBeGreaterThan(0);
+      expect(counter(after.fams, "ic_bus_bytes_total", { direction })).toBeGreaterThan(msgs);
+    }
     // node-1 is the master: cluster gauges; its own node gauges.
     expect(counter(after.fams, "ic_cluster_members", {})).toBe(2);
     expect(counter(after.fams, "ic_cluster_instances", { ready: "true" })).toBe(1);

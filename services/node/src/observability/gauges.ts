@@ -49,32 +49,24 @@ function processGauges(registry: Registry, o: MetricsSources): void {
       for (const [name, bytes] of o.bus?.().largest ?? []) this.set({ name }, bytes);
     },
   });
-  new Counter({
-    name: "ic_bus_messages_total",
-    help: "Messages this node's bus connection received (in) and sent (out) since it opened.",
-    labelNames: ["direction"],
-    registers,
-    collect() {
-      this.reset();
-      const t = o.bus?.().traffic;
-      if (!t) return;
-      this.inc({ direction: "in" }, t.inMsgs);
-      this.inc({ direction: "out" }, t.outMsgs);
-    },
-  });
-  new Counter({
-    name: "ic_bus_bytes_total",
-    help: "Payload bytes this node's bus connection received (in) and sent (out) since it opened.",
-    labelNames: ["direction"],
-    registers,
-    collect() {
-      this.reset();
-      const t = o.bus?.().traffic;
-      if (!t) return;
-      this.inc({ direction: "in" }, t.inBytes);
-      this.inc({ direction: "out" }, t.outBytes);
-    },
-  });
+  const traffic = [
+    ["ic_bus_messages_total", "Messages", "inMsgs", "outMsgs"],
+    ["ic_bus_bytes_total", "Payload bytes", "inBytes", "outBytes"],
+  ] as const;
+  for (const [name, what, inKey, outKey] of traffic)
+    new Counter({
+      name,
+      help: `${what} this node's bus connection received (in) and sent (out) since it opened.`,
+      labelNames: ["direction"],
+      registers,
+      collect() {
+        this.reset();
+        const t = o.bus?.().traffic;
+        if (!t) return;
+        this.inc({ direction: "in" }, t[inKey]);
+        this.inc({ direction: "out" }, t[outKey]);
+      },
+    });
   new Counter({
     name: "ic_unhandled_rejections_total",
     help: "Promise rejections nobody handled (logged; the node kept serving).",
