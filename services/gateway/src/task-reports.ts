@@ -78,7 +78,6 @@ export class TaskReports {
     // reaches the master, they expire there, as a lost FinishTask does.
     const first = creates[0];
     if (first && this.finished.size > 0) {
-      this.clearTimer();
       const finished: FinishedTask[] = [];
       for (const [task_id, tokens] of this.finished) {
         if (finished.length === MAX_FINISHED_PER_COMMAND) break;
@@ -91,15 +90,11 @@ export class TaskReports {
     for (const c of creates) this.cluster.command(c.cmd).then(c.resolve, c.reject);
   }
 
-  private clearTimer(): void {
+  private flushFinished(): void {
     if (this.timer !== undefined) {
       clearTimeout(this.timer);
       this.timer = undefined;
     }
-  }
-
-  private flushFinished(): void {
-    this.clearTimer();
     if (this.finished.size === 0) return;
     const ended = [...this.finished];
     this.finished.clear();
