@@ -18,14 +18,9 @@ export interface LoadResult {
   readonly failures: string[];
   readonly seconds: number;
   /** Latencies of the requests that succeeded, ms, sorted. */
-  readonly latencies: Float64Array;
+  readonly latencies: number[];
   /** CPU this process spent driving the load, ms. */
   readonly clientCpuMs: number;
-}
-
-export function quantileOf(sorted: Float64Array, q: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
 }
 
 function post(
@@ -123,7 +118,7 @@ export async function closedLoop(o: {
     failed,
     failures,
     seconds,
-    latencies: Float64Array.from(lat).sort(),
+    latencies: lat.sort((a, b) => a - b),
     clientCpuMs: (cpu.user + cpu.system) / 1000,
   };
 }

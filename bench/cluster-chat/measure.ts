@@ -2,7 +2,8 @@
 // and then through every gateway, with the CPU of every part and the cluster's counters over the
 // gateway window, net of what the idle cluster spends in the same time.
 import { performance } from "node:perf_hooks";
-import { closedLoop, quantileOf } from "./load.ts";
+import { quantile } from "../lib/report.ts";
+import { closedLoop } from "./load.ts";
 import type { LoadResult } from "./load.ts";
 import { counters } from "./cluster.ts";
 import type { Bench, Counters } from "./cluster.ts";
@@ -114,15 +115,15 @@ export function figures(b: Bench, st: Step) {
   const nodeCpu = sum(parts.map((p) => p.node));
   const busCpu = sum(parts.map((p) => p.bus));
   const engineCpu = sum(parts.map((p) => p.engine));
-  const directP99 = quantileOf(st.direct.latencies, 0.99);
-  const p99 = quantileOf(g.latencies, 0.99);
+  const directP99 = quantile(st.direct.latencies, 0.99);
+  const p99 = quantile(g.latencies, 0.99);
   return {
     total: st.perGateway * b.gateways.length,
     directRate: st.direct.ok / st.direct.seconds,
-    directP50: quantileOf(st.direct.latencies, 0.5),
+    directP50: quantile(st.direct.latencies, 0.5),
     directP99,
     rate: g.ok / g.seconds,
-    p50: quantileOf(g.latencies, 0.5),
+    p50: quantile(g.latencies, 0.5),
     p99,
     addedP99: p99 - directP99,
     failed: g.failed + st.direct.failed,
