@@ -26,11 +26,50 @@ export const ArtifactPathSchema = z.string().superRefine((v, ctx) => {
 
 export const Sha256Schema = z.string().regex(/^[0-9a-f]{64}$/, "expected a lowercase hex sha256");
 
-export const ManifestFileSchema = z.object({
-  path: ArtifactPathSchema,
-  bytes: z.number().int().nonnegative(),
-  sha256: Sha256Schema,
+/** Most pieces one file is cut into; the store host picks a piece size that keeps to it. */
+export const MAX_PIECES_PER_FILE = 65_536;
+/** Most piece hashes in one manifest (about 17 MB of JSON at most). */
+export const MAX_PIECES_PER_MANIFEST = 262_144;
+
+/**
+ * A file's pieces: consecutive `bytes`-sized ranges (the last one shorter) with the sha256 of each,
+ * so a copy can be fetched from several sources at once and checked piece by piece.
+ */
+export const FilePiecesSchema = z.object({
+  bytes: z
+    .number()
+    .int()
+    .min(64 * 1024)
+    .max(2 ** 40),
+  sha256: z.array(Sha256Schema).max(MAX_PIECES_PER_FILE),
 });
+export type FilePieces = z.infer<typeof FilePiecesSchema>;
+
+/** Number of pieces of a file of `fileBytes` cut into `pieceBytes` pieces (0 for an empty file). */
+export function pieceCount(fileBytes: number, pieceBytes: number): number {
+  return Math.ceil(fileBytes / pieceBytes);
+}
+
+export const ManifestFileSchema = z
+  .object({
+    path: ArtifactPathSchema,
+    bytes: z.number().int().nonnegative(),
+    sha256: Sha256Schema,
+    /**
+     * Per-piece hashes (the store host adds them at registration; a manifest written by an older
+     * version has none, and its files are then fetched whole from the store host only).
+     */
+    pieces: FilePiecesSchema.optional(),
+  })
+  .superRefine((f, ctx) => {
+    if (f.pieces && f.pieces.sha256.length !== pieceCount(f.bytes, f.pieces.bytes)) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["pieces", "sha256"],
+        message: `${f.path}: ${f.pieces.sha256.length} piece hashes for ${pieceCount(f.bytes, f.pieces.bytes)} pieces`,
+      });
+    }
+  });
 export type ManifestFile = z.infer<typeof ManifestFileSchema>;
 
 /** The exact registered artifact set of one model in the store. */
@@ -55,6 +94,14 @@ export const StoreManifestSchema = z
         message: `total_bytes ${m.total_bytes} differs from the sum of file sizes ${sum}`,
       });
     }
+    const pieces = m.files.reduce((s, f) => s + (f.pieces?.sha256.length ?? 0), 0);
+    if (pieces > MAX_PIECES_PER_MANIFEST) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["files"],
+        message: `${pieces} piece hashes in one manifest (at most ${MAX_PIECES_PER_MANIFEST})`,
+      });
+    }
     const seen = new Set<string>();
     for (const f of m.files) {
       const key = f.path.toLowerCase();
@@ -65,6 +112,29 @@ export const StoreManifestSchema = z
     }
   });
 export type StoreManifest = z.infer<typeof StoreManifestSchema>;
+
+/**
+ * GET /store/staged/{org}/{name}/pieces on a node: the pieces of a model it can serve to peers now,
+ * from a complete staged copy ("all") or one being staged (a bitmap of verified pieces). Peers take
+ * only what matches the store host's manifest (path, size, sha256 and piece size).
+ */
+export const PeerPiecesSchema = z.object({
+  model_id: ModelIdSchema,
+  files: z
+    .array(
+      z.object({
+        path: ArtifactPathSchema,
+        bytes: z.number().int().nonnegative(),
+        sha256: Sha256Schema,
+        /** The piece size the bitmap counts in (with a bitmap only). */
+        piece_bytes: z.number().int().positive().optional(),
+        /** "all", or base64 of a bitmap (bit i of byte i>>3, least significant first) of verified pieces. */
+        have: z.union([z.literal("all"), z.base64().max(12_000)]),
+      }),
+    )
+    .max(10_000),
+});
+export type PeerPieces = z.infer<typeof PeerPiecesSchema>;
 
 /** GET /store/models on a store host. */
 export const StoreModelListSchema = z.object({

@@ -280,6 +280,9 @@ async function startStorage<C extends NodeCluster>(scope: Scope<C>, agent: C) {
     storeLocalPath: cfg.store_path,
     storeToken: () => secret.token(),
     transferIdleTimeoutMs: cfg.model_store.transfer_idle_timeout_ms,
+    // Staging from peers: every live node serves the pieces of its copies it verified.
+    peers: () => scope.peers.list().map((p) => ({ name: p.name, url: p.apiUrl })),
+    nodeName: name,
     hub: hubUrl
       ? {
           source: createHubSource({ hubUrl, accessToken: process.env.HF_TOKEN }),

@@ -44,6 +44,7 @@ describe("real answers match the OpenAPI document", () => {
       ["get", "/store/pulls", "/store/pulls"],
       ["get", "/store/models", "/store/models"],
       ["get", "/store/models/{org}/{name}/manifest", `/store/models/${modelId}/manifest`],
+      ["get", "/store/staged/{org}/{name}/pieces", `/store/staged/${modelId}/pieces`],
       ["get", "/events", "/events?limit=20"],
       ["get", "/v1/diagnostics/telemetry", "/v1/diagnostics/telemetry"],
       ["get", "/logs", "/logs?tail=5"],

@@ -6,7 +6,7 @@ import { ServiceError } from "@ic/protocol";
 import type { ModelId, ModelRecord } from "@ic/protocol";
 import { StagingClient } from "@ic/store";
 import type { StagingSettings } from "@ic/staging";
-import type { HubFallback } from "@ic/store";
+import type { HubFallback, PeerEndpoint } from "@ic/store";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "@ic/worker";
 
 export interface StoreStagerOptions {
@@ -21,6 +21,10 @@ export interface StoreStagerOptions {
   readonly storeToken?: (() => string) | undefined;
   /** model_store.transfer_idle_timeout_ms: a download that receives nothing this long is retried. */
   readonly transferIdleTimeoutMs?: number | undefined;
+  /** The other live nodes' APIs: copies are fetched from those that hold pieces of them too. */
+  readonly peers?: (() => readonly PeerEndpoint[]) | undefined;
+  /** This node's name (its own order of pieces). */
+  readonly nodeName?: string | undefined;
 }
 
 /** fetch with the node's bearer token on every request (store downloads only, never the hub). */
@@ -79,6 +83,8 @@ export class StoreStager implements Stager, AsyncDisposable {
       logger: this.o.log,
       fetch: withToken(this.o.storeToken),
       transferIdleTimeoutMs: this.o.transferIdleTimeoutMs,
+      peers: this.o.peers,
+      nodeName: this.o.nodeName,
     });
     await client.start();
     this.client = client;

@@ -13,6 +13,8 @@ export {
 export { MANIFEST_FILE } from "./host/manifests.ts";
 export type { HubDownloadResult } from "./host/hub-download.ts";
 export { StagingClient } from "./client/staging-client.ts";
+export type { PeerEndpoint } from "./client/peer-swarm.ts";
+export { peerCopyRoutes, type PeerServeStats } from "./client/peer-routes.ts";
 export {
   DOWNLOAD_FAILED_CAUSES,
   type StagingClientOptions,

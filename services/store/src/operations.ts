@@ -7,6 +7,7 @@ import {
   PullCancelResponseSchema,
   PullListResponseSchema,
   PullResponseSchema,
+  PeerPiecesSchema,
   PurgeResponseSchema,
   PurgeStagingBodySchema,
   RemoveModelResponseSchema,
@@ -111,6 +112,24 @@ export const STORE_OPERATIONS: readonly ApiOperation[] = [
     summary: "store host: an artifact file's headers",
     scope: "read",
     responses: { "200": { description: "size and sha256 ETag" } },
+  },
+  {
+    method: "get",
+    path: "/store/staged/{org}/{name}/pieces",
+    summary:
+      "peers: the pieces of a model this node can serve (a complete staged copy: all; a copy being staged: its verified pieces); 404 without a copy",
+    scope: "read",
+    responses: { "200": jsonAnswer("its files and pieces", PeerPiecesSchema) },
+  },
+  {
+    method: "get",
+    path: "/store/staged/{org}/{name}/files/{path}",
+    summary:
+      "peers: a byte range of a staged file (Range: bytes=<start>-<end> required, else 400; 409 while a piece of it is not verified here, or for another version under If-Range)",
+    scope: "read",
+    responses: {
+      "206": { description: "the requested range", contentType: "application/octet-stream" },
+    },
   },
   {
     method: "get",

@@ -29,6 +29,7 @@ import type {
   StorageReport,
 } from "@ic/protocol";
 import { buildStorageReport } from "./client/storage-report.ts";
+import { peerCopyRoutes, type PeerServeStats } from "./client/peer-routes.ts";
 import type { StagingClient } from "./client/staging-client.ts";
 import { nodeDisk } from "./disk.ts";
 import type { StagingSettings } from "@ic/staging";
@@ -51,6 +52,8 @@ export interface StoreRouteOptions {
   readonly purgeWaitMs?: number;
   /** Live peers' APIs (this node excluded) and the token to ask them with: the cluster storage view. */
   readonly peers: PeerAskOptions & { readonly list: () => readonly PeerApi[] };
+  /** Counts what this node serves of its staged copies to peers. */
+  readonly peerServe?: PeerServeStats | undefined;
 }
 
 /** Answers purge broadcasts for this node; returns the unsubscribe function. */
@@ -98,6 +101,7 @@ export function storeRoutes(app: Hono, o: StoreRouteOptions): void {
     });
   };
   app.get("/store/storage", async (c) => c.json(await localReport()));
+  peerCopyRoutes(app, () => o.stager.staging, o.peerServe);
 
   // Every live node's report: this node's, then each peer's over its API (node token, 2 s each).
   app.get("/store/storage/cluster", async (c) => {

@@ -5,7 +5,14 @@ import { mkdir } from "node:fs/promises";
 import type { Logger } from "@ic/log";
 import type { ModelId } from "@ic/protocol";
 import type { StagedCopy } from "@ic/staging";
-import { executeFill, removeStale, type FillPlan, type FillStats } from "../transfer/fill.ts";
+import {
+  executeFill,
+  removeStale,
+  type FillPlan,
+  type FillStats,
+  type PieceJob,
+  type ServableFile,
+} from "../transfer/fill.ts";
 import { RECORD_FILE, writeRecord, type RecordFile, type StagingRecord } from "../record.ts";
 import { errText, TransferError, type OpenAt } from "../transfer/transfer.ts";
 import type {
@@ -73,6 +80,8 @@ export async function fillCopy(step: {
   readonly options: StageOptions;
   readonly signal: AbortSignal;
   readonly idleTimeoutMs: number | undefined;
+  readonly pieces?: ((file: RecordFile) => PieceJob | undefined) | undefined;
+  readonly onServable?: ((path: string, have: ServableFile) => void) | undefined;
 }): Promise<FillStats> {
   const { dir, record, options } = step;
   await mkdir(dir, { recursive: true });
@@ -84,6 +93,8 @@ export async function fillCopy(step: {
     plan: step.plan,
     signal: step.signal,
     open: step.open,
+    pieces: step.pieces,
+    onServable: step.onServable,
     onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
   });
 }
@@ -103,6 +114,7 @@ export function toCopy(e: StagedEntry): StagedCopy {
 export function statsLog(s: FillStats) {
   return {
     fetchedBytes: s.fetchedBytes,
+    peerBytes: s.peerBytes,
     resumedBytes: s.resumedBytes,
     linkedBytes: s.linkedBytes,
     reusedBytes: s.reusedBytes,
@@ -149,6 +161,7 @@ export function stagedModel(
     source,
     totalBytes: plan.manifestBytes,
     fetchedBytes: stats.fetchedBytes,
+    peerBytes: stats.peerBytes,
     resumedBytes: stats.resumedBytes,
     // A hub download links nothing (its fill has no link source).
     linkedBytes: source === "hub" ? 0 : stats.linkedBytes,

@@ -5,9 +5,17 @@
 // found room for the exact additional bytes plus the headroom; a copy is complete only when its record
 // says so, and the record is written after every file was verified and renamed into place; deletion
 // renames a directory away first, so a crash never leaves half a copy that looks complete.
+import { randomBytes } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import type { Logger } from "@ic/log";
-import type { Clock, ModelId, StorageReport, StoreManifest } from "@ic/protocol";
+import {
+  ServiceError,
+  type Clock,
+  type ModelId,
+  type PeerPieces,
+  type StorageReport,
+  type StoreManifest,
+} from "@ic/protocol";
 import {
   noFitMessage,
   planEviction,
@@ -17,8 +25,8 @@ import {
   Serial,
 } from "@ic/staging";
 import { nodeDisk, type Disk } from "../disk.ts";
-import { LinkFailedError, planFill, type FillStats } from "../transfer/fill.ts";
-import { isErrno, modelDir, removeDirAtomic } from "../paths.ts";
+import { LinkFailedError, planFill, type FillStats, type ServableFile } from "../transfer/fill.ts";
+import { artifactFile, isErrno, modelDir, removeDirAtomic } from "../paths.ts";
 import {
   readRecord,
   RECORD_FILE,
@@ -38,6 +46,7 @@ import {
   type StepFailure,
 } from "./copy-steps.ts";
 import { downloadFromHub } from "./hub-download.ts";
+import { PeerSwarm } from "./peer-swarm.ts";
 import { listStaged, removeLeftovers } from "./staged-dir.ts";
 import { StoreAccess } from "./store-access.ts";
 import { buildStorageReport } from "./storage-report.ts";
@@ -64,6 +73,12 @@ export class StagingClient implements AsyncDisposable {
   /** Deletions of staged copies under way (a transfer of the same model waits for them). */
   private readonly removing = new Map<ModelId, Promise<void>>();
   private readonly controllers = new Set<AbortController>();
+  /** Copies being filled now: what of each file peers may fetch already. */
+  private readonly servable = new Map<
+    ModelId,
+    { readonly files: readonly RecordFile[]; readonly have: Map<string, ServableFile> }
+  >();
+  private readonly seed: string;
   private state: "idle" | "running" | "stopped" = "idle";
 
   constructor(private readonly opts: StagingClientOptions) {
@@ -71,6 +86,7 @@ export class StagingClient implements AsyncDisposable {
     this.disk = opts.disk ?? nodeDisk;
     this.clock = opts.clock ?? { now: () => Date.now() };
     this.store = new StoreAccess(opts);
+    this.seed = opts.nodeName ?? randomBytes(8).toString("hex");
   }
 
   get root(): string {
@@ -177,6 +193,79 @@ export class StagingClient implements AsyncDisposable {
       settings: this.opts.settings,
       nowMs: this.clock.now(),
     });
+  }
+
+  // ---- serving peers ----
+
+  /**
+   * GET /store/staged/{org}/{name}/pieces: what of the model this node can serve to peers now (a
+   * complete copy: every file; a copy being staged: its verified pieces); null when it has none.
+   */
+  async peerPieces(modelId: ModelId): Promise<PeerPieces | null> {
+    const filling = this.servable.get(modelId);
+    if (filling) {
+      const files: PeerPieces["files"] = [];
+      for (const f of filling.files) {
+        const have = filling.have.get(f.path);
+        if (!have || !f.sha256) continue;
+        if (have.kind === "all")
+          files.push({ path: f.path, bytes: f.bytes, sha256: f.sha256, have: "all" });
+        else if (have.set.count > 0)
+          files.push({
+            path: f.path,
+            bytes: f.bytes,
+            sha256: f.sha256,
+            piece_bytes: have.pieceBytes,
+            have: have.set.toBase64(),
+          });
+      }
+      return { model_id: modelId, files };
+    }
+    const record = await this.completeRecord(modelId);
+    if (!record) return null;
+    return {
+      model_id: modelId,
+      files: record.files.flatMap((f) =>
+        f.sha256 ? [{ path: f.path, bytes: f.bytes, sha256: f.sha256, have: "all" as const }] : [],
+      ),
+    };
+  }
+
+  /**
+   * GET /store/staged/{org}/{name}/files/{path} with a range: the file to read bytes [start, end]
+   * from, when every piece they touch is verified here; a ServiceError (not_found, conflict) else.
+   */
+  async peerFile(
+    modelId: ModelId,
+    path: string,
+    start: number,
+    end: number,
+  ): Promise<{ readonly path: string; readonly file: RecordFile }> {
+    const dir = this.modelPath(modelId);
+    const filling = this.servable.get(modelId);
+    if (filling) {
+      const file = filling.files.find((f) => f.path === path);
+      const have = filling.have.get(path);
+      if (file && have?.kind === "all") return { path: artifactFile(dir, path), file };
+      if (file && have?.kind === "pieces") {
+        if (end < file.bytes && have.set.covers(start, end, have.pieceBytes))
+          return { path: have.part, file };
+      }
+      throw new ServiceError(
+        "conflict",
+        `this node does not hold bytes ${start}-${end} of ${modelId}/${path} yet`,
+      );
+    }
+    const record = await this.completeRecord(modelId);
+    const file = record?.files.find((f) => f.path === path);
+    if (!file) throw new ServiceError("not_found", `no staged copy of ${modelId}/${path} here`);
+    return { path: artifactFile(dir, path), file };
+  }
+
+  private async completeRecord(modelId: ModelId): Promise<StagingRecord | null> {
+    if (this.downloading.has(modelId) || this.removing.has(modelId)) return null;
+    const r = await readRecord(this.modelPath(modelId), modelId);
+    return r.kind === "ok" && r.record.complete ? r.record : null;
   }
 
   // ---- passes ----
@@ -409,15 +498,41 @@ export class StagingClient implements AsyncDisposable {
         },
         "staging admitted",
       );
-      stats = await fillCopy({
-        dir,
-        record,
-        plan,
-        open: (file) => this.store.opener(storeUrl, modelId, file),
-        options,
-        signal,
-        idleTimeoutMs: this.opts.transferIdleTimeoutMs,
+      const swarm = new PeerSwarm({
+        modelId,
+        manifest,
+        storeUrl,
+        access: this.store,
+        peers: this.opts.peers ?? (() => []),
+        log: this.log,
       });
+      const have = new Map<string, ServableFile>();
+      this.servable.set(modelId, { files, have });
+      if (this.opts.peers) swarm.start(signal);
+      try {
+        stats = await fillCopy({
+          dir,
+          record,
+          plan,
+          open: (file) => this.store.opener(storeUrl, modelId, file),
+          pieces: (file) => {
+            const m = manifest.files.find((f) => f.path === file.path);
+            if (!m?.pieces) return undefined;
+            return {
+              file: { path: m.path, bytes: m.bytes, sha256: m.sha256, pieces: m.pieces },
+              sources: () => swarm.sources(),
+              seed: `${this.seed}/${modelId}/${m.path}`,
+            };
+          },
+          onServable: (path, h) => have.set(path, h),
+          options,
+          signal,
+          idleTimeoutMs: this.opts.transferIdleTimeoutMs,
+        });
+      } finally {
+        await swarm.stop();
+        this.servable.delete(modelId);
+      }
       await commitCopy(dir, record, stats, this.clock.now());
     } catch (e) {
       if (e instanceof LinkFailedError) {

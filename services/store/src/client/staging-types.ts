@@ -5,6 +5,7 @@ import type { Clock, ModelId } from "@ic/protocol";
 import type { EvictionPlan, NoFitMessageInput, StagingSettings } from "@ic/staging";
 import type { Disk } from "../disk.ts";
 import type { HubSource } from "../hub/hub.ts";
+import type { PeerEndpoint } from "./peer-swarm.ts";
 
 /** Which models are in use on this node right now, from the state replica. */
 export interface ModelUsage {
@@ -44,6 +45,13 @@ export interface StagingClientOptions {
    * transport used without it; pass credentials as `storeHeaders` instead where possible.
    */
   readonly fetch?: typeof fetch | undefined;
+  /**
+   * The other nodes of the cluster: a copy with piece hashes is fetched from the store host and
+   * from those of them that hold pieces of it (verified against the store host's manifest).
+   */
+  readonly peers?: (() => readonly PeerEndpoint[]) | undefined;
+  /** This node's name: orders its pieces differently from its peers'. */
+  readonly nodeName?: string | undefined;
   /** Timeout of a manifest request; the store counts as unreachable after it (default 10 s). */
   readonly manifestTimeoutMs?: number | undefined;
   /**
@@ -85,7 +93,10 @@ export interface StagedModel {
   /** store: copied or linked from the store host; hub: direct hub download into the model cache. */
   readonly source: "store" | "hub";
   readonly totalBytes: number;
+  /** Bytes received for this copy (a piece that failed its hash and came again counts twice). */
   readonly fetchedBytes: number;
+  /** Of those, bytes that came from peers rather than the store host. */
+  readonly peerBytes: number;
   readonly resumedBytes: number;
   readonly linkedBytes: number;
   readonly reusedBytes: number;

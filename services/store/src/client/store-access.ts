@@ -22,7 +22,7 @@ export class StoreAccess {
     this.fetchFn = o.fetch ?? fetch;
   }
 
-  private modelUrl(storeUrl: string, modelId: ModelId): string {
+  modelUrl(storeUrl: string, modelId: ModelId): string {
     const [org, name] = modelId.split("/") as [string, string];
     const base = storeUrl.replace(/\/+$/, "");
     return `${base}/store/models/${encodeURIComponent(org)}/${encodeURIComponent(name)}`;
@@ -84,7 +84,7 @@ export class StoreAccess {
   }
 
   opener(storeUrl: string, modelId: ModelId, file: RecordFile): OpenAt {
-    const url = `${this.modelUrl(storeUrl, modelId)}/files/${file.path.split("/").map(encodeURIComponent).join("/")}`;
+    const url = this.fileUrl(storeUrl, modelId, file.path);
     return async (offset, signal) => {
       const headers: Record<string, string> = { ...this.o.storeHeaders };
       if (offset > 0) {
@@ -104,6 +104,56 @@ export class StoreAccess {
       await discard(res.body);
       throw new Error(`store answered ${res.status} for ${file.path}`);
     };
+  }
+
+  /** A store file's URL. */
+  fileUrl(storeUrl: string, modelId: ModelId, path: string): string {
+    return `${this.modelUrl(storeUrl, modelId)}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
+  }
+
+  /**
+   * Bytes [start, end] (inclusive) of a file at `url` (a store host's or a peer's), pinned to its
+   * sha256: anything but a 206 with exactly that range is an error.
+   */
+  async range(
+    url: string,
+    file: { readonly path: string; readonly bytes: number; readonly sha256: string },
+    start: number,
+    end: number,
+    signal: AbortSignal,
+  ): Promise<OpenedStream["body"]> {
+    const headers: Record<string, string> = {
+      ...this.o.storeHeaders,
+      range: `bytes=${start}-${end}`,
+      "if-range": `"${file.sha256}"`,
+    };
+    const res = await this.getFile(url, headers, signal);
+    const cr = res.status === 206 ? parseContentRange(res.contentRange) : null;
+    if (cr && cr.start === start && cr.end === end && cr.total === file.bytes) return res.body;
+    await discard(res.body);
+    throw new Error(
+      res.status === 206
+        ? `bad content-range ${res.contentRange} for bytes ${start}-${end} of ${file.path}`
+        : `answered ${res.status} for bytes ${start}-${end} of ${file.path}`,
+    );
+  }
+
+  /** JSON from `url` with the client's headers and the manifest timeout; null on a 404. */
+  async json(url: string, signal: AbortSignal): Promise<unknown> {
+    const timeout = AbortSignal.timeout(this.o.manifestTimeoutMs ?? 10_000);
+    const res = await this.fetchFn(url, {
+      headers: { ...this.o.storeHeaders },
+      signal: AbortSignal.any([signal, timeout]),
+    });
+    if (res.status === 404) {
+      await res.body?.cancel();
+      return null;
+    }
+    if (!res.ok) {
+      await res.body?.cancel();
+      throw new Error(`answered ${res.status}`);
+    }
+    return res.json();
   }
 
   /**

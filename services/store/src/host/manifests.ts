@@ -12,7 +12,8 @@ import {
   type ModelId,
   type StoreManifest,
 } from "@ic/protocol";
-import { artifactFile, hashFile, isErrno, walkFiles, writeJsonAtomic } from "../paths.ts";
+import { artifactFile, isErrno, walkFiles, writeJsonAtomic } from "../paths.ts";
+import { hashFilePieces, pieceBytesFor } from "../pieces.ts";
 
 /** Manifest of a registered model, inside its store directory (dotfiles are never artifacts). */
 export const MANIFEST_FILE = ".ic-manifest.json";
@@ -82,6 +83,7 @@ export async function writeManifest(m: {
   readonly revision: string | undefined;
   readonly nowMs: number;
   readonly log: Logger;
+  readonly pieceBytes?: number | undefined;
 }): Promise<StoreManifest> {
   const { dir, modelId, source, known, revision, log } = m;
   const found = await walkFiles(dir);
@@ -95,8 +97,8 @@ export async function writeManifest(m: {
       );
       continue;
     }
-    const sha256 = known.get(f.path) ?? (await hashFile(join(dir, ...f.path.split("/"))));
-    files.push({ path: f.path, bytes: f.bytes, sha256 });
+    const abs = join(dir, ...f.path.split("/"));
+    files.push(await hashedFile(abs, f.path, f.bytes, known, m.pieceBytes));
   }
   if (files.length === 0) {
     throw new ServiceError("not_found", `no artifact files under ${dir} for ${modelId}`);
@@ -112,6 +114,60 @@ export async function writeManifest(m: {
   await writeJsonAtomic(join(dir, MANIFEST_FILE), manifest);
   log.info({ modelId, files: files.length, totalBytes: manifest.total_bytes }, "registered");
   return manifest;
+}
+
+/**
+ * A manifest entry with the file's sha256 and piece hashes, read from the file in one pass. A sha256
+ * a transfer verified (`known`) must match what is on disk now, or the file changed since.
+ */
+async function hashedFile(
+  abs: string,
+  path: string,
+  bytes: number,
+  known: ReadonlyMap<string, string>,
+  pieceBytes: number | undefined,
+): Promise<ManifestFile> {
+  if (bytes === 0) return { path, bytes, sha256: EMPTY_SHA256 };
+  const h = await hashFilePieces(abs, bytes, pieceBytesFor(bytes, pieceBytes));
+  const expected = known.get(path);
+  if (expected !== undefined && expected !== h.sha256)
+    throw new ServiceError("conflict", `${path} changed after it was verified; pull it again`);
+  return { path, bytes, sha256: h.sha256, pieces: h.pieces };
+}
+
+const EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/**
+ * A manifest written before piece hashes existed, with them added (one read of each file). Null when
+ * a file no longer has the sha256 the manifest lists: it changed underneath and is not served.
+ */
+export async function withPieces(
+  dir: string,
+  manifest: StoreManifest,
+  pieceBytes?: number,
+): Promise<StoreManifest | null> {
+  const files: ManifestFile[] = [];
+  for (const f of manifest.files) {
+    if (f.pieces || f.bytes === 0) {
+      files.push(f);
+      continue;
+    }
+    const h = await hashFilePieces(
+      artifactFile(dir, f.path),
+      f.bytes,
+      pieceBytesFor(f.bytes, pieceBytes),
+    );
+    if (h.sha256 !== f.sha256) return null;
+    files.push({ ...f, pieces: h.pieces });
+  }
+  const next = StoreManifestSchema.parse({ ...manifest, files });
+  await writeJsonAtomic(join(dir, MANIFEST_FILE), next);
+  return next;
+}
+
+/** True when some non-empty file of the manifest has no piece hashes (written by an older version). */
+export function lacksPieces(manifest: StoreManifest): boolean {
+  return manifest.files.some((f) => f.bytes > 0 && !f.pieces);
 }
 
 function safeJson(text: string): unknown {

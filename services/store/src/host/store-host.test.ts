@@ -54,8 +54,19 @@ describe("store host HTTP API", () => {
     expect(res.status).toBe(200);
     const m = StoreManifestSchema.parse(await res.json());
     expect(m.files).toEqual([
-      { path: "model.gguf", bytes: 1000, sha256: sha(weights) },
-      { path: "sub/mmproj.gguf", bytes: 6, sha256: sha("vision") },
+      // One piece each (files under the 16 MiB piece size): its hash is the file's.
+      {
+        path: "model.gguf",
+        bytes: 1000,
+        sha256: sha(weights),
+        pieces: { bytes: 16 * 1024 * 1024, sha256: [sha(weights)] },
+      },
+      {
+        path: "sub/mmproj.gguf",
+        bytes: 6,
+        sha256: sha("vision"),
+        pieces: { bytes: 16 * 1024 * 1024, sha256: [sha("vision")] },
+      },
     ]);
     expect(m.total_bytes).toBe(1006);
     expect(m.source).toBe("local");

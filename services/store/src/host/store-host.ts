@@ -35,7 +35,13 @@ import {
   type HubDownloadOptions,
   type HubDownloadResult,
 } from "./hub-download.ts";
-import { MANIFEST_FILE, readManifests, writeManifest } from "./manifests.ts";
+import {
+  lacksPieces,
+  MANIFEST_FILE,
+  readManifests,
+  withPieces,
+  writeManifest,
+} from "./manifests.ts";
 
 export interface StoreHostOptions {
   /** store_path, already expanded. */
@@ -48,6 +54,8 @@ export interface StoreHostOptions {
   readonly clock?: Pick<Clock, "now"> | undefined;
   /** A hub file that sends nothing for this long fails, its partial kept (default 30 s). */
   readonly transferIdleTimeoutMs?: number | undefined;
+  /** Size of the pieces manifests list hashes of (PIECE_BYTES; smaller in tests). */
+  readonly pieceBytes?: number | undefined;
 }
 
 export interface ListenOptions {
@@ -117,6 +125,9 @@ export class StoreHost implements AsyncDisposable {
     await mkdir(this.opts.storePath, { recursive: true });
     for (const [id, m] of await readManifests(this.opts.storePath, this.log))
       this.manifests.set(id, m);
+    // Older manifests get piece hashes in the background; until then their files go whole.
+    for (const m of this.manifests.values())
+      if (lacksPieces(m)) void this.serial.run(() => this.addPieces(m.model_id));
     if (listen) {
       const hostname = listen.host ?? "127.0.0.1";
       await new Promise<void>((resolve, reject) => {
@@ -269,6 +280,28 @@ export class StoreHost implements AsyncDisposable {
 
   // ---- registration ----
 
+  /** Adds piece hashes to a manifest written without them; a file changed underneath stops serving. */
+  private async addPieces(modelId: ModelId): Promise<void> {
+    const m = this.manifests.get(modelId);
+    if (this.state !== "running" || !m || !lacksPieces(m)) return;
+    try {
+      const next = await withPieces(this.modelPath(modelId), m, this.opts.pieceBytes);
+      if (this.manifests.get(modelId) !== m) return;
+      if (next) {
+        this.manifests.set(modelId, next);
+        this.log.info({ modelId }, "added piece hashes to the manifest");
+      } else {
+        this.manifests.delete(modelId);
+        this.log.warn(
+          { modelId },
+          "store files differ from their manifest; not served until registered again",
+        );
+      }
+    } catch (e) {
+      this.log.warn({ modelId, err: e }, "could not add piece hashes; the files are served whole");
+    }
+  }
+
   private async registerNow(
     modelId: ModelId,
     source: "local" | "hub",
@@ -285,6 +318,7 @@ export class StoreHost implements AsyncDisposable {
       revision,
       nowMs,
       log: this.log,
+      pieceBytes: this.opts.pieceBytes,
     });
     this.manifests.set(modelId, manifest);
     return manifest;

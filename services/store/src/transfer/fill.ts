@@ -6,7 +6,16 @@ import { basename, dirname, join } from "node:path";
 import { mkdir } from "node:fs/promises";
 import { artifactFile, isErrno, partFile, walkFiles } from "../paths.ts";
 import { sameContent, type RecordFile, type StagingRecord } from "../record.ts";
-import { partialBytes, transferFile, type OpenAt } from "./transfer.ts";
+import type { PieceSet } from "../pieces.ts";
+import {
+  dropPiecePartial,
+  fetchPieces,
+  keptPartialBytes,
+  piecesFile,
+  type PieceFile,
+  type PieceSource,
+} from "./piece-fetch.ts";
+import { DEFAULT_TRANSFER_IDLE_MS, transferFile, type OpenAt } from "./transfer.ts";
 
 export type FileActionKind = "present" | "link" | "resume" | "fetch";
 
@@ -65,7 +74,7 @@ export async function planFill(
         continue;
       }
     }
-    const part = matches ? await partialBytes(finalPath) : 0;
+    const part = matches ? await keptPartialBytes(finalPath) : 0;
     if (part > 0 && part <= file.bytes) {
       actions.push({ file, kind: "resume", presentBytes: part });
     } else {
@@ -104,7 +113,10 @@ export interface FillProgress extends FillTotals {
 }
 
 export interface FillStats {
+  /** Bytes received (a piece that failed its hash counts too). */
   readonly fetchedBytes: number;
+  /** Of those, bytes peers sent (piece transfers only). */
+  readonly peerBytes: number;
   readonly resumedBytes: number;
   readonly linkedBytes: number;
   readonly reusedBytes: number;
@@ -120,6 +132,23 @@ export class LinkFailedError extends Error {
   }
 }
 
+/** A file fetched piece by piece: the manifest's pieces, where they may come from, this copy's order. */
+export interface PieceJob {
+  readonly file: PieceFile;
+  readonly sources: () => readonly PieceSource[];
+  readonly seed: string;
+}
+
+/** What a copy in progress can serve of one file. */
+export type ServableFile =
+  | { readonly kind: "all" }
+  | {
+      readonly kind: "pieces";
+      readonly set: PieceSet;
+      readonly pieceBytes: number;
+      readonly part: string;
+    };
+
 /** Executes a plan; discards partials of files that must be fetched from scratch first. */
 export async function executeFill(args: {
   readonly dir: string;
@@ -129,6 +158,13 @@ export async function executeFill(args: {
   readonly onProgress?: ((p: FillProgress) => void) | undefined;
   /** A file whose source sends nothing for this long fails, its partial kept (transfer.ts). */
   readonly idleTimeoutMs?: number | undefined;
+  /**
+   * A file with piece hashes, and where its pieces may come from: it is fetched piece by piece
+   * (piece-fetch.ts) instead of whole from `open`.
+   */
+  readonly pieces?: ((file: RecordFile) => PieceJob | undefined) | undefined;
+  /** What of a file this copy holds verified now: a live piece set (and its partial) or all of it. */
+  readonly onServable?: ((path: string, have: ServableFile) => void) | undefined;
 }): Promise<FillStats> {
   const { dir, plan, signal } = args;
   const planned = plannedTotals(plan);
@@ -136,6 +172,7 @@ export async function executeFill(args: {
   let done = planned.doneBytes;
   let filesDone = planned.filesDone;
   let fetchedBytes = 0;
+  let peerBytes = 0;
   let resumedBytes = 0;
   let linkedBytes = 0;
   let reusedBytes = 0;
@@ -161,6 +198,7 @@ export async function executeFill(args: {
     if (a.kind === "present") {
       reusedBytes += a.file.bytes;
       if (a.file.sha256) sha256.set(a.file.path, a.file.sha256);
+      args.onServable?.(a.file.path, { kind: "all" });
       continue;
     }
     if (a.kind === "link" && a.linkFrom) {
@@ -170,10 +208,48 @@ export async function executeFill(args: {
       filesDone++;
       if (a.file.sha256) sha256.set(a.file.path, a.file.sha256);
       report(a.file.path, "link", a.file.bytes, a.file.bytes);
+      args.onServable?.(a.file.path, { kind: "all" });
       continue;
     }
-    if (a.kind === "fetch") await rm(partFile(finalPath), { force: true });
+    if (a.kind === "fetch") {
+      await rm(partFile(finalPath), { force: true });
+      await rm(piecesFile(finalPath), { force: true });
+    }
     let fileDone = a.presentBytes;
+    const job = args.pieces?.(a.file);
+    if (job) {
+      const out = await fetchPieces({
+        finalPath,
+        file: job.file,
+        sources: job.sources,
+        seed: job.seed,
+        signal,
+        idleTimeoutMs: args.idleTimeoutMs ?? DEFAULT_TRANSFER_IDLE_MS,
+        onBytes: (n) => {
+          fileDone += n;
+          done += n;
+          report(a.file.path, "transfer", fileDone, a.file.bytes);
+        },
+        onPieces: (set, part) =>
+          args.onServable?.(a.file.path, {
+            kind: "pieces",
+            set,
+            pieceBytes: job.file.pieces.bytes,
+            part,
+          }),
+      });
+      fetchedBytes += out.fetchedBytes;
+      peerBytes += out.peerBytes;
+      resumedBytes += out.resumedBytes;
+      done += a.file.bytes - fileDone;
+      filesDone++;
+      report(a.file.path, "transfer", a.file.bytes, a.file.bytes);
+      sha256.set(a.file.path, out.sha256);
+      args.onServable?.(a.file.path, { kind: "all" });
+      continue;
+    }
+    // A whole-file transfer resumes a prefix, never a piece partial (its holes are not a prefix).
+    await dropPiecePartial(finalPath);
     const out = await transferFile({
       finalPath,
       file: {
@@ -198,8 +274,9 @@ export async function executeFill(args: {
     filesDone++;
     report(a.file.path, "transfer", a.file.bytes, a.file.bytes);
     sha256.set(a.file.path, out.sha256);
+    args.onServable?.(a.file.path, { kind: "all" });
   }
-  return { fetchedBytes, resumedBytes, linkedBytes, reusedBytes, sha256 };
+  return { fetchedBytes, peerBytes, resumedBytes, linkedBytes, reusedBytes, sha256 };
 }
 
 /**

@@ -9,6 +9,7 @@
 // process alive only while a call is pending.
 import { isSharedArrayBuffer } from "node:util/types";
 import { Worker } from "node:worker_threads";
+import { availableParallelism } from "node:os";
 
 export const SLAB_WORKER_ERROR_CODES = ["exited", "failed", "stopped"] as const;
 export type SlabWorkerErrorCode = (typeof SLAB_WORKER_ERROR_CODES)[number];
@@ -132,6 +133,23 @@ parentPort.on("message", (m) => {
       }
     } else if (m.op === "open") {
       jobs.set(m.job, { fd: m.fd, error: null });
+    } else if (m.op === "hash") {
+      out = { sha256: createHash("sha256").update(new Uint8Array(m.buffer, m.offset, m.length)).digest("hex") };
+    } else if (m.op === "hashRange") {
+      const h = createHash("sha256");
+      const fd = fs.openSync(m.path, "r");
+      try {
+        const buf = Buffer.allocUnsafe(Math.min(READ, Math.max(1, m.length)));
+        for (let pos = 0; pos < m.length; ) {
+          const n = fs.readSync(fd, buf, 0, Math.min(buf.length, m.length - pos), m.start + pos);
+          if (n === 0) throw new Error(m.path + " ends before byte " + (m.start + m.length));
+          h.update(buf.subarray(0, n));
+          pos += n;
+        }
+      } finally {
+        fs.closeSync(fd);
+      }
+      out = { sha256: h.digest("hex") };
     } else if (m.op === "drop") {
       jobs.delete(m.job);
     } else {
@@ -208,6 +226,18 @@ export class SlabWorker implements AsyncDisposable {
       },
       end: drop,
     };
+  }
+
+  /** The sha256 of `view` (backed by a SharedArrayBuffer), hashed in one call on the thread. */
+  async hash(view: Uint8Array): Promise<string> {
+    return (await this.call(this.ensureWorker(), { op: "hash", ...shared(view) })).sha256 ?? "";
+  }
+
+  /** The sha256 of bytes [start, start + length) of a file, read and hashed on the thread. */
+  async hashRange(path: string, start: number, length: number): Promise<string> {
+    return (
+      (await this.call(this.ensureWorker(), { op: "hashRange", path, start, length })).sha256 ?? ""
+    );
   }
 
   /** Ends the thread; pending calls fail with `stopped`. Idempotent. */
@@ -310,6 +340,28 @@ let writing: SlabWorker | undefined;
 export function sharedHashWorker(): SlabWorker {
   hashing ??= new SlabWorker("ic-store-hash");
   return hashing;
+}
+
+/** Threads a process hashes pieces on at most, and at least (pieces are verified in parallel). */
+const PIECE_HASHERS_MAX = 4;
+const PIECE_HASHERS_MIN = 2;
+
+let pieceHashers: SlabWorker[] | undefined;
+let nextHasher = 0;
+
+/**
+ * One of the process-wide threads that verify pieces (as many as the machine has cores, from 2 to 4),
+ * taken in turn, so the pieces of a transfer are hashed on several cores at once.
+ */
+export function pieceHasher(): SlabWorker {
+  pieceHashers ??= Array.from(
+    {
+      length: Math.min(PIECE_HASHERS_MAX, Math.max(PIECE_HASHERS_MIN, availableParallelism())),
+    },
+    (_, i) => new SlabWorker(`ic-store-piece-hash-${i}`),
+  );
+  nextHasher = (nextHasher + 1) % pieceHashers.length;
+  return pieceHashers[nextHasher]!;
 }
 
 /** The process-wide writing thread, separate so that hashing and writing of slabs overlap. */

@@ -1,0 +1,162 @@
+// The sources of one model's pieces while it is staged: the store host (every piece) and the peers
+// that hold some of it, asked every POLL_MS which pieces they can serve (GET .../pieces). A peer's
+// answer counts only where it matches the store host's manifest (same path, size, sha256 and piece
+// size); what a peer sends is checked piece by piece against that manifest anyway.
+import type { Logger } from "@ic/log";
+import { PeerPiecesSchema, type ModelId, type StoreManifest } from "@ic/protocol";
+import { PieceSet } from "../pieces.ts";
+import type { PieceFile, PieceSource } from "../transfer/piece-fetch.ts";
+import { errText } from "../transfer/transfer.ts";
+import type { StoreAccess } from "./store-access.ts";
+
+/** Another node of the cluster, by its API base URL. */
+export interface PeerEndpoint {
+  readonly name: string;
+  readonly url: string;
+}
+
+/** How often the peers are asked what they hold, while a copy is staged. */
+const POLL_MS = 500;
+/** The longest wait for one peer's answer. */
+const ASK_TIMEOUT_MS = 2000;
+/** Peers asked at most (the first ones listed). */
+const MAX_PEERS = 32;
+
+/** `<peer>/store/staged/<org>/<name>`: where a node serves its copy of a model to peers. */
+export function stagedUrl(peerUrl: string, modelId: ModelId): string {
+  const [org, name] = modelId.split("/") as [string, string];
+  return `${peerUrl.replace(/\/+$/, "")}/store/staged/${encodeURIComponent(org)}/${encodeURIComponent(name)}`;
+}
+
+export class PeerSwarm {
+  private readonly held = new Map<string, Map<string, PieceSet | "all">>();
+  /** Peers that sent a piece with the wrong hash: not asked again while this copy is staged. */
+  private readonly distrusted = new Set<string>();
+  private readonly controller = new AbortController();
+  private running: Promise<void> | undefined;
+  private readonly store: PieceSource;
+
+  constructor(
+    private readonly o: {
+      readonly modelId: ModelId;
+      readonly manifest: StoreManifest;
+      readonly storeUrl: string;
+      readonly access: StoreAccess;
+      readonly peers: () => readonly PeerEndpoint[];
+      readonly log: Logger;
+    },
+  ) {
+    this.store = {
+      id: "store",
+      kind: "store",
+      has: () => "all",
+      get: (file, start, end, signal) =>
+        o.access.range(
+          o.access.fileUrl(o.storeUrl, o.modelId, file.path),
+          file,
+          start,
+          end,
+          signal,
+        ),
+    };
+  }
+
+  /** Starts asking the peers (first round at once); stops with stop() or the signal. */
+  start(signal: AbortSignal): void {
+    const stop = () => this.controller.abort(signal.reason);
+    if (signal.aborted) stop();
+    else signal.addEventListener("abort", stop, { once: true });
+    this.running = this.poll().finally(() => signal.removeEventListener("abort", stop));
+  }
+
+  async stop(): Promise<void> {
+    this.controller.abort(new Error("staging done"));
+    await this.running;
+  }
+
+  /** The store host, then every peer that holds something of the model now. */
+  sources(): PieceSource[] {
+    const out: PieceSource[] = [this.store];
+    for (const peer of this.o.peers().slice(0, MAX_PEERS)) {
+      const files = this.held.get(peer.name);
+      if (!files || files.size === 0 || this.distrusted.has(peer.name)) continue;
+      out.push({
+        id: `peer ${peer.name}`,
+        kind: "peer",
+        has: (file: PieceFile) => files.get(file.path),
+        distrust: () => {
+          if (this.distrusted.has(peer.name)) return;
+          this.distrusted.add(peer.name);
+          this.o.log.warn(
+            { modelId: this.o.modelId, peer: peer.name },
+            "a peer sent a piece that does not match the store host's manifest; not asked again for this copy",
+          );
+        },
+        get: (file, start, end, signal) =>
+          this.o.access.range(
+            `${stagedUrl(peer.url, this.o.modelId)}/files/${file.path.split("/").map(encodeURIComponent).join("/")}`,
+            file,
+            start,
+            end,
+            signal,
+          ),
+      });
+    }
+    return out;
+  }
+
+  private async poll(): Promise<void> {
+    const signal = this.controller.signal;
+    while (!signal.aborted) {
+      const peers = this.o.peers().slice(0, MAX_PEERS);
+      await Promise.all(peers.map((p) => this.ask(p, signal)));
+      for (const name of this.held.keys())
+        if (!peers.some((p) => p.name === name)) this.held.delete(name);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, POLL_MS);
+        signal.addEventListener(
+          "abort",
+          () => {
+            clearTimeout(t);
+            resolve();
+          },
+          { once: true },
+        );
+      });
+    }
+  }
+
+  /** One peer's pieces of the model, matched against the manifest; nothing on any failure. */
+  private async ask(peer: PeerEndpoint, signal: AbortSignal): Promise<void> {
+    let body: unknown;
+    try {
+      body = await this.o.access.json(
+        `${stagedUrl(peer.url, this.o.modelId)}/pieces`,
+        AbortSignal.any([signal, AbortSignal.timeout(ASK_TIMEOUT_MS)]),
+      );
+    } catch (e) {
+      if (!signal.aborted)
+        this.o.log.debug({ peer: peer.name, err: errText(e) }, "peer did not say what it holds");
+      this.held.delete(peer.name);
+      return;
+    }
+    const parsed = body === null ? null : PeerPiecesSchema.safeParse(body);
+    if (!parsed?.success || parsed.data.model_id !== this.o.modelId) {
+      this.held.delete(peer.name);
+      return;
+    }
+    const files = new Map<string, PieceSet | "all">();
+    for (const f of parsed.data.files) {
+      const m = this.o.manifest.files.find((x) => x.path === f.path);
+      if (!m?.pieces || m.bytes !== f.bytes || m.sha256 !== f.sha256) continue;
+      if (f.have === "all") {
+        files.set(f.path, "all");
+        continue;
+      }
+      if (f.piece_bytes !== m.pieces.bytes) continue;
+      const set = PieceSet.fromBase64(f.have, m.pieces.sha256.length);
+      if (set && set.count > 0) files.set(f.path, set);
+    }
+    this.held.set(peer.name, files);
+  }
+}
