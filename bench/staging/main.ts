@@ -27,8 +27,8 @@ const SIZES_MB = (process.env.STAGING_BENCH_MB ?? "256,4096")
   .map((s) => Number(s.trim()))
   .filter((n) => Number.isFinite(n) && n > 0);
 const REPS = Number(process.env.STAGING_BENCH_REPS ?? 5);
-/** Issue 18: staging must reach this fraction of curl's throughput on the same file. */
-const TARGET = 0.7;
+/** Issue 32 (was 0.7 in issue 18): staging must reach this fraction of curl's throughput on the same file. */
+const TARGET = 0.9;
 const MODEL = "bench/staging" as ModelId;
 const HERE = dirname(fileURLToPath(import.meta.url));
 

@@ -130,6 +130,11 @@ export const PeerPiecesSchema = z.object({
         piece_bytes: z.number().int().positive().optional(),
         /** "all", or base64 of a bitmap (bit i of byte i>>3, least significant first) of verified pieces. */
         have: z.union([z.literal("all"), z.base64().max(12_000)]),
+        /**
+         * Pieces it is fetching from the store host right now (same bitmap form): a peer staging the
+         * same model waits for them rather than asking the store host for them too.
+         */
+        fetching: z.base64().max(12_000).optional(),
       }),
     )
     .max(10_000),

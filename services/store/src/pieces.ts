@@ -96,6 +96,12 @@ export class PieceSet {
     this.n++;
   }
 
+  delete(i: number): void {
+    if (!this.has(i)) return;
+    this.bits[i >> 3]! &= ~(1 << (i & 7));
+    this.n--;
+  }
+
   /** True when every piece overlapping bytes [start, end] (inclusive) of the file is in the set. */
   covers(start: number, end: number, pieceBytes: number): boolean {
     for (let i = Math.floor(start / pieceBytes); i <= Math.floor(end / pieceBytes); i++)

@@ -16,7 +16,7 @@ export interface PeerEndpoint {
 }
 
 /** How often the peers are asked what they hold, while a copy is staged. */
-const POLL_MS = 500;
+const POLL_MS = 1000;
 /** The longest wait for one peer's answer. */
 const ASK_TIMEOUT_MS = 2000;
 /** Peers asked at most (the first ones listed). */
@@ -30,6 +30,8 @@ export function stagedUrl(peerUrl: string, modelId: ModelId): string {
 
 export class PeerSwarm {
   private readonly held = new Map<string, Map<string, PieceSet | "all">>();
+  /** Per peer, per file: the pieces it is fetching from the store host now. */
+  private readonly claimed = new Map<string, Map<string, PieceSet>>();
   /** Peers that sent a piece with the wrong hash: not asked again while this copy is staged. */
   private readonly distrusted = new Set<string>();
   private readonly controller = new AbortController();
@@ -84,6 +86,7 @@ export class PeerSwarm {
         id: `peer ${peer.name}`,
         kind: "peer",
         has: (file: PieceFile) => files.get(file.path),
+        fetching: (file: PieceFile) => this.claimed.get(peer.name)?.get(file.path),
         distrust: () => {
           if (this.distrusted.has(peer.name)) return;
           this.distrusted.add(peer.name);
@@ -111,17 +114,18 @@ export class PeerSwarm {
       const peers = this.o.peers().slice(0, MAX_PEERS);
       await Promise.all(peers.map((p) => this.ask(p, signal)));
       for (const name of this.held.keys())
-        if (!peers.some((p) => p.name === name)) this.held.delete(name);
+        if (!peers.some((p) => p.name === name)) {
+          this.held.delete(name);
+          this.claimed.delete(name);
+        }
       await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, POLL_MS);
-        signal.addEventListener(
-          "abort",
-          () => {
-            clearTimeout(t);
-            resolve();
-          },
-          { once: true },
-        );
+        const done = () => {
+          clearTimeout(t);
+          signal.removeEventListener("abort", done);
+          resolve();
+        };
+        const t = setTimeout(done, POLL_MS);
+        signal.addEventListener("abort", done, { once: true });
       });
     }
   }
@@ -138,14 +142,17 @@ export class PeerSwarm {
       if (!signal.aborted)
         this.o.log.debug({ peer: peer.name, err: errText(e) }, "peer did not say what it holds");
       this.held.delete(peer.name);
+      this.claimed.delete(peer.name);
       return;
     }
     const parsed = body === null ? null : PeerPiecesSchema.safeParse(body);
     if (!parsed?.success || parsed.data.model_id !== this.o.modelId) {
       this.held.delete(peer.name);
+      this.claimed.delete(peer.name);
       return;
     }
     const files = new Map<string, PieceSet | "all">();
+    const claims = new Map<string, PieceSet>();
     for (const f of parsed.data.files) {
       const m = this.o.manifest.files.find((x) => x.path === f.path);
       if (!m?.pieces || m.bytes !== f.bytes || m.sha256 !== f.sha256) continue;
@@ -155,8 +162,11 @@ export class PeerSwarm {
       }
       if (f.piece_bytes !== m.pieces.bytes) continue;
       const set = PieceSet.fromBase64(f.have, m.pieces.sha256.length);
-      if (set && set.count > 0) files.set(f.path, set);
+      if (set) files.set(f.path, set);
+      const coming = f.fetching && PieceSet.fromBase64(f.fetching, m.pieces.sha256.length);
+      if (coming) claims.set(f.path, coming);
     }
     this.held.set(peer.name, files);
+    this.claimed.set(peer.name, claims);
   }
 }

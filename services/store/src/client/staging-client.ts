@@ -210,13 +210,14 @@ export class StagingClient implements AsyncDisposable {
         if (!have || !f.sha256) continue;
         if (have.kind === "all")
           files.push({ path: f.path, bytes: f.bytes, sha256: f.sha256, have: "all" });
-        else if (have.set.count > 0)
+        else if (have.set.count > 0 || have.fromStore.count > 0)
           files.push({
             path: f.path,
             bytes: f.bytes,
             sha256: f.sha256,
             piece_bytes: have.pieceBytes,
             have: have.set.toBase64(),
+            ...(have.fromStore.count > 0 ? { fetching: have.fromStore.toBase64() } : {}),
           });
       }
       return { model_id: modelId, files };
@@ -521,6 +522,7 @@ export class StagingClient implements AsyncDisposable {
             return {
               file: { path: m.path, bytes: m.bytes, sha256: m.sha256, pieces: m.pieces },
               sources: () => swarm.sources(),
+              peersKnown: () => (this.opts.peers?.().length ?? 0) > 0,
               seed: `${this.seed}/${modelId}/${m.path}`,
             };
           },

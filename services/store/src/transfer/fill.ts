@@ -137,6 +137,7 @@ export interface PieceJob {
   readonly file: PieceFile;
   readonly sources: () => readonly PieceSource[];
   readonly seed: string;
+  readonly peersKnown?: (() => boolean) | undefined;
 }
 
 /** What a copy in progress can serve of one file. */
@@ -145,6 +146,8 @@ export type ServableFile =
   | {
       readonly kind: "pieces";
       readonly set: PieceSet;
+      /** Pieces being fetched from the store host now. */
+      readonly fromStore: PieceSet;
       readonly pieceBytes: number;
       readonly part: string;
     };
@@ -223,6 +226,7 @@ export async function executeFill(args: {
         file: job.file,
         sources: job.sources,
         seed: job.seed,
+        peersKnown: job.peersKnown,
         signal,
         idleTimeoutMs: args.idleTimeoutMs ?? DEFAULT_TRANSFER_IDLE_MS,
         onBytes: (n) => {
@@ -230,10 +234,11 @@ export async function executeFill(args: {
           done += n;
           report(a.file.path, "transfer", fileDone, a.file.bytes);
         },
-        onPieces: (set, part) =>
+        onPieces: (set, part, fromStore) =>
           args.onServable?.(a.file.path, {
             kind: "pieces",
             set,
+            fromStore,
             pieceBytes: job.file.pieces.bytes,
             part,
           }),

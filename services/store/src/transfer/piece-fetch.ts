@@ -33,6 +33,8 @@ export interface PieceSource {
   readonly kind: "store" | "peer";
   /** The pieces of a file it can serve now. */
   has(file: PieceFile): PieceSet | "all" | undefined;
+  /** A peer: the pieces of a file it is fetching from the store host now. */
+  fetching?(file: PieceFile): PieceSet | undefined;
   /** Told when it sent a piece whose hash is wrong (a peer is then not asked again for this copy). */
   distrust?(): void;
   /** Opens bytes [start, end] (inclusive) of the file; throws when it cannot serve them. */
@@ -58,8 +60,11 @@ export interface PieceFetchOutcome {
 export const PIECE_REQUESTS = 4;
 /** Requests at once to one peer. */
 const PEER_SLOTS = 2;
-/** Requests at once to the store host while some peer has pieces, and while none has. */
-const STORE_SLOTS_WITH_PEERS = 2;
+/**
+ * Requests at once to the store host while peers are known: one, so that copies staged together
+ * take different pieces from it and the rest from each other (alone, PIECE_REQUESTS).
+ */
+const STORE_SLOTS_WITH_PEERS = 1;
 /** A source whose request failed waits this long; a peer that sent a bad piece, till the end. */
 const COOL_MS = 1000;
 /** The store host failing this many requests in a row, with no piece verified between, ends the try. */
@@ -254,13 +259,21 @@ export async function fetchPieces(args: {
   readonly file: PieceFile;
   readonly sources: () => readonly PieceSource[];
   readonly seed: string;
+  /**
+   * True while other nodes may serve pieces (they are asked, even if they hold nothing yet): the
+   * store host then gets fewer requests at once. Default: while some source is a peer with pieces.
+   */
+  readonly peersKnown?: (() => boolean) | undefined;
   readonly signal: AbortSignal;
   /** No byte from any source for this long fails the try (the partial kept). */
   readonly idleTimeoutMs: number;
   /** Verified bytes, as each piece counts. */
   readonly onBytes?: ((n: number) => void) | undefined;
-  /** The live set of verified pieces and the partial's path, once known (what peers may ask for). */
-  readonly onPieces?: ((set: PieceSet, partPath: string) => void) | undefined;
+  /**
+   * The live set of verified pieces and the partial's path, once known (what peers may ask for), and
+   * the live set of pieces being fetched from the store host (what peers leave to this copy).
+   */
+  readonly onPieces?: ((set: PieceSet, partPath: string, fromStore: PieceSet) => void) | undefined;
   readonly writer?: SlabWorker | undefined;
 }): Promise<PieceFetchOutcome> {
   const { file, finalPath } = args;
@@ -282,8 +295,8 @@ export async function fetchPieces(args: {
   } catch (e) {
     throw new TransferError("transfer", `cannot open ${part}: ${errText(e)}`, { cause: e });
   }
-  args.onPieces?.(done, part);
   const run = new PieceRun(args, fh, done, n, pieceLen);
+  args.onPieces?.(done, part, run.fromStore);
   try {
     await run.loop();
   } catch (e) {
@@ -318,6 +331,8 @@ export async function fetchPieces(args: {
 class PieceRun {
   fetchedBytes = 0;
   peerBytes = 0;
+  /** Pieces being fetched from the store host now. */
+  readonly fromStore: PieceSet;
   private readonly inflight = new Map<number, Promise<void>>();
   private readonly states = new Map<string, SourceState>();
   private readonly buffers: Buffer[] = [];
@@ -344,6 +359,7 @@ class PieceRun {
     this.signal = AbortSignal.any([a.signal, this.local.signal]);
     this.writes = (a.writer ?? sharedWriteWorker()).openWrites(fh.fd);
     this.order = pieceOrder(n, a.seed);
+    this.fromStore = new PieceSet(n);
   }
 
   async loop(): Promise<void> {
@@ -394,17 +410,21 @@ class PieceRun {
 
   private startRequests(): void {
     const sources = this.a.sources();
-    const peersHave = sources.some((s) => {
-      const h = s.kind === "peer" ? s.has(this.a.file) : undefined;
-      return h === "all" || (h !== undefined && h.count > 0);
-    });
+    const peersHave =
+      this.a.peersKnown?.() ??
+      sources.some((s) => {
+        const h = s.kind === "peer" ? s.has(this.a.file) : undefined;
+        return h === "all" || (h !== undefined && h.count > 0);
+      });
     const views: SourceView[] = sources.map((s) => {
       const st = this.state(s.id);
       const h = s.has(this.a.file);
+      const f = s.fetching?.(this.a.file);
       return {
         id: s.id,
         kind: s.kind,
         has: h === "all" ? () => true : h ? (i) => h.has(i) : () => false,
+        fetching: f ? (i) => f.has(i) : undefined,
         inflight: st.inflight,
         limit: st.banned
           ? 0
@@ -430,7 +450,9 @@ class PieceRun {
       const view = views.find((v) => v.id === pick.source)!;
       (view as { inflight: number }).inflight++;
       this.state(source.id).inflight++;
+      if (source.kind === "store") this.fromStore.add(pick.piece);
       const p = this.fetchOne(pick.piece, source).finally(() => {
+        if (source.kind === "store") this.fromStore.delete(pick.piece);
         this.inflight.delete(pick.piece);
         this.state(source.id).inflight--;
         this.wake?.();

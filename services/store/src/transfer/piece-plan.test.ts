@@ -71,6 +71,26 @@ describe("pickPiece", () => {
       want: { piece: 1, source: "store" },
     },
     {
+      name: "a piece a peer is fetching from the store is left to it while this copy is busy",
+      wanted: [0, 1],
+      inflight: new Set([7]),
+      sources: [store(), peer("a", [], { fetching: (i) => i === 0 })],
+      want: { piece: 1, source: "store" },
+    },
+    {
+      name: "nothing from the store when every piece left is being fetched by peers",
+      wanted: [0],
+      inflight: new Set([7]),
+      sources: [store(), peer("a", [], { fetching: (i) => i === 0 })],
+      want: undefined,
+    },
+    {
+      name: "with nothing under way, a piece a peer is fetching is taken anyway (no stall)",
+      wanted: [0],
+      sources: [store(), peer("a", [], { fetching: (i) => i === 0 })],
+      want: { piece: 0, source: "store" },
+    },
+    {
       name: "nothing when the copy has its requests at once",
       wanted: [0, 1, 2],
       inflight: new Set([5, 6, 7, 8]),

@@ -4,7 +4,7 @@
 // still needs (the piece the fewest peers hold, so what is rare spreads before it is needed; ties by
 // this copy's own order, a shuffle, so copies started together ask for different pieces); the store
 // host, which holds everything, gets a slot only when no free peer can give anything, and then for a
-// piece no peer holds if there is one. Each source has a limit of requests at once, and so has the
+// piece no peer holds if there is one, and that no peer is fetching from it already. Each source has a limit of requests at once, and so has the
 // copy; a source that failed is cooling and gets nothing until its time is up.
 
 /** What the planner sees of a source. */
@@ -19,6 +19,8 @@ export interface SourceView {
   readonly limit: number;
   /** Gets nothing until this time (a failed request, a bad piece). */
   readonly coolUntilMs?: number | undefined;
+  /** A peer: pieces it is fetching from the store host now (it will hold them soon). */
+  readonly fetching?: ((piece: number) => boolean) | undefined;
 }
 
 export interface PickInput {
@@ -60,9 +62,13 @@ export function pickPiece(input: PickInput): Pick | undefined {
   }
   const store = input.sources.find((s) => s.kind === "store" && open(s));
   if (!store) return undefined;
+  // A piece a peer is already fetching from the store host is left to it, unless this copy has
+  // nothing else under way (then waiting could stall it behind a slow peer).
+  const busy = input.inflight.size > 0;
   let pick: { piece: number; holders: number } | undefined;
   for (const piece of input.wanted) {
     if (input.inflight.has(piece)) continue;
+    if (busy && peers.some((p) => p.fetching?.(piece))) continue;
     const holders = peers.reduce((n, p) => n + (p.has(piece) ? 1 : 0), 0);
     if (!pick || holders < pick.holders) pick = { piece, holders };
     if (holders === 0) break;
