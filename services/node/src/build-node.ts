@@ -17,7 +17,12 @@ import { processLogTail } from "@ic/log";
 import type { Logger } from "@ic/log";
 import type { ClusterView, PeerApis, PeerView } from "@ic/protocol";
 import { LiveStagingSettings, stagingSettings } from "@ic/staging";
-import { createHubSource, storeComponent, storeHostComponent } from "@ic/store";
+import {
+  createHubSource,
+  storeComponent,
+  storeHostComponent,
+  type PeerServeStats,
+} from "@ic/store";
 import { tracingComponent } from "@ic/tracing";
 import { engineComponent, telemetryComponent, workerComponent } from "@ic/worker";
 import type { Worker } from "@ic/worker";
@@ -308,6 +313,8 @@ async function startServices<C extends NodeCluster>(
   const { log, bus, peerKey, hooks = {} } = deps;
   const { telemetry, stager, storeHost, settings } = parts;
   const eventLog = parts.events.eventLog;
+  // What this node serves of its staged copies to peers (the store routes count, metrics read).
+  const peerServe: PeerServeStats = { bytes_served: 0, range_requests: 0 };
   const tracing = await stack.start(tracingComponent(cfg.tracing, { log, node: name, peers }));
   const observability = await stack.start(
     observabilityComponent(cfg.dashboard, {
@@ -324,6 +331,10 @@ async function startServices<C extends NodeCluster>(
           const entries = await stager.staging.list();
           return { bytes: entries.reduce((s, e) => s + e.bytes, 0), models: entries.length };
         },
+        stagingTraffic: () => ({
+          ...stager.counters,
+          served_to_peers_bytes: peerServe.bytes_served,
+        }),
         eventLog: () => {
           const u = eventLog.usage();
           return { mode: u.mode, bytes: u.active_bytes + u.archive_bytes };
@@ -345,6 +356,7 @@ async function startServices<C extends NodeCluster>(
   const store = await stack.start(
     storeComponent({
       peers,
+      peerServe,
       bus,
       cluster: agent,
       stager,

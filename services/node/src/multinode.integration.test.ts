@@ -341,3 +341,45 @@ describe("multi-node instances and staging", () => {
     expect(bad.status).toBe(400);
   });
 });
+
+/** One sample of a Prometheus text exposition (0 when absent). */
+async function metric(node: NodeProcess, line: RegExp): Promise<number> {
+  const text = await (await fetch(`${node.apiUrl}/metrics`, { headers: node.authHeaders })).text();
+  const m = text.split("\n").find((l) => line.test(l));
+  return m ? Number(m.slice(m.lastIndexOf(" ") + 1)) : 0;
+}
+
+describe("staging from peers across hosts", () => {
+  it("a node stages a model from another node's copy, verified against the store host's manifest", async () => {
+    const { store, modelId } = await seeded();
+    await using cluster = await startHostCluster(3, {
+      config: (i) => (i === 0 ? { store_path: store } : {}),
+    });
+    const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
+    const docs = await waitForConvergence(cluster.nodes, 3);
+    // node-3 stages from the store host on node-1: nobody else holds the model yet.
+    await placeOnNode3(n1, n2, modelId, docs[0]!);
+    expect(await metric(n3, /^ic_staging_received_bytes_total\{.*source="store"/)).toBeGreaterThan(
+      0,
+    );
+    expect(await metric(n3, /^ic_staging_received_bytes_total\{.*source="peers"/)).toBe(0);
+    // A second instance on node-2 only: its copy comes from node-3's.
+    const second = await placeAndWait(n1, {
+      model_id: modelId,
+      min_nodes: 1,
+      excluded_nodes: [idOf(docs[0]!, "node-1"), idOf(docs[0]!, "node-3")],
+    });
+    await readyState(n2, second.instance_id);
+    const fromPeers = await metric(n2, /^ic_staging_received_bytes_total\{.*source="peers"/);
+    expect(fromPeers).toBeGreaterThan(0);
+    expect(await metric(n2, /^ic_staging_received_bytes_total\{.*source="store"/)).toBe(0);
+    expect(await metric(n3, /^ic_staging_served_to_peers_bytes_total/)).toBe(fromPeers);
+    // The copy node-2 runs from answers chat: the bytes are the model's.
+    const r = await openai(n2).chat.completions.create({
+      model: modelId,
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 2,
+    });
+    expect(r.usage?.completion_tokens).toBe(2);
+  });
+});

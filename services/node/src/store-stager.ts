@@ -6,7 +6,7 @@ import { ServiceError } from "@ic/protocol";
 import type { ModelId, ModelRecord } from "@ic/protocol";
 import { StagingClient } from "@ic/store";
 import type { StagingSettings } from "@ic/staging";
-import type { HubFallback, PeerEndpoint } from "@ic/store";
+import type { HubFallback, PeerEndpoint, StagingCounters } from "@ic/store";
 import type { ClusterPort, StagedModel, Stager, StagingProgress } from "@ic/worker";
 
 export interface StoreStagerOptions {
@@ -45,6 +45,8 @@ export class StoreStager implements Stager, AsyncDisposable {
   private live = new Set<ModelId>();
   private companions = new Set<ModelId>();
   private readonly log: Logger;
+  /** Bytes staged copies received, by source; kept across staging clients (the store may move). */
+  readonly counters: StagingCounters = { from_store_bytes: 0, from_peers_bytes: 0 };
 
   constructor(private readonly o: StoreStagerOptions) {
     this.log = o.log.child({ component: "staging" });
@@ -85,6 +87,7 @@ export class StoreStager implements Stager, AsyncDisposable {
       transferIdleTimeoutMs: this.o.transferIdleTimeoutMs,
       peers: this.o.peers,
       nodeName: this.o.nodeName,
+      counters: this.counters,
     });
     await client.start();
     this.client = client;

@@ -18,6 +18,7 @@ export { peerCopyRoutes, type PeerServeStats } from "./client/peer-routes.ts";
 export {
   DOWNLOAD_FAILED_CAUSES,
   type StagingClientOptions,
+  type StagingCounters,
   type ModelUsage,
   type HubFallback,
   type StageOptions,

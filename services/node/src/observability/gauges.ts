@@ -238,6 +238,29 @@ function storageGauges(registry: Registry, o: MetricsSources): void {
       this.set((await o.staging()).bytes);
     },
   });
+  new Counter({
+    name: "ic_staging_received_bytes_total",
+    help: "Bytes this node's staged copies received, by source: the store host, or peers (other nodes' copies).",
+    labelNames: ["source"],
+    registers,
+    collect() {
+      this.reset();
+      const t = o.stagingTraffic?.();
+      if (!t) return;
+      this.inc({ source: "store" }, t.from_store_bytes);
+      this.inc({ source: "peers" }, t.from_peers_bytes);
+    },
+  });
+  new Counter({
+    name: "ic_staging_served_to_peers_bytes_total",
+    help: "Bytes of this node's staged copies it served to other nodes staging the same model.",
+    registers,
+    collect() {
+      this.reset();
+      const t = o.stagingTraffic?.();
+      if (t) this.inc(t.served_to_peers_bytes);
+    },
+  });
   new Gauge({
     name: "ic_node_staged_models",
     help: "Staged model copies under node_cache_path.",

@@ -38,6 +38,12 @@ export interface MetricsSources {
   readonly runners: () => readonly LocalRunnerView[];
   /** Staged copies on this node (bytes, count). */
   readonly staging: () => Promise<{ bytes: number; models: number }>;
+  /** Bytes staged copies received from the store host and from peers, and served to peers. */
+  readonly stagingTraffic?: () => {
+    readonly from_store_bytes: number;
+    readonly from_peers_bytes: number;
+    readonly served_to_peers_bytes: number;
+  };
   readonly eventLog: () => { mode: "normal" | "counting-only"; bytes: number };
   /** Headers for an instance's llama-server (its API key). */
   readonly engineHeaders: (instanceId: string) => Record<string, string>;

@@ -82,6 +82,7 @@ export async function fillCopy(step: {
   readonly idleTimeoutMs: number | undefined;
   readonly pieces?: ((file: RecordFile) => PieceJob | undefined) | undefined;
   readonly onServable?: ((path: string, have: ServableFile) => void) | undefined;
+  readonly onReceived?: ((from: "store" | "peer", n: number) => void) | undefined;
 }): Promise<FillStats> {
   const { dir, record, options } = step;
   await mkdir(dir, { recursive: true });
@@ -95,6 +96,7 @@ export async function fillCopy(step: {
     open: step.open,
     pieces: step.pieces,
     onServable: step.onServable,
+    onReceived: step.onReceived,
     onProgress: options.onProgress && ((p) => options.onProgress?.({ modelId, ...p })),
   });
 }

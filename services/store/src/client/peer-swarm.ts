@@ -63,12 +63,22 @@ export class PeerSwarm {
     };
   }
 
-  /** Starts asking the peers (first round at once); stops with stop() or the signal. */
-  start(signal: AbortSignal): void {
+  /**
+   * Starts asking the peers; resolves once the first round is in (each peer answered, failed or
+   * timed out: at most ASK_TIMEOUT_MS), so the first requests already know what peers hold. Goes on
+   * until stop() or the signal.
+   */
+  start(signal: AbortSignal): Promise<void> {
     const stop = () => this.controller.abort(signal.reason);
     if (signal.aborted) stop();
     else signal.addEventListener("abort", stop, { once: true });
-    this.running = this.poll().finally(() => signal.removeEventListener("abort", stop));
+    let first!: () => void;
+    const firstRound = new Promise<void>((resolve) => (first = resolve));
+    this.running = this.poll(first).finally(() => {
+      first();
+      signal.removeEventListener("abort", stop);
+    });
+    return firstRound;
   }
 
   async stop(): Promise<void> {
@@ -108,11 +118,12 @@ export class PeerSwarm {
     return out;
   }
 
-  private async poll(): Promise<void> {
+  private async poll(roundDone: () => void): Promise<void> {
     const signal = this.controller.signal;
     while (!signal.aborted) {
       const peers = this.o.peers().slice(0, MAX_PEERS);
       await Promise.all(peers.map((p) => this.ask(p, signal)));
+      roundDone();
       for (const name of this.held.keys())
         if (!peers.some((p) => p.name === name)) {
           this.held.delete(name);

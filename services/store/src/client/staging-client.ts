@@ -59,6 +59,7 @@ import type {
   StageOptions,
   StageResult,
   StagingClientOptions,
+  StagingCounters,
 } from "./staging-types.ts";
 
 const NO_USAGE: ModelUsage = { live: new Set(), companions: new Set() };
@@ -79,6 +80,8 @@ export class StagingClient implements AsyncDisposable {
     { readonly files: readonly RecordFile[]; readonly have: Map<string, ServableFile> }
   >();
   private readonly seed: string;
+  /** Bytes received for staged copies, by source. */
+  readonly counters: StagingCounters;
   private state: "idle" | "running" | "stopped" = "idle";
 
   constructor(private readonly opts: StagingClientOptions) {
@@ -87,6 +90,7 @@ export class StagingClient implements AsyncDisposable {
     this.clock = opts.clock ?? { now: () => Date.now() };
     this.store = new StoreAccess(opts);
     this.seed = opts.nodeName ?? randomBytes(8).toString("hex");
+    this.counters = opts.counters ?? { from_store_bytes: 0, from_peers_bytes: 0 };
   }
 
   get root(): string {
@@ -509,8 +513,8 @@ export class StagingClient implements AsyncDisposable {
       });
       const have = new Map<string, ServableFile>();
       this.servable.set(modelId, { files, have });
-      if (this.opts.peers) swarm.start(signal);
       try {
+        if (this.opts.peers) await swarm.start(signal);
         stats = await fillCopy({
           dir,
           record,
@@ -527,6 +531,10 @@ export class StagingClient implements AsyncDisposable {
             };
           },
           onServable: (path, h) => have.set(path, h),
+          onReceived: (from, n) => {
+            if (from === "peer") this.counters.from_peers_bytes += n;
+            else this.counters.from_store_bytes += n;
+          },
           options,
           signal,
           idleTimeoutMs: this.opts.transferIdleTimeoutMs,

@@ -50,6 +50,8 @@ export interface StagingClientOptions {
    * from those of them that hold pieces of it (verified against the store host's manifest).
    */
   readonly peers?: (() => readonly PeerEndpoint[]) | undefined;
+  /** Counts the bytes staged copies receive, by source (shared across clients; default its own). */
+  readonly counters?: StagingCounters | undefined;
   /** This node's name: orders its pieces differently from its peers'. */
   readonly nodeName?: string | undefined;
   /** Timeout of a manifest request; the store counts as unreachable after it (default 10 s). */
@@ -59,6 +61,12 @@ export interface StagingClientOptions {
    * caller, resuming from its partial (default DEFAULT_TRANSFER_IDLE_MS, 30 s).
    */
   readonly transferIdleTimeoutMs?: number | undefined;
+}
+
+/** Bytes this node's staged copies received from the store host and from peers, since it started. */
+export interface StagingCounters {
+  from_store_bytes: number;
+  from_peers_bytes: number;
 }
 
 export interface StageProgress {

@@ -166,6 +166,8 @@ export async function executeFill(args: {
    * (piece-fetch.ts) instead of whole from `open`.
    */
   readonly pieces?: ((file: RecordFile) => PieceJob | undefined) | undefined;
+  /** Bytes received, by kind of source (a whole-file transfer's come from the store host). */
+  readonly onReceived?: ((from: "store" | "peer", n: number) => void) | undefined;
   /** What of a file this copy holds verified now: a live piece set (and its partial) or all of it. */
   readonly onServable?: ((path: string, have: ServableFile) => void) | undefined;
 }): Promise<FillStats> {
@@ -227,6 +229,7 @@ export async function executeFill(args: {
         sources: job.sources,
         seed: job.seed,
         peersKnown: job.peersKnown,
+        onReceived: args.onReceived,
         signal,
         idleTimeoutMs: args.idleTimeoutMs ?? DEFAULT_TRANSFER_IDLE_MS,
         onBytes: (n) => {
@@ -267,6 +270,7 @@ export async function executeFill(args: {
       signal,
       idleTimeoutMs: args.idleTimeoutMs,
       onBytes: (n) => {
+        args.onReceived?.("store", n);
         fileDone += n;
         done += n;
         report(a.file.path, "transfer", fileDone, a.file.bytes);

@@ -269,6 +269,8 @@ export async function fetchPieces(args: {
   readonly idleTimeoutMs: number;
   /** Verified bytes, as each piece counts. */
   readonly onBytes?: ((n: number) => void) | undefined;
+  /** Bytes received, by kind of source, as each piece arrives (a bad piece counts too). */
+  readonly onReceived?: ((from: "store" | "peer", n: number) => void) | undefined;
   /**
    * The live set of verified pieces and the partial's path, once known (what peers may ask for), and
    * the live set of pieces being fetched from the store host (what peers leave to this copy).
@@ -282,12 +284,12 @@ export async function fetchPieces(args: {
   const part = partFile(finalPath);
   await mkdir(dirname(finalPath), { recursive: true });
   const done = await resumeSet(finalPath, file, n);
-  const pieceLen = (i: number) => {
-    const [a, b] = pieceRange(file.bytes, pb, i);
-    return b - a;
-  };
   let resumedBytes = 0;
-  for (let i = 0; i < n; i++) if (done.has(i)) resumedBytes += pieceLen(i);
+  for (let i = 0; i < n; i++) {
+    if (!done.has(i)) continue;
+    const [a, b] = pieceRange(file.bytes, pb, i);
+    resumedBytes += b - a;
+  }
   let fh: FileHandle;
   try {
     fh = await open(part, done.count > 0 ? "r+" : "w");
@@ -295,7 +297,7 @@ export async function fetchPieces(args: {
   } catch (e) {
     throw new TransferError("transfer", `cannot open ${part}: ${errText(e)}`, { cause: e });
   }
-  const run = new PieceRun(args, fh, done, n, pieceLen);
+  const run = new PieceRun(args, fh, done, n);
   args.onPieces?.(done, part, run.fromStore);
   try {
     await run.loop();
@@ -353,8 +355,7 @@ class PieceRun {
     private readonly a: Parameters<typeof fetchPieces>[0],
     private readonly fh: FileHandle,
     private readonly done: PieceSet,
-    private readonly n: number,
-    private readonly pieceLen: (i: number) => number,
+    n: number,
   ) {
     this.signal = AbortSignal.any([a.signal, this.local.signal]);
     this.writes = (a.writer ?? sharedWriteWorker()).openWrites(fh.fd);
@@ -502,6 +503,7 @@ class PieceRun {
       }
       this.fetchedBytes += view.length;
       if (source.kind === "peer") this.peerBytes += view.length;
+      this.a.onReceived?.(source.kind, view.length);
       if (digest !== file.pieces.sha256[i]) {
         this.badPiece(source, i);
         return;
