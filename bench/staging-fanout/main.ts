@@ -165,7 +165,7 @@ async function run(
     url: `http://${lab.host(n).address}:${NODE_PORT}`,
   }));
   const kids = names.map((n, i) =>
-    child(lab, n, "peer-node.ts", [
+    child(lab, n, "peer-node-child.ts", [
       roots[i]!,
       storeUrl,
       lab.host(n).address,
@@ -238,7 +238,7 @@ async function main(): Promise<void> {
     const storePath = join(work, "store");
     console.log(`generating ${SIZE_MB} MiB in ${storePath}`);
     await writeRandom(join(storePath, "bench--fanout", "model.gguf"), bytes);
-    const store = child(lab, "store", "store-node.ts", [
+    const store = child(lab, "store", "store-host-child.ts", [
       storePath,
       lab.host("store").address,
       String(STORE_PORT),

@@ -1,9 +1,8 @@
 // Path rules for model directories and artifact files: every path is derived from a validated model id
 // or manifest path and checked to stay inside its root, so no input can reach outside it.
-import { createReadStream } from "node:fs";
 import { lstat, mkdir, open, readdir, rename, rm } from "node:fs/promises";
 import { basename, dirname, join, relative, resolve, sep } from "node:path";
-import { createHash, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { artifactPathProblem, modelDirName, modelIdProblem, type ModelId } from "@ic/protocol";
 import { ServiceError } from "@ic/protocol";
 
@@ -80,15 +79,6 @@ export async function walkFiles(dir: string): Promise<TreeFile[]> {
   }
   await walk(dir);
   return out;
-}
-
-/** sha256 (lowercase hex) of the first `length` bytes of a file, or all of it. */
-export async function hashFile(path: string, length?: number): Promise<string> {
-  const hash = createHash("sha256");
-  if (length === 0) return hash.digest("hex");
-  const stream = createReadStream(path, length === undefined ? {} : { start: 0, end: length - 1 });
-  for await (const chunk of stream) hash.update(chunk as Buffer);
-  return hash.digest("hex");
 }
 
 /** Writes JSON durably: temp file, fsync, rename over the target. */

@@ -11,7 +11,9 @@ import { peerCopyRoutes, StagingClient, type PeerEndpoint, type PeerServeStats }
 
 const [root, storeUrl, host, port, name, peersJson, model] = process.argv.slice(2);
 if (!root || !storeUrl || !host || !port || !name || !peersJson || !model)
-  throw new Error("usage: peer-node.ts <root> <storeUrl> <host> <port> <name> <peersJson> <model>");
+  throw new Error(
+    "usage: peer-node-child.ts <root> <storeUrl> <host> <port> <name> <peersJson> <model>",
+  );
 const peers = JSON.parse(peersJson) as PeerEndpoint[];
 const client = new StagingClient({
   root,

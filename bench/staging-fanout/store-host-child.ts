@@ -5,7 +5,7 @@ import { silentLogger } from "@ic/log";
 import { StoreHost } from "@ic/store";
 
 const [storePath, host = "127.0.0.1", port = "0"] = process.argv.slice(2);
-if (!storePath) throw new Error("usage: store-node.ts <store_path> [host] [port]");
+if (!storePath) throw new Error("usage: store-host-child.ts <store_path> [host] [port]");
 const store = new StoreHost({ storePath, logger: silentLogger(), headroomBytes: 0 });
 await store.start({ host, port: Number(port) });
 await store.registerAll();
