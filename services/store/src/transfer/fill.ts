@@ -221,6 +221,21 @@ export async function executeFill(args: {
       await rm(piecesFile(finalPath), { force: true });
     }
     let fileDone = a.presentBytes;
+    /** A file is in place: its counts, its hash, and every byte of it servable. */
+    const fileTransferred = (out: {
+      readonly fetchedBytes: number;
+      readonly resumedBytes: number;
+      readonly sha256: string;
+    }) => {
+      fetchedBytes += out.fetchedBytes;
+      resumedBytes += out.resumedBytes;
+      // Exact again if the partial was not what the plan saw (gone, or the source ignored the range).
+      done += a.file.bytes - fileDone;
+      filesDone++;
+      report(a.file.path, "transfer", a.file.bytes, a.file.bytes);
+      sha256.set(a.file.path, out.sha256);
+      args.onServable?.(a.file.path, { kind: "all" });
+    };
     const job = args.pieces?.(a.file);
     if (job) {
       const out = await fetchPieces({
@@ -246,14 +261,8 @@ export async function executeFill(args: {
             part,
           }),
       });
-      fetchedBytes += out.fetchedBytes;
       peerBytes += out.peerBytes;
-      resumedBytes += out.resumedBytes;
-      done += a.file.bytes - fileDone;
-      filesDone++;
-      report(a.file.path, "transfer", a.file.bytes, a.file.bytes);
-      sha256.set(a.file.path, out.sha256);
-      args.onServable?.(a.file.path, { kind: "all" });
+      fileTransferred(out);
       continue;
     }
     // A whole-file transfer resumes a prefix, never a piece partial (its holes are not a prefix).
@@ -276,14 +285,7 @@ export async function executeFill(args: {
         report(a.file.path, "transfer", fileDone, a.file.bytes);
       },
     });
-    fetchedBytes += out.fetchedBytes;
-    resumedBytes += out.resumedBytes;
-    // Exact again if the partial was not what the plan saw (gone, or the source ignored the range).
-    done += a.file.bytes - fileDone;
-    filesDone++;
-    report(a.file.path, "transfer", a.file.bytes, a.file.bytes);
-    sha256.set(a.file.path, out.sha256);
-    args.onServable?.(a.file.path, { kind: "all" });
+    fileTransferred(out);
   }
   return { fetchedBytes, peerBytes, resumedBytes, linkedBytes, reusedBytes, sha256 };
 }

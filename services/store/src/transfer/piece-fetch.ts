@@ -17,7 +17,7 @@ import { PieceSet, pieceRange } from "../pieces.ts";
 import type { DirectSink } from "./direct-get.ts";
 import { pickPiece, pieceOrder, type SourceView } from "./piece-plan.ts";
 import { pieceHasher, sharedWriteWorker, type SlabWorker, type WriteJob } from "./slab-worker.ts";
-import { discard, errText, TransferError, type OpenedStream } from "./transfer.ts";
+import { discard, errText, pullWeb, TransferError, type OpenedStream } from "./transfer.ts";
 
 /** A file with the store host's piece hashes. */
 export interface PieceFile {
@@ -207,19 +207,10 @@ async function readInto(
     onBytes(chunk.length);
   };
   if ("getReader" in body) {
-    const reader = body.getReader();
-    const onAbort = () => void reader.cancel(signal.reason).catch(() => undefined);
-    signal.addEventListener("abort", onAbort, { once: true });
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        take(value);
-      }
-    } finally {
-      signal.removeEventListener("abort", onAbort);
-      reader.releaseLock();
-    }
+    await pullWeb(body, signal, (chunk) => {
+      take(chunk);
+      return undefined;
+    });
   } else {
     if (body.length !== view.length) {
       body.cancel();

@@ -406,7 +406,7 @@ async function receive(a: {
 }
 
 /** Reads a web stream chunk by chunk into `push`; an abort cancels the pending read. */
-async function pullWeb(
+export async function pullWeb(
   body: ReadableStream<Uint8Array>,
   signal: AbortSignal,
   push: (chunk: Uint8Array) => Promise<void> | undefined,
