@@ -185,6 +185,11 @@ function sources(
     telemetryDiagnostics: () => c.diagnostics({ node: "node-a", peer_key: "p-a" }),
     runners: () => runners,
     staging: async () => ({ bytes: 1234, models: 1 }),
+    stagingTraffic: () => ({
+      from_store_bytes: 300,
+      from_peers_bytes: 700,
+      served_to_peers_bytes: 900,
+    }),
     eventLog: () => ({ mode: "counting-only", bytes: 99 }),
     engineHeaders: (id) => ({ authorization: `Bearer key-${id}` }),
     scrapeTimeoutMs: 1000,
@@ -375,7 +380,7 @@ describe("GET /metrics", () => {
     expect(models).toEqual(["unknown"]);
   });
 
-  it("has the node's gauges: memory, GPUs, disk, runners by state, staging, event-log mode, telemetry queue", async () => {
+  it("has the node's gauges: memory, GPUs, disk, runners by state, staging and its traffic, event-log mode, telemetry queue", async () => {
     const c = await collector();
     const runners: LocalRunnerView[] = [
       { instance_id: INST, rank: 0, state: "RunnerReady", endpoint: engine.url },
@@ -395,6 +400,9 @@ describe("GET /metrics", () => {
     expect(valueOf(fams, "ic_node_runners", { state: "RunnerWarmingUp" })).toBe(1);
     expect(valueOf(fams, "ic_node_runners", { state: "RunnerFailed" })).toBe(0);
     expect(valueOf(fams, "ic_node_staging_bytes")).toBe(1234);
+    expect(valueOf(fams, "ic_staging_received_bytes_total", { source: "store" })).toBe(300);
+    expect(valueOf(fams, "ic_staging_received_bytes_total", { source: "peers" })).toBe(700);
+    expect(valueOf(fams, "ic_staging_served_to_peers_bytes_total")).toBe(900);
     expect(valueOf(fams, "ic_node_event_log_mode", { mode: "counting-only" })).toBe(1);
     expect(valueOf(fams, "ic_node_event_log_mode", { mode: "normal" })).toBe(0);
     expect(

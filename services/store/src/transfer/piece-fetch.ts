@@ -8,8 +8,7 @@
 // datasync covered them, and a resume hashes each listed piece again before it counts (a partial
 // changed on disk is caught); the file is renamed into place once every piece is verified and the
 // partial fsynced. Which piece comes from where is piece-plan.ts's decision.
-import { open, readFile, rename, rm, stat, type FileHandle } from "node:fs/promises";
-import { mkdir } from "node:fs/promises";
+import { mkdir, open, readFile, rename, rm, stat, type FileHandle } from "node:fs/promises";
 import { dirname } from "node:path";
 import { pieceCount, type FilePieces } from "@ic/protocol";
 import { isErrno, partFile, writeJsonAtomic } from "../paths.ts";
