@@ -22,7 +22,7 @@ export class StoreAccess {
     this.fetchFn = o.fetch ?? fetch;
   }
 
-  modelUrl(storeUrl: string, modelId: ModelId): string {
+  private modelUrl(storeUrl: string, modelId: ModelId): string {
     const [org, name] = modelId.split("/") as [string, string];
     const base = storeUrl.replace(/\/+$/, "");
     return `${base}/store/models/${encodeURIComponent(org)}/${encodeURIComponent(name)}`;
