@@ -2,10 +2,12 @@
 // (GET /store/staged/{org}/{name}/pieces) and byte ranges of them (GET .../files/{path}, Range
 // required), from a complete copy or from the verified pieces of one being staged. Peers check every
 // piece against the store host's manifest; this side serves only what its own copy verified.
+import { open } from "node:fs/promises";
 import type { Hono } from "hono";
 import { routePath } from "hono/route";
 import { ModelIdSchema, ServiceError, type ModelId } from "@ic/protocol";
 import { fileBody } from "../host/file-body.ts";
+import { isErrno } from "../paths.ts";
 import { parseRange } from "../transfer/range.ts";
 import type { StagingClient } from "./staging-client.ts";
 
@@ -58,8 +60,19 @@ export function peerCopyRoutes(
     if (range.kind !== "partial") {
       return new Response(null, { status: 416, headers: { "content-range": `bytes */${size}` } });
     }
+    // Opened before answering: a partial renamed into place meanwhile is read under its final name.
+    const gone = (e: unknown): never => {
+      if (isErrno(e, "ENOENT"))
+        throw new ServiceError("conflict", `this node no longer holds ${id}/${path}`);
+      throw e;
+    };
+    const fh = await open(src.path, "r").catch((e: unknown) =>
+      isErrno(e, "ENOENT") && src.path !== src.finalPath
+        ? open(src.finalPath, "r").catch(gone)
+        : gone(e),
+    );
     stats.range_requests++;
-    const body = fileBody(src.path, range.start, range.end, (n) => {
+    const body = fileBody(fh, range.start, range.end, (n) => {
       stats.bytes_served += n;
     });
     return new Response(body, {

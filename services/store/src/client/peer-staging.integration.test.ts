@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { open, readFile, writeFile } from "node:fs/promises";
+import { open, readFile, rm, writeFile } from "node:fs/promises";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { serve, type ServerType } from "@hono/node-server";
@@ -186,6 +186,23 @@ describe("staging from peers", () => {
     const all = await a.client.peerPieces(MODEL);
     expect(all?.files.every((f) => f.have === "all")).toBe(true);
     expect(await a.client.peerPieces("org/other" as ModelId)).toBeNull();
+  });
+
+  it("a peer's range request needs a Range header and gets 409 for a file no longer on disk", async () => {
+    await using store = await startStore();
+    await using a = await startNode("a", store.host.url!, () => []);
+    expect((await a.client.stage(MODEL)).ok).toBe(true);
+    const url = `${a.url}/store/staged/org/model/files/model.gguf`;
+    const ok = await fetch(url, { headers: { range: "bytes=0-9" } });
+    expect(ok.status).toBe(206);
+    expect((await ok.arrayBuffer()).byteLength).toBe(10);
+    const noRange = await fetch(url);
+    expect(noRange.status).toBe(400);
+    await noRange.body?.cancel();
+    await rm(join(a.client.modelPath(MODEL), "model.gguf"));
+    const gone = await fetch(url, { headers: { range: "bytes=0-9" } });
+    expect(gone.status).toBe(409);
+    expect(((await gone.json()) as { error: { code: string } }).error.code).toBe("conflict");
   });
 
   it("an interrupted copy keeps its verified pieces and resumes from them", async () => {

@@ -238,23 +238,25 @@ export class StagingClient implements AsyncDisposable {
 
   /**
    * GET /store/staged/{org}/{name}/files/{path} with a range: the file to read bytes [start, end]
-   * from, when every piece they touch is verified here; a ServiceError (not_found, conflict) else.
+   * from (the partial while the copy is staged; `finalPath` once it is renamed into place), when
+   * every piece they touch is verified here; a ServiceError (not_found, conflict) else.
    */
   async peerFile(
     modelId: ModelId,
     path: string,
     start: number,
     end: number,
-  ): Promise<{ readonly path: string; readonly file: RecordFile }> {
+  ): Promise<{ readonly path: string; readonly finalPath: string; readonly file: RecordFile }> {
     const dir = this.modelPath(modelId);
+    const finalPath = artifactFile(dir, path);
     const filling = this.servable.get(modelId);
     if (filling) {
       const file = filling.files.find((f) => f.path === path);
       const have = filling.have.get(path);
-      if (file && have?.kind === "all") return { path: artifactFile(dir, path), file };
+      if (file && have?.kind === "all") return { path: finalPath, finalPath, file };
       if (file && have?.kind === "pieces") {
         if (end < file.bytes && have.set.covers(start, end, have.pieceBytes))
-          return { path: have.part, file };
+          return { path: have.part, finalPath, file };
       }
       throw new ServiceError(
         "conflict",
@@ -264,7 +266,7 @@ export class StagingClient implements AsyncDisposable {
     const record = await this.completeRecord(modelId);
     const file = record?.files.find((f) => f.path === path);
     if (!file) throw new ServiceError("not_found", `no staged copy of ${modelId}/${path} here`);
-    return { path: artifactFile(dir, path), file };
+    return { path: finalPath, finalPath, file };
   }
 
   private async completeRecord(modelId: ModelId): Promise<StagingRecord | null> {

@@ -1,24 +1,25 @@
 // The body of a file response: reads [start, end] of a file in large pieces straight into a web
 // ReadableStream, one read ahead of the socket, with no Node stream adapter in between.
-import { open } from "node:fs/promises";
+import { open, type FileHandle } from "node:fs/promises";
 
 /** Bytes per read, and per socket write of the response. */
 export const FILE_READ_BYTES = 4 * 1024 * 1024;
 
 /**
- * A stream of bytes `start..end` (inclusive) of `path`; the file is opened on the first pull and closed
- * at the end, on an error and when the consumer cancels (client gone). `onBytes` counts what is read
- * for the consumer (nothing read after a cancel counts); `onEnd` is called once when the body is done
- * with its file (ended, failed or cancelled).
+ * A stream of bytes `start..end` (inclusive) of `source`: a path, opened on the first pull, or a file
+ * already open (the body owns it from then on); closed at the end, on an error and when the consumer
+ * cancels (client gone). `onBytes` counts what is read for the consumer (nothing read after a cancel
+ * counts); `onEnd` is called once when the body is done with its file (ended, failed or cancelled).
  */
 export function fileBody(
-  path: string,
+  source: string | FileHandle,
   start: number,
   end: number,
   onBytes: (n: number) => void,
   onEnd?: () => void,
 ): ReadableStream<Uint8Array> {
-  let fh: Awaited<ReturnType<typeof open>> | undefined;
+  const path = typeof source === "string" ? source : "the file";
+  let fh: FileHandle | undefined = typeof source === "string" ? undefined : source;
   let pos = start;
   let cancelled = false;
   let ended = false;
@@ -39,7 +40,9 @@ export function fileBody(
       async pull(controller) {
         try {
           if (!fh) {
-            const opened = await open(path, "r");
+            // A handle given at the start is gone only once the body closed it.
+            if (typeof source !== "string") return;
+            const opened = await open(source, "r");
             // A cancel while the file was opening already ran close(): this handle is ours to close.
             if (cancelled) return void (await opened.close());
             fh = opened;
