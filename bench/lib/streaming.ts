@@ -1,7 +1,7 @@
 // What the chat benchmarks share: one streaming request through the gateway's own lean client, a
 // batch of them, pinning the engine to its own core, and the CPU time of a process group from /proc.
 import { execFileSync } from "node:child_process";
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
@@ -98,6 +98,8 @@ export async function pinCores(env: Record<string, string>): Promise<string> {
   const rest = cores === 2 ? "0" : `0-${last - 1}`;
   execFileSync("taskset", ["-a", "-p", "-c", rest, String(process.pid)], { stdio: "ignore" });
   const dir = mkdtempSync(join(tmpdir(), "bench-pin-"));
+  // The wrapper lives as long as the benchmark's process (its nodes start engines through it).
+  process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
   const wrapper = join(dir, "llama-server");
   writeFileSync(wrapper, `#!/bin/sh\nexec taskset -c ${last} '${bin}' "$@"\n`);
   chmodSync(wrapper, 0o755);
