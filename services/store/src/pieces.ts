@@ -63,12 +63,6 @@ export class PieceSet {
     this.bits = new Uint8Array(Math.ceil(size / 8));
   }
 
-  static full(size: number): PieceSet {
-    const s = new PieceSet(size);
-    for (let i = 0; i < size; i++) s.add(i);
-    return s;
-  }
-
   /** Decodes base64 of a bitmap of `size` pieces; null when it does not have that length. */
   static fromBase64(text: string, size: number): PieceSet | null {
     const raw = Buffer.from(text, "base64");

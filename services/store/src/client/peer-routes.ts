@@ -4,10 +4,10 @@
 // piece against the store host's manifest; this side serves only what its own copy verified.
 import { open } from "node:fs/promises";
 import type { Hono } from "hono";
-import { routePath } from "hono/route";
-import { ModelIdSchema, ServiceError, type ModelId } from "@ic/protocol";
+import { ServiceError } from "@ic/protocol";
 import { fileBody } from "../host/file-body.ts";
 import { isErrno } from "../paths.ts";
+import { filePathParam, modelIdParam } from "../route-params.ts";
 import { parseRange } from "../transfer/range.ts";
 import type { StagingClient } from "./staging-client.ts";
 
@@ -17,33 +17,21 @@ export interface PeerServeStats {
   range_requests: number;
 }
 
-function modelId(org: string, name: string): ModelId {
-  const parsed = ModelIdSchema.safeParse(`${org}/${name}`);
-  if (!parsed.success) throw new ServiceError("invalid_request", `invalid model id ${org}/${name}`);
-  return parsed.data;
-}
-
 export function peerCopyRoutes(
   app: Hono,
   staging: () => StagingClient,
   stats: PeerServeStats = { bytes_served: 0, range_requests: 0 },
 ): void {
   app.get("/store/staged/:org/:name/pieces", async (c) => {
-    const id = modelId(c.req.param("org"), c.req.param("name"));
+    const id = modelIdParam(c.req.param("org"), c.req.param("name"));
     const pieces = await staging().peerPieces(id);
     if (!pieces) throw new ServiceError("not_found", `no copy of ${id} on this node`);
     return c.json(pieces);
   });
 
   app.get("/store/staged/:org/:name/files/*", async (c) => {
-    const id = modelId(c.req.param("org"), c.req.param("name"));
-    const skip = routePath(c).split("/").length - 1;
-    let path: string;
-    try {
-      path = new URL(c.req.url).pathname.split("/").slice(skip).map(decodeURIComponent).join("/");
-    } catch {
-      throw new ServiceError("invalid_request", "malformed file path");
-    }
+    const id = modelIdParam(c.req.param("org"), c.req.param("name"));
+    const path = filePathParam(c);
     const header = c.req.header("range") ?? "";
     const m = /^bytes=(\d{1,15})-(\d{1,15})$/.exec(header.trim());
     if (!m || Number(m[2]) < Number(m[1]))

@@ -7,7 +7,7 @@ import { PeerPiecesSchema, type ModelId, type StoreManifest } from "@ic/protocol
 import { PieceSet } from "../pieces.ts";
 import type { PieceFile, PieceSource } from "../transfer/piece-fetch.ts";
 import { errText } from "../transfer/transfer.ts";
-import type { StoreAccess } from "./store-access.ts";
+import { fileUrl, modelUrl, type StoreAccess } from "./store-access.ts";
 
 /** Another node of the cluster, by its API base URL. */
 export interface PeerEndpoint {
@@ -21,12 +21,6 @@ const POLL_MS = 1000;
 const ASK_TIMEOUT_MS = 2000;
 /** Peers asked at most (the first ones listed). */
 const MAX_PEERS = 32;
-
-/** `<peer>/store/staged/<org>/<name>`: where a node serves its copy of a model to peers. */
-export function stagedUrl(peerUrl: string, modelId: ModelId): string {
-  const [org, name] = modelId.split("/") as [string, string];
-  return `${peerUrl.replace(/\/+$/, "")}/store/staged/${encodeURIComponent(org)}/${encodeURIComponent(name)}`;
-}
 
 export class PeerSwarm {
   private readonly held = new Map<string, Map<string, PieceSet | "all">>();
@@ -54,7 +48,7 @@ export class PeerSwarm {
       has: () => "all",
       get: (file, start, end, signal) =>
         o.access.range(
-          o.access.fileUrl(o.storeUrl, o.modelId, file.path),
+          fileUrl(o.storeUrl, "models", o.modelId, file.path),
           file,
           start,
           end,
@@ -107,7 +101,7 @@ export class PeerSwarm {
         },
         get: (file, start, end, signal) =>
           this.o.access.range(
-            `${stagedUrl(peer.url, this.o.modelId)}/files/${file.path.split("/").map(encodeURIComponent).join("/")}`,
+            fileUrl(peer.url, "staged", this.o.modelId, file.path),
             file,
             start,
             end,
@@ -146,7 +140,7 @@ export class PeerSwarm {
     let body: unknown;
     try {
       body = await this.o.access.json(
-        `${stagedUrl(peer.url, this.o.modelId)}/pieces`,
+        `${modelUrl(peer.url, "staged", this.o.modelId)}/pieces`,
         AbortSignal.any([signal, AbortSignal.timeout(ASK_TIMEOUT_MS)]),
       );
     } catch (e) {

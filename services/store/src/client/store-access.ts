@@ -8,6 +8,25 @@ import { parseContentRange } from "../transfer/range.ts";
 import { discard, errText, type OpenAt, type OpenedStream } from "../transfer/transfer.ts";
 import type { StagingClientOptions } from "./staging-types.ts";
 
+/**
+ * `<base>/store/<kind>/<org>/<name>`: a model on a store host (`models`) or a node's staged copy
+ * served to peers (`staged`).
+ */
+export function modelUrl(base: string, kind: "models" | "staged", modelId: ModelId): string {
+  const [org, name] = modelId.split("/") as [string, string];
+  return `${base.replace(/\/+$/, "")}/store/${kind}/${encodeURIComponent(org)}/${encodeURIComponent(name)}`;
+}
+
+/** A file of that model: `.../files/<path>`, each segment percent-encoded. */
+export function fileUrl(
+  base: string,
+  kind: "models" | "staged",
+  modelId: ModelId,
+  path: string,
+): string {
+  return `${modelUrl(base, kind, modelId)}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
+}
+
 export type ManifestFetch =
   | { kind: "ok"; manifest: StoreManifest }
   | { kind: "unreachable" | "not_in_store" | "store_error" | "aborted"; message: string };
@@ -22,18 +41,12 @@ export class StoreAccess {
     this.fetchFn = o.fetch ?? fetch;
   }
 
-  private modelUrl(storeUrl: string, modelId: ModelId): string {
-    const [org, name] = modelId.split("/") as [string, string];
-    const base = storeUrl.replace(/\/+$/, "");
-    return `${base}/store/models/${encodeURIComponent(org)}/${encodeURIComponent(name)}`;
-  }
-
   async fetchManifest(
     storeUrl: string,
     modelId: ModelId,
     signal: AbortSignal,
   ): Promise<ManifestFetch> {
-    const url = `${this.modelUrl(storeUrl, modelId)}/manifest`;
+    const url = `${modelUrl(storeUrl, "models", modelId)}/manifest`;
     const timeout = AbortSignal.timeout(this.o.manifestTimeoutMs ?? 10_000);
     let res: Response;
     try {
@@ -84,7 +97,7 @@ export class StoreAccess {
   }
 
   opener(storeUrl: string, modelId: ModelId, file: RecordFile): OpenAt {
-    const url = this.fileUrl(storeUrl, modelId, file.path);
+    const url = fileUrl(storeUrl, "models", modelId, file.path);
     return async (offset, signal) => {
       const headers: Record<string, string> = { ...this.o.storeHeaders };
       if (offset > 0) {
@@ -104,11 +117,6 @@ export class StoreAccess {
       await discard(res.body);
       throw new Error(`store answered ${res.status} for ${file.path}`);
     };
-  }
-
-  /** A store file's URL. */
-  fileUrl(storeUrl: string, modelId: ModelId, path: string): string {
-    return `${this.modelUrl(storeUrl, modelId)}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
   }
 
   /**

@@ -3,12 +3,10 @@
 // (ic import) into a hidden area that one commit moves into the store.
 import { lstat } from "node:fs/promises";
 import { Hono } from "hono";
-import { routePath } from "hono/route";
 import type { Logger } from "@ic/log";
 import {
   errorBody,
   httpStatusFor,
-  ModelIdSchema,
   ServiceError,
   type ManifestFile,
   type ModelId,
@@ -18,6 +16,7 @@ import {
 import { artifactFile } from "../paths.ts";
 import { parseRange } from "../transfer/range.ts";
 import { errText } from "../transfer/transfer.ts";
+import { filePathParam, modelIdParam } from "../route-params.ts";
 import { fileBody } from "./file-body.ts";
 import { Uploads, type UploadsOptions } from "./uploads.ts";
 
@@ -39,25 +38,9 @@ export interface StoreHostView {
 /** Uploads (ic import): files into a hidden area, then one commit moves them into the store. */
 function uploadRoutes(app: Hono, host: StoreHostView): void {
   const uploads = new Uploads(host.uploads);
-  const uploadId = (org: string, name: string): ModelId => {
-    const parsed = ModelIdSchema.safeParse(`${org}/${name}`);
-    if (!parsed.success)
-      throw new ServiceError("invalid_request", `invalid model id ${org}/${name}`);
-    return parsed.data;
-  };
   app.put("/store/uploads/:org/:name/files/*", async (c) => {
-    const id = uploadId(c.req.param("org"), c.req.param("name"));
-    const skip = routePath(c).split("/").length - 1;
-    let relPath: string;
-    try {
-      relPath = new URL(c.req.url).pathname
-        .split("/")
-        .slice(skip)
-        .map(decodeURIComponent)
-        .join("/");
-    } catch {
-      throw new ServiceError("invalid_request", "malformed file path");
-    }
+    const id = modelIdParam(c.req.param("org"), c.req.param("name"));
+    const relPath = filePathParam(c);
     const length = c.req.header("content-length");
     const file = await uploads.receive(
       id,
@@ -68,13 +51,13 @@ function uploadRoutes(app: Hono, host: StoreHostView): void {
     return c.json({ model_id: id, file }, 201);
   });
   app.post("/store/uploads/:org/:name/commit", async (c) => {
-    const id = uploadId(c.req.param("org"), c.req.param("name"));
+    const id = modelIdParam(c.req.param("org"), c.req.param("name"));
     const out = await uploads.commit(id);
     host.log.info({ modelId: id, files: out.files.length }, "upload committed to the store");
     return c.json({ model_id: id, files: out.files });
   });
   app.delete("/store/uploads/:org/:name", async (c) => {
-    const id = uploadId(c.req.param("org"), c.req.param("name"));
+    const id = modelIdParam(c.req.param("org"), c.req.param("name"));
     if (!(await uploads.abort(id)))
       throw new ServiceError("not_found", `no upload of ${id} in progress`);
     return c.json({ model_id: id, aborted: true });
@@ -115,17 +98,8 @@ export function storeHostApp(host: StoreHostView): Hono {
   uploadRoutes(app, host);
   app.on(["GET", "HEAD"], "/store/models/:org/:name/files/*", async (c) => {
     const manifest = requireManifest(host, c.req.param("org"), c.req.param("name"));
-    // The raw segments after .../{org}/{name}/files/, taken by position (org and name may be
-    // spelled in any equivalent percent-encoding) and decoded one by one; only a path the
-    // manifest names is served.
-    const skip = routePath(c).split("/").length - 1;
-    const rest = new URL(c.req.url).pathname.split("/").slice(skip);
-    let relPath: string;
-    try {
-      relPath = rest.map(decodeURIComponent).join("/");
-    } catch {
-      throw new ServiceError("invalid_request", "malformed file path");
-    }
+    // Only a path the manifest names is served.
+    const relPath = filePathParam(c);
     const file = manifest.files.find((f) => f.path === relPath);
     if (!file) throw new ServiceError("not_found", `${manifest.model_id} has no file ${relPath}`);
     return serveFile(host, c.req.raw, manifest.model_id, file);
@@ -134,11 +108,9 @@ export function storeHostApp(host: StoreHostView): Hono {
 }
 
 function requireManifest(host: StoreHostView, org: string, name: string): StoreManifest {
-  const parsed = ModelIdSchema.safeParse(`${org}/${name}`);
-  if (!parsed.success) throw new ServiceError("invalid_request", `invalid model id ${org}/${name}`);
-  const manifest = host.manifest(parsed.data);
-  if (!manifest)
-    throw new ServiceError("not_found", `${parsed.data} is not registered in the store`);
+  const id = modelIdParam(org, name);
+  const manifest = host.manifest(id);
+  if (!manifest) throw new ServiceError("not_found", `${id} is not registered in the store`);
   return manifest;
 }
 

@@ -56,7 +56,7 @@ export interface PieceFetchOutcome {
 }
 
 /** Requests at once per copy, and buffers of one piece each. */
-export const PIECE_REQUESTS = 4;
+const PIECE_REQUESTS = 4;
 /** Requests at once to one peer. */
 const PEER_SLOTS = 2;
 /**
