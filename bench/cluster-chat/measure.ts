@@ -7,7 +7,8 @@ import { closedLoop } from "./load.ts";
 import type { LoadResult } from "./load.ts";
 import { counters } from "./cluster.ts";
 import type { Bench, Counters } from "./cluster.ts";
-import { cpuSnapshot, cpuSpent, machineBusyMs } from "./procs.ts";
+import { machineBusyMs } from "../lib/proc.ts";
+import { cpuSnapshot, cpuSpent } from "./procs.ts";
 import type { Part } from "./procs.ts";
 
 export const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 4);

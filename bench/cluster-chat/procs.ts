@@ -1,8 +1,7 @@
 // CPU time of each node's processes, read from /proc: the node itself, the nats-server it started and
 // its engine (the stand-in), found as the node's descendants, so each part's cost is counted apart.
-import { readFileSync } from "node:fs";
 import { isStandIn } from "../lib/stand-in.ts";
-import { procStats, TICK_MS } from "../lib/streaming.ts";
+import { procStats, TICK_MS } from "../lib/proc.ts";
 
 export type Part = "node" | "bus" | "engine";
 
@@ -61,13 +60,4 @@ export function cpuSpent(
     out.set(pid, { node: a.node - b.node, bus: a.bus - b.bus, engine: a.engine - b.engine });
   }
   return out;
-}
-
-/** CPU ms the whole machine has spent busy (every core, kernel included) since boot. */
-export function machineBusyMs(): number {
-  const line = readFileSync("/proc/stat", "utf8").split("\n")[0]!;
-  // cpu user nice system idle iowait irq softirq steal ...
-  const v = line.trim().split(/\s+/).slice(1).map(Number);
-  const busy = v[0]! + v[1]! + v[2]! + v[5]! + v[6]! + v[7]!;
-  return busy * TICK_MS;
 }

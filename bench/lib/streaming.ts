@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { locateEngine } from "@ic/engine";
 import { postUpstream } from "@ic/gateway";
+import { procStats, TICK_MS } from "./proc.ts";
 import { isStandIn } from "./stand-in.ts";
 
 export const MAX_TOKENS = Number(process.env.BENCH_MAX_TOKENS ?? 64);
@@ -105,28 +106,6 @@ export async function pinCores(env: Record<string, string>): Promise<string> {
   chmodSync(wrapper, 0o755);
   env.SERVICE_ENGINE_SERVER_BIN = wrapper;
   return `engine pinned to core ${last}; node, nats-server and client on core${cores === 2 ? "" : "s"} ${rest}`;
-}
-
-/** Length of one /proc CPU clock tick (ms). */
-export const TICK_MS = 1000 / Number(execFileSync("getconf", ["CLK_TCK"]).toString().trim() || 100);
-
-/**
- * Every process's /proc/<pid>/stat: its name and the fields after it (fields[0] is field 3, state:
- * ppid is fields[1], pgrp fields[2], utime fields[11], stime fields[12]).
- */
-export function* procStats(): Generator<{ pid: number; name: string; fields: string[] }> {
-  for (const d of readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${d}/stat`, "utf8");
-    } catch {
-      continue; // gone meanwhile
-    }
-    const close = stat.lastIndexOf(")");
-    const name = stat.slice(stat.indexOf("(") + 1, close);
-    yield { pid: Number(d), name, fields: stat.slice(close + 2).split(" ") };
-  }
 }
 
 /** The processes of group `pgid` (or just `pid`) other than the engine, with their stat fields. */

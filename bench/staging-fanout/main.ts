@@ -9,7 +9,6 @@
 // profile. Needs root (network namespaces) and about (nodes + 1) x the model on the temp disk.
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
 import { mkdir, mkdtemp, open, rm } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 import { cpus, tmpdir } from "node:os";
@@ -17,6 +16,7 @@ import { dirname, join } from "node:path";
 import { createInterface, type Interface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { NetLab } from "@ic/testkit";
+import { machineBusyMs, processCpuMs } from "../lib/proc.ts";
 import { writeSection } from "../lib/report.ts";
 
 const MB = 1024 * 1024;
@@ -96,34 +96,16 @@ async function writeRandom(path: string, bytes: number): Promise<void> {
   }
 }
 
-/** CPU seconds a process used so far (utime + stime, /proc/<pid>/stat); 0 once it is gone. */
-function processCpu(pid: number | undefined): number {
-  const [user, system] = processCpuSplit(pid);
-  return user + system;
+/** CPU seconds a process used so far, user and system (0 once it is gone). */
+function processCpuS(pid: number | undefined): { user: number; system: number } {
+  const c = processCpuMs(pid);
+  return { user: (c?.userMs ?? 0) / 1000, system: (c?.systemMs ?? 0) / 1000 };
 }
 
-/** User and system CPU seconds of a process so far; zeros once it is gone. */
-function processCpuSplit(pid: number | undefined): [number, number] {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return [Number(f[11]) / 100, Number(f[12]) / 100];
-  } catch {
-    return [0, 0];
-  }
-}
-
-/** Busy CPU time of the whole machine so far, in core-seconds (from /proc/stat). */
-function busyCoreSeconds(): number {
-  const f = readFileSync("/proc/stat", "utf8")
-    .split("\n")[0]!
-    .trim()
-    .split(/\s+/)
-    .slice(1)
-    .map(Number);
-  const idle = (f[3] ?? 0) + (f[4] ?? 0);
-  return (f.reduce((a, b) => a + b, 0) - idle) / 100;
-}
+const totalCpuS = (pid: number | undefined) => {
+  const c = processCpuS(pid);
+  return c.user + c.system;
+};
 
 interface Outcome {
   readonly name: string;
@@ -179,10 +161,10 @@ async function run(
     for (const k of kids) await k.next(); // ready
     store.send("stats");
     const before = (await store.next()) as { bytes_served: number };
-    const cpu0 = busyCoreSeconds();
-    const store0 = processCpu(store.proc.pid);
-    const nodes0 = kids.reduce((a, k) => a + processCpu(k.proc.pid), 0);
-    const sys0 = kids.reduce((a, k) => a + processCpuSplit(k.proc.pid)[1], 0);
+    const cpu0 = machineBusyMs();
+    const store0 = totalCpuS(store.proc.pid);
+    const nodes0 = kids.reduce((a, k) => a + totalCpuS(k.proc.pid), 0);
+    const sys0 = kids.reduce((a, k) => a + processCpuS(k.proc.pid).system, 0);
     const t0 = performance.now();
     for (const k of kids) k.send("go");
     const outs = await Promise.all(
@@ -199,10 +181,10 @@ async function run(
       }),
     );
     const wallS = (performance.now() - t0) / 1000;
-    const busyCores = (busyCoreSeconds() - cpu0) / wallS;
-    const storeCpuS = processCpu(store.proc.pid) - store0;
-    const nodesCpuS = kids.reduce((a, k) => a + processCpu(k.proc.pid), 0) - nodes0;
-    const nodesSysS = kids.reduce((a, k) => a + processCpuSplit(k.proc.pid)[1], 0) - sys0;
+    const busyCores = (machineBusyMs() - cpu0) / 1000 / wallS;
+    const storeCpuS = totalCpuS(store.proc.pid) - store0;
+    const nodesCpuS = kids.reduce((a, k) => a + totalCpuS(k.proc.pid), 0) - nodes0;
+    const nodesSysS = kids.reduce((a, k) => a + processCpuS(k.proc.pid).system, 0) - sys0;
     store.send("stats");
     const after = (await store.next()) as { bytes_served: number };
     let peerServed = 0;

@@ -9,7 +9,6 @@
 import { execFile, spawn, spawnSync } from "node:child_process";
 import { createInterface } from "node:readline";
 import { promisify } from "node:util";
-import { readFileSync } from "node:fs";
 import { copyFile, mkdir, mkdtemp, open, readFile, rm, statfs } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 import { cpus, tmpdir } from "node:os";
@@ -19,6 +18,7 @@ import { once } from "node:events";
 import { silentLogger } from "@ic/log";
 import type { ModelId } from "@ic/protocol";
 import { StagingClient } from "@ic/store";
+import { processCpuMs } from "../lib/proc.ts";
 import { writeSection } from "../lib/report.ts";
 
 const MB = 1024 * 1024;
@@ -67,13 +67,8 @@ function median(xs: readonly number[]): number {
 
 /** CPU seconds a process used so far (utime + stime from /proc), or null off Linux. */
 function processCpu(pid: number): number | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return null;
-  }
+  const c = processCpuMs(pid);
+  return c && (c.userMs + c.systemMs) / 1000;
 }
 
 async function measure(

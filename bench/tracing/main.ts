@@ -8,7 +8,8 @@ import { join } from "node:path";
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
-import { batch, cpuMs, MAX_TOKENS, pinCores, streamOnce, TICK_MS } from "../lib/streaming.ts";
+import { TICK_MS } from "../lib/proc.ts";
+import { batch, cpuMs, MAX_TOKENS, pinCores, streamOnce } from "../lib/streaming.ts";
 
 /** Batches per mode at concurrency 1 and 8. */
 const ROUNDS_1 = Number(process.env.BENCH_ROUNDS_1 ?? 400);
