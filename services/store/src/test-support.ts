@@ -1,6 +1,6 @@
 // Helpers for this package's tests: temp directories disposed with `await using`, deterministic
 // artifact files, and a Disk whose free space is a fixed capacity minus what the tree really holds.
-import { lstat, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { createHash, randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve, sep } from "node:path";
@@ -26,6 +26,13 @@ export async function writeArtifact(path: string, bytes: number): Promise<string
   const data = randomBytes(bytes);
   await writeFile(path, data);
   return createHash("sha256").update(data).digest("hex");
+}
+
+/** The sha256 of a file's content (hex). */
+export async function sha256Of(path: string): Promise<string> {
+  return createHash("sha256")
+    .update(await readFile(path))
+    .digest("hex");
 }
 
 /** Bytes held by the files under `dir`, counting each inode once (hardlinks are one allocation). */

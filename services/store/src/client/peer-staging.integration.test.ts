@@ -13,7 +13,7 @@ import { silentLogger } from "@ic/log";
 import { errorBody, httpStatusFor, ServiceError, type ModelId } from "@ic/protocol";
 import { StoreHost } from "../host/store-host.ts";
 import { MANIFEST_FILE } from "../host/manifests.ts";
-import { tempDir, writeArtifact, type TempDir } from "../test-support.ts";
+import { sha256Of, tempDir, writeArtifact, type TempDir } from "../test-support.ts";
 import { piecesFile } from "../transfer/piece-fetch.ts";
 import { partFile } from "../paths.ts";
 import { peerCopyRoutes, type PeerServeStats } from "./peer-routes.ts";
@@ -23,10 +23,6 @@ import { StagingClient } from "./staging-client.ts";
 const MODEL = "org/model" as ModelId;
 const PIECE = 256 * 1024;
 const FILE_BYTES = 4 * 1024 * 1024 + 12_345;
-const sha = async (p: string) =>
-  createHash("sha256")
-    .update(await readFile(p))
-    .digest("hex");
 
 interface Node extends AsyncDisposable {
   readonly name: string;
@@ -128,7 +124,7 @@ describe("staging from peers", () => {
     const r = await b.client.stage(MODEL);
     if (!r.ok) throw new Error(r.message);
     const m = r.models[0]!;
-    expect(await sha(join(m.path, "model.gguf"))).toBe(store.sha);
+    expect(await sha256Of(join(m.path, "model.gguf"))).toBe(store.sha);
     expect(m.peerBytes).toBeGreaterThan(0);
     expect(a.served.bytes_served).toBe(m.peerBytes);
     // What the peer sent, the store host did not.
@@ -149,7 +145,7 @@ describe("staging from peers", () => {
     peers.push(a);
     const r = await b.client.stage(MODEL);
     if (!r.ok) throw new Error(r.message);
-    expect(await sha(join(r.models[0]!.path, "model.gguf"))).toBe(store.sha);
+    expect(await sha256Of(join(r.models[0]!.path, "model.gguf"))).toBe(store.sha);
     // config.json (intact) may come from the peer; of the weights, at most the two requests under
     // way when the first bad piece came back.
     expect(a.served.range_requests).toBeGreaterThan(0);
@@ -222,7 +218,7 @@ describe("staging from peers", () => {
     if (!r.ok) throw new Error(r.message);
     expect(r.models[0]!.resumedBytes).toBeGreaterThanOrEqual(4 * PIECE);
     expect(r.models[0]!.fetchedBytes).toBeLessThan(FILE_BYTES);
-    expect(await sha(final)).toBe(store.sha);
+    expect(await sha256Of(final)).toBe(store.sha);
   });
 
   it("a manifest written before piece hashes gets them at start; staging works either way", async () => {

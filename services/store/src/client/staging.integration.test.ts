@@ -1,9 +1,8 @@
 // Store host and staging clients on loopback with temp dirs: staging, hardlinks, resume after a kill,
 // purge, capacity eviction, DownloadFailed arithmetic, companion protection and startup reconciliation.
 import { describe, expect, it } from "vitest";
-import { mkdir, readFile, stat, writeFile } from "node:fs/promises";
+import { mkdir, stat, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
-import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { silentLogger } from "@ic/log";
 import { FakeClock, MiB, StorageReportSchema, type ModelId } from "@ic/protocol";
@@ -11,15 +10,11 @@ import { StoreHost } from "../host/store-host.ts";
 import type { StagingSettings } from "@ic/staging";
 import { StagingClient } from "./staging-client.ts";
 import type { ModelUsage } from "./staging-types.ts";
-import { budgetDisk, tempDir, writeArtifact, type TempDir } from "../test-support.ts";
+import { budgetDisk, sha256Of, tempDir, writeArtifact, type TempDir } from "../test-support.ts";
 import type { Disk } from "../disk.ts";
 import { keptPartialBytes } from "../transfer/piece-fetch.ts";
 
 const id = (s: string) => s as ModelId;
-const sha = async (p: string) =>
-  createHash("sha256")
-    .update(await readFile(p))
-    .digest("hex");
 
 interface Store extends AsyncDisposable {
   readonly host: StoreHost;
@@ -113,7 +108,7 @@ describe("staging from a store host", () => {
       const m = r.models[0]!;
       expect(m.path).toBe(join(root, "acme--base"));
       expect(m.fetchedBytes).toBe(6 * MiB + 300);
-      expect(await sha(join(m.path, "model.gguf"))).toBe(
+      expect(await sha256Of(join(m.path, "model.gguf"))).toBe(
         store.host.manifest(id("acme/base"))!.files.find((f) => f.path === "model.gguf")!.sha256,
       );
     }
@@ -227,7 +222,9 @@ describe("staging from a store host", () => {
     expect(after.bytes_served - before.bytes_served).toBe(12 * MiB - partial);
     expect(after.range_requests - before.range_requests).toBe((12 * MiB - partial) / MiB);
     expect(existsSync(partB)).toBe(false);
-    expect(await sha(finalB)).toBe(await sha(join(store.dir.path, "acme--big", "b.gguf")));
+    expect(await sha256Of(finalB)).toBe(
+      await sha256Of(join(store.dir.path, "acme--big", "b.gguf")),
+    );
   });
 
   it("checks a partial's pieces again on resume: pieces changed on disk are fetched again", async () => {
@@ -250,7 +247,7 @@ describe("staging from a store host", () => {
 
     const good = await node.stage(id("acme/m"));
     expect(good.ok && good.models[0]).toMatchObject({ resumedBytes: 0, fetchedBytes: 2 * MiB });
-    expect(await sha(final)).toBe(await sha(join(store.dir.path, "acme--m", "w.gguf")));
+    expect(await sha256Of(final)).toBe(await sha256Of(join(store.dir.path, "acme--m", "w.gguf")));
   });
 
   it("purges every idle copy, or only the named one, and never the store copy", async () => {

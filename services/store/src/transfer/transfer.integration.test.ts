@@ -2,9 +2,8 @@
 // caught by the piece hash, a store host that dies mid-file leaves verified pieces the next attempt
 // checks again and keeps, and store credentials reach manifests and files in both transports.
 import { describe, expect, it } from "vitest";
-import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { open, readFile } from "node:fs/promises";
+import { open } from "node:fs/promises";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { Hono } from "hono";
@@ -15,14 +14,10 @@ import { keptPartialBytes } from "./piece-fetch.ts";
 import { SLAB_BYTES } from "./slab-pipeline.ts";
 import { StagingClient } from "../client/staging-client.ts";
 import { StoreHost } from "../host/store-host.ts";
-import { tempDir, writeArtifact } from "../test-support.ts";
+import { sha256Of, tempDir, writeArtifact } from "../test-support.ts";
 import { MiB } from "@ic/protocol";
 
 const id = (s: string) => s as ModelId;
-const sha = async (p: string) =>
-  createHash("sha256")
-    .update(await readFile(p))
-    .digest("hex");
 
 async function storeHost(path: string, pieceBytes?: number): Promise<StoreHost> {
   const host = new StoreHost({
@@ -100,8 +95,8 @@ describe("transfers from a store host", () => {
       range_requests: (bytes - kept) / MiB,
       bytes_served: bytes - kept,
     });
-    expect(await sha(join(root.path, "acme--big", "w.gguf"))).toBe(
-      await sha(join(store.path, "acme--big", "w.gguf")),
+    expect(await sha256Of(join(root.path, "acme--big", "w.gguf"))).toBe(
+      await sha256Of(join(store.path, "acme--big", "w.gguf")),
     );
   });
 
