@@ -206,11 +206,15 @@ export class NodeProcess implements AsyncDisposable {
     }
   }
 
-  /** Graceful stop (SIGTERM), then SIGKILL of the group after the grace period. */
-  async stop(graceMs = 15_000): Promise<void> {
+  /**
+   * Graceful stop (SIGTERM), then SIGKILL of the group after the grace period. `to: "group"` sends
+   * the SIGTERM to the node's whole process group, as Ctrl-C, `kill -- -PGID` or `tini -g` do.
+   */
+  async stop(graceMs = 15_000, to: "process" | "group" = "process"): Promise<void> {
     if (!this.child) return;
     if (this.running) {
-      this.child.kill("SIGTERM");
+      if (to === "group") this.kill("SIGTERM");
+      else this.child.kill("SIGTERM");
       const t = setTimeout(() => this.kill("SIGKILL"), graceMs);
       await this.exited;
       clearTimeout(t);

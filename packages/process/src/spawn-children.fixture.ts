@@ -1,6 +1,6 @@
 // Test fixture (run with `node --import tsx`): spawns `sleep` children through spawnChild, prints
 // {"pid", "children": [{pid, diesWithParent}]} as one line, then keeps the libuv thread pool busy
-// until it is killed. Args: <record dir> <count> [worker|worker-setpriv] -- with `worker`, the
+// until it is killed (SIGTERM and SIGINT are ignored). Args: <record dir> <count> [worker|worker-setpriv] -- with `worker`, the
 // children are spawned from a worker thread that exits right after; `worker-setpriv` does the same
 // with a bare `setpriv --pdeathsig KILL` (what spawnChild refuses to do off the main thread).
 import { spawn } from "node:child_process";
@@ -58,6 +58,9 @@ if (!isMainThread) {
   } else {
     children = spawnSleepers(dir!, n, false);
   }
+  // A stop signal is the node's to act on (it is ignored here): its children must not see it.
+  process.on("SIGTERM", () => {});
+  process.on("SIGINT", () => {});
   process.stdout.write(`${JSON.stringify({ pid: process.pid, children })}\n`);
   keepPoolBusy();
 }

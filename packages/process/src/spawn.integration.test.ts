@@ -61,16 +61,31 @@ interface FixtureReport {
   children: { pid: number; diesWithParent: boolean }[];
 }
 
-/** Starts the fixture (a Node process spawning `count` sleepers) and reads its report. */
+/** The process group of a process (/proc stat field 5). */
+function pgid(pid: number): number {
+  const text = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(
+    text
+      .slice(text.lastIndexOf(")") + 1)
+      .trim()
+      .split(/\s+/)[5 - 3],
+  );
+}
+
+/**
+ * Starts the fixture (a Node process spawning `count` sleepers) and reads its report; `detached`:
+ * in a process group of its own, as the launcher starts a node.
+ */
 async function startFixture(
   dir: string,
   count: number,
   mode?: "worker" | "worker-setpriv",
+  detached = false,
 ): Promise<{ proc: ChildProcess; report: FixtureReport }> {
   const proc = spawn(
     process.execPath,
     ["--import", "tsx", FIXTURE, dir, String(count), ...(mode ? [mode] : [])],
-    { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "inherit"] },
+    { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "inherit"], detached },
   );
   strays.push(proc.pid!);
   const line = await new Promise<string>((res, rej) => {
@@ -129,6 +144,24 @@ describe.runIf(linux)("children of a node process", () => {
     expect(swept.killed).toEqual([]);
     expect(swept.stale.map((r) => r.pid).sort()).toEqual([...pids].sort());
     expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("a signal to the parent's process group does not reach its children; they die with the parent", async () => {
+    const dir = tempDir();
+    const { proc, report } = await startFixture(dir, 2, undefined, true);
+    const pids = report.children.map((c) => c.pid);
+    expect(pgid(report.pid)).toBe(report.pid);
+    for (const pid of pids) expect(pgid(pid)).not.toBe(report.pid);
+    // The fixture, like a node, takes SIGTERM itself; a sleeper that saw it would die of it.
+    process.kill(-report.pid, "SIGTERM");
+    await new Promise((r) => setTimeout(r, 300));
+    for (const pid of pids) expect(running(pid)).toBe(true);
+    proc.kill("SIGKILL");
+    await waitFor(() => (pids.every((p) => !running(p)) ? true : undefined), {
+      timeoutMs: 1000,
+      intervalMs: 10,
+      what: "children gone after kill -9 of their parent",
+    });
   });
 
   it("a child spawned from a worker thread is not tied to that thread; the sweep takes it after its owner dies", async () => {

@@ -1,7 +1,10 @@
 // The one spawn path for the node's children (nats-server, llama-server, ggml-rpc-server): on Linux the
-// child runs under `setpriv --pdeathsig KILL`, so the kernel kills it when the node process dies.
-// Invariants: setpriv execs the program, so the pid (and /proc start time) seen here is the program's;
-// the death signal is armed only from the main thread, because the kernel sends it when the spawning
+// child runs under `setpriv --pdeathsig KILL`, so the kernel kills it when the node process dies, and
+// in its own process group, so a stop signal sent to the node's group (Ctrl-C, `kill -- -PGID`,
+// `tini -g`) reaches only the node, which stops its children when its drain says so.
+// Invariants: a child leaves the node's group only when its death signal is armed (otherwise the
+// group is its only tie to the node); setpriv execs the program, so the pid (and /proc start time)
+// seen here is the program's; the death signal is armed only from the main thread, because the kernel sends it when the spawning
 // *thread* exits (a worker thread's child would die with the worker) -- elsewhere the orphan sweep is
 // the only safety net; a recorded child's record is removed when it is reaped; `exited` never
 // rejects and settles once; stop() is idempotent: SIGTERM, then SIGKILL after the grace, resolves
@@ -146,7 +149,7 @@ function startProcess(
       cmd.niceness && program !== undefined && NICE ? [NICE, "-n", String(cmd.niceness)] : [];
     const argv = [...nice, cmd.bin, ...cmd.args];
     return diesWithParent
-      ? spawn(SETPRIV, ["--pdeathsig", "KILL", "--", ...argv], { env, stdio })
+      ? spawn(SETPRIV, ["--pdeathsig", "KILL", "--", ...argv], { env, stdio, detached: true })
       : spawn(argv[0]!, argv.slice(1), { env, stdio });
   } finally {
     // The child holds its own copies of the descriptors.

@@ -2,8 +2,10 @@
 // binary with their argv (llama-server, ggml-rpc-server), the llama-server listening on a port (to
 // kill it, as a crash would), and the API key it was given (LLAMA_API_KEY in its environment).
 // Nodes make that key at start and tell it only to bus members, so a test that asks an engine
-// directly takes it from the process.
+// directly takes it from the process. Also a llama-server that loads some models slowly.
 import { readdirSync, readFileSync } from "node:fs";
+import { managedBuild } from "@ic/engine";
+import { fixturePath } from "./ports.ts";
 
 /** Every running process whose program (argv[0]) ends with `binary`, with its argv. */
 export function processesOf(binary: string): { pid: number; argv: string[] }[] {
@@ -47,4 +49,21 @@ export function engineKeyOf(port: number | string, host?: string): string {
   const key = env.find((e) => e.startsWith("LLAMA_API_KEY="))?.slice("LLAMA_API_KEY=".length);
   if (!key) throw new Error(`the llama-server on port ${port} (pid ${pid}) has no API key`);
   return key;
+}
+
+/**
+ * A llama-server that takes `delayS` seconds longer to load the models whose path contains `match`
+ * (fixtures/load-delay-engine.sh in front of the managed build): for tests where a replacement
+ * instance must take time to become ready. Give `bin` as `engine.server_bin` and `env` to the node.
+ */
+export function loadDelayEngine(o: { delayS: number; match: string }): {
+  bin: string;
+  env: Record<string, string>;
+} {
+  const real = managedBuild()?.binaries["llama-server"];
+  if (!real) throw new Error("no managed engine build (node scripts/build-engine.mjs makes one)");
+  return {
+    bin: fixturePath("load-delay-engine.sh"),
+    env: { IC_DELAY_REAL_BIN: real, IC_DELAY_S: String(o.delayS), IC_DELAY_MATCH: o.match },
+  };
 }

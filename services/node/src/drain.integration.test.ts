@@ -1,12 +1,19 @@
 // Draining across 3 hosts with real llama-servers: SIGTERM to a node that holds one of a model's two
 // instances, under steady streaming and non-streaming load through another node. The gateways route
 // around it at once, what was in flight there finishes, /health says draining meanwhile, and no
-// client sees a failure.
+// client sees a failure. And make before break: SIGTERM to the node holding a model's only
+// instance, whose replacement takes seconds to load, under load without pause: no failed request.
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { placeAndWait, seedStore, startHostCluster, waitForConvergence } from "@ic/testkit";
+import {
+  loadDelayEngine,
+  placeAndWait,
+  seedStore,
+  startHostCluster,
+  waitForConvergence,
+} from "@ic/testkit";
 import type { HostCluster } from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 
@@ -16,17 +23,25 @@ interface StateDoc {
 
 let cluster: HostCluster;
 let modelId: string;
+/** Its engine takes LOAD_DELAY_S longer to load (load-delay-engine.sh), on every node. */
+let slowLoadId: string;
+const LOAD_DELAY_S = 4;
 
 beforeAll(async () => {
   const store = mkdtempSync(join(tmpdir(), "ic-store-"));
   ({ modelId } = await seedStore(store, { modelId: "test/drain-slow", slow: true }));
+  ({ modelId: slowLoadId } = await seedStore(store, { modelId: "test/slow-load" }));
+  const engine = loadDelayEngine({ delayS: LOAD_DELAY_S, match: "slow-load" });
   cluster = await startHostCluster(3, {
     config: (i) => ({
       node: { drain_timeout_ms: 30_000 },
-      engine: { context_size: 4096, extra_args: ["-np", "4"] },
+      engine: { context_size: 4096, extra_args: ["-np", "4"], server_bin: engine.bin },
       ...(i === 0 ? { store_path: store } : {}),
     }),
-    env: (i): Record<string, string> => (i === 0 ? { LOG_LEVEL: "debug" } : {}),
+    env: (i): Record<string, string> => ({
+      ...engine.env,
+      ...(i === 0 ? { LOG_LEVEL: "debug" } : {}),
+    }),
   });
   await waitForConvergence(cluster.nodes, 3);
 }, 180_000);
@@ -36,7 +51,7 @@ afterAll(async () => {
 });
 
 /** One client sending request after request (streaming and not, in turn) until `until` resolves. */
-async function client(node: NodeProcess, until: Promise<void>) {
+async function client(node: NodeProcess, until: Promise<void>, model = modelId, maxTokens = 120) {
   const outcomes: { ok: boolean; status: number; detail: string }[] = [];
   let done = false;
   void until.then(() => (done = true));
@@ -47,9 +62,9 @@ async function client(node: NodeProcess, until: Promise<void>) {
         method: "POST",
         headers: { ...node.authHeaders, "content-type": "application/json" },
         body: JSON.stringify({
-          model: modelId,
+          model,
           messages: [{ role: "user", content: "Tell me a story." }],
-          max_tokens: 120,
+          max_tokens: maxTokens,
           stream,
         }),
       });
@@ -118,4 +133,37 @@ describe("drain", () => {
     expect(stopMs).toBeLessThan(30_000);
     expect(n2.running).toBe(true);
   });
+
+  it("SIGTERM to the node holding a model's only instance, its replacement seconds from ready, under load without pause: no failed request (make before break)", async () => {
+    const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
+    if (!n3.running) await n3.start();
+    await waitForConvergence(cluster.nodes, 3, 30_000);
+    const doc = await n1.get<StateDoc>("/state");
+    const id = (name: string) => doc.node_identities.find((n) => n.name === name)!.node_id;
+    // Off node-1 (the clients' gateway): on node-2 or node-3, and its replacement on the other.
+    const placed = await placeAndWait(n1, { model_id: slowLoadId, excluded_nodes: [id("node-1")] });
+    const holderName = doc.node_identities.find(
+      (n) => n.node_id === placed.assignments[0]!.node_id,
+    )!.name;
+    const holder = holderName === "node-2" ? n2 : n3;
+
+    let stopLoad!: () => void;
+    const until = new Promise<void>((r) => (stopLoad = r));
+    const clients = Array.from({ length: 6 }, () => client(n1, until, slowLoadId, 8));
+    await new Promise((r) => setTimeout(r, 1000));
+    await holder.stop(40_000);
+    // The load goes on through the replacement; then the clients stop.
+    await new Promise((r) => setTimeout(r, 1500));
+    stopLoad();
+    const outcomes = (await Promise.all(clients)).flat();
+    const failed = outcomes.filter((o) => !o.ok);
+    expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
+    expect(outcomes.length).toBeGreaterThan(20);
+    // The gap was there to hide: the drain waited for a replacement that took seconds to load.
+    const drained = holder.logLines.find((l) => l.includes('"msg":"drained"'));
+    expect(drained, holder.logLines.slice(-20).join("\n")).toBeDefined();
+    const waited = Number(/"waitedMs":(\d+)/.exec(drained!)?.[1]);
+    expect(waited).toBeGreaterThanOrEqual(LOAD_DELAY_S * 1000);
+    expect(drained).toContain('"outcome":"idle"');
+  }, 120_000);
 });

@@ -1,7 +1,8 @@
 // Draining a node before it stops (SIGTERM, POST /admin/drain): it tells the cluster in its
-// heartbeat (gateways then send no new request to an instance with a rank on it), waits for the
-// requests in flight on those instances' engines to end, bounded by node.drain_timeout_ms, and only
-// then stops. A second SIGTERM cuts the wait short.
+// heartbeat (gateways then send new requests to other ready instances, and here only while a model
+// has none elsewhere: make before break), waits until its deployments are ready elsewhere and the
+// requests in flight on its engines have ended, bounded by node.drain_timeout_ms, and only then
+// stops. A deliberate second SIGTERM cuts the wait short.
 import type { ClusterAgent } from "@ic/cluster";
 import type { Logger } from "@ic/log";
 
@@ -83,6 +84,9 @@ export function engineBusy(metricsText: string): number {
   return n;
 }
 
+/** How long a draining node's deployment may still point here before the log says it stays. */
+const STAYING_AFTER_MS = 3000;
+
 /** What a node's drain asks of its cluster agent and its gateway. */
 export interface NodeDrainSources {
   readonly peerKey: string;
@@ -115,13 +119,26 @@ export function nodeDrain(o: NodeDrainSources): Drain {
       .filter((d) => mine().some((i) => i.instance_id === d.instance_id))
       .map((d) => d.deployment_id),
   );
+  const started = Date.now();
+  const staying = new Set<string>();
   const movingElsewhere = () => {
     const s = agent.snapshot();
     let n = 0;
     for (const id of here) {
-      const inst = s.instances[s.deployments[id]?.instance_id ?? ""];
-      if (!inst || inst.assignments.some((a) => a.peer_key === peerKey)) continue;
-      if (s.runners[`${inst.instance_id}/0`]?.state !== "RunnerReady") n++;
+      const d = s.deployments[id];
+      const inst = s.instances[d?.instance_id ?? ""];
+      if (d && inst?.assignments.some((a) => a.peer_key === peerKey)) {
+        // Still pointing here after the master had time to place it elsewhere: nothing can take it.
+        if (Date.now() - started >= STAYING_AFTER_MS && !staying.has(id)) {
+          staying.add(id);
+          o.log.warn(
+            { deploymentId: id, modelId: d.model_id },
+            "no other node can take this deployment now: this node serves it until its drain ends",
+          );
+        }
+        continue;
+      }
+      if (inst && s.runners[`${inst.instance_id}/0`]?.state !== "RunnerReady") n++;
     }
     return n;
   };

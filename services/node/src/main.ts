@@ -1,8 +1,10 @@
 // Process entry of a node. The outer process supervises an inner one that runs the node: a restart
 // request (POST /admin/restart) makes the inner process stop everything (runners, nats-server -- releasing
 // GPU memory) and exit with RESTART_EXIT_CODE, and the outer process starts a fresh image at once.
-// SIGTERM/SIGINT drain the node (node.drain_timeout_ms; a second signal cuts it short), then stop it
-// in reverse start order under a grace timeout.
+// SIGTERM/SIGINT drain the node (node.drain_timeout_ms; a second signal at least a second later cuts
+// it short), then stop it in reverse start order under a grace timeout. A signal sent to the process
+// group reaches both processes: the node counts it and the supervisor's forward as one request
+// (stop-requests.ts), and its children run in groups of their own (@ic/process spawn).
 import { fork } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -13,6 +15,7 @@ import { createLogger, guardProcess } from "@ic/log";
 import type { Logger } from "@ic/log";
 import { Node } from "./node.ts";
 import { NODE_USAGE, parseNodeArgs } from "./node-args.ts";
+import { StopRequests } from "./stop-requests.ts";
 
 export const RESTART_EXIT_CODE = 75;
 const GRACE_MS = 15_000;
@@ -43,7 +46,7 @@ async function runNode(configFile: string | undefined): Promise<void> {
   /** `drain`: a planned stop (SIGTERM, SIGINT, POST /admin/drain) lets requests in flight end first. */
   async function shutdown(code: number, why: string, drain = false): Promise<void> {
     if (stopping) {
-      // A second signal while draining: stop now.
+      // A second stop request while draining: stop now.
       if (draining) {
         log.info({ why }, "second stop request while draining: stopping now");
         node.cancelDrain();
@@ -95,7 +98,8 @@ function configOrExit(file: string | undefined): Config {
 }
 
 /**
- * SIGTERM and SIGINT drain, then stop; the supervisor going away stops. SIGHUP reads the API tokens
+ * SIGTERM and SIGINT drain, then stop (one request however many copies of the signal arrive within
+ * a second); the supervisor going away stops. SIGHUP reads the API tokens
  * from the config file again, nothing else (reload.ts); a refused reload keeps the tokens in force
  * and says why in the log.
  */
@@ -104,8 +108,19 @@ function onSignals(
   log: Logger,
   shutdown: (code: number, why: string, drain?: boolean) => Promise<void>,
 ): void {
-  process.on("SIGTERM", () => void shutdown(0, "SIGTERM", true));
-  process.on("SIGINT", () => void shutdown(0, "SIGINT", true));
+  const stops = new StopRequests();
+  const onStop = (sig: NodeJS.Signals) => {
+    if (stops.take(Date.now()) === "duplicate") {
+      log.info(
+        { signal: sig },
+        "stop signal repeated within a second (sent to the process group): one stop",
+      );
+      return;
+    }
+    void shutdown(0, sig, true);
+  };
+  process.on("SIGTERM", () => onStop("SIGTERM"));
+  process.on("SIGINT", () => onStop("SIGINT"));
   process.on("disconnect", () => void shutdown(0, "supervisor gone"));
   process.on("SIGHUP", () => {
     node
@@ -133,6 +148,8 @@ function supervise(): void {
       process.exit(code ?? (signal ? 1 : 0));
     });
   };
+  // Forwarded as it comes: when the signal went to the whole group the node has its own copy too,
+  // and counts the two as one stop request.
   const forward = (sig: NodeJS.Signals) => {
     stopping = true;
     child?.kill(sig);

@@ -77,79 +77,96 @@ async function client(lb: HealthCheckedBalancer, until: Promise<void>) {
 }
 
 describe("maintenance", () => {
-  it("a rolling SIGTERM restart of every node, the master included, under load with two replicas: no failed request, one session", async () => {
-    const nodes = cluster.nodes as NodeProcess[];
-    // The store host registers its models shortly after joining the session.
-    await waitFor(
-      async () =>
-        (await nodes[0]!.get<{ models: { model_id: string }[] }>("/state")).models.some(
-          (m) => m.model_id === modelId,
-        )
-          ? true
-          : undefined,
-      { timeoutMs: 30_000, what: "the model registered" },
-    );
-    const placed = await nodes[0]!.post("/place_instance", { model_id: modelId, replicas: 2 });
-    expect(placed.status).toBe(200);
-    const state = (n: NodeProcess) => n.get<StateDoc>("/state");
-    const twoReady = (live: readonly NodeProcess[]) =>
-      waitForReadyInstances<StateDoc>(live[0]!, 2, 90_000);
-    const before = await twoReady(nodes);
-    const session = before.session!.session_id;
+  it.each([
+    {
+      to: "process" as const,
+      what: "to each node's main process (docker stop, systemd KillMode=mixed)",
+    },
+    { to: "group" as const, what: "to each node's process group (Ctrl-C, kill -- -PGID, tini -g)" },
+  ])(
+    "a rolling SIGTERM restart of every node $what, the master included, under load with two replicas: no failed request, one session",
+    async ({ to }) => {
+      const nodes = cluster.nodes as NodeProcess[];
+      // The store host registers its models shortly after joining the session.
+      await waitFor(
+        async () =>
+          (await nodes[0]!.get<{ models: { model_id: string }[] }>("/state")).models.some(
+            (m) => m.model_id === modelId,
+          )
+            ? true
+            : undefined,
+        { timeoutMs: 30_000, what: "the model registered" },
+      );
+      // The second run finds the deployment the first one placed (intent is durable).
+      const deployed = (await nodes[0]!.get<{ deployments: unknown[] }>("/state")).deployments;
+      if (deployed.length === 0) {
+        const placed = await nodes[0]!.post("/place_instance", { model_id: modelId, replicas: 2 });
+        expect(placed.status).toBe(200);
+      }
+      const state = (n: NodeProcess) => n.get<StateDoc>("/state");
+      const twoReady = (live: readonly NodeProcess[]) =>
+        waitForReadyInstances<StateDoc>(live[0]!, 2, 90_000);
+      const before = await twoReady(nodes);
+      const session = before.session!.session_id;
 
-    const lb = new HealthCheckedBalancer(nodes);
-    let stopLoad!: () => void;
-    const until = new Promise<void>((r) => (stopLoad = r));
-    const clients = Array.from({ length: 4 }, () => client(lb, until));
-    await new Promise((r) => setTimeout(r, 2000));
+      const lb = new HealthCheckedBalancer(nodes);
+      let stopLoad!: () => void;
+      const until = new Promise<void>((r) => (stopLoad = r));
+      const clients = Array.from({ length: 4 }, () => client(lb, until));
+      await new Promise((r) => setTimeout(r, 2000));
 
-    // The master first, then the others; each back (and both replicas ready) before the next.
-    const masterName = before.node_identities.find((n) => n.is_master)!.name;
-    const order = [...nodes].sort(
-      (a, b) => Number(b.spec.name === masterName) - Number(a.spec.name === masterName),
-    );
-    const restarts: { node: string; stopMs: number; wasMaster: boolean }[] = [];
-    for (const n of order) {
-      const others = nodes.filter((x) => x !== n);
-      const wasMaster = (await state(others[0]!)).node_identities.find(
-        (x) => x.name === n.spec.name,
-      )!.is_master;
-      const t0 = Date.now();
-      await n.stop(40_000);
-      restarts.push({ node: n.spec.name, stopMs: Date.now() - t0, wasMaster });
-      await n.start();
-      await waitForConvergence(nodes, 3, 30_000);
-      await twoReady(nodes);
-      await new Promise((r) => setTimeout(r, 1500));
-    }
+      // The master first, then the others; each back (and both replicas ready) before the next.
+      const masterName = before.node_identities.find((n) => n.is_master)!.name;
+      const order = [...nodes].sort(
+        (a, b) => Number(b.spec.name === masterName) - Number(a.spec.name === masterName),
+      );
+      const restarts: { node: string; stopMs: number; wasMaster: boolean }[] = [];
+      for (const n of order) {
+        const others = nodes.filter((x) => x !== n);
+        const wasMaster = (await state(others[0]!)).node_identities.find(
+          (x) => x.name === n.spec.name,
+        )!.is_master;
+        const t0 = Date.now();
+        await n.stop(40_000, to);
+        restarts.push({ node: n.spec.name, stopMs: Date.now() - t0, wasMaster });
+        await n.start();
+        await waitForConvergence(nodes, 3, 30_000);
+        await twoReady(nodes);
+        await new Promise((r) => setTimeout(r, 1500));
+      }
 
-    stopLoad();
-    const outcomes = (await Promise.all(clients)).flat();
-    await lb.stop();
-    const failed = outcomes.filter((o) => !o.ok);
-    const after = await state(nodes[0]!);
-    process.stderr.write(
-      `maintenance: ${outcomes.length} requests (${outcomes.filter((o) => o.stream).length} streaming), ` +
-        `${failed.length} failed, ${lb.refused} connection(s) refused and sent elsewhere; restarts ` +
-        restarts
-          .map((r) => `${r.node}${r.wasMaster ? " (master)" : ""} ${r.stopMs} ms`)
-          .join(", ") +
-        "\n",
-    );
-    expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
-    expect(outcomes.length).toBeGreaterThan(20);
-    expect(restarts[0]!.wasMaster).toBe(true);
-    // One session throughout: the masters handed it off rather than losing it.
-    expect(after.session!.session_id).toBe(session);
-    const leftSession = nodes.flatMap((n) =>
-      n.logLines.filter(
-        (l) => l.includes('"msg":"session changed"') && l.includes(`"previous":"${session}"`),
-      ),
-    );
-    expect(leftSession).toEqual([]);
-    const logged = (what: string) => nodes.some((n) => n.logLines.some((l) => l.includes(what)));
-    expect(logged("handed the master role off")).toBe(true);
-    // A draining replica holder's deployment went to the free node before it left.
-    expect(logged("placed elsewhere before it leaves")).toBe(true);
-  }, 420_000);
+      stopLoad();
+      const outcomes = (await Promise.all(clients)).flat();
+      await lb.stop();
+      const failed = outcomes.filter((o) => !o.ok);
+      const after = await state(nodes[0]!);
+      process.stderr.write(
+        `maintenance: ${outcomes.length} requests (${outcomes.filter((o) => o.stream).length} streaming), ` +
+          `${failed.length} failed, ${lb.refused} connection(s) refused and sent elsewhere; restarts ` +
+          restarts
+            .map((r) => `${r.node}${r.wasMaster ? " (master)" : ""} ${r.stopMs} ms`)
+            .join(", ") +
+          "\n",
+      );
+      expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
+      expect(outcomes.length).toBeGreaterThan(20);
+      expect(restarts[0]!.wasMaster).toBe(true);
+      // One session throughout: the masters handed it off rather than losing it.
+      expect(after.session!.session_id).toBe(session);
+      const leftSession = nodes.flatMap((n) =>
+        n.logLines.filter(
+          (l) => l.includes('"msg":"session changed"') && l.includes(`"previous":"${session}"`),
+        ),
+      );
+      expect(leftSession).toEqual([]);
+      const logged = (what: string) => nodes.some((n) => n.logLines.some((l) => l.includes(what)));
+      expect(logged("handed the master role off")).toBe(true);
+      // A draining replica holder's deployment went to the free node before it left.
+      expect(logged("placed elsewhere before it leaves")).toBe(true);
+      // Each stop was one request: the drains ran to their end, none was cut short.
+      expect(logged('"outcome":"cut_short"')).toBe(false);
+      if (to === "group") expect(logged("sent to the process group): one stop")).toBe(true);
+    },
+    420_000,
+  );
 });

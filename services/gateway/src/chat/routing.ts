@@ -1,5 +1,6 @@
-// The route step: which ready instances may take a request (none with a rank on a draining node,
-// rank 0 heard), the one it goes to (balancing.ts), and the typed answer when none may.
+// The route step: which ready instances may take a request (rank 0 heard; those off draining nodes
+// first, and a draining node's only while no other is ready: make before break), the one it goes to
+// (balancing.ts), and the typed answer when none may.
 import { ServiceError } from "@ic/protocol";
 import type { ControlState } from "@ic/protocol";
 import type { PeerView } from "@ic/protocol";
@@ -11,14 +12,13 @@ import { servesKind } from "./request.ts";
 import type { ChatContext } from "./request.ts";
 
 /**
- * The model is ready only on nodes that are draining, or on nodes this node has not heard (yet): a
- * retryable 404, as while it is starting.
+ * The model is ready only on nodes this node has not heard (yet, or any more): a retryable 404, as
+ * while it is starting.
  */
 export function unroutable(
   model: string,
   instances: readonly ReadyInstance[],
   state: ControlState,
-  live: readonly PeerView[],
 ): ServiceError {
   const nodes = [
     ...new Set(
@@ -27,24 +27,11 @@ export function unroutable(
       ),
     ),
   ];
-  const draining = live.some(
-    (p) =>
-      p.heartbeat.draining &&
-      instances.some((i) =>
-        i.instance.assignments.some((a) => a.peer_key === p.heartbeat.peer_key),
-      ),
+  return new ServiceError(
+    "model_not_ready",
+    `${model} is served only on nodes this node has not heard from within the liveness timeout (${nodes.join(", ")}); retry`,
+    { retryAfterS: 1, details: { model, phase: "unheard", nodes } },
   );
-  return draining
-    ? new ServiceError(
-        "model_not_ready",
-        `${model} is served only on nodes that are draining (${nodes.join(", ")}) and take no new requests; retry`,
-        { retryAfterS: 2, details: { model, phase: "draining", nodes } },
-      )
-    : new ServiceError(
-        "model_not_ready",
-        `${model} is served only on nodes this node has not heard from within the liveness timeout (${nodes.join(", ")}); retry`,
-        { retryAfterS: 1, details: { model, phase: "unheard", nodes } },
-      );
 }
 
 /**
@@ -88,9 +75,11 @@ export function readyOthers(
 }
 
 /**
- * Instances with no rank on a draining node (a draining node takes no new request) whose rank 0
- * runs on a node heard within the liveness timeout (its heartbeats carry the engine's key: a node
- * that has just joined has not heard every peer yet, and a silent one is about to be declared gone).
+ * Instances whose rank 0 runs on a node heard within the liveness timeout (its heartbeats carry the
+ * engine's key: a node that has just joined has not heard every peer yet, and a silent one is about
+ * to be declared gone), and of those the ones with no rank on a draining node. Make before break:
+ * while none is ready off draining nodes, the draining ones still take requests -- a draining node
+ * serves until its replacements are ready or its drain times out (docs/operations.md, "Draining").
  */
 export function routable(
   instances: readonly ReadyInstance[],
@@ -100,9 +89,9 @@ export function routable(
   const draining = new Set(
     live.filter((p) => p.heartbeat.draining).map((p) => p.heartbeat.peer_key),
   );
-  return instances.filter(
-    (i) =>
-      heard.has(i.instance.assignments.find((a) => a.rank === 0)?.peer_key ?? "") &&
-      !i.instance.assignments.some((a) => draining.has(a.peer_key)),
+  const up = instances.filter((i) =>
+    heard.has(i.instance.assignments.find((a) => a.rank === 0)?.peer_key ?? ""),
   );
+  const staying = up.filter((i) => !i.instance.assignments.some((a) => draining.has(a.peer_key)));
+  return staying.length > 0 ? staying : up;
 }

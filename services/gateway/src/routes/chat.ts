@@ -192,8 +192,8 @@ async function validate(c: Context, obs: ChatObserver | undefined, endpoint: End
 }
 
 /**
- * Route: the model's ready instances of the endpoint's kind that may take a request now (none with a
- * rank on a draining node, rank 0 heard), as this node sees the cluster; the typed refusal otherwise.
+ * Route: the model's ready instances of the endpoint's kind that may take a request now (rank 0
+ * heard; off draining nodes while any is), as this node sees the cluster; the typed refusal otherwise.
  */
 function route(ctx: ChatContext, body: InferenceRequest, endpoint: Endpoint) {
   const cluster = ctx.o.cluster;
@@ -213,7 +213,7 @@ function route(ctx: ChatContext, body: InferenceRequest, endpoint: Endpoint) {
   // One look at the live peers per request: draining nodes and balancing read the same one.
   const live = ctx.o.cluster.livePeers();
   const open = routable(suited, live);
-  if (open.length === 0) throw unroutable(body.model, suited, snap, live);
+  if (open.length === 0) throw unroutable(body.model, suited, snap);
   const problem = contentProblem(body, snap.models[ready.instances[0]!.instance.model_id]);
   if (problem) throw new ServiceError("invalid_request", problem);
   return { open, live };
