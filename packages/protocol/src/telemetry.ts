@@ -29,6 +29,15 @@ export const HEALTH_CODES = [
   /** A model directory was removed from store_path by hand while an instance or deployment uses it. */
   "store_model_missing",
   "store_loose_file",
+  /**
+   * A model in store_path whose files differ from its manifest (a size, or a sha256 a piece-hash
+   * backfill read): not served nor registered until its files change (the entry names the file).
+   */
+  "store_model_changed",
+  /** The store host could not register one of its models: the master refused it (its words). */
+  "store_model_refused",
+  /** Info: the store host hashes a model in the background (registering it, or its piece hashes). */
+  "store_hashing",
   /** The master cannot reach a quorum of the intent store: intent cannot change, nor be restored. */
   "intent_store_unavailable",
   /** A runner on this node crashes again and again (its model, instance and the engine's words). */
@@ -41,7 +50,11 @@ export type HealthCode = z.infer<typeof HealthCodeSchema>;
 
 export const HealthEntrySchema = z.object({
   code: HealthCodeSchema,
-  severity: z.enum(["error", "warn"]),
+  /**
+   * `error` makes the node no placement candidate (packages/placement cluster.ts); `warn` asks the
+   * operator to act; `info` is progress to show (a background hash), never a problem.
+   */
+  severity: z.enum(["error", "warn", "info"]),
   message: z.string(),
   remediation: z.string(),
   /** What the entry is about, when it is one model's runner. */

@@ -3,9 +3,9 @@
 // kill it, as a crash would), and the API key it was given (LLAMA_API_KEY in its environment).
 // Nodes make that key at start and tell it only to bus members, so a test that asks an engine
 // directly takes it from the process. Also a llama-server that loads some models slowly.
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { managedBuild } from "@ic/engine";
-import { fixturePath } from "./ports.ts";
 
 /** Every running process whose program (argv[0]) ends with `binary`, with its argv. */
 export function processesOf(binary: string): { pid: number; argv: string[] }[] {
@@ -52,18 +52,25 @@ export function engineKeyOf(port: number | string, host?: string): string {
 }
 
 /**
- * A llama-server that takes `delayS` seconds longer to load the models whose path contains `match`
- * (fixtures/load-delay-engine.sh in front of the managed build): for tests where a replacement
- * instance must take time to become ready. Give `bin` as `engine.server_bin` and `env` to the node.
+ * A llama-server that takes `delayS` seconds longer to load the models whose path contains `match`,
+ * without listening meanwhile, as a big model loading would: a script in `dir` in front of the
+ * managed build, for tests where a replacement instance must take time to become ready. Give its
+ * path as `engine.server_bin` (the values are in the script: engines get a filtered environment).
  */
-export function loadDelayEngine(o: { delayS: number; match: string }): {
-  bin: string;
-  env: Record<string, string>;
-} {
+export function loadDelayEngine(o: { dir: string; delayS: number; match: string }): string {
   const real = managedBuild()?.binaries["llama-server"];
   if (!real) throw new Error("no managed engine build (node scripts/build-engine.mjs makes one)");
-  return {
-    bin: fixturePath("load-delay-engine.sh"),
-    env: { IC_DELAY_REAL_BIN: real, IC_DELAY_S: String(o.delayS), IC_DELAY_MATCH: o.match },
-  };
+  const bin = join(o.dir, "load-delay-llama-server");
+  const q = (v: string) => `'${v.replace(/'/g, "'\\''")}'`;
+  writeFileSync(
+    bin,
+    [
+      "#!/bin/sh",
+      `case "$*" in *${q(o.match)}*) sleep ${Number(o.delayS)} ;; esac`,
+      `exec ${q(real)} "$@"`,
+      "",
+    ].join("\n"),
+    { mode: 0o755 },
+  );
+  return bin;
 }

@@ -77,6 +77,9 @@ export function renderTopology(/** @type {StateDocument} */ doc) {
   );
 }
 
+/** A health entry's badge: an error is bad, a warning warns, info (a background hash) is progress. */
+const SEVERITY_BADGE = { error: "bad", warn: "warn", info: "muted" };
+
 export function renderHealth(/** @type {StateDocument} */ doc) {
   const list = $("health-list");
   if (doc.nodeHealth.length === 0) {
@@ -91,7 +94,7 @@ export function renderHealth(/** @type {StateDocument} */ doc) {
         h(
           "div",
           null,
-          badge(e.severity, e.severity === "error" ? "bad" : "warn"),
+          badge(e.severity, SEVERITY_BADGE[e.severity] ?? "warn"),
           " ",
           h("strong", null, e.node_name),
           " ",

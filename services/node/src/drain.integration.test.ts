@@ -23,7 +23,7 @@ interface StateDoc {
 
 let cluster: HostCluster;
 let modelId: string;
-/** Its engine takes LOAD_DELAY_S longer to load (load-delay-engine.sh), on every node. */
+/** Its engine takes LOAD_DELAY_S longer to load (loadDelayEngine), on every node. */
 let slowLoadId: string;
 const LOAD_DELAY_S = 4;
 
@@ -31,17 +31,18 @@ beforeAll(async () => {
   const store = mkdtempSync(join(tmpdir(), "ic-store-"));
   ({ modelId } = await seedStore(store, { modelId: "test/drain-slow", slow: true }));
   ({ modelId: slowLoadId } = await seedStore(store, { modelId: "test/slow-load" }));
-  const engine = loadDelayEngine({ delayS: LOAD_DELAY_S, match: "slow-load" });
+  const engineBin = loadDelayEngine({
+    dir: mkdtempSync(join(tmpdir(), "ic-engine-")),
+    delayS: LOAD_DELAY_S,
+    match: "slow-load",
+  });
   cluster = await startHostCluster(3, {
     config: (i) => ({
       node: { drain_timeout_ms: 30_000 },
-      engine: { context_size: 4096, extra_args: ["-np", "4"], server_bin: engine.bin },
+      engine: { context_size: 4096, extra_args: ["-np", "4"], server_bin: engineBin },
       ...(i === 0 ? { store_path: store } : {}),
     }),
-    env: (i): Record<string, string> => ({
-      ...engine.env,
-      ...(i === 0 ? { LOG_LEVEL: "debug" } : {}),
-    }),
+    env: (i): Record<string, string> => (i === 0 ? { LOG_LEVEL: "debug" } : {}),
   });
   await waitForConvergence(cluster.nodes, 3);
 }, 180_000);

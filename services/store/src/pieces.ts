@@ -24,12 +24,23 @@ export function pieceRange(fileBytes: number, pieceBytes: number, i: number): [n
 
 const READ_BYTES = 8 * 1024 * 1024;
 
+/** How a hash is watched and stopped (the store host's hashing pool passes both). */
+export interface HashOptions {
+  /** Stops the read loop: the hash rejects with the signal's reason before its next read. */
+  readonly signal?: AbortSignal | undefined;
+  /** Called after each read (8 MiB at most) with the bytes it added. */
+  readonly onProgress?: ((bytes: number) => void) | undefined;
+}
+
 /** The sha256 of a whole file and of each of its pieces, in one read of the file. */
 export async function hashFilePieces(
   path: string,
   fileBytes: number,
   pieceBytes: number,
+  opts: HashOptions = {},
 ): Promise<{ sha256: string; pieces: FilePieces }> {
+  const { signal, onProgress } = opts;
+  signal?.throwIfAborted();
   const whole = createHash("sha256");
   const hashes: string[] = [];
   const fh = await open(path, "r");
@@ -39,12 +50,14 @@ export async function hashFilePieces(
       const [start, end] = pieceRange(fileBytes, pieceBytes, i);
       const piece = createHash("sha256");
       for (let pos = start; pos < end;) {
+        signal?.throwIfAborted();
         const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, end - pos), pos);
         if (bytesRead === 0) throw new Error(`${path} has fewer than ${fileBytes} bytes`);
         const v = buf.subarray(0, bytesRead);
         piece.update(v);
         whole.update(v);
         pos += bytesRead;
+        onProgress?.(bytesRead);
       }
       hashes.push(piece.digest("hex"));
     }

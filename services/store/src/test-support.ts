@@ -1,9 +1,12 @@
 // Helpers for this package's tests: temp directories disposed with `await using`, deterministic
-// artifact files, and a Disk whose free space is a fixed capacity minus what the tree really holds.
+// artifact files, a Disk whose free space is a fixed capacity minus what the tree really holds, and
+// a logger that keeps its records.
 import { lstat, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { createHash, randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve, sep } from "node:path";
+import { Writable } from "node:stream";
+import { createLogger, type Logger } from "@ic/log";
 import { nodeDisk, type Disk } from "./disk.ts";
 
 export interface TempDir extends AsyncDisposable {
@@ -74,5 +77,29 @@ export function budgetDisk(volumes: Record<string, number>): Disk {
       return { freeBytes: Math.max(0, hit[1] - used), totalBytes: hit[1] };
     },
     sameFilesystem: nodeDisk.sameFilesystem,
+  };
+}
+
+/** A logger that keeps every record (JSON-parsed) for a test to read; `messages(level)` filters. */
+export function collectingLogger(): {
+  readonly log: Logger;
+  readonly records: Record<string, unknown>[];
+  messages(level?: "debug" | "info" | "warn" | "error"): string[];
+} {
+  const records: Record<string, unknown>[] = [];
+  const destination = new Writable({
+    write(chunk: Buffer | string, _enc, cb) {
+      for (const line of chunk.toString().split("\n"))
+        if (line.trim()) records.push(JSON.parse(line) as Record<string, unknown>);
+      cb();
+    },
+  });
+  const log = createLogger({ enabled: true, level: "debug", destination, tail: null });
+  const LEVELS = { debug: 20, info: 30, warn: 40, error: 50 } as const;
+  return {
+    log,
+    records,
+    messages: (level) =>
+      records.filter((r) => !level || r.level === LEVELS[level]).map((r) => String(r.msg)),
   };
 }

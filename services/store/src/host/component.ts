@@ -1,8 +1,7 @@
 // The store host as a node component (a node with store_path): it serves the models it holds under
 // /store/models on this node's API, runs the hub pulls every node asks for over the bus, watches
 // store_path for models copied in or removed by hand, and registers its models with the master once
-// this node has joined a session (and again after each change).
-import { basename, dirname } from "node:path";
+// this node has joined a session (and again after each change); hashing never delays registration.
 import type { Bus } from "@ic/bus";
 import type { Config } from "@ic/config";
 import type { Component } from "@ic/http";
@@ -12,7 +11,8 @@ import type { StagingSettings } from "@ic/staging";
 import { createHubSource } from "../hub/hub.ts";
 import { looseEntryHealth, missingModelHealth, servePulls } from "../routes.ts";
 import { PullManager } from "./pulls.ts";
-import { readModelDir } from "./registry.ts";
+import { Registration } from "./registration.ts";
+import { changedModelHealth, hashingHealth, refusedModelHealth } from "./store-health.ts";
 import { StoreHost } from "./store-host.ts";
 import { StoreWatch } from "./store-watch.ts";
 import type { LooseEntry } from "./store-watch.ts";
@@ -28,8 +28,12 @@ export interface StoreHostComponentOptions {
   /** The hub token (from the environment only; never logged). */
   readonly hubToken: string | undefined;
   readonly log: Logger;
-  /** How often registration is retried until it succeeds for the session (default 500 ms). */
+  /** Pause between registration passes (default 500 ms). */
   readonly registerEveryMs?: number;
+  /** Models hashed at once in the background (default 1). */
+  readonly hashConcurrency?: number;
+  /** How long a model directory's files must stay unchanged before it is admitted (default 3 s). */
+  readonly settleMs?: number;
 }
 
 export interface StoreHostComponent extends Component {
@@ -39,14 +43,26 @@ export interface StoreHostComponent extends Component {
 
 export function storeHostComponent(o: StoreHostComponentOptions): StoreHostComponent {
   const { log } = o;
+  const st: HostState = { version: 0, missing: new Map(), loose: [] };
   const host = new StoreHost({
     storePath: o.storePath,
     logger: log,
     headroomBytes: o.settings,
     hub: createHubSource({ hubUrl: o.modelStore.hub_url, accessToken: o.hubToken }),
     transferIdleTimeoutMs: o.modelStore.transfer_idle_timeout_ms,
+    hashConcurrency: o.hashConcurrency,
+    onModelsChanged: () => void st.version++,
+    // Registered before a backfill found a file changed: out of the registry (refused while in use).
+    onWithdrawn: (id) =>
+      void o.cluster
+        .command({ type: "DeregisterModel", model_id: id })
+        .catch((e: unknown) =>
+          log.warn(
+            { err: e, modelId: id },
+            "a model whose files changed stays registered while something uses it; it is not served",
+          ),
+        ),
   });
-  const st: HostState = { version: 0, missing: new Map(), loose: [] };
   const pulls = new PullManager({
     target: host,
     onDone: () => void st.version++,
@@ -54,9 +70,15 @@ export function storeHostComponent(o: StoreHostComponentOptions): StoreHostCompo
     missingCompanions: (id) => host.missingCompanions(id),
   });
   const watch = storeWatch(o, host, st);
-  const register = registration(o, host, st);
+  const registration = new Registration({
+    cluster: o.cluster,
+    host,
+    apiUrl: o.self.apiUrl,
+    log,
+    version: () => st.version,
+    everyMs: o.registerEveryMs,
+  });
   let unservePulls: (() => void) | undefined;
-  let timer: NodeJS.Timeout | undefined;
   return {
     name: "store-host",
     host,
@@ -65,13 +87,10 @@ export function storeHostComponent(o: StoreHostComponentOptions): StoreHostCompo
       await host.start();
       unservePulls = servePulls(o.bus, pulls, host, o.self);
       watch.start();
-      timer = setInterval(
-        () => register().catch((e: unknown) => log.debug({ err: e }, "model registration retry")),
-        o.registerEveryMs ?? 500,
-      );
+      registration.start();
     },
     async stop() {
-      clearInterval(timer);
+      await registration.stop();
       await watch.stop();
       unservePulls?.();
       pulls.stop();
@@ -80,7 +99,13 @@ export function storeHostComponent(o: StoreHostComponentOptions): StoreHostCompo
     routes: (app) => void app.route("/", host.app),
     heartbeat: () => ({
       ...(pulls.list().length > 0 ? { pulls: pulls.list() } : {}),
-      health: [...missingModelHealth(st.missing), ...looseEntryHealth(st.loose)],
+      health: [
+        ...missingModelHealth(st.missing),
+        ...changedModelHealth(host.changedModels()),
+        ...refusedModelHealth(registration.refusals()),
+        ...looseEntryHealth(st.loose),
+        ...hashingHealth(host.hashing()),
+      ],
     }),
   };
 }
@@ -95,13 +120,18 @@ interface HostState {
   loose: LooseEntry[];
 }
 
-/** The watch of store_path: models copied in register once settled, removed ones leave. */
+/**
+ * The watch of store_path: models copied in are admitted once settled (served, reported as changed,
+ * or hashed in the background), removed ones leave.
+ */
 function storeWatch(o: StoreHostComponentOptions, host: StoreHost, st: HostState): StoreWatch {
   const { log, cluster } = o;
   return new StoreWatch({
     storePath: o.storePath,
     registered: (id) => host.manifest(id) !== undefined,
-    register: (id) => host.register(id),
+    admit: (id) => host.admit(id),
+    verify: (id) => host.verify(id),
+    badSignature: (id) => host.changedSignature(id),
     onAdded: (id) => {
       st.missing.delete(id);
       st.version++;
@@ -132,39 +162,9 @@ function storeWatch(o: StoreHostComponentOptions, host: StoreHost, st: HostState
         },
       );
     },
+    // An unserved directory (changed, or being hashed) removed: its report and hash go with it.
+    onUnservedGone: (id) => host.forget(id),
     log,
+    settleMs: o.settleMs,
   });
-}
-
-/** Registers the store's models with the master, once per session and after each change. */
-function registration(
-  o: StoreHostComponentOptions,
-  host: StoreHost,
-  st: HostState,
-): () => Promise<void> {
-  const { log, cluster } = o;
-  let registeredFor: string | null = null;
-  return async () => {
-    const due = `${cluster.sessionId}/${st.version}`;
-    if (!cluster.synced || registeredFor === due) return;
-    await host.registerAll();
-    const ids: string[] = [];
-    for (const manifest of host.models()) {
-      const dir = host.modelPath(manifest.model_id);
-      const rec = await readModelDir(dirname(dir), basename(dir), log);
-      if (!rec) continue;
-      await cluster.command({
-        type: "RegisterModel",
-        model: {
-          ...rec,
-          bytes: manifest.total_bytes,
-          registered_by: cluster.nodeId!,
-          store_url: o.self.apiUrl,
-        },
-      });
-      ids.push(rec.model_id);
-    }
-    registeredFor = due;
-    log.info({ models: ids }, "registered store models");
-  };
 }

@@ -4,21 +4,17 @@
 // Invariants: the store never deletes artifacts (it is never an eviction source, rule 7); only files a
 // registered manifest names are served, and only while their size still matches it; hub downloads
 // check the exact selected-manifest bytes plus the reserve against store_path before writing anything,
-// serialized with the transfer so two downloads never count the same free bytes.
-import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
+// serialized with the transfer so two downloads never count the same free bytes. Hashing (a directory
+// without a manifest, old manifests' piece hashes) runs in one bounded background pool
+// (store-models.ts): a model with a valid manifest is served at start without waiting for it.
+import { mkdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import type { Hono } from "hono";
 import { serve, type ServerType } from "@hono/node-server";
 import type { Logger } from "@ic/log";
 import type { Clock } from "@ic/protocol";
-import {
-  ModelJsonSchema,
-  modelIdFromDirName,
-  ServiceError,
-  type ModelId,
-  type StoreManifest,
-} from "@ic/protocol";
+import { ModelJsonSchema, ServiceError, type ModelId, type StoreManifest } from "@ic/protocol";
 import { Serial } from "@ic/staging";
 import { nodeDisk, type Disk } from "../disk.ts";
 import { executeFill, plannedTotals, removeStale } from "../transfer/fill.ts";
@@ -35,13 +31,10 @@ import {
   type HubDownloadOptions,
   type HubDownloadResult,
 } from "./hub-download.ts";
-import {
-  lacksPieces,
-  MANIFEST_FILE,
-  readManifests,
-  withPieces,
-  writeManifest,
-} from "./manifests.ts";
+import { MANIFEST_FILE, writeManifest } from "./manifests.ts";
+import type { HashJobProgress } from "./hash-pool.ts";
+import type { Admission } from "./store-watch.ts";
+import { StoreModels, type ChangedModel } from "./store-models.ts";
 
 export interface StoreHostOptions {
   /** store_path, already expanded. */
@@ -56,6 +49,12 @@ export interface StoreHostOptions {
   readonly transferIdleTimeoutMs?: number | undefined;
   /** Size of the pieces manifests list hashes of (PIECE_BYTES; smaller in tests). */
   readonly pieceBytes?: number | undefined;
+  /** Models hashed at once in the background (registration, piece-hash backfill; default 1). */
+  readonly hashConcurrency?: number | undefined;
+  /** The served models changed (a hash finished, a model was found changed): register again. */
+  readonly onModelsChanged?: (() => void) | undefined;
+  /** A served model was withdrawn: a backfill found a file whose sha256 differs from its manifest. */
+  readonly onWithdrawn?: ((id: ModelId) => void) | undefined;
 }
 
 export interface ListenOptions {
@@ -77,7 +76,8 @@ export class StoreHost implements AsyncDisposable {
   private readonly log: Logger;
   private readonly disk: Disk;
   private readonly clock: Pick<Clock, "now">;
-  private readonly manifests = new Map<ModelId, StoreManifest>();
+  private readonly catalog: StoreModels;
+  private readonly manifests: Map<ModelId, StoreManifest>;
   private readonly serial = new Serial();
   private readonly controllers = new Set<AbortController>();
   private server: ServerType | null = null;
@@ -94,6 +94,16 @@ export class StoreHost implements AsyncDisposable {
     this.log = opts.logger.child({ component: "store-host" });
     this.disk = opts.disk ?? nodeDisk;
     this.clock = opts.clock ?? { now: () => Date.now() };
+    this.catalog = new StoreModels({
+      storePath: opts.storePath,
+      log: this.log,
+      clock: this.clock,
+      pieceBytes: opts.pieceBytes,
+      hashConcurrency: opts.hashConcurrency,
+      onChange: opts.onModelsChanged,
+      onWithdrawn: opts.onWithdrawn,
+    });
+    this.manifests = this.catalog.served;
     this.app = storeHostApp({
       log: this.log,
       models: () => this.models(),
@@ -118,16 +128,16 @@ export class StoreHost implements AsyncDisposable {
     return { ...this.counters };
   }
 
-  /** Loads the manifests already in store_path; listens when `listen` is given. */
+  /**
+   * Serves the models whose manifests match their files and queues the background hashes (new
+   * directories, old manifests' piece hashes; their files go whole until then); listens when
+   * `listen` is given.
+   */
   async start(listen?: ListenOptions): Promise<void> {
     if (this.state !== "idle") return;
     this.state = "running";
     await mkdir(this.opts.storePath, { recursive: true });
-    for (const [id, m] of await readManifests(this.opts.storePath, this.log))
-      this.manifests.set(id, m);
-    // Older manifests get piece hashes in the background; until then their files go whole.
-    for (const m of this.manifests.values())
-      if (lacksPieces(m)) void this.serial.run(() => this.addPieces(m.model_id));
+    await this.catalog.load();
     if (listen) {
       const hostname = listen.host ?? "127.0.0.1";
       await new Promise<void>((resolve, reject) => {
@@ -150,6 +160,7 @@ export class StoreHost implements AsyncDisposable {
     if (this.state === "stopped") return;
     this.state = "stopped";
     for (const c of this.controllers) c.abort(new Error("store host stopping"));
+    await this.catalog.stop();
     const server = this.server;
     this.server = null;
     if (server) {
@@ -180,22 +191,35 @@ export class StoreHost implements AsyncDisposable {
 
   /**
    * Registers the files in store_path/<org>--<name>/ (every non-dot file, recursively) with their
-   * exact sizes and sha256, and writes the manifest. Serialized with hub downloads.
+   * exact sizes and sha256, and writes the manifest: a job of the background hashing pool.
    */
   register(modelId: ModelId): Promise<StoreManifest> {
-    return this.serial.run(() => this.registerNow(modelId, "local"));
+    return this.catalog.register(modelId);
   }
 
-  /** Registers every model directory of store_path that has no valid manifest yet. */
-  async registerAll(): Promise<StoreManifest[]> {
-    const out: StoreManifest[] = [];
-    for (const name of (await readdir(this.opts.storePath)).sort()) {
-      const id = modelIdFromDirName(name);
-      if (!id || this.manifests.has(id)) continue;
-      if (!(await stat(join(this.opts.storePath, name))).isDirectory()) continue;
-      out.push(await this.register(id));
-    }
-    return out;
+  /** A settled directory (store watch): served, reported as changed, or queued for hashing. */
+  admit(modelId: ModelId): Promise<Admission> {
+    return this.catalog.admit(modelId);
+  }
+
+  /** A served model's file sizes against its manifest: one that differs is withdrawn, reported. */
+  verify(modelId: ModelId): Promise<"ok" | "changed" | "gone"> {
+    return this.catalog.verify(modelId);
+  }
+
+  /** The directory signature of a model whose files differ from its manifest (else undefined). */
+  changedSignature(modelId: ModelId): string | undefined {
+    return this.catalog.changedSignature(modelId);
+  }
+
+  /** Models not served because their files differ from their manifest (nodeHealth). */
+  changedModels(): ChangedModel[] {
+    return this.catalog.changedModels();
+  }
+
+  /** The background hashing pool's jobs with their progress (nodeHealth). */
+  hashing(): HashJobProgress[] {
+    return this.catalog.hashing();
   }
 
   /**
@@ -212,15 +236,15 @@ export class StoreHost implements AsyncDisposable {
       );
       if (!this.manifests.has(modelId) && !exists)
         throw new ServiceError("not_found", `${modelId} is not in the store`);
-      this.manifests.delete(modelId);
+      this.catalog.forget(modelId, "removed from the store");
       await removeDirAtomic(this.opts.storePath, dir);
       this.log.info({ modelId }, "removed from the store");
     });
   }
 
-  /** Stops serving a model whose directory disappeared (removed by hand). */
+  /** Stops serving (or hashing, or reporting) a model whose directory disappeared (removed by hand). */
   forget(modelId: ModelId): void {
-    if (this.manifests.delete(modelId))
+    if (this.catalog.forget(modelId, "its directory is gone"))
       this.log.warn({ modelId }, "model directory gone from store_path; no longer served");
   }
 
@@ -278,52 +302,6 @@ export class StoreHost implements AsyncDisposable {
     return typeof h === "number" ? h : h.headroomBytes;
   }
 
-  // ---- registration ----
-
-  /** Adds piece hashes to a manifest written without them; a file changed underneath stops serving. */
-  private async addPieces(modelId: ModelId): Promise<void> {
-    const m = this.manifests.get(modelId);
-    if (this.state !== "running" || !m || !lacksPieces(m)) return;
-    try {
-      const next = await withPieces(this.modelPath(modelId), m, this.opts.pieceBytes);
-      if (this.manifests.get(modelId) !== m) return;
-      if (next) {
-        this.manifests.set(modelId, next);
-        this.log.info({ modelId }, "added piece hashes to the manifest");
-      } else {
-        this.manifests.delete(modelId);
-        this.log.warn(
-          { modelId },
-          "store files differ from their manifest; not served until registered again",
-        );
-      }
-    } catch (e) {
-      this.log.warn({ modelId, err: e }, "could not add piece hashes; the files are served whole");
-    }
-  }
-
-  private async registerNow(
-    modelId: ModelId,
-    source: "local" | "hub",
-    known: ReadonlyMap<string, string> = new Map(),
-    revision?: string,
-  ): Promise<StoreManifest> {
-    const dir = this.modelPath(modelId);
-    const nowMs = this.clock.now();
-    const manifest = await writeManifest({
-      dir,
-      modelId,
-      source,
-      known,
-      revision,
-      nowMs,
-      log: this.log,
-      pieceBytes: this.opts.pieceBytes,
-    });
-    this.manifests.set(modelId, manifest);
-    return manifest;
-  }
-
   // ---- hub downloads ----
 
   /**
@@ -333,10 +311,13 @@ export class StoreHost implements AsyncDisposable {
   private async commitPull(
     modelId: ModelId,
     dir: string,
-    files: readonly RecordFile[],
-    sha256: ReadonlyMap<string, string>,
-    revision: string | undefined,
+    pulled: {
+      readonly files: readonly RecordFile[];
+      readonly sha256: ReadonlyMap<string, string>;
+      readonly revision: string | undefined;
+    },
   ): Promise<StoreManifest> {
+    const { files, sha256, revision } = pulled;
     // Another quantization pulled before under this id is not served beside this one.
     const stale = await removeStale(
       dir,
@@ -345,8 +326,17 @@ export class StoreHost implements AsyncDisposable {
     );
     if (stale.length > 0)
       this.log.info({ modelId, removed: stale }, "removed files the pull did not select");
-    const known = new Map(sha256);
-    const manifest = await this.registerNow(modelId, "hub", known, revision);
+    const manifest = await writeManifest({
+      dir,
+      modelId,
+      source: "hub",
+      known: new Map(sha256),
+      revision,
+      nowMs: this.clock.now(),
+      log: this.log,
+      pieceBytes: this.opts.pieceBytes,
+    });
+    this.catalog.serve(modelId, manifest);
     await rm(join(dir, DOWNLOAD_RECORD_FILE), { force: true });
     return manifest;
   }
@@ -390,8 +380,8 @@ export class StoreHost implements AsyncDisposable {
         complete: false,
         last_used_ms: this.clock.now(),
       };
-      // Files are about to change under the manifest: stop serving until registered again.
-      this.manifests.delete(modelId);
+      // Files are about to change under the manifest: stop serving (and hashing) until registered.
+      this.catalog.forget(modelId, "a pull rewrites its files");
       await mkdir(dir, { recursive: true });
       await writeRecord(dir, record, DOWNLOAD_RECORD_FILE);
       options.onProgress?.(plannedTotals(plan));
@@ -412,7 +402,11 @@ export class StoreHost implements AsyncDisposable {
           return fail(e.kind, `hub download of ${modelId} failed: ${e.message}`);
         return fail("transfer", `hub download of ${modelId} failed: ${errText(e)}`);
       }
-      const manifest = await this.commitPull(modelId, dir, files, stats.sha256, listing.revision);
+      const manifest = await this.commitPull(modelId, dir, {
+        files,
+        sha256: stats.sha256,
+        revision: listing.revision,
+      });
       return {
         ok: true,
         manifest,

@@ -1,11 +1,21 @@
+// The store watch's pure decisions (settled, followUpMs, dirAction, looseEntries) by tables, and its
+// scans over real directories with a scripted store host (admitting, hashing, reporting changed).
 import { mkdir, mkdtemp, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
 import type { ModelId } from "@ic/protocol";
-import { followUpMs, looseEntries, settled, StoreWatch } from "./store-watch.ts";
-import type { DirSnapshot } from "./store-watch.ts";
+import { walkFiles } from "../paths.ts";
+import {
+  dirAction,
+  dirSignature,
+  followUpMs,
+  looseEntries,
+  settled,
+  StoreWatch,
+} from "./store-watch.ts";
+import type { Admission, DirSnapshot } from "./store-watch.ts";
 
 const snap = (o: Partial<DirSnapshot> = {}): DirSnapshot => ({
   signature: "w.gguf:10:1000",
@@ -49,6 +59,34 @@ describe("followUpMs", () => {
   });
 });
 
+describe("dirAction", () => {
+  const ready = { previous: snap({ atMs: 2000 }), current: snap(), settleMs: 3000 };
+  it.each([
+    ["settled, nothing known against it: admit", { ...ready }, "admit"],
+    ["being hashed: leave it", { ...ready, hashing: true }, "leave"],
+    [
+      "known bad with these very files: leave it",
+      { ...ready, badSignature: "w.gguf:10:1000" },
+      "leave",
+    ],
+    ["known bad, files changed since: admit", { ...ready, badSignature: "w.gguf:9:900" }, "admit"],
+    [
+      "known bad, changed but not settled: wait",
+      { ...ready, previous: undefined, badSignature: "w.gguf:9:900" },
+      "wait",
+    ],
+    ["first sight: wait", { ...ready, previous: undefined }, "wait"],
+  ])("%s", (_, d, want) => {
+    expect(dirAction({ hashing: false, badSignature: undefined, ...d }).kind).toBe(want);
+  });
+
+  it("says when to look again while waiting", () => {
+    expect(
+      dirAction({ ...ready, previous: undefined, hashing: false, badSignature: undefined }),
+    ).toEqual({ kind: "wait", followUpMs: 3000 });
+  });
+});
+
 async function withStore(fn: (store: string) => Promise<void>): Promise<void> {
   const store = await mkdtemp(join(tmpdir(), "ic-watch-"));
   try {
@@ -66,10 +104,11 @@ function watcher(store: string, o: { now?: () => number; fsWatch?: boolean; sett
   const w = new StoreWatch({
     storePath: store,
     registered: (id) => registered.has(id),
-    register: async (id: ModelId) => {
+    admit: async (id: ModelId) => {
       attempts.push(id);
       if (id.endsWith("broken")) throw new Error("no artifact files");
       registered.add(id);
+      return { kind: "served" as const };
     },
     onAdded: (id) => added.push(id),
     registeredIds: () => [...registered] as ModelId[],
@@ -187,6 +226,97 @@ describe("StoreWatch", () => {
       } finally {
         await w.stop();
       }
+    });
+  });
+});
+
+describe("StoreWatch with a store host that hashes in the background", () => {
+  it("admits the other directories while one is being hashed, and leaves that one alone", async () => {
+    await withStore(async (store) => {
+      let now = Date.now() + 60_000;
+      for (const name of ["acme--big", "acme--small"]) {
+        await mkdir(join(store, name));
+        await writeFile(join(store, name, "w.gguf"), name);
+        await old(join(store, name, "w.gguf"));
+      }
+      const admitted: string[] = [];
+      const added: string[] = [];
+      let finish!: () => void;
+      const bigDone = new Promise<void>((r) => (finish = r));
+      const w = new StoreWatch({
+        storePath: store,
+        registered: (id) => added.includes(id),
+        admit: async (id): Promise<Admission> => {
+          admitted.push(id);
+          return id === "acme/big" ? { kind: "hashing", done: bigDone } : { kind: "served" };
+        },
+        onAdded: (id) => added.push(id),
+        log: silentLogger(),
+        settleMs: 3000,
+        intervalMs: 3_600_000,
+        useFsWatch: false,
+        now: () => now,
+      });
+      await w.scanOnce();
+      now += 5000;
+      // The scan returns although the big one's hash has not ended.
+      await w.scanOnce();
+      expect(admitted).toEqual(["acme/big", "acme/small"]);
+      expect(added).toEqual(["acme/small"]);
+      for (let i = 0; i < 3; i++) {
+        now += 5000;
+        await w.scanOnce();
+      }
+      expect(admitted).toEqual(["acme/big", "acme/small"]);
+      finish();
+      await bigDone;
+      await new Promise((r) => setImmediate(r));
+      expect(added).toEqual(["acme/small", "acme/big"]);
+    });
+  });
+
+  it("leaves a directory the host found changed until its files change, then admits it again", async () => {
+    await withStore(async (store) => {
+      let now = Date.now() + 60_000;
+      const dir = join(store, "acme--changed");
+      await mkdir(dir);
+      await writeFile(join(dir, "w.gguf"), "wrong size");
+      await old(join(dir, "w.gguf"));
+      const bad = new Map<string, string>();
+      const admitted: string[] = [];
+      const gone: string[] = [];
+      const w = new StoreWatch({
+        storePath: store,
+        registered: () => false,
+        admit: async (id): Promise<Admission> => {
+          admitted.push(id);
+          bad.set(id, dirSignature(await walkFiles(dir)));
+          return { kind: "changed" };
+        },
+        badSignature: (id) => bad.get(id),
+        onAdded: () => undefined,
+        onUnservedGone: (id) => gone.push(id),
+        log: silentLogger(),
+        settleMs: 3000,
+        intervalMs: 3_600_000,
+        useFsWatch: false,
+        now: () => now,
+      });
+      for (let i = 0; i < 5; i++) {
+        await w.scanOnce();
+        now += 5000;
+      }
+      expect(admitted).toEqual(["acme/changed"]);
+      await writeFile(join(dir, "w.gguf"), "right");
+      await old(join(dir, "w.gguf"));
+      for (let i = 0; i < 2; i++) {
+        await w.scanOnce();
+        now += 5000;
+      }
+      expect(admitted).toEqual(["acme/changed", "acme/changed"]);
+      await rm(dir, { recursive: true });
+      await w.scanOnce();
+      expect(gone).toEqual(["acme/changed"]);
     });
   });
 });

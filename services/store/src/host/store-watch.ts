@@ -6,9 +6,12 @@
 // A directory with a hub download's progress record (a pull in progress or cancelled) is the pull's,
 // not the watch's. A registered model whose directory is gone (removed by hand) is reported.
 //
-// Invariants: a directory is registered only after two scans at least `settleMs` apart saw the same
+// Invariants: a directory is admitted only after two scans at least `settleMs` apart saw the same
 // files (hidden ones included: copy tools write into dotfiles first) with the same sizes and
-// modification times, its newest file is at least `settleMs` old, and it has a non-hidden file.
+// modification times, its newest file is at least `settleMs` old, and it has a non-hidden file. A
+// scan never waits for a hash: admitting hands a directory without a manifest to the store host's
+// hashing pool. A directory known bad (its files differ from its manifest, or registering it
+// failed) is left alone until its signature changes.
 import { watch } from "node:fs";
 import type { FSWatcher } from "node:fs";
 import { readdir, stat } from "node:fs/promises";
@@ -16,7 +19,7 @@ import { join } from "node:path";
 import { modelDirName, modelIdFromDirName } from "@ic/protocol";
 import type { ModelId } from "@ic/protocol";
 import type { Logger } from "@ic/log";
-import { walkFiles } from "../paths.ts";
+import { walkFiles, type TreeFile } from "../paths.ts";
 
 /** What one scan saw of a directory: its files with sizes and modification times. */
 export interface DirSnapshot {
@@ -28,6 +31,14 @@ export interface DirSnapshot {
   /** Non-hidden files (what registering would take). */
   readonly files: number;
   readonly hasDownloadRecord: boolean;
+}
+
+/** `path:bytes:mtime` of every file (hidden ones included), sorted: what a snapshot compares. Pure. */
+export function dirSignature(files: readonly TreeFile[]): string {
+  return files
+    .map((f) => `${f.path}:${f.bytes}:${f.mtimeMs}`)
+    .sort()
+    .join("|");
 }
 
 /** Whether a directory may be registered now, given this scan and the one before. Pure. */
@@ -66,6 +77,39 @@ export function followUpMs(
 
 const MIN_FOLLOW_UP_MS = 200;
 
+/** What a scan does with a model directory that serves nothing yet. */
+export type DirAction =
+  /** Known bad with these very files, or being hashed: nothing until that changes. */
+  | { readonly kind: "leave" }
+  /** Not settled: look again in `followUpMs` (undefined: at the periodic scan). */
+  | { readonly kind: "wait"; readonly followUpMs: number | undefined }
+  /** Settled: hand it to the store host (a size check, or the hashing pool). */
+  | { readonly kind: "admit" };
+
+/** The decision for one unserved directory, given what the watch knows of it. Pure. */
+export function dirAction(d: {
+  readonly previous: DirSnapshot | undefined;
+  readonly current: DirSnapshot;
+  readonly settleMs: number;
+  /** The store host's hashing pool has it. */
+  readonly hashing: boolean;
+  /** The signature it had when found bad (files differ from the manifest, or it failed). */
+  readonly badSignature: string | undefined;
+}): DirAction {
+  if (d.hashing || d.badSignature === d.current.signature) return { kind: "leave" };
+  if (settled(d.previous, d.current, d.settleMs)) return { kind: "admit" };
+  return { kind: "wait", followUpMs: followUpMs(d.previous, d.current, d.settleMs) };
+}
+
+/**
+ * What the store host did with an admitted directory: serves it (its manifest matched), reports it
+ * (its files differ from its manifest), or hashes it in the background (`done` settles then).
+ */
+export type Admission =
+  | { readonly kind: "served" }
+  | { readonly kind: "changed" }
+  | { readonly kind: "hashing"; readonly done: Promise<unknown> };
+
 /** A top-level entry of store_path the store does not serve, and what to do with it. */
 export interface LooseEntry {
   readonly name: string;
@@ -101,14 +145,23 @@ export interface StoreWatchOptions {
   readonly storePath: string;
   /** Whether the store already serves this model (it has a valid manifest). */
   readonly registered: (id: ModelId) => boolean;
-  /** Registers the model (hashes its files, writes its manifest). */
-  readonly register: (id: ModelId) => Promise<unknown>;
+  /** Serves the model when its manifest matches its files, else reports it or queues its hash. */
+  readonly admit: (id: ModelId) => Promise<Admission>;
+  /**
+   * Checks a served model's files against its manifest (sizes): "changed" withdraws it (reported
+   * from then on), "gone" when its directory went.
+   */
+  readonly verify?: (id: ModelId) => Promise<"ok" | "changed" | "gone">;
+  /** The signature of a directory the store host found changed (left alone until it differs). */
+  readonly badSignature?: (id: ModelId) => string | undefined;
   /** A model was added: the node registers it in the cluster. */
   readonly onAdded: (id: ModelId) => void;
   /** The registered models (to notice one whose directory disappeared). */
   readonly registeredIds?: () => readonly ModelId[];
   /** A registered model's directory is gone. */
   readonly onRemoved?: (id: ModelId) => void;
+  /** A model directory the watch saw and left unserved is gone (or is served by now). */
+  readonly onUnservedGone?: (id: ModelId) => void;
   /** After each scan: what lies at the top of store_path unserved (empty when nothing). */
   readonly onLoose?: (loose: LooseEntry[]) => void;
   readonly log: Logger;
@@ -129,6 +182,10 @@ export class StoreWatch {
   private readonly seen = new Map<string, DirSnapshot>();
   /** Directories whose registration failed, with what they held then: tried again once that changes. */
   private readonly failed = new Map<string, string>();
+  /** Directories the store host's hashing pool has (admitted, not done). */
+  private readonly hashing = new Set<string>();
+  /** The unserved model directories the last scan saw (to notice one that goes). */
+  private unserved = new Map<string, ModelId>();
   private timer: NodeJS.Timeout | undefined;
   private soon: { timer: NodeJS.Timeout; at: number } | undefined;
   private watcher: FSWatcher | undefined;
@@ -207,57 +264,102 @@ export class StoreWatch {
   private async scan(): Promise<void> {
     const settleMs = this.o.settleMs ?? 3000;
     const entries = await readdir(this.o.storePath, { withFileTypes: true }).catch(() => []);
-    const names = entries.map((e) => e.name);
     this.o.onLoose?.(looseEntries(entries.map((e) => ({ name: e.name, dir: e.isDirectory() }))));
-    const present = new Set<string>();
+    const present = new Map<string, ModelId>();
     let followUp: number | undefined;
-    for (const name of names) {
+    for (const { name } of entries) {
       const id = modelIdFromDirName(name);
-      if (!id || this.o.registered(id)) continue;
+      if (!id) continue;
       const dir = join(this.o.storePath, name);
       if (!(await stat(dir).catch(() => undefined))?.isDirectory()) continue;
-      present.add(name);
-      const files = await walkFiles(dir);
-      const current: DirSnapshot = {
-        signature: files
-          .map((f) => `${f.path}:${f.bytes}:${f.mtimeMs}`)
-          .sort()
-          .join("|"),
-        atMs: this.now,
-        newestMtimeMs: Math.max(0, ...files.map((f) => f.mtimeMs)),
-        files: files.filter((f) => !f.path.split("/").some((s) => s.startsWith("."))).length,
-        hasDownloadRecord: files.some((f) => f.path === DOWNLOAD_RECORD),
-      };
-      if (this.failed.get(name) === current.signature) continue;
-      this.failed.delete(name);
+      // A served model: a cheap size check against its manifest; it is looked at as unserved once
+      // it differs (its report stands until its files change again).
+      if (this.o.registered(id) && (await this.o.verify?.(id)) !== "changed") continue;
+      present.set(name, id);
+      const current = snapshot(await walkFiles(dir), this.now);
+      if (this.failed.get(name) !== current.signature) this.failed.delete(name);
       const previous = this.seen.get(name);
-      if (!settled(previous, current, settleMs)) {
+      const action = dirAction({
+        previous,
+        current,
+        settleMs,
+        hashing: this.hashing.has(name),
+        badSignature: this.failed.get(name) ?? this.o.badSignature?.(id),
+      });
+      if (action.kind === "wait") {
         // Keep the earlier look while nothing changed, so the settle period counts from it.
         if (previous?.signature !== current.signature) this.seen.set(name, current);
-        const next = followUpMs(previous, current, settleMs);
+        const next = action.followUpMs;
         if (next !== undefined) followUp = Math.min(followUp ?? next, next);
-        continue;
-      }
-      try {
-        await this.o.register(id);
+      } else if (action.kind === "admit") {
         this.seen.delete(name);
-        this.o.log.info({ modelId: id, files: current.files }, "model found in store_path");
-        this.o.onAdded(id);
-      } catch (e) {
-        this.seen.delete(name);
-        this.failed.set(name, current.signature);
-        this.o.log.warn(
-          { err: e, modelId: id },
-          "registering a model found in store_path failed; tried again once its files change",
-        );
+        await this.admit(id, name, current);
       }
     }
     for (const m of [this.seen, this.failed])
       for (const name of m.keys()) if (!present.has(name)) m.delete(name);
+    await this.noticeGone(present);
+    if (followUp !== undefined) this.schedule(followUp);
+  }
+
+  /** Hands a settled directory to the store host; a hash goes on in the background. */
+  private async admit(id: ModelId, name: string, current: DirSnapshot): Promise<void> {
+    const failed = (e: unknown) => {
+      this.failed.set(name, current.signature);
+      this.o.log.warn(
+        { err: e, modelId: id },
+        "registering a model found in store_path failed; tried again once its files change",
+      );
+    };
+    let a: Admission;
+    try {
+      a = await this.o.admit(id);
+    } catch (e) {
+      failed(e);
+      return;
+    }
+    const added = () => {
+      this.o.log.info({ modelId: id, files: current.files }, "model found in store_path");
+      this.o.onAdded(id);
+    };
+    if (a.kind === "served") added();
+    if (a.kind !== "hashing") return;
+    this.hashing.add(name);
+    a.done.then(
+      () => {
+        this.hashing.delete(name);
+        added();
+      },
+      (e: unknown) => {
+        this.hashing.delete(name);
+        if (!this.stopped) failed(e);
+      },
+    );
+  }
+
+  /** Registered models whose directory is gone, and unserved ones that went since the last scan. */
+  private async noticeGone(present: ReadonlyMap<string, ModelId>): Promise<void> {
     for (const id of this.o.registeredIds?.() ?? []) {
       const dir = join(this.o.storePath, modelDirName(id));
       if (!(await stat(dir).catch(() => undefined))) this.o.onRemoved?.(id);
     }
-    if (followUp !== undefined) this.schedule(followUp);
+    for (const [name, id] of this.unserved) {
+      if (present.has(name)) continue;
+      // Gone from the unserved ones because it is served by now, or because its directory went.
+      if (!(await stat(join(this.o.storePath, name)).catch(() => undefined)))
+        this.o.onUnservedGone?.(id);
+    }
+    this.unserved = new Map(present);
   }
+}
+
+/** What one scan saw of a directory's files. */
+function snapshot(files: readonly TreeFile[], atMs: number): DirSnapshot {
+  return {
+    signature: dirSignature(files),
+    atMs,
+    newestMtimeMs: Math.max(0, ...files.map((f) => f.mtimeMs)),
+    files: files.filter((f) => !f.path.split("/").some((s) => s.startsWith("."))).length,
+    hasDownloadRecord: files.some((f) => f.path === DOWNLOAD_RECORD),
+  };
 }
