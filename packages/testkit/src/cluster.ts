@@ -2,7 +2,7 @@
 // test settings, clusters on loopback or on lab hosts (network namespaces), and fixtures for them.
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   deepMerge,
@@ -275,6 +275,34 @@ function hostConfig(h: LabHost, certs: ClusterCerts | null): Record<string, unkn
     bus: { client_port: HOST_PORTS.client },
     tls: certs ? certs.tlsConfig(h.name) : { allow_plaintext: true },
   };
+}
+
+/**
+ * A big model in a store without using the disk: the tiny model's GGUF header and tensors, then
+ * sparse zeros up to `bytes`, with the manifest a store host of the version before piece hashes
+ * wrote (`manifest: "pre-pieces"`; its sha256 is made up, so a backfill that finishes finds the
+ * file changed) or one whose size is wrong (`"wrong-size"`: the files differ from it). Reading it
+ * costs a store host's hashing what a real file of that size would.
+ */
+export async function seedBigSparseModel(
+  store: string,
+  o: { modelId: string; bytes: number; manifest: "pre-pieces" | "wrong-size" },
+): Promise<void> {
+  const { writeTinyModel } = await import("@ic/gguf");
+  const dir = join(store, o.modelId.replace("/", "--"));
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, "big.gguf");
+  await writeTinyModel(file);
+  truncateSync(file, o.bytes);
+  const listed = o.manifest === "wrong-size" ? o.bytes + 4096 : o.bytes;
+  const manifest = {
+    model_id: o.modelId,
+    files: [{ path: "big.gguf", bytes: listed, sha256: "0".repeat(64) }],
+    total_bytes: listed,
+    registered_at: new Date(0).toISOString(),
+    source: "local",
+  };
+  writeFileSync(join(dir, ".ic-manifest.json"), JSON.stringify(manifest));
 }
 
 /** Writes the tiny test model (and optionally its drafter) into `<store>/<org>--<name>/`. */

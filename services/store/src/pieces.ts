@@ -30,6 +30,8 @@ export interface HashOptions {
   readonly signal?: AbortSignal | undefined;
   /** Called after each read (8 MiB at most) with the bytes it added. */
   readonly onProgress?: ((bytes: number) => void) | undefined;
+  /** Awaited before each read: the pool holds a big hash here while smaller ones go first. */
+  readonly checkpoint?: (() => Promise<void>) | undefined;
 }
 
 /** The sha256 of a whole file and of each of its pieces, in one read of the file. */
@@ -39,7 +41,7 @@ export async function hashFilePieces(
   pieceBytes: number,
   opts: HashOptions = {},
 ): Promise<{ sha256: string; pieces: FilePieces }> {
-  const { signal, onProgress } = opts;
+  const { signal, onProgress, checkpoint } = opts;
   signal?.throwIfAborted();
   const whole = createHash("sha256");
   const hashes: string[] = [];
@@ -50,6 +52,7 @@ export async function hashFilePieces(
       const [start, end] = pieceRange(fileBytes, pieceBytes, i);
       const piece = createHash("sha256");
       for (let pos = start; pos < end;) {
+        if (checkpoint) await checkpoint();
         signal?.throwIfAborted();
         const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, end - pos), pos);
         if (bytesRead === 0) throw new Error(`${path} has fewer than ${fileBytes} bytes`);

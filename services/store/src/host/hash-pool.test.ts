@@ -1,4 +1,4 @@
-// The hashing pool: bounded, smallest first, one job per model and kind, progress per model, and
+// The hashing pool: bounded, fewest bytes left first (a big running job gives way at its checkpoint), one job per model and kind, progress per model, and
 // jobs that stop at once when cancelled or when the pool stops.
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
@@ -51,6 +51,81 @@ describe("HashPool", () => {
     expect(await first).toBe("big");
     expect(await Promise.all(later)).toEqual(["mid", "small"]);
     expect(g.started).toEqual(["big", "small", "mid"]);
+    expect(pool.progress()).toEqual([]);
+  });
+
+  it("a running big job gives way at its next checkpoint to a smaller one queued later, then resumes", async () => {
+    const pool = new HashPool({ log: silentLogger() });
+    const order: string[] = [];
+    /** A job hashing `chunks` chunks of 10 bytes, with a checkpoint before each. */
+    const chunked = (name: string, chunks: number) => async (ctx: HashJobContext) => {
+      for (let i = 0; i < chunks; i++) {
+        await ctx.checkpoint();
+        order.push(`${name}${i}`);
+        ctx.onProgress(10);
+        await new Promise((r) => setTimeout(r, 1));
+      }
+      return name;
+    };
+    const big = pool.add({
+      id: id("a/big"),
+      kind: "pieces",
+      totalBytes: 100,
+      run: chunked("big", 10),
+    });
+    while (order.length < 3) await new Promise((r) => setTimeout(r, 1));
+    const small = pool.add({
+      id: id("a/small"),
+      kind: "register",
+      totalBytes: 20,
+      run: chunked("small", 2),
+    });
+    await new Promise((r) => setTimeout(r, 0));
+    expect(pool.progress().find((p) => p.model_id === "a/big")?.state).toBe("paused");
+    expect(await small).toBe("small");
+    expect(await big).toBe("big");
+    // The small one ran between two of the big one's chunks, whole; the big one went on from there.
+    const at = order.indexOf("small0");
+    expect(order.slice(at, at + 2)).toEqual(["small0", "small1"]);
+    expect(order.filter((o) => o.startsWith("big"))).toHaveLength(10);
+    expect(at).toBeGreaterThanOrEqual(3);
+    expect(at).toBeLessThan(6);
+  });
+
+  it("aborts a paused job when cancelled, and the smaller one still runs", async () => {
+    const pool = new HashPool({ log: silentLogger() });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let bigChunks = 0;
+    const big = pool.add({
+      id: id("a/big"),
+      kind: "pieces",
+      totalBytes: 100,
+      run: async (ctx) => {
+        for (;;) {
+          await ctx.checkpoint();
+          bigChunks++;
+          ctx.onProgress(1);
+          await new Promise((r) => setTimeout(r, 1));
+        }
+      },
+    });
+    while (bigChunks < 1) await new Promise((r) => setTimeout(r, 1));
+    const small = pool.add({
+      id: id("a/small"),
+      kind: "register",
+      totalBytes: 5,
+      run: async () => gate,
+    });
+    await new Promise((r) => setTimeout(r, 5));
+    expect(pool.progress().map((p) => [p.model_id, p.state])).toEqual([
+      ["a/small", "running"],
+      ["a/big", "paused"],
+    ]);
+    pool.cancel(id("a/big"), "its directory went");
+    await expect(big).rejects.toThrow(/its directory went/);
+    release();
+    await small;
     expect(pool.progress()).toEqual([]);
   });
 

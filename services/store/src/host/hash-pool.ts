@@ -2,8 +2,11 @@
 // manifest, adding piece hashes to an old one), so no big model holds the rest and progress shows.
 //
 // Invariants: at most `concurrency` jobs run; one job per (model, kind) at a time (adding it again
-// joins it); queued jobs start smallest first; stop() and cancel() abort running jobs through their
-// AbortSignal (the hash's read loop stops before its next read) and reject queued ones at once.
+// joins it); the job with the fewest bytes left goes first: a running job gives way at its next
+// checkpoint (before each read) to a queued one smaller than what it has left, and resumes after,
+// so a 100 GiB hash never holds a 1 MB model back; stop() and cancel() abort running and paused jobs
+// through their AbortSignal (the hash's read loop stops before its next read) and reject queued
+// ones at once.
 import type { Logger } from "@ic/log";
 import type { ModelId } from "@ic/protocol";
 import { errText } from "../transfer/transfer.ts";
@@ -15,15 +18,20 @@ export type HashKind = "register" | "pieces";
 export interface HashJobProgress {
   readonly model_id: ModelId;
   readonly kind: HashKind;
-  readonly state: "queued" | "running";
+  /** `paused`: started, giving way to smaller jobs. */
+  readonly state: "queued" | "running" | "paused";
   readonly done_bytes: number;
   readonly total_bytes: number;
 }
 
-/** What a running job gets: its signal (aborted by stop/cancel) and where to count hashed bytes. */
+/**
+ * What a running job gets: its signal (aborted by stop/cancel), where to count hashed bytes, and a
+ * checkpoint to await before each read (it waits there while smaller jobs go first).
+ */
 export interface HashJobContext {
   readonly signal: AbortSignal;
   readonly onProgress: (bytes: number) => void;
+  readonly checkpoint: () => Promise<void>;
 }
 
 export interface HashJob<T> {
@@ -47,8 +55,10 @@ interface Entry {
   readonly promise: Promise<unknown>;
   readonly resolve: (v: unknown) => void;
   readonly reject: (e: unknown) => void;
-  state: "queued" | "running";
+  state: "queued" | "running" | "paused";
   done: number;
+  /** Set while paused: lets it run again. */
+  resume?: () => void;
 }
 
 export class HashPool {
@@ -122,6 +132,9 @@ export class HashPool {
 
   private abort(e: Entry, reason: Error): void {
     e.controller.abort(reason);
+    // A paused job runs on to its checkpoint, which throws the reason.
+    e.resume?.();
+    e.resume = undefined;
     if (e.state === "queued") {
       this.entries.delete(keyOf(e.job.id, e.job.kind));
       e.reject(reason);
@@ -130,11 +143,18 @@ export class HashPool {
 
   private pump(): void {
     const limit = Math.max(1, this.o.concurrency ?? 1);
-    while (!this.stopped && this.running.size < limit) {
+    while (!this.stopped && this.busy() < limit) {
       const next = [...this.entries.values()]
-        .filter((e) => e.state === "queued")
-        .sort((a, b) => a.job.totalBytes - b.job.totalBytes)[0];
+        .filter((e) => e.state !== "running")
+        .sort((a, b) => left(a) - left(b))[0];
       if (!next) return;
+      if (next.state === "paused") {
+        next.state = "running";
+        const resume = next.resume;
+        next.resume = undefined;
+        resume?.();
+        continue;
+      }
       next.state = "running";
       const run = this.execute(next).finally(() => {
         this.running.delete(run);
@@ -142,6 +162,26 @@ export class HashPool {
       });
       this.running.add(run);
     }
+  }
+
+  /** Jobs holding a slot now: started and not paused (a cancelled one still ending counts). */
+  private busy(): number {
+    let paused = 0;
+    for (const e of this.entries.values()) if (e.state === "paused" && e.resume) paused++;
+    return this.running.size - paused;
+  }
+
+  /** A running job's checkpoint: it pauses while a queued job is smaller than what it has left. */
+  private async checkpoint(e: Entry): Promise<void> {
+    const smaller = () =>
+      [...this.entries.values()].some((q) => q.state === "queued" && left(q) < left(e));
+    while (!this.stopped && !e.controller.signal.aborted && e.state === "running" && smaller()) {
+      const resumed = new Promise<void>((r) => (e.resume = r));
+      e.state = "paused";
+      this.pump();
+      await resumed;
+    }
+    e.controller.signal.throwIfAborted();
   }
 
   private async execute(e: Entry): Promise<void> {
@@ -154,6 +194,7 @@ export class HashPool {
       const out = await job.run({
         signal: controller.signal,
         onProgress: (bytes) => void (e.done += bytes),
+        checkpoint: () => this.checkpoint(e),
       });
       this.o.log.info({ ...fields, ms: now() - started }, "hashing done");
       e.resolve(out);
@@ -167,6 +208,11 @@ export class HashPool {
       if (this.entries.get(key) === e) this.entries.delete(key);
     }
   }
+}
+
+/** Bytes a job has left to hash. */
+function left(e: Entry): number {
+  return Math.max(0, e.job.totalBytes - e.done);
 }
 
 function keyOf(id: ModelId, kind: HashKind): string {

@@ -141,6 +141,7 @@ export async function writeManifest(m: {
   readonly pieceBytes?: number | undefined;
   readonly signal?: AbortSignal | undefined;
   readonly onProgress?: ((bytes: number) => void) | undefined;
+  readonly checkpoint?: (() => Promise<void>) | undefined;
 }): Promise<StoreManifest> {
   const { dir, modelId, source, known, revision, log } = m;
   const found = await walkFiles(dir);

@@ -11,15 +11,15 @@ const QUEUED_NAMED = 5;
 /** One info entry per running hash (bytes hashed of total), one for the queue. */
 export function hashingHealth(jobs: readonly HashJobProgress[]): HealthEntry[] {
   const out: HealthEntry[] = jobs
-    .filter((j) => j.state === "running")
+    .filter((j) => j.state !== "queued")
     .map((j) => ({
       code: "store_hashing",
       severity: "info",
       model_id: j.model_id,
       message:
         j.kind === "register"
-          ? `hashing ${j.model_id} to register it: ${progressText(j)}`
-          : `adding piece hashes to the manifest of ${j.model_id}: ${progressText(j)}; its files are served whole until then`,
+          ? `hashing ${j.model_id} to register it: ${progressText(j)}${pausedText(j)}`
+          : `adding piece hashes to the manifest of ${j.model_id}: ${progressText(j)}${pausedText(j)}; its files are served whole until then`,
       remediation:
         j.kind === "register"
           ? "none needed: it is registered when its hash completes"
@@ -33,7 +33,8 @@ export function hashingHealth(jobs: readonly HashJobProgress[]): HealthEntry[] {
       code: "store_hashing",
       severity: "info",
       message: `waiting to be hashed: ${named.join(", ")}${more > 0 ? ` and ${more} more` : ""}`,
-      remediation: "none needed: the store host hashes one model at a time, smallest first",
+      remediation:
+        "none needed: the store host hashes one model at a time, the one with the fewest bytes left first",
     });
   }
   return out;
@@ -73,4 +74,8 @@ function progressText(j: HashJobProgress): string {
 
 function gib(bytes: number): string {
   return `${(bytes / GiB).toFixed(2)} GiB`;
+}
+
+function pausedText(j: HashJobProgress): string {
+  return j.state === "paused" ? " (paused while smaller models are hashed)" : "";
 }

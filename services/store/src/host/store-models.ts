@@ -114,6 +114,7 @@ export class StoreModels {
           pieceBytes: this.o.pieceBytes,
           signal: ctx.signal,
           onProgress: ctx.onProgress,
+          checkpoint: ctx.checkpoint,
         });
         ctx.signal.throwIfAborted();
         this.changed.delete(id);
