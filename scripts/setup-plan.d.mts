@@ -1,5 +1,5 @@
 // Types of setup-plan.mjs for the TypeScript tests that drive it (packages/engine/src/*.test.ts).
-export type SetupMode = "start" | "test" | "publisher";
+export type SetupMode = "start" | "test" | "publisher" | "compose";
 export declare const MODES: readonly SetupMode[];
 export declare const USAGE: string;
 export type SetupPlan =
@@ -11,6 +11,8 @@ export type SetupPlan =
       readonly portable: boolean;
       /** [command looked up on PATH, Debian package] */
       readonly debian: readonly (readonly [string, string])[];
+      /** Whether podman's containers.conf is written where missing (test, compose). */
+      readonly containersConf: boolean;
     };
 export declare function setupPlan(argv: readonly string[], env?: NodeJS.ProcessEnv): SetupPlan;
 export declare function icLinkDir(
@@ -19,3 +21,4 @@ export declare function icLinkDir(
   isRoot: boolean,
   home: string,
 ): string | null;
+export declare const CONTAINERS_CONF: string;

@@ -1,17 +1,23 @@
 // What scripts/setup.mjs installs for each use: `start` (run a cluster), `test` (start's plus the
-// browser the GUI tests drive) and `publisher` (the weights publisher: no bus, no engine). Pure, so tested.
+// browser the GUI tests drive, the container tools the compose test uses and systemd-analyze),
+// `publisher` (the weights publisher: no bus, no engine) and `compose` (the containerised cluster of
+// scripts/compose.mjs: podman and what builds its base image). Pure, so tested.
 import { parseArgs } from "node:util";
 import { isPortable } from "./build-engine.mjs";
 
-export const MODES = ["start", "test", "publisher"];
+export const MODES = ["start", "test", "publisher", "compose"];
 
-export const USAGE = `usage: node scripts/setup.mjs [--for=start|test|publisher] [--no-engine] [--no-browser]
+export const USAGE = `usage: node scripts/setup.mjs [--for=start|test|publisher|compose] [--no-engine] [--no-browser]
 
 Installs, only when missing, what the chosen use needs (default: start):
   start      nats-server and openssl; cmake, g++, git and libssl-dev for the engine build; pnpm and the workspace
              dependencies; the llama.cpp engine build (cached per bundle commit)
-  test       start's, plus chromium for the GUI tests (skipped when CHROMIUM_PATH is set)
+  test       start's, plus chromium for the GUI tests (skipped when CHROMIUM_PATH is set), podman, runc,
+             podman-compose and debootstrap for the compose test, and systemd-analyze (package systemd)
   publisher  pnpm and the workspace dependencies only
+  compose    openssl, podman, runc, podman-compose and debootstrap (scripts/compose.mjs), pnpm and the
+             workspace dependencies; no engine here (the image builds its own). Writes
+             /etc/containers/containers.conf when it is missing (runc, cgroupfs, no default ulimits)
   --no-engine   skip the engine build (and cmake, g++, git)
   --no-browser  skip chromium
 It also links the ic command onto PATH (start and test): into $IC_BIN_DIR, else /usr/local/bin as
@@ -36,6 +42,15 @@ const BUILD_TOOLS = [
   ["/usr/include/openssl/ssl.h", "libssl-dev"],
 ];
 const BROWSER = ["chromium", "chromium", "CHROMIUM_PATH"];
+/** scripts/compose.mjs: podman builds and runs the images; debootstrap makes a local base image. */
+const CONTAINER_TOOLS = [
+  ["podman", "podman"],
+  ["runc", "runc"],
+  ["podman-compose", "podman-compose"],
+  ["debootstrap", "debootstrap"],
+];
+/** The test of deploy/inference-cluster.service (`systemd-analyze verify`). */
+const SYSTEMD_ANALYZE = ["systemd-analyze", "systemd"];
 
 /**
  * The plan for a command line: `{ help: true }`, or the mode, whether the engine is built (and
@@ -57,25 +72,50 @@ export function setupPlan(argv, env = process.env) {
   const mode = values.for ?? "start";
   if (!MODES.includes(mode))
     throw new Error(`--for: expected one of ${MODES.join(", ")}, got "${mode}"`);
-  const engine = mode !== "publisher" && !values["no-engine"];
+  const engine = (mode === "start" || mode === "test") && !values["no-engine"];
   const browser = mode === "test" && !values["no-browser"];
+  const containers = mode === "test" || mode === "compose";
   const wanted = [
-    ...(mode === "publisher" ? [] : [NATS, OPENSSL]),
+    ...(mode === "start" || mode === "test" ? [NATS, OPENSSL] : []),
+    ...(mode === "compose" ? [OPENSSL] : []),
     ...(engine ? BUILD_TOOLS : []),
     ...(browser ? [BROWSER] : []),
+    ...(containers ? CONTAINER_TOOLS : []),
+    ...(mode === "test" ? [SYSTEMD_ANALYZE] : []),
   ];
   const debian = wanted
     .filter(([, , override]) => !(override && env[override]))
     .map(([cmd, pkg]) => [cmd, pkg]);
-  return { help: false, mode, engine, portable: engine && isPortable(env), debian };
+  return {
+    help: false,
+    mode,
+    engine,
+    portable: engine && isPortable(env),
+    debian,
+    containersConf: containers,
+  };
 }
 
 /**
- * Where the `ic` link goes, or null for none (the publisher needs no ic): IC_BIN_DIR when set,
+ * Where the `ic` link goes, or null for none (the publisher and compose need no ic): IC_BIN_DIR when set,
  * /usr/local/bin as root, else ~/.local/bin.
  */
 export function icLinkDir(mode, env, isRoot, home) {
-  if (mode === "publisher") return null;
+  if (mode === "publisher" || mode === "compose") return null;
   if (env.IC_BIN_DIR) return env.IC_BIN_DIR;
   return isRoot ? "/usr/local/bin" : `${home}/.local/bin`;
 }
+
+/**
+ * /etc/containers/containers.conf for podman where it has none: runc (crun fails on kernels with
+ * hybrid cgroups), cgroupfs (no systemd as the cgroup manager needed) and no default ulimits (a
+ * container host may refuse podman's default RLIMIT_NOFILE). Harmless where crun would have worked.
+ */
+export const CONTAINERS_CONF = `# Written by inference-cluster's scripts/setup.mjs because there was none (docs/operations.md,
+# "Docker Compose"): runc and cgroupfs work on hosts with hybrid cgroups or without systemd.
+[containers]
+default_ulimits = []
+[engine]
+cgroup_manager = "cgroupfs"
+runtime = "runc"
+`;

@@ -17,7 +17,7 @@ import { homedir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureEngine } from "./build-engine.mjs";
-import { icLinkDir, setupPlan, USAGE } from "./setup-plan.mjs";
+import { CONTAINERS_CONF, icLinkDir, setupPlan, USAGE } from "./setup-plan.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 let plan;
@@ -65,6 +65,18 @@ if (missing.length > 0) {
     `DEBIAN_FRONTEND=noninteractive ${sudo}apt-get install -y -qq --no-install-recommends ${missing.join(" ")} >/dev/null`,
     "apt-get install",
   );
+}
+
+// 1b. podman's settings where the host has none (setup-plan.mjs CONTAINERS_CONF).
+const containersConf = "/etc/containers/containers.conf";
+if (plan.containersConf && has("podman") && !existsSync(containersConf)) {
+  try {
+    mkdirSync(dirname(containersConf), { recursive: true });
+    writeFileSync(containersConf, CONTAINERS_CONF);
+    log(`wrote ${containersConf} (runc, cgroupfs, no default ulimits)`);
+  } catch (e) {
+    log(`could not write ${containersConf}: ${e instanceof Error ? e.message : String(e)}`);
+  }
 }
 
 // 2. pnpm through corepack (version pinned by package.json "packageManager").

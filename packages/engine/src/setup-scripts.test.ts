@@ -32,6 +32,7 @@ describe("icLinkDir: where setup links the ic command", () => {
     ["test", {}, false, "/home/op/.local/bin"],
     ["start", { IC_BIN_DIR: "/opt/bin" }, true, "/opt/bin"],
     ["publisher", {}, true, null],
+    ["compose", {}, true, null],
   ] as const)("%s %j root=%s -> %s", (mode, env, root, want) => {
     expect(icLinkDir(mode, env, root, "/home/op")).toBe(want);
   });
@@ -45,17 +46,55 @@ describe("setupPlan: what each use installs", () => {
       ["--for", "start"],
       ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev"],
     ],
-    [["--for=test"], ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev", "chromium"]],
+    [
+      ["--for=test"],
+      [
+        "nats-server",
+        "openssl",
+        "cmake",
+        "g++",
+        "git",
+        "libssl-dev",
+        "chromium",
+        "podman",
+        "runc",
+        "podman-compose",
+        "debootstrap",
+        "systemd",
+      ],
+    ],
     [
       ["--for=test", "--no-browser"],
-      ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev"],
+      [
+        "nats-server",
+        "openssl",
+        "cmake",
+        "g++",
+        "git",
+        "libssl-dev",
+        "podman",
+        "runc",
+        "podman-compose",
+        "debootstrap",
+        "systemd",
+      ],
     ],
     [
       ["--for=test", "--no-engine"],
-      ["nats-server", "openssl", "chromium"],
+      [
+        "nats-server",
+        "openssl",
+        "chromium",
+        "podman",
+        "runc",
+        "podman-compose",
+        "debootstrap",
+        "systemd",
+      ],
     ],
     [["--no-engine"], ["nats-server", "openssl"]],
     [["--for=publisher"], []],
+    [["--for=compose"], ["openssl", "podman", "runc", "podman-compose", "debootstrap"]],
   ])("%j -> %j", (argv, want) => {
     expect(packages(argv)).toEqual(want);
   });
@@ -70,18 +109,26 @@ describe("setupPlan: what each use installs", () => {
       const p = setupPlan(argv, {});
       return !p.help && p.engine;
     };
-    expect([[], ["--for=test"], ["--for=publisher"], ["--no-engine"]].map(engine)).toEqual([
-      true,
-      true,
-      false,
-      false,
-    ]);
+    expect(
+      [[], ["--for=test"], ["--for=publisher"], ["--no-engine"], ["--for=compose"]].map(engine),
+    ).toEqual([true, true, false, false, false]);
   });
 
   it("a binary named by its variable replaces the Debian package", () => {
     expect(
       packages(["--for=test"], { CHROMIUM_PATH: "/opt/chrome", NATS_SERVER_BIN: "/x" }),
-    ).toEqual(["openssl", "cmake", "g++", "git", "libssl-dev"]);
+    ).toEqual([
+      "openssl",
+      "cmake",
+      "g++",
+      "git",
+      "libssl-dev",
+      "podman",
+      "runc",
+      "podman-compose",
+      "debootstrap",
+      "systemd",
+    ]);
   });
 
   it("ENGINE_PORTABLE makes the engine portable (the Dockerfile's path)", () => {

@@ -1,6 +1,7 @@
 // The shipped deploy files agree with each other and with the config schema: compose's health check
 // asks the node's public GET /health on its API port, every path a node writes is on a named volume
 // of its own (compose) or writable in the systemd unit's sandbox, and the unit keeps what engines need.
+import { spawnSync } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -178,10 +179,19 @@ describe("deploy/docker-compose.yml", () => {
     }
   });
 
-  it("the image builds a portable engine and never takes the host's node_modules", () => {
+  it("the image builds a portable engine in a build stage and never takes the host's node_modules", () => {
     const dockerfile = deploy("Dockerfile");
-    expect(dockerfile).toMatch(/ENGINE_PORTABLE=1/);
-    expect(dockerfile).toMatch(/node scripts\/setup\.mjs --for=start/);
+    expect(dockerfile).toMatch(/^ARG BASE_IMAGE=node:20-bookworm$/m);
+    const stages = dockerfile.split(/^FROM /m).slice(1);
+    expect(stages.map((st) => st.split("\n")[0])).toEqual([
+      "${BASE_IMAGE} AS build",
+      "${BASE_IMAGE}",
+    ]);
+    expect(stages[0]).toMatch(/ENGINE_PORTABLE=1/);
+    expect(stages[0]).toMatch(/node scripts\/setup\.mjs --for=publisher/);
+    // The final stage: no compiler, cmake or llama.cpp sources; the engine and the workspace copied.
+    expect(stages[1]).not.toMatch(/\b(cmake|g\+\+|libssl-dev)\b/);
+    expect(stages[1]).toMatch(/COPY --from=build \/usr\/local\/lib\/inference-cluster\/engine/);
     const ignored = readFileSync(join(ROOT, ".dockerignore"), "utf8")
       .split("\n")
       .map((l) => l.trim());
@@ -243,6 +253,22 @@ const tmpfiles = deploy("inference-cluster.tmpfiles.conf")
   .map((l) => l.split(/\s+/));
 
 describe("deploy/inference-cluster.service", () => {
+  it("passes systemd-analyze verify (Debian's systemd package; setup --for=test installs it)", () => {
+    const r = spawnSync(
+      "systemd-analyze",
+      ["verify", join(ROOT, "deploy", "inference-cluster.service")],
+      {
+        encoding: "utf8",
+      },
+    );
+    expect(
+      r.error,
+      "systemd-analyze is missing: node scripts/setup.mjs --for=test installs it",
+    ).toBeUndefined();
+    expect(`${r.stdout}${r.stderr}`.trim()).toBe("");
+    expect(r.status).toBe(0);
+  });
+
   it("runs as the dedicated user the sysusers snippet creates, whose home is its state directory", () => {
     expect(one("User")).toBe("inference-cluster");
     expect(one("Group")).toBe("inference-cluster");
