@@ -22,7 +22,8 @@ const STOP_GRACE_S = 90;
 
 const USAGE = `usage: node scripts/compose.mjs <verb> [--engine docker|podman] [--timeout-s N]
 
-  up      build the image when its inputs changed, make deploy/secrets when missing (make-secrets,
+  up      install podman and what it needs when missing (setup --for=compose; not with Docker),
+          build the image when its inputs changed, make deploy/secrets when missing (make-secrets,
           then chown to uid ${NODE_UID}), start the three nodes, and wait until each is healthy
   build   build the image (${IMAGE}) only; with no registry reachable, first a local base image
           (scripts/container-base.mjs: Debian bookworm + Node from the npm registry)
@@ -183,6 +184,13 @@ async function main() {
     const i = argv.indexOf(name);
     return i >= 0 ? argv[i + 1] : undefined;
   };
+  // On a fresh host: podman and what builds the base image, installed when missing.
+  if (
+    !flag("--engine") &&
+    (verb === "up" || verb === "build") &&
+    quiet("docker", ["info"]).status !== 0
+  )
+    run(process.execPath, [join(ROOT, "scripts", "setup.mjs"), "--for=compose"]);
   const engine = pickEngine(flag("--engine"));
   const timeoutS = Number(flag("--timeout-s") ?? 300);
   const [cmd, base] = composeCmd(engine);

@@ -13,6 +13,8 @@ export type SetupPlan =
       readonly debian: readonly (readonly [string, string])[];
       /** Whether podman's containers.conf is written where missing (test, compose). */
       readonly containersConf: boolean;
+      /** Whether pnpm and the workspace dependencies are installed (all but compose). */
+      readonly workspace: boolean;
     };
 export declare function setupPlan(argv: readonly string[], env?: NodeJS.ProcessEnv): SetupPlan;
 export declare function icLinkDir(

@@ -15,8 +15,8 @@ Installs, only when missing, what the chosen use needs (default: start):
   test       start's, plus chromium for the GUI tests (skipped when CHROMIUM_PATH is set), podman, runc,
              podman-compose and debootstrap for the compose test, and systemd-analyze (package systemd)
   publisher  pnpm and the workspace dependencies only
-  compose    openssl, podman, runc, podman-compose and debootstrap (scripts/compose.mjs), pnpm and the
-             workspace dependencies; no engine here (the image builds its own). Writes
+  compose    openssl, podman, runc, podman-compose and debootstrap (scripts/compose.mjs); no engine,
+             pnpm or workspace dependencies here (the image has its own). Writes
              /etc/containers/containers.conf when it is missing (runc, cgroupfs, no default ulimits)
   --no-engine   skip the engine build (and cmake, g++, git)
   --no-browser  skip chromium
@@ -93,6 +93,8 @@ export function setupPlan(argv, env = process.env) {
     portable: engine && isPortable(env),
     debian,
     containersConf: containers,
+    // The compose cluster installs its workspace inside the image, not here.
+    workspace: mode !== "compose",
   };
 }
 

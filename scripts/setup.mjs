@@ -81,7 +81,7 @@ if (plan.containersConf && has("podman") && !existsSync(containersConf)) {
 
 // 2. pnpm through corepack (version pinned by package.json "packageManager").
 // Older corepack releases lack the registry's current signing keys; upgrade corepack then.
-if (sh("corepack pnpm --version", { stdio: "ignore" }).status !== 0) {
+if (plan.workspace && sh("corepack pnpm --version", { stdio: "ignore" }).status !== 0) {
   log("pnpm through corepack failed; upgrading corepack from the npm registry");
   const sudo = process.getuid && process.getuid() === 0 ? "" : "sudo -n ";
   must(`${sudo}npm install -g --silent corepack@latest`, "corepack upgrade");
@@ -92,7 +92,7 @@ if (sh("corepack pnpm --version", { stdio: "ignore" }).status !== 0) {
 const lock = readFileSync(join(root, "pnpm-lock.yaml"));
 const lockHash = createHash("sha256").update(lock).digest("hex");
 const marker = join(root, "node_modules", ".setup-lock-hash");
-if (!existsSync(marker) || readFileSync(marker, "utf8") !== lockHash) {
+if (plan.workspace && (!existsSync(marker) || readFileSync(marker, "utf8") !== lockHash)) {
   log("installing dependencies (pnpm install --frozen-lockfile)");
   must("corepack pnpm install --frozen-lockfile --reporter=append-only", "pnpm install");
   writeFileSync(marker, lockHash);
