@@ -1,8 +1,9 @@
 // Test fixture (run with `node --import tsx`): spawns `sleep` children through spawnChild, prints
 // {"pid", "children": [{pid, diesWithParent}]} as one line, then keeps the libuv thread pool busy
-// until it is killed (SIGTERM and SIGINT are ignored). Args: <record dir> <count> [worker|worker-setpriv] -- with `worker`, the
-// children are spawned from a worker thread that exits right after; `worker-setpriv` does the same
-// with a bare `setpriv --pdeathsig KILL` (what spawnChild refuses to do off the main thread).
+// until it is killed (SIGTERM and SIGINT are ignored). Args: <record dir> <count>
+// [worker|worker-setpriv] -- with `worker`, the children are spawned from a worker thread that exits
+// right after; `worker-setpriv` does the same with a bare `setpriv --pdeathsig KILL` (what spawnChild
+// refuses to do off the main thread).
 import { spawn } from "node:child_process";
 import { pbkdf2 } from "node:crypto";
 import { readFile } from "node:fs/promises";

@@ -4,11 +4,12 @@
 // `tini -g`) reaches only the node, which stops its children when its drain says so.
 // Invariants: a child leaves the node's group only when its death signal is armed (otherwise the
 // group is its only tie to the node); setpriv execs the program, so the pid (and /proc start time)
-// seen here is the program's; the death signal is armed only from the main thread, because the kernel sends it when the spawning
-// *thread* exits (a worker thread's child would die with the worker) -- elsewhere the orphan sweep is
-// the only safety net; a recorded child's record is removed when it is reaped; `exited` never
-// rejects and settles once; stop() is idempotent: SIGTERM, then SIGKILL after the grace, resolves
-// on exit. Children still running when this process exits normally get SIGTERM (as execa's cleanup).
+// seen here is the program's; the death signal is armed only from the main thread, because the
+// kernel sends it when the spawning *thread* exits (a worker thread's child would die with the
+// worker) -- elsewhere the orphan sweep is the only safety net; a recorded child's record is removed
+// when it is reaped; `exited` never rejects and settles once; stop() is idempotent: SIGTERM, then
+// SIGKILL after the grace, resolves on exit. Children still running when this process exits
+// normally get SIGTERM (as execa's cleanup).
 import { execFileSync, spawn } from "node:child_process";
 import type { ChildProcess, StdioOptions } from "node:child_process";
 import { accessSync, closeSync, constants, openSync } from "node:fs";

@@ -164,6 +164,9 @@ describe("drain", () => {
     const drained = holder.logLines.find((l) => l.includes('"msg":"drained"'));
     expect(drained, holder.logLines.slice(-20).join("\n")).toBeDefined();
     const waited = Number(/"waitedMs":(\d+)/.exec(drained!)?.[1]);
+    process.stderr.write(
+      `hand-over: ${outcomes.length} requests, ${failed.length} failed; the drain waited ${waited} ms for a replacement that loads in ${LOAD_DELAY_S} s\n`,
+    );
     expect(waited).toBeGreaterThanOrEqual(LOAD_DELAY_S * 1000);
     expect(drained).toContain('"outcome":"idle"');
   }, 120_000);

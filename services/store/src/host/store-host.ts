@@ -7,14 +7,20 @@
 // serialized with the transfer so two downloads never count the same free bytes. Hashing (a directory
 // without a manifest, old manifests' piece hashes) runs in one bounded background pool
 // (store-models.ts): a model with a valid manifest is served at start without waiting for it.
-import { mkdir, readFile, rm, stat } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import type { Hono } from "hono";
 import { serve, type ServerType } from "@hono/node-server";
 import type { Logger } from "@ic/log";
 import type { Clock } from "@ic/protocol";
-import { ModelJsonSchema, ServiceError, type ModelId, type StoreManifest } from "@ic/protocol";
+import {
+  ModelJsonSchema,
+  modelIdFromDirName,
+  ServiceError,
+  type ModelId,
+  type StoreManifest,
+} from "@ic/protocol";
 import { Serial } from "@ic/staging";
 import { nodeDisk, type Disk } from "../disk.ts";
 import { executeFill, plannedTotals, removeStale } from "../transfer/fill.ts";
@@ -195,6 +201,22 @@ export class StoreHost implements AsyncDisposable {
    */
   register(modelId: ModelId): Promise<StoreManifest> {
     return this.catalog.register(modelId);
+  }
+
+  /**
+   * Registers every model directory of store_path that has no manifest served yet, through the
+   * hashing pool, and waits for them: for tools and benchmarks that fill a store and serve it at
+   * once. A node leaves this to its store watch (admitted once settled, never waited on).
+   */
+  async registerAll(): Promise<StoreManifest[]> {
+    const out: StoreManifest[] = [];
+    for (const name of (await readdir(this.opts.storePath)).sort()) {
+      const id = modelIdFromDirName(name);
+      if (!id || this.manifest(id)) continue;
+      if (!(await stat(join(this.opts.storePath, name))).isDirectory()) continue;
+      out.push(await this.register(id));
+    }
+    return out;
   }
 
   /** A settled directory (store watch): served, reported as changed, or queued for hashing. */
