@@ -38,63 +38,30 @@ describe("icLinkDir: where setup links the ic command", () => {
   });
 });
 
+/** What the engine build needs; what the compose test and compose.mjs need (setup-plan.mjs). */
+const BUILD = ["cmake", "g++", "git", "libssl-dev"];
+const CONTAINERS = ["podman", "runc", "podman-compose", "debootstrap"];
+
 describe("setupPlan: what each use installs", () => {
   it.each([
-    [[], ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev"]],
-    [["--for=start"], ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev"]],
+    [[], ["nats-server", "openssl", ...BUILD]],
+    [["--for=start"], ["nats-server", "openssl", ...BUILD]],
     [
       ["--for", "start"],
-      ["nats-server", "openssl", "cmake", "g++", "git", "libssl-dev"],
+      ["nats-server", "openssl", ...BUILD],
     ],
-    [
-      ["--for=test"],
-      [
-        "nats-server",
-        "openssl",
-        "cmake",
-        "g++",
-        "git",
-        "libssl-dev",
-        "chromium",
-        "podman",
-        "runc",
-        "podman-compose",
-        "debootstrap",
-        "systemd",
-      ],
-    ],
+    [["--for=test"], ["nats-server", "openssl", ...BUILD, "chromium", ...CONTAINERS, "systemd"]],
     [
       ["--for=test", "--no-browser"],
-      [
-        "nats-server",
-        "openssl",
-        "cmake",
-        "g++",
-        "git",
-        "libssl-dev",
-        "podman",
-        "runc",
-        "podman-compose",
-        "debootstrap",
-        "systemd",
-      ],
+      ["nats-server", "openssl", ...BUILD, ...CONTAINERS, "systemd"],
     ],
     [
       ["--for=test", "--no-engine"],
-      [
-        "nats-server",
-        "openssl",
-        "chromium",
-        "podman",
-        "runc",
-        "podman-compose",
-        "debootstrap",
-        "systemd",
-      ],
+      ["nats-server", "openssl", "chromium", ...CONTAINERS, "systemd"],
     ],
     [["--no-engine"], ["nats-server", "openssl"]],
     [["--for=publisher"], []],
-    [["--for=compose"], ["openssl", "podman", "runc", "podman-compose", "debootstrap"]],
+    [["--for=compose"], ["openssl", ...CONTAINERS]],
   ])("%j -> %j", (argv, want) => {
     expect(packages(argv)).toEqual(want);
   });
@@ -117,18 +84,7 @@ describe("setupPlan: what each use installs", () => {
   it("a binary named by its variable replaces the Debian package", () => {
     expect(
       packages(["--for=test"], { CHROMIUM_PATH: "/opt/chrome", NATS_SERVER_BIN: "/x" }),
-    ).toEqual([
-      "openssl",
-      "cmake",
-      "g++",
-      "git",
-      "libssl-dev",
-      "podman",
-      "runc",
-      "podman-compose",
-      "debootstrap",
-      "systemd",
-    ]);
+    ).toEqual(["openssl", ...BUILD, ...CONTAINERS, "systemd"]);
   });
 
   it("ENGINE_PORTABLE makes the engine portable (the Dockerfile's path)", () => {

@@ -45,15 +45,20 @@ function ppid(pid: number): number | undefined {
   return m ? Number(m[1]) : undefined;
 }
 
-/** The wait status of a zombie (/proc stat field 52): the signal number for a killed process. */
-function exitStatus(pid: number): number | undefined {
+/** Field `n` (1-based, as proc(5) numbers them) of /proc/<pid>/stat. */
+function statField(pid: number, n: number): number {
   const text = readFileSync(`/proc/${pid}/stat`, "utf8");
   return Number(
     text
       .slice(text.lastIndexOf(")") + 1)
       .trim()
-      .split(/\s+/)[52 - 3],
+      .split(/\s+/)[n - 3],
   );
+}
+
+/** The wait status of a zombie (/proc stat field 52): the signal number for a killed process. */
+function exitStatus(pid: number): number | undefined {
+  return statField(pid, 52);
 }
 
 interface FixtureReport {
@@ -63,13 +68,7 @@ interface FixtureReport {
 
 /** The process group of a process (/proc stat field 5). */
 function pgid(pid: number): number {
-  const text = readFileSync(`/proc/${pid}/stat`, "utf8");
-  return Number(
-    text
-      .slice(text.lastIndexOf(")") + 1)
-      .trim()
-      .split(/\s+/)[5 - 3],
-  );
+  return statField(pid, 5);
 }
 
 /**
