@@ -128,8 +128,13 @@ export function nodeDrain(o: NodeDrainSources): Drain {
       const d = s.deployments[id];
       const inst = s.instances[d?.instance_id ?? ""];
       if (d && inst?.assignments.some((a) => a.peer_key === peerKey)) {
-        // Still pointing here after the master had time to place it elsewhere: nothing can take it.
-        if (Date.now() - started >= STAYING_AFTER_MS && !staying.has(id)) {
+        // Not placed elsewhere yet: the master gets STAYING_AFTER_MS to do it (waited for, as a
+        // move); still pointing here after that, nothing can take it.
+        if (Date.now() - started < STAYING_AFTER_MS) {
+          n++;
+          continue;
+        }
+        if (!staying.has(id)) {
           staying.add(id);
           o.log.warn(
             { deploymentId: id, modelId: d.model_id },
@@ -155,14 +160,23 @@ export function nodeDrain(o: NodeDrainSources): Drain {
       return 0; // the engine is gone: nothing of it to wait for
     }
   };
+  // Gateways hear that a replacement is ready a moment after this node does; until then they may
+  // still send a request here (make before break), so its engine's idle reading is trusted only a
+  // settle period after the last deployment became ready elsewhere.
+  const settleMs = 500;
+  let movedAt: number | undefined;
   return new Drain({
     announce: () => agent.publishHeartbeat(),
     hasInstances: () => mine().length > 0 || relaying() > 0,
     busy: async () => {
+      const moving = movingElsewhere();
+      if (moving > 0) movedAt = undefined;
+      else if (here.size > 0) movedAt ??= Date.now();
+      const settling = movedAt !== undefined && Date.now() - movedAt < settleMs ? 1 : 0;
       const counts = await Promise.all(mine().map((i) => engineRequests(i.instance_id)));
-      return counts.reduce((a, b) => a + b, 0) + relaying() + movingElsewhere();
+      return counts.reduce((a, b) => a + b, 0) + relaying() + moving + settling;
     },
-    settleMs: 500,
+    settleMs,
     timeoutMs: o.timeoutMs,
     log: o.log,
   });
