@@ -1,6 +1,6 @@
 // Path rules for model directories and artifact files: every path is derived from a validated model id
 // or manifest path and checked to stay inside its root, so no input can reach outside it.
-import { lstat, mkdir, open, readdir, rename, rm } from "node:fs/promises";
+import { lstat, mkdir, open, readdir, readFile, rename, rm } from "node:fs/promises";
 import { basename, dirname, join, relative, resolve, sep } from "node:path";
 import { randomBytes } from "node:crypto";
 import { artifactPathProblem, modelDirName, modelIdProblem, type ModelId } from "@ic/protocol";
@@ -109,6 +109,16 @@ export async function removeDirAtomic(root: string, dir: string): Promise<void> 
     throw e;
   }
   await rm(trash, { recursive: true, force: true });
+}
+
+/** A file's text, or undefined when it (or a directory on its path) is not there. */
+export async function readTextIfPresent(path: string): Promise<string | undefined> {
+  try {
+    return await readFile(path, "utf8");
+  } catch (e) {
+    if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return undefined;
+    throw e;
+  }
 }
 
 export function isErrno(e: unknown, code: string): boolean {

@@ -1,10 +1,9 @@
 // The `.staging.json` record kept in every staged model directory: which manifest the copy follows,
 // whether every file is verified, and the last-use time that orders eviction. Validated when read.
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
 import { ArtifactPathSchema, ModelIdSchema, Sha256Schema, type ModelId } from "@ic/protocol";
-import { isErrno, writeJsonAtomic } from "./paths.ts";
+import { readTextIfPresent, writeJsonAtomic } from "./paths.ts";
 import type { HubFile } from "./hub/hub.ts";
 
 export const RECORD_FILE = ".staging.json";
@@ -45,13 +44,8 @@ export async function readRecord(
   expected: ModelId,
   name: string = RECORD_FILE,
 ): Promise<RecordRead> {
-  let text: string;
-  try {
-    text = await readFile(join(dir, name), "utf8");
-  } catch (e) {
-    if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return { kind: "missing" };
-    throw e;
-  }
+  const text = await readTextIfPresent(join(dir, name));
+  if (text === undefined) return { kind: "missing" };
   let json: unknown;
   try {
     json = JSON.parse(text);

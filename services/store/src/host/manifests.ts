@@ -1,6 +1,6 @@
 // A model's manifest in the store: written at registration from the files on disk, read back at
 // start and checked against the files (sizes), so nothing changed underneath is served.
-import { lstat, readdir, readFile, stat } from "node:fs/promises";
+import { lstat, readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "@ic/log";
 import {
@@ -12,7 +12,7 @@ import {
   type ModelId,
   type StoreManifest,
 } from "@ic/protocol";
-import { artifactFile, isErrno, walkFiles, writeJsonAtomic } from "../paths.ts";
+import { artifactFile, readTextIfPresent, walkFiles, writeJsonAtomic } from "../paths.ts";
 import { hashFilePieces, pieceBytesFor, type HashOptions } from "../pieces.ts";
 
 /** Manifest of a registered model, inside its store directory (dotfiles are never artifacts). */
@@ -41,13 +41,8 @@ export type ManifestCheck =
  * there with its size (only sizes: no file is read).
  */
 export async function checkManifest(dir: string, id: ModelId): Promise<ManifestCheck> {
-  let text: string;
-  try {
-    text = await readFile(join(dir, MANIFEST_FILE), "utf8");
-  } catch (e) {
-    if (isErrno(e, "ENOENT") || isErrno(e, "ENOTDIR")) return { kind: "absent" };
-    throw e;
-  }
+  const text = await readTextIfPresent(join(dir, MANIFEST_FILE));
+  if (text === undefined) return { kind: "absent" };
   const parsed = StoreManifestSchema.safeParse(safeJson(text));
   if (!parsed.success || parsed.data.model_id !== id) return { kind: "invalid" };
   const differences = await fileDifferences(dir, parsed.data.files);
