@@ -1,4 +1,4 @@
-// Command line for GGUF files: `write <path> [--drafter] [--layers N] [--seed N] [--f16]` and `inspect <path> [--json]`.
+// Command line for GGUF files: `write <path> [--drafter] [--layers N] [--seed N] [--f16] [--tools]` and `inspect <path> [--json]`.
 // `npm start` uses `write` to generate the demo model; `inspect` prints the facts of any GGUF without reading weights.
 import { parseArgs } from "node:util";
 import { isGgufError } from "./errors.ts";
@@ -25,6 +25,7 @@ async function main(argv: string[]): Promise<number> {
       layers: { type: "string" },
       seed: { type: "string" },
       f16: { type: "boolean", default: false },
+      tools: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -40,6 +41,7 @@ async function main(argv: string[]): Promise<number> {
     const model = await writeTinyModel(path, {
       drafter: values.drafter,
       weightType: values.f16 ? "F16" : "F32",
+      tools: values.tools,
       ...(nLayer === undefined ? {} : { nLayer }),
       ...(seed === undefined ? {} : { seed }),
     });

@@ -10,6 +10,8 @@ import { f32ToF16Bits, TINY_MODEL_DEFAULTS, writeTinyModel } from "./tiny-model.
 import {
   TINY_CHAT_TEMPLATE,
   TINY_SPECIAL,
+  TINY_TOOL_CALL_TOKEN,
+  TINY_TOOLS_CHAT_TEMPLATE,
   TINY_VOCAB,
   TOKEN_TYPE,
   unreachablePieces,
@@ -217,6 +219,36 @@ describe("writeTinyModel", () => {
       const nonZero = row(t).some((v) => v !== 0);
       expect(nonZero, TINY_VOCAB.tokens[t]).toBe(type === TOKEN_TYPE.normal);
     });
+  });
+
+  test("a tools model adds the tool-call token, reads it from a constant feature, and renders tools", async () => {
+    const h = await readGgufHeader(
+      (await writeTinyModel(join(dir, "tools.gguf"), { tools: true })).path,
+    );
+    const m = h.metadata;
+    expect(m.get("tokenizer.chat_template")).toEqual({
+      type: "str",
+      value: TINY_TOOLS_CHAT_TEMPLATE,
+    });
+    expect(m.get("tokenizer.ggml.add_space_prefix")).toEqual({ type: "bool", value: false });
+    expect(m.get("tokenizer.ggml.tokens")).toMatchObject({
+      items: [...TINY_VOCAB.tokens, TINY_TOOL_CALL_TOKEN],
+    });
+    const nEmbd = TINY_MODEL_DEFAULTS.nEmbd;
+    const call = TINY_VOCAB.tokens.length;
+    const out = await tensorBytes(h, "output.weight");
+    const row = new Float32Array(
+      out.buffer.slice(out.byteOffset + call * nEmbd * 4, out.byteOffset + (call + 1) * nEmbd * 4),
+    );
+    expect(row[0]).toBe(10);
+    expect(row.slice(1).every((v) => v === 0)).toBe(true);
+    const embd = await tensorBytes(h, "token_embd.weight");
+    const first = (t: number) => embd.readFloatLE(t * nEmbd * 4);
+    expect([0, 7, call].map(first)).toEqual([6, 6, 6]);
+    // The plain model has neither.
+    const plain = (await readGgufHeader((await writeTinyModel(join(dir, "plain.gguf"))).path))
+      .metadata;
+    expect(plain.has("tokenizer.ggml.add_space_prefix")).toBe(false);
   });
 
   test.each([

@@ -4,7 +4,14 @@ import { fnv1a, mulberry32 } from "@ic/protocol";
 import { GgufError } from "./errors.ts";
 import type { ModelFacts } from "./facts.ts";
 import { readGgufHeader } from "./reader.ts";
-import { TINY_CHAT_TEMPLATE, TINY_SPECIAL, TINY_VOCAB, TOKEN_TYPE } from "./tiny-vocab.ts";
+import {
+  TINY_CHAT_TEMPLATE,
+  TINY_SPECIAL,
+  TINY_TOOLS_CHAT_TEMPLATE,
+  TINY_TOOL_CALL_TOKEN,
+  TOKEN_TYPE,
+  tinyVocab,
+} from "./tiny-vocab.ts";
 import type { GgmlType, GgufValue } from "./types.ts";
 import { writeGguf, type GgufTensorData } from "./writer.ts";
 
@@ -29,6 +36,13 @@ export interface TinyModelOptions {
   readonly drafter?: boolean;
   /** general.name. Default "tiny-llama" (or "tiny-llama-drafter"). */
   readonly name?: string;
+  /**
+   * A chat template that renders tools and tool calls (Qwen/Hermes style, TINY_TOOLS_CHAT_TEMPLATE),
+   * so llama-server parses tool calls and constrains `tool_choice: "required"` to one. Also turns the
+   * tokenizer's space prefix off: llama-server feeds the generation prompt through the tool grammar,
+   * and a space before "assistant" would not match it. Default false.
+   */
+  readonly tools?: boolean;
 }
 
 export interface TinyModel {
@@ -105,9 +119,9 @@ function encode(values: Float32Array, type: GgmlType): Uint8Array {
   return new Uint8Array(out.buffer);
 }
 
-type Shape = Required<Omit<TinyModelOptions, "drafter" | "name">>;
+type Shape = Required<Omit<TinyModelOptions, "drafter" | "name" | "tools">>;
 
-function resolve(options: TinyModelOptions): Shape & { name: string } {
+function resolve(options: TinyModelOptions): Shape & { name: string; tools: boolean } {
   const d = TINY_MODEL_DEFAULTS;
   const shape = {
     nEmbd: options.nEmbd ?? d.nEmbd,
@@ -144,6 +158,7 @@ function resolve(options: TinyModelOptions): Shape & { name: string } {
   return {
     ...shape,
     name: options.name ?? (options.drafter === true ? "tiny-llama-drafter" : "tiny-llama"),
+    tools: options.tools === true,
   };
 }
 
@@ -151,15 +166,39 @@ function resolve(options: TinyModelOptions): Shape & { name: string } {
  * Tensors of a llama model. Each tensor's values come from its own seed (seed ^ hash(name)), so a drafter
  * with the same seed and width shares token_embd, output and its first layers with the target.
  */
-function tinyTensors(s: Shape): GgufTensorData[] {
-  const nVocab = TINY_VOCAB.tokens.length;
+/**
+ * A tools model's pull towards calling: every token embedding gets TOOLS_BIAS in dimension 0, which
+ * survives the layers and the final norm as a near-constant feature, and the tool-call token's output
+ * row reads it with weight TOOLS_CALL_WEIGHT. Its logit (~50) then beats every text piece's (std 5),
+ * so the model starts each answer with a call, as a model tuned for tools does when offered them.
+ */
+const TOOLS_BIAS = 6;
+const TOOLS_CALL_WEIGHT = 10;
+/**
+ * The byte tokens of JSON's punctuation and the call's closing tag: a small pull (+5) so that where
+ * the tool grammar allows either whitespace or the next character, the model writes the character.
+ */
+const JSON_PUNCTUATION = new Set(
+  [..."{}[]:,<>/_"].map((c) => TINY_SPECIAL.imEnd.id + 1 + c.charCodeAt(0)),
+);
+
+function tinyTensors(s: Shape & { tools: boolean }): GgufTensorData[] {
+  const vocab = tinyVocab(s.tools);
+  const nVocab = vocab.tokens.length;
   const headDim = s.nEmbd / s.nHead;
   const nEmbdKv = headDim * s.nHeadKv;
   const tensors: GgufTensorData[] = [];
-  const uniform = (name: string, dims: number[], scale: number, type: GgmlType): void => {
+  const uniform = (
+    name: string,
+    dims: number[],
+    scale: number,
+    type: GgmlType,
+    adjust?: (values: Float32Array) => void,
+  ): void => {
     const rnd = mulberry32(s.seed ^ fnv1a(name));
     const values = new Float32Array(dims.reduce((a, b) => a * b, 1));
     for (let i = 0; i < values.length; i++) values[i] = (rnd() * 2 - 1) * scale;
+    adjust?.(values);
     tensors.push({ name, dims, ggmlType: type, data: encode(values, type) });
   };
   const ones = (name: string, n: number): void => {
@@ -173,7 +212,9 @@ function tinyTensors(s: Shape): GgufTensorData[] {
   // Uniform(-a, a) has variance a^2/3, so a = sqrt(3 / fanIn) gives unit-variance outputs.
   const scaleFor = (fanIn: number): number => Math.sqrt(3 / fanIn);
   const w = s.weightType;
-  uniform("token_embd.weight", [s.nEmbd, nVocab], 1, w);
+  uniform("token_embd.weight", [s.nEmbd, nVocab], 1, w, (values) => {
+    if (s.tools) for (let t = 0; t < nVocab; t++) values[t * s.nEmbd] = TOOLS_BIAS;
+  });
   for (let i = 0; i < s.nLayer; i++) {
     ones(`blk.${i}.attn_norm.weight`, s.nEmbd);
     uniform(`blk.${i}.attn_q.weight`, [s.nEmbd, s.nEmbd], scaleFor(s.nEmbd), w);
@@ -193,11 +234,16 @@ function tinyTensors(s: Shape): GgufTensorData[] {
   const out = new Float32Array(s.nEmbd * nVocab);
   const scale = OUTPUT_LOGIT_STD * scaleFor(s.nEmbd);
   for (let t = 0; t < nVocab; t++) {
-    const text = TINY_VOCAB.tokenTypes[t] === TOKEN_TYPE.normal;
+    const text = vocab.tokenTypes[t] === TOKEN_TYPE.normal;
     for (let j = 0; j < s.nEmbd; j++) {
       const r = (rnd() * 2 - 1) * scale;
       out[t * s.nEmbd + j] = text ? r : 0;
     }
+    if (!s.tools) continue;
+    if (vocab.tokens[t] === TINY_TOOL_CALL_TOKEN) {
+      out.fill(0, t * s.nEmbd, (t + 1) * s.nEmbd);
+      out[t * s.nEmbd] = TOOLS_CALL_WEIGHT;
+    } else if (JSON_PUNCTUATION.has(t)) out[t * s.nEmbd] = 1;
   }
   tensors.push({
     name: "output.weight",
@@ -208,11 +254,11 @@ function tinyTensors(s: Shape): GgufTensorData[] {
   return tensors;
 }
 
-function tinyMetadata(s: Shape & { name: string }): [string, GgufValue][] {
+function tinyMetadata(s: Shape & { name: string; tools: boolean }): [string, GgufValue][] {
   const u32 = (value: number): GgufValue => ({ type: "u32", value });
   const f32 = (value: number): GgufValue => ({ type: "f32", value });
   const str = (value: string): GgufValue => ({ type: "str", value });
-  const v = TINY_VOCAB;
+  const v = tinyVocab(s.tools);
   return [
     ["general.architecture", str("llama")],
     ["general.name", str(s.name)],
@@ -247,7 +293,10 @@ function tinyMetadata(s: Shape & { name: string }): [string, GgufValue][] {
     ["tokenizer.ggml.unknown_token_id", u32(TINY_SPECIAL.unk.id)],
     ["tokenizer.ggml.add_bos_token", { type: "bool", value: true }],
     ["tokenizer.ggml.add_eos_token", { type: "bool", value: false }],
-    ["tokenizer.chat_template", str(TINY_CHAT_TEMPLATE)],
+    ...(s.tools
+      ? ([["tokenizer.ggml.add_space_prefix", { type: "bool", value: false }]] as const)
+      : []),
+    ["tokenizer.chat_template", str(s.tools ? TINY_TOOLS_CHAT_TEMPLATE : TINY_CHAT_TEMPLATE)],
   ];
 }
 

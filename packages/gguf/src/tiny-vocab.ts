@@ -63,6 +63,25 @@ function buildVocab(): TinyVocab {
 
 export const TINY_VOCAB: TinyVocab = buildVocab();
 
+/**
+ * The one token a tools model (TinyModelOptions.tools) adds at the end of the vocabulary: the start
+ * of a tool call, newline included, so that once it is sampled the engine's tool grammar is inside
+ * the call (the call's JSON is then forced token by token).
+ */
+export const TINY_TOOL_CALL_TOKEN = "<tool_call>\n";
+
+/** The vocabulary of a tiny model: TINY_VOCAB, plus TINY_TOOL_CALL_TOKEN for a tools model. */
+export function tinyVocab(tools: boolean): TinyVocab {
+  if (!tools) return TINY_VOCAB;
+  return {
+    tokens: [...TINY_VOCAB.tokens, TINY_TOOL_CALL_TOKEN],
+    scores: [...TINY_VOCAB.scores, 0],
+    // A normal piece no merge reaches: the tokenizer never makes it from text (a trigger word that
+    // tokenized to one token would have to be a preserved token), but the model can sample it.
+    tokenTypes: [...TINY_VOCAB.tokenTypes, TOKEN_TYPE.normal],
+  };
+}
+
 /** Multi-character normal pieces that cannot be built by merging two other pieces (should be none). */
 export function unreachablePieces(vocab: TinyVocab = TINY_VOCAB): string[] {
   const normal = new Set(vocab.tokens.filter((_, i) => vocab.tokenTypes[i] === TOKEN_TYPE.normal));
@@ -85,3 +104,43 @@ export const TINY_CHAT_TEMPLATE =
   "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}" +
   "{%- endfor -%}" +
   "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+/**
+ * A ChatML template that renders tools (in the system turn, one JSON line each), an assistant's
+ * tool calls (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`) and tool results, as Qwen 2.5
+ * and Hermes templates do: llama-server's template analysis finds the tool-call format in it, parses
+ * calls into `tool_calls` and builds the grammar for `tool_choice: "required"`. An assistant turn
+ * holds either calls or text, so that grammar starts with the call (a random tiny model would
+ * otherwise write text until max_tokens).
+ */
+export const TINY_TOOLS_CHAT_TEMPLATE = [
+  "{%- if tools -%}",
+  "{{- '<|im_start|>system\\n' -}}",
+  "{%- if messages[0]['role'] == 'system' -%}{{- messages[0]['content'] + '\\n\\n' -}}{%- endif -%}",
+  "{{- '# Tools\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>' -}}",
+  "{%- for tool in tools -%}{{- '\\n' -}}{{- tool | tojson -}}{%- endfor -%}",
+  '{{- \'\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n\' -}}',
+  "{%- elif messages[0]['role'] == 'system' -%}",
+  "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' -}}",
+  "{%- endif -%}",
+  "{%- for message in messages -%}",
+  "{%- if message['role'] == 'system' and loop.first -%}",
+  "{%- elif message['role'] == 'assistant' -%}",
+  "{{- '<|im_start|>assistant' -}}",
+  "{%- if message['tool_calls'] -%}{%- for tc in message['tool_calls'] -%}",
+  "{%- set f = tc['function'] if tc['function'] is defined else tc -%}",
+  "{{- '\\n<tool_call>\\n{\"name\": \"' + f['name'] + '\", \"arguments\": ' -}}",
+  "{%- if f['arguments'] is string -%}{{- f['arguments'] -}}{%- else -%}{{- f['arguments'] | tojson -}}{%- endif -%}",
+  "{{- '}\\n</tool_call>' -}}",
+  "{%- endfor -%}",
+  "{%- elif message['content'] -%}{{- '\\n' + message['content'] -}}",
+  "{%- endif -%}",
+  "{{- '<|im_end|>\\n' -}}",
+  "{%- elif message['role'] == 'tool' -%}",
+  "{{- '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' -}}",
+  "{%- else -%}",
+  "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}",
+  "{%- endif -%}",
+  "{%- endfor -%}",
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+].join("");
