@@ -51,6 +51,7 @@ describe("modelFacts", () => {
       weightsBytes: 600,
       fileBytes: 4096,
       hasChatTemplate: true,
+      templateTakesTools: false,
     });
   });
 
@@ -105,7 +106,12 @@ describe("modelFacts", () => {
     [
       "an empty chat template does not count",
       [["tokenizer.chat_template", str("")]],
-      { hasChatTemplate: false },
+      { hasChatTemplate: false, templateTakesTools: false },
+    ],
+    [
+      "a template that reads tools takes tools",
+      [["tokenizer.chat_template", str("{%- if tools -%}{{ tools | tojson }}{%- endif -%}")]],
+      { hasChatTemplate: true, templateTakesTools: true },
     ],
     [
       "no architecture means no architecture facts",

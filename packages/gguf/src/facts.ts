@@ -22,6 +22,11 @@ export interface ModelFacts {
   readonly weightsBytes: number;
   readonly fileBytes: number;
   readonly hasChatTemplate: boolean;
+  /**
+   * Its chat template reads `tools` (so llama-server can offer tools and parse calls): the same
+   * test as llama.cpp's own first check, on the template's source.
+   */
+  readonly templateTakesTools: boolean;
 }
 
 export interface FactsInput {
@@ -94,5 +99,6 @@ export function modelFacts({ metadata, tensors, fileBytes }: FactsInput): ModelF
     weightsBytes: tensors.reduce((sum, t) => sum + t.byteSize, 0),
     fileBytes,
     hasChatTemplate: template !== null && template.length > 0,
+    templateTakesTools: template !== null && /\btools\b/.test(template),
   };
 }

@@ -69,6 +69,7 @@ describe("writeTinyModel", () => {
       weightsBytes: model.facts.weightsBytes,
       fileBytes: model.bytes,
       hasChatTemplate: true,
+      templateTakesTools: false,
     });
     expect((await readFile(model.path)).length).toBe(model.bytes);
   });

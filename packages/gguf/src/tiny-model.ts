@@ -294,7 +294,7 @@ function tinyMetadata(s: Shape & { name: string; tools: boolean }): [string, Ggu
     ["tokenizer.ggml.add_bos_token", { type: "bool", value: true }],
     ["tokenizer.ggml.add_eos_token", { type: "bool", value: false }],
     ...(s.tools
-      ? ([["tokenizer.ggml.add_space_prefix", { type: "bool", value: false }]] as const)
+      ? [["tokenizer.ggml.add_space_prefix", { type: "bool", value: false }] as [string, GgufValue]]
       : []),
     ["tokenizer.chat_template", str(s.tools ? TINY_TOOLS_CHAT_TEMPLATE : TINY_CHAT_TEMPLATE)],
   ];

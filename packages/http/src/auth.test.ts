@@ -67,6 +67,12 @@ describe("scopeFor: which scope each endpoint needs", () => {
     ["GET", "/v1/diagnostics/telemetry", "read"],
     ["GET", "/v1/models", "inference"],
     ["POST", "/v1/chat/completions", "inference"],
+    ["POST", "/v1/messages", "inference"],
+    ["POST", "/v1/responses", "inference"],
+    // llama-server's rerank names outside /v1 are inference too; other paths there are not.
+    ["POST", "/rerank", "inference"],
+    ["POST", "/reranking", "inference"],
+    ["POST", "/completion", "admin"],
     ["PUT", "/v1/tracing", "admin"],
     ["POST", "/place_instance", "admin"],
     ["DELETE", "/instance/i-1", "admin"],
@@ -150,6 +156,39 @@ describe("auth middleware on every mutating endpoint", () => {
       origin: "http://node-1:8080",
     });
     expect(same.status).toBe(200);
+  });
+});
+
+describe("Anthropic's x-api-key", () => {
+  const post = (path: string, h: Record<string, string>) => call("POST", path, { ...json, ...h });
+
+  it("is taken as the token on inference paths, in Anthropic's error envelope when it fails", async () => {
+    expect((await post("/v1/messages", { "x-api-key": APP })).status).toBe(200);
+    const unknown = await post("/v1/messages", { "x-api-key": "not-a-token-at-all" });
+    expect(unknown.status).toBe(401);
+    expect(await unknown.json()).toMatchObject({
+      type: "error",
+      error: {
+        type: "authentication_error",
+        code: "unauthorized",
+        message: "unknown bearer token",
+      },
+    });
+    // A reader's key has no inference scope, whichever header carries it.
+    const reader = await post("/v1/messages", { "x-api-key": READER });
+    expect(reader.status).toBe(403);
+    expect(await reader.json()).toMatchObject({
+      type: "error",
+      error: { type: "permission_error" },
+    });
+  });
+
+  it("is not taken for admin paths, nor over an Authorization header", async () => {
+    expect((await post("/place_instance", { "x-api-key": ADMIN })).status).toBe(401);
+    expect(
+      (await post("/v1/messages", { "x-api-key": APP, authorization: "Bearer not-a-token-at-all" }))
+        .status,
+    ).toBe(401);
   });
 });
 

@@ -3,7 +3,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { Context, MiddlewareHandler } from "hono";
 import type { ApiScope } from "@ic/config";
-import { ServiceError } from "@ic/protocol";
+import { INSTANCE_KIND_TABLE, INSTANCE_KINDS, ServiceError } from "@ic/protocol";
 import type { TokenLimits } from "@ic/protocol";
 import { requestHeader } from "./node-http.ts";
 
@@ -106,12 +106,17 @@ export interface AuthOptions {
 const PUBLIC = new Set(["/v1/ping", "/health", "/openapi.json", "/", "/favicon.ico"]);
 const PUBLIC_PREFIX = "/dashboard/";
 const READ_V1 = /^\/v1\/(tracing|traces|diagnostics)(\/|$)/;
+/** Inference paths outside /v1 (llama-server's names for rerank, which the gateway answers too). */
+const INFERENCE_ELSEWHERE: ReadonlySet<string> = new Set(
+  INSTANCE_KINDS.flatMap((k) => INSTANCE_KIND_TABLE[k].paths).filter((p) => !p.startsWith("/v1/")),
+);
 
 /** The scope a request needs; null for the public ping and health check (GET only, as documented). */
 export function scopeFor(method: string, path: string): ApiScope | null {
   const reading = method === "GET" || method === "HEAD";
   if (reading && (PUBLIC.has(path) || path.startsWith(PUBLIC_PREFIX))) return null;
-  if (path.startsWith("/v1/") && !READ_V1.test(path)) return "inference";
+  if ((path.startsWith("/v1/") && !READ_V1.test(path)) || INFERENCE_ELSEWHERE.has(path))
+    return "inference";
   return reading ? "read" : "admin";
 }
 
@@ -160,13 +165,18 @@ export function authMiddleware(o: AuthOptions): MiddlewareHandler {
       }
     }
     if (scope !== null && known.size > 0) {
-      const auth = requestHeader(c, "authorization") ?? "";
-      const m = /^Bearer\s+(\S+)\s*$/i.exec(auth);
-      if (!m) {
+      const auth = requestHeader(c, "authorization");
+      const m = /^Bearer\s+(\S+)\s*$/i.exec(auth ?? "");
+      // Anthropic's clients send their key as x-api-key: taken on inference paths, when no
+      // Authorization header came.
+      const apiKey =
+        scope === "inference" && auth === undefined ? requestHeader(c, "x-api-key") : undefined;
+      const presented = m?.[1] ?? apiKey?.trim();
+      if (!presented) {
         c.header("WWW-Authenticate", 'Bearer realm="inference-cluster"');
         throw new ServiceError("unauthorized", `a bearer token with scope ${scope} is required`);
       }
-      const holder = known.holder(m[1]!);
+      const holder = known.holder(presented);
       if (!holder) {
         c.header("WWW-Authenticate", 'Bearer realm="inference-cluster", error="invalid_token"');
         throw new ServiceError("unauthorized", "unknown bearer token");

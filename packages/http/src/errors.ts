@@ -2,7 +2,7 @@
 import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { z } from "zod";
-import { errorBody, httpStatusFor, ServiceError } from "@ic/protocol";
+import { errorBodyFor, httpStatusFor, ServiceError } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { readBody } from "./node-http.ts";
 
@@ -183,12 +183,12 @@ export function toResponse(c: Context, err: unknown, log: Logger): Response {
   if (err instanceof ServiceError) {
     const headers: Record<string, string> =
       err.retryAfterS !== undefined ? { "retry-after": String(Math.ceil(err.retryAfterS)) } : {};
-    return c.json(errorBody(err), httpStatusFor(err.code), headers);
+    return c.json(errorBodyFor(c.req.path, err), httpStatusFor(err.code), headers);
   }
   if (err instanceof HTTPException) {
     const code = err.status === 404 ? "not_found" : "invalid_request";
-    return c.json(errorBody(new ServiceError(code, err.message)), httpStatusFor(code));
+    return c.json(errorBodyFor(c.req.path, new ServiceError(code, err.message)), httpStatusFor(code));
   }
   log.error({ err }, "unhandled error");
-  return c.json(errorBody(new ServiceError("internal", "internal error")), 500);
+  return c.json(errorBodyFor(c.req.path, new ServiceError("internal", "internal error")), 500);
 }

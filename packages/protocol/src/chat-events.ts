@@ -41,6 +41,14 @@ export type ChatEvent =
       message: string | undefined;
     };
 
+/** A request as it arrives on an inference endpoint: what an observer is made for. */
+export interface ChatRequestSeen {
+  readonly commandId: string;
+  readonly receivedAt: number;
+  /** The endpoint's path (one of the gateway's: a bounded set, usable as a metric label). */
+  readonly path: string;
+}
+
 export interface ChatObserver {
   event(e: ChatEvent): void;
 }

@@ -11,6 +11,7 @@ import {
   TaskIdSchema,
 } from "./ids.ts";
 import { WireErrorSchema } from "./errors.ts";
+import { InstanceKindSchema } from "./instance-kinds.ts";
 
 export const SHARDINGS = ["Pipeline", "Tensor"] as const;
 export const ShardingSchema = z.enum(SHARDINGS);
@@ -79,6 +80,8 @@ export const ModelRecordSchema = z.object({
   drafter: ModelIdSchema.optional(),
   /** Split vision weights file in the model directory (run with --mmproj). */
   mmproj: z.string().optional(),
+  /** Its chat template reads `tools`: tool calls work (GET /v1/models says so). */
+  tools: z.boolean().optional(),
   /** How an embedding instance pools token vectors (model.json `pooling`; default mean). */
   pooling: PoolingSchema.optional(),
   /** Multi-token-prediction sidecar repository staged with the model. */
@@ -106,7 +109,9 @@ export const InstanceSchema = z.object({
   instance_id: InstanceIdSchema,
   model_id: ModelIdSchema,
   sharding: ShardingSchema,
-  /** An embedding instance (llama-server --embeddings): it serves /v1/embeddings, not chat. */
+  /** What it serves (instance-kinds.ts); absent: generate. Read it with kindOf(). */
+  kind: InstanceKindSchema.optional(),
+  /** Before kinds: `true` for an embedding instance. Read, never written (kindOf). */
   embeddings: z.boolean().optional(),
   /**
    * The context its runner starts with (`-c`), chosen at placement: engine.context_size capped by
@@ -204,7 +209,9 @@ export const DeploymentSchema = z.object({
   model_id: ModelIdSchema,
   min_nodes: z.number().int().positive(),
   sharding: ShardingSchema,
-  /** Its instances serve embeddings (see InstanceSchema). */
+  /** Its instances' kind (see InstanceSchema); absent: generate. */
+  kind: InstanceKindSchema.optional(),
+  /** Before kinds (see InstanceSchema). */
   embeddings: z.boolean().optional(),
   /**
    * One replica of a placement asked with `replicas` > 1: the deployments of one set keep their
@@ -371,6 +378,8 @@ export const CommandSchema = z.discriminatedUnion("type", [
         min_nodes: z.number().int().positive(),
         sharding: ShardingSchema,
         excluded_nodes: z.array(z.string()),
+        kind: InstanceKindSchema.optional(),
+        /** Before kinds (see InstanceSchema). */
         embeddings: z.boolean().optional(),
         replica_set: z.string().min(1).max(64).optional(),
       })

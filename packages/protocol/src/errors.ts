@@ -165,6 +165,57 @@ export function errorBody(err: ServiceError): ErrorBody {
   };
 }
 
+/**
+ * Anthropic's error envelope (`{"type":"error","error":{"type","message"}}`), which Anthropic's
+ * clients parse on /v1/messages: the same error, its type in Anthropic's words, the closed code and
+ * the rest of ours beside them.
+ */
+export const AnthropicErrorBodySchema = z.object({
+  type: z.literal("error"),
+  error: z.object({
+    type: z.string(),
+    message: z.string(),
+    code: z.enum(ERROR_CODES),
+    retryable: z.boolean(),
+    details: z.record(z.string(), z.unknown()).optional(),
+  }),
+});
+export type AnthropicErrorBody = z.infer<typeof AnthropicErrorBodySchema>;
+
+/** Anthropic's error type for each HTTP status (their docs, "Errors"). */
+function anthropicTypeFor(status: number): string {
+  if (status === 400 || status === 409 || status === 415) return "invalid_request_error";
+  if (status === 401) return "authentication_error";
+  if (status === 403) return "permission_error";
+  if (status === 404) return "not_found_error";
+  if (status === 429) return "rate_limit_error";
+  if (status === 503) return "overloaded_error";
+  return "api_error";
+}
+
+export function anthropicErrorBody(err: ServiceError): AnthropicErrorBody {
+  return {
+    type: "error",
+    error: {
+      type: anthropicTypeFor(httpStatusFor(err.code)),
+      message: err.message,
+      code: err.code,
+      retryable: err.retryable,
+      ...(err.details ? { details: err.details } : {}),
+    },
+  };
+}
+
+/** The API family whose error envelope a path's clients parse: Anthropic's under /v1/messages. */
+export function errorFamilyOf(path: string): "openai" | "anthropic" {
+  return path === "/v1/messages" || path.startsWith("/v1/messages/") ? "anthropic" : "openai";
+}
+
+/** The error's body in the envelope of the family `path` belongs to. */
+export function errorBodyFor(path: string, err: ServiceError): ErrorBody | AnthropicErrorBody {
+  return errorFamilyOf(path) === "anthropic" ? anthropicErrorBody(err) : errorBody(err);
+}
+
 /** Wire form of an error inside bus replies. */
 export const WireErrorSchema = z.object({
   code: z.enum(ERROR_CODES),

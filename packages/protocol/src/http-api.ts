@@ -5,6 +5,7 @@
 import { z } from "zod";
 import { InstanceIdSchema, ModelIdSchema } from "./ids.ts";
 import { InstanceSchema, ShardingSchema } from "./cluster.ts";
+import { InstanceKindSchema } from "./instance-kinds.ts";
 import { PullSchema } from "./store.ts";
 import { ERROR_CODES } from "./errors.ts";
 
@@ -108,8 +109,14 @@ export const PlaceRequestSchema = z
     excluded_nodes: z.array(z.string().max(128)).max(1024).default([]),
     sharding: ShardingSchema.default("Pipeline"),
     instance_type: z.enum(["llama"]).default("llama"),
-    /** Serve /v1/embeddings (llama-server --embeddings, pooled per the model's config) instead of chat. */
-    embeddings: z.boolean().default(false),
+    /**
+     * What its instances serve (instance-kinds.ts): generate (chat, completions, Responses,
+     * Messages), embed (/v1/embeddings, llama-server --embeddings pooled per the model's config) or
+     * rerank (/v1/rerank, --reranking). Default generate.
+     */
+    kind: InstanceKindSchema.optional(),
+    /** Before kinds: `true` asks for kind embed. */
+    embeddings: z.boolean().optional(),
     /**
      * Instances of the model to keep, each on nodes none of the others uses (anti-affinity); the
      * master re-places a lost one away from its siblings. All are placed now, or none is.

@@ -1,6 +1,6 @@
 // The sequencer's rule: decide(state, command, ctx) -> the events to emit, or the typed refusal.
 // Pure (sender, heartbeats, time and ids come from the caller), so the master is only its I/O shell.
-import { runnerKey, ServiceError } from "@ic/protocol";
+import { kindOf, runnerKey, ServiceError } from "@ic/protocol";
 import { own } from "./own.ts";
 import type {
   Command,
@@ -103,7 +103,7 @@ function decidePlace(
         model_id: cmd.instance.model_id,
         min_nodes: cmd.deployment.min_nodes,
         sharding: cmd.deployment.sharding,
-        ...(cmd.deployment.embeddings ? { embeddings: true } : {}),
+        ...(kindOf(cmd.deployment) !== "generate" ? { kind: kindOf(cmd.deployment) } : {}),
         ...(cmd.deployment.replica_set ? { replica_set: cmd.deployment.replica_set } : {}),
         excluded_peer_keys: Object.values(s.members)
           .filter((m) => excluded.has(m.node_id))

@@ -1,7 +1,7 @@
 // Intent kept as state: for every deployment whose instance is gone, place it again on what is there,
 // or say why not. Pure (ids and timing come from the caller), so the master's tick is a thin shell.
 // It calls @ic/placement (placeInCluster, as the API places); placement never imports this package.
-import { runnerKey } from "@ic/protocol";
+import { kindOf, runnerKey } from "@ic/protocol";
 import type {
   ControlState,
   Deployment,
@@ -193,7 +193,7 @@ export function reconcile(
           instance_id: o.newInstanceId(),
           model_id: d.model_id as ModelId,
           sharding: d.sharding,
-          ...(d.embeddings ? { embeddings: true } : {}),
+          ...(kindOf(d) !== "generate" ? { kind: kindOf(d) } : {}),
           context_size: r.context_size,
           created_at: o.now,
           assignments: assignmentsOf(view, r.shares),

@@ -1,6 +1,7 @@
 // Arguments of the ic command: `ic [global options] <verb> [verb options] [arguments]`, parsed with
 // util.parseArgs (strict) against the verb's own options. Pure.
 import { parseArgs } from "node:util";
+import { INSTANCE_KIND_TABLE, INSTANCE_KINDS } from "@ic/protocol";
 
 type Opt = { type: "string" | "boolean"; short?: string; help: string; value?: string };
 
@@ -83,15 +84,20 @@ export const VERBS: Record<string, Verb> = {
   place: {
     summary: "place an instance of a model",
     usage:
-      "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE,...] [--replicas N] [--embeddings] [--wait]",
+      "place <org/name> [--min-nodes N] [--sharding Pipeline|Tensor] [--exclude NODE,...] [--replicas N] [--kind generate|embed|rerank] [--wait]",
     options: {
       wait: {
         type: "boolean",
         help: "wait until it serves (staging, loading), or say why it failed",
       },
+      kind: {
+        type: "string",
+        value: "K",
+        help: `what its instances serve: ${INSTANCE_KINDS.map((k) => `${k} (${INSTANCE_KIND_TABLE[k].serves})`).join(", ")}; default generate`,
+      },
       embeddings: {
         type: "boolean",
-        help: "serve /v1/embeddings (llama-server --embeddings) instead of chat",
+        help: "the same as --kind embed (kept for scripts written before kinds)",
       },
       replicas: {
         type: "string",

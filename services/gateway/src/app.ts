@@ -6,6 +6,7 @@ import { authMiddleware, toResponse } from "@ic/http";
 import type { AuthOptions } from "@ic/http";
 import type { ClusterView } from "@ic/protocol";
 import { chatRoutes } from "./routes/chat.ts";
+import { modelRoutes } from "./routes/models.ts";
 import type { ChatOptions } from "./routes/chat.ts";
 import { clusterRoutes } from "./routes/cluster.ts";
 import { placementRoutes } from "./routes/placement.ts";
@@ -66,6 +67,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     now: o.now ?? Date.now,
     ...(o.contextSize ? { memory: { contextSize: o.contextSize } } : {}),
   });
+  modelRoutes(app, { cluster: o.cluster });
   chatRoutes(app, {
     cluster: o.cluster,
     log,

@@ -57,4 +57,41 @@ describe("prefixKey", () => {
     expect(prefixKey({ model: "m", messages: [] })).toBeUndefined();
     expect(prefixKey({ model: "m", prompt: "" })).toBeUndefined();
   });
+
+  it("keys Anthropic messages by their system prompt and first user message, every turn alike", () => {
+    const user = { role: "user", content: "Plan a trip to Lisbon." };
+    const later = [
+      user,
+      { role: "assistant", content: "Day 1" },
+      { role: "user", content: "more" },
+    ];
+    const k = prefixKey({ model: "m", system: "Be brief.", messages: [user] });
+    expect(prefixKey({ model: "m", system: "Be brief.", messages: later })).toBe(k);
+    expect(prefixKey({ model: "m", system: "Be long.", messages: [user] })).not.toBe(k);
+    // Without a system prompt, the key is chat's for the same messages.
+    expect(prefixKey({ model: "m", messages: [user] })).toBe(
+      prefixKey({ model: "m", messages: [{ role: "user", content: "Plan a trip to Lisbon." }] }),
+    );
+  });
+
+  it("keys a Responses request by its instructions and leading input, as a string or as items", () => {
+    const items = [{ role: "user", content: "Plan a trip." }];
+    const next = [
+      ...items,
+      { type: "function_call", name: "f", arguments: "{}" },
+      { type: "function_call_output", output: "ok" },
+    ];
+    const k = prefixKey({ model: "m", instructions: "Be brief.", input: items });
+    expect(prefixKey({ model: "m", instructions: "Be brief.", input: next })).toBe(k);
+    expect(prefixKey({ model: "m", instructions: "Be long.", input: items })).not.toBe(k);
+    const long = "a".repeat(PROMPT_PREFIX_CHARS);
+    expect(prefixKey({ model: "m", input: `${long}one` })).toBe(
+      prefixKey({ model: "m", input: `${long}two` }),
+    );
+    // Not the same as a completion with that prompt (another endpoint, another template).
+    expect(prefixKey({ model: "m", input: "abc" })).not.toBe(
+      prefixKey({ model: "m", prompt: "abc" }),
+    );
+    expect(prefixKey({ model: "m", input: "" })).toBeUndefined();
+  });
 });

@@ -161,9 +161,12 @@ export async function readAll(res: IncomingMessage): Promise<Buffer> {
 }
 
 const EMPTY = Buffer.alloc(0);
+const DATA_PREFIX = Buffer.from("data: ");
 const LF2 = Buffer.from("\n\n");
 const CRLF2 = Buffer.from("\r\n\r\n");
 const ERROR_EVENT = Buffer.from('data: {"error"');
+/** Anthropic's streams name their error event (`event: error`, then its data line). */
+const NAMED_ERROR_EVENT = Buffer.from("event: error\n");
 
 /** End (exclusive) of the last complete SSE event in `buf`, or -1 when there is none. */
 function lastEventEnd(buf: Buffer): number {
@@ -172,9 +175,9 @@ function lastEventEnd(buf: Buffer): number {
   return Math.max(a < 0 ? -1 : a + 2, b < 0 ? -1 : b + 4);
 }
 
-/** Start of the first event in `buf` that is an engine error (`data: {"error"...`), or -1. */
-function errorEventAt(buf: Buffer): number {
-  for (let i = buf.indexOf(ERROR_EVENT); i >= 0; i = buf.indexOf(ERROR_EVENT, i + 1))
+/** Start of the first line in `buf` that is `marker` (an engine error event's), or -1. */
+function errorEventAt(buf: Buffer, marker: Buffer): number {
+  for (let i = buf.indexOf(marker); i >= 0; i = buf.indexOf(marker, i + 1))
     if (i === 0 || buf[i - 1] === 0x0a) return i;
   return -1;
 }
@@ -191,13 +194,18 @@ export interface RelayChunk {
  * gateway appends never lands inside a half-written one. It rewrites `"id":"<engine id>"` to
  * `"id":"<command id>"` (same length: an in-place copy; other lengths fall back to a string
  * replace) and stops at the engine's own error event, which the caller re-issues in the envelope.
+ * `named`: the stream names its error event (Anthropic's `event: error`); else it is OpenAI's
+ * `data: {"error": ...}` (chat, completions, and the Responses API as llama-server sends it).
  */
 export class SseRelay {
   private theirs: Buffer | undefined;
   private readonly ours: Buffer;
   private carry: Buffer = EMPTY;
 
-  constructor(commandId: string) {
+  constructor(
+    commandId: string,
+    private readonly named = false,
+  ) {
     this.ours = Buffer.from(`"id":"${commandId}"`);
   }
 
@@ -212,14 +220,20 @@ export class SseRelay {
     }
     this.carry = end < n ? Buffer.from(buf.subarray(end)) : EMPTY;
     const events = end < n ? buf.subarray(0, end) : buf;
-    const err = errorEventAt(events);
+    const err = errorEventAt(events, this.named ? NAMED_ERROR_EVENT : ERROR_EVENT);
     if (err >= 0) {
       this.carry = EMPTY;
-      const stop = events.indexOf(0x0a, err);
-      const text = events
-        .subarray(err + 6, stop < 0 ? end : stop)
-        .toString()
-        .trim();
+      // The data line: this one (OpenAI's), or the one after the event's name (wrapped as OpenAI's).
+      const from = this.named ? events.indexOf(DATA_PREFIX, err) : err;
+      const stop = from < 0 ? -1 : events.indexOf(0x0a, from);
+      const data =
+        from < 0
+          ? "{}"
+          : events
+              .subarray(from + 6, stop < 0 ? end : stop)
+              .toString()
+              .trim();
+      const text = this.named ? `{"error":${data}}` : data;
       return { out: err > 0 ? this.rewrite(events.subarray(0, err)) : null, error: text };
     }
     return { out: this.rewrite(events) };

@@ -4,7 +4,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { getRequestListener } from "@hono/node-server";
 import type { Hono } from "hono";
-import { errorBody, httpStatusFor, ServiceError } from "@ic/protocol";
+import { errorBody, errorBodyFor, httpStatusFor, ServiceError } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 
 export function apiListener(
@@ -17,9 +17,13 @@ export function apiListener(
       const a = app();
       return a
         ? a.fetch(req, env)
-        : Response.json(errorBody(new ServiceError("unavailable", "node starting")), {
-            status: 503,
-          });
+        : Response.json(
+            errorBodyFor(
+              (req.url ?? "/").split("?")[0]!,
+              new ServiceError("unavailable", "node starting"),
+            ),
+            { status: 503 },
+          );
     },
     {
       errorHandler: (err) => {

@@ -2624,7 +2624,7 @@ async function traceFixture(dir: string, log: ReturnType<typeof createLogger>): 
   });
   await t.start();
   const at = Date.now() - 1000;
-  const obs = t.observe({ commandId: "chatcmpl-fuzz", receivedAt: at })!;
+  const obs = t.observe({ commandId: "chatcmpl-fuzz", receivedAt: at, path: "/v1/chat/completions" })!;
   obs.event({ type: "validated", at: at + 0.5, model: READY, stream: false });
   obs.event({
     type: "routed",

@@ -7,7 +7,7 @@ import { createGatewayApp } from "@ic/gateway";
 import type { RequestLoad } from "@ic/gateway";
 import type { ApiToken, Component, TokenSet } from "@ic/http";
 import type { Logger } from "@ic/log";
-import type { ChatObserver, ClusterView } from "@ic/protocol";
+import type { ChatObserver, ChatRequestSeen, ClusterView } from "@ic/protocol";
 import type { NodeHooks } from "./build-node.ts";
 import type { ObservabilityComponent } from "./observability/component.ts";
 import { openApiRoutes } from "./openapi.ts";
@@ -27,7 +27,6 @@ export interface NodeRoutes {
   readonly storeHost?: Component | undefined;
 }
 
-type ChatRequestSeen = { commandId: string; receivedAt: number };
 
 export interface NodeApiOptions {
   readonly cluster: ClusterView;

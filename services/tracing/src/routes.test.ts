@@ -28,7 +28,7 @@ function request(
   at = T0,
   commandId = `chatcmpl-${taskId ?? "none"}`,
 ): boolean {
-  const obs = tracing.observe({ commandId, receivedAt: at });
+  const obs = tracing.observe({ commandId, receivedAt: at, path: "/v1/chat/completions" });
   if (!obs) return false;
   const evs: ChatEvent[] = [
     { type: "validated", at: at + 0.5, model: "test/tiny", stream: true },
@@ -128,13 +128,13 @@ describe("the switch", () => {
     });
     // Off: the chat path gets no observer at all.
     expect(request(tracing, "t-off")).toBe(false);
-    const inFlightOff = tracing.observe({ commandId: "c1", receivedAt: T0 });
+    const inFlightOff = tracing.observe({ commandId: "c1", receivedAt: T0, path: "/v1/chat/completions" });
     const res = await put('{"enabled": true}');
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ enabled: true });
     expect(inFlightOff).toBeUndefined(); // started while off: stays untraced
     // A request that started while on is still written after tracing is switched off.
-    const inFlightOn = tracing.observe({ commandId: "c2", receivedAt: T0 + 10 })!;
+    const inFlightOn = tracing.observe({ commandId: "c2", receivedAt: T0 + 10, path: "/v1/chat/completions" })!;
     inFlightOn.event({ type: "validated", at: T0 + 11, model: "m", stream: false });
     inFlightOn.event({ type: "task", at: T0 + 12, taskId: "t-inflight" as TaskId });
     expect(request(tracing, "t-on", T0 + 20)).toBe(true);

@@ -41,7 +41,7 @@ describe("Tracing queue", () => {
   it("writes nothing while a request runs, then its trace within writeDelayMs of its end", async () => {
     await using tracing = make({ writeDelayMs: 100 });
     await tracing.start();
-    const obs = tracing.observe({ commandId: "c-1", receivedAt: T0 })!;
+    const obs = tracing.observe({ commandId: "c-1", receivedAt: T0, path: "/v1/chat/completions" })!;
     const [validated, task, headers, end] = events("t-1");
     for (const e of [validated!, task!, headers!]) obs.event(e);
     await new Promise((r) => setTimeout(r, 150));
@@ -61,7 +61,7 @@ describe("Tracing queue", () => {
     await using tracing = make({ writeDelayMs: 60_000 });
     await tracing.start();
     for (let i = 0; i < 64; i++) {
-      const obs = tracing.observe({ commandId: `c-${i}`, receivedAt: T0 + i })!;
+      const obs = tracing.observe({ commandId: `c-${i}`, receivedAt: T0 + i, path: "/v1/chat/completions" })!;
       for (const e of events(`t-${i}`)) obs.event(e);
     }
     await expect.poll(() => tracing.status().written, { timeout: 5000 }).toBe(64);
@@ -71,7 +71,7 @@ describe("Tracing queue", () => {
     const tracing = make({ writeDelayMs: 60_000, maxPending: 2 });
     await tracing.start();
     for (const id of ["t-a", "t-b", "t-c"]) {
-      const obs = tracing.observe({ commandId: id, receivedAt: T0 })!;
+      const obs = tracing.observe({ commandId: id, receivedAt: T0, path: "/v1/chat/completions" })!;
       for (const e of events(id)) obs.event(e);
     }
     expect(tracing.status()).toMatchObject({ pending: 2, dropped: 1, written: 0 });
@@ -79,6 +79,6 @@ describe("Tracing queue", () => {
     expect((await readdir(dir)).sort()).toEqual([`${T0}_t-a.json`, `${T0}_t-b.json`]);
     expect(tracing.status()).toMatchObject({ pending: 0, dropped: 1, written: 2 });
     // Stopped: no more observers.
-    expect(tracing.observe({ commandId: "c", receivedAt: T0 })).toBeUndefined();
+    expect(tracing.observe({ commandId: "c", receivedAt: T0, path: "/v1/chat/completions" })).toBeUndefined();
   });
 });

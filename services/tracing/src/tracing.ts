@@ -5,7 +5,7 @@
 // Invariants: with tracing off, observe() returns undefined (the chat path then records nothing);
 // a request is saved only once it ended with a task id; at most maxPending traces wait for the disk
 // (newer ones are dropped and counted, never the response delayed); stop() writes what is queued.
-import type { ChatEvent, ChatObserver } from "@ic/protocol";
+import type { ChatEvent, ChatObserver, ChatRequestSeen } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { TraceFiles, traceFileName } from "./files.ts";
 import { systemClock } from "@ic/protocol";
@@ -109,7 +109,7 @@ export class Tracing implements AsyncDisposable {
   }
 
   /** The chat path's observer factory: undefined (no cost) while tracing is off. */
-  readonly observe = (r: { commandId: string; receivedAt: number }): ChatObserver | undefined => {
+  readonly observe = (r: ChatRequestSeen): ChatObserver | undefined => {
     if (!this.on || this.stopped) return undefined;
     const events: ChatEvent[] = [];
     let task = false;

@@ -3,6 +3,7 @@
 // multi-node); every other rank runs ggml-rpc-server.
 import type { Config } from "@ic/config";
 import type { Instance, Pooling } from "@ic/protocol";
+import { INSTANCE_KIND_TABLE, kindOf } from "@ic/protocol";
 
 /** The config's `engine` section (its defaults in packages/config's schema). */
 export type EngineSettings = Config["engine"];
@@ -114,8 +115,8 @@ export function serverArgs(i: ServerArgsInput): string[] {
       "draft-simple",
     );
   if (i.mmprojPath) a.push("--mmproj", i.mmprojPath);
-  // An embedding instance: OpenAI's /v1/embeddings needs a pooled vector per input (not `none`).
-  if (i.instance.embeddings) a.push("--embeddings", "--pooling", i.pooling ?? "mean");
+  // The engine's mode for the instance's kind (an embedding or a reranking engine).
+  a.push(...INSTANCE_KIND_TABLE[kindOf(i.instance)].engineArgs(i.pooling));
   a.push(...i.engine.extra_args);
   return a;
 }

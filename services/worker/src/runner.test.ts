@@ -198,6 +198,16 @@ describe("serverArgs", () => {
     expect(cls.join(" ")).toContain("--embeddings --pooling cls");
     const chat = serverArgs({ ...base, instance: instance(1, "Pipeline", [4]), totalLayers: 4 });
     expect(chat).not.toContain("--embeddings");
+    expect(chat).not.toContain("--reranking");
+    // By kind: the same as the older field, and a reranking engine.
+    const byKind = { ...instance(1, "Pipeline", [4]), kind: "embed" as const };
+    expect(serverArgs({ ...base, instance: byKind, totalLayers: 4 }).join(" ")).toContain(
+      "--embeddings --pooling mean",
+    );
+    const rerank = { ...instance(1, "Pipeline", [4]), kind: "rerank" as const };
+    const r = serverArgs({ ...base, instance: rerank, totalLayers: 4 });
+    expect(r).toContain("--reranking");
+    expect(r).not.toContain("--embeddings");
   });
 });
 

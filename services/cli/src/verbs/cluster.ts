@@ -6,6 +6,7 @@ import { intOption } from "../args.ts";
 import type { Parsed } from "../args.ts";
 import { ago, bytes, table } from "../format.ts";
 import { evaluate, gather } from "../doctor.ts";
+import { INSTANCE_KIND_TABLE, kindOf } from "@ic/protocol";
 import { print } from "./common.ts";
 import type { Io, StateDoc } from "./common.ts";
 
@@ -45,10 +46,11 @@ export async function verbStatus(p: Parsed, c: Client, io: Io): Promise<number> 
     const names = new Map(s.node_identities.map((m) => [m.node_id, m.name]));
     const inst = s.instances.length
       ? table(
-          ["INSTANCE", "MODEL", "SHARDING", "RUNNERS"],
+          ["INSTANCE", "MODEL", "KIND", "SHARDING", "RUNNERS"],
           s.instances.map((i) => [
             i.instance_id,
             i.model_id,
+            INSTANCE_KIND_TABLE[kindOf(i)].label,
             i.sharding,
             i.runners
               .map((r) => `${r.rank}@${names.get(r.node_id) ?? r.node_id}:${r.state}`)

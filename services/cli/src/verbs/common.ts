@@ -5,6 +5,7 @@ import { ApiError } from "../client.ts";
 import { UsageError } from "../args.ts";
 import type { Parsed } from "../args.ts";
 import { uniqueId } from "../format.ts";
+import type { InstanceKind } from "@ic/protocol";
 
 /** Where output goes (tests and the terminal). */
 export interface Io {
@@ -34,6 +35,8 @@ export interface StateDoc {
     instance_id: string;
     model_id: string;
     sharding: string;
+    kind?: InstanceKind;
+    embeddings?: boolean;
     assignments: { node_id: string; rank: number }[];
     runners: { rank: number; state: string; node_id: string }[];
   }[];

@@ -1,10 +1,26 @@
 // The verbs about instances: ic place (and wait until it serves), previews, rm, chat.
+import { INSTANCE_KINDS, InstanceKindSchema, requestedKind } from "@ic/protocol";
+import type { InstanceKind } from "@ic/protocol";
 import { ApiError, Client } from "../client.ts";
 import { intOption, UsageError } from "../args.ts";
 import type { Parsed } from "../args.ts";
 import { bytes, table } from "../format.ts";
 import { instanceId, nodeNamer, print, waitServing } from "./common.ts";
 import type { Io } from "./common.ts";
+
+/** `--kind K` (and `--embeddings`, the older way to say `--kind embed`) as the request's kind. */
+function placeKind(p: Parsed): { kind?: InstanceKind } {
+  const asked = p.values["kind"] as string | undefined;
+  const parsed = InstanceKindSchema.safeParse(asked ?? "generate");
+  if (!parsed.success)
+    throw new UsageError(`--kind must be one of ${INSTANCE_KINDS.join(", ")}, not "${asked}"`);
+  const kind = requestedKind(
+    asked === undefined ? undefined : parsed.data,
+    p.values["embeddings"] === true,
+  );
+  if (kind === null) throw new UsageError(`--embeddings asks for --kind embed, not "${asked}"`);
+  return kind === "generate" ? {} : { kind };
+}
 
 export async function verbPlace(p: Parsed, c: Client, io: Io): Promise<number> {
   const sharding = (p.values["sharding"] as string | undefined) ?? "Pipeline";
@@ -15,7 +31,7 @@ export async function verbPlace(p: Parsed, c: Client, io: Io): Promise<number> {
     min_nodes: intOption("min-nodes", p.values["min-nodes"], 1, 1024, 1),
     sharding,
     excluded_nodes: ((p.values["exclude"] as string | undefined) ?? "").split(",").filter(Boolean),
-    ...(p.values["embeddings"] ? { embeddings: true } : {}),
+    ...placeKind(p),
     replicas: intOption("replicas", p.values["replicas"], 1, 16, 1),
   };
   type Placed = {

@@ -271,7 +271,7 @@ function dispatch(
   const onWire = new Promise<void>((r) => (sent = r));
   if (obs) void onWire.then(() => obs.event({ type: "sent", at: preciseNow() }));
   const send = () =>
-    postUpstream(`${target.endpoint}${request.path}`, JSON.stringify(body), {
+    postUpstream(`${target.endpoint}${request.endpoint.path}`, JSON.stringify(body), {
       abort: leg.abort,
       onSent: sent,
       headers: ctx.o.engineHeaders?.(target.instance.instance_id),

@@ -3,7 +3,7 @@
 // loses its instance; each ends once, with the task closed and the observer told how.
 import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Context } from "hono";
-import { errorBody, ServiceError } from "@ic/protocol";
+import { anthropicErrorBody, errorBody, ServiceError } from "@ic/protocol";
 import type { ChatEvent, ChatObserver, CommandId, EngineTimings } from "@ic/protocol";
 import { nodePair } from "@ic/http";
 import { readAll, SseRelay } from "../upstream.ts";
@@ -16,8 +16,8 @@ import {
   Transcript,
 } from "../migration.ts";
 import type { MigrationOutcome, MigrationReport, StreamSoFar } from "../migration.ts";
-import { preciseNow, tokensUsed, engineReport } from "./request.ts";
-import type { ChatContext, RequestContext } from "./request.ts";
+import { anthropicReport, openAiUsage, preciseNow, tokensUsed, engineReport } from "./request.ts";
+import type { AnyUsage, ChatContext, RequestContext, StreamStyle } from "./request.ts";
 import { pick, readyOthers } from "./routing.ts";
 import { BeforeFirstByte, RETRY_ON, connectionError, openLeg } from "./leg.ts";
 import type { Leg } from "./leg.ts";
@@ -166,18 +166,16 @@ export async function answerWhole(
       `the engine for ${body.model} answered a body that is not JSON`,
     );
   }
-  const j = json as {
-    timings?: EngineTimings;
-    usage?: { prompt_tokens?: number; completion_tokens?: number };
-  };
-  leg.close(true, countTokens ? tokensUsed(j.usage, j.timings) : undefined);
+  const j = json as { timings?: EngineTimings; usage?: AnyUsage };
+  const usage = request.endpoint.usage ? openAiUsage(j.usage) : undefined;
+  leg.close(true, countTokens ? tokensUsed(usage, j.timings) : undefined);
   if (obs) {
     const at = preciseNow();
-    if (j.timings) obs.event({ type: "engine", at, timings: j.timings, usage: j.usage });
+    if (j.timings || usage) obs.event({ type: "engine", at, timings: j.timings ?? {}, usage });
     obs.event({ type: "end", at, ok: true, status: 200, code: undefined, message: undefined });
   }
-  // OpenAI's embedding list has no id; a completion's is the command id.
-  return c.json(request.embeddings ? json : { ...json, id: commandId }, 200, headers);
+  // A completion's, a response's or a message's id is the command id; lists and counts have none.
+  return c.json(request.endpoint.rewritesId ? { ...json, id: commandId } : json, 200, headers);
 }
 
 /**
@@ -210,6 +208,8 @@ class StreamAnswer {
    */
   private lastOut: Buffer | undefined;
   private prevOut: Buffer | undefined;
+  /** The first forwarded buffer: an Anthropic stream's input usage is in its message_start. */
+  private firstOut: Buffer | undefined;
   /** Only a request that opted in reads what it relayed (to continue it elsewhere if need be). */
   private readonly transcript: Transcript | undefined;
   private continuation: ContinuationRewriter | undefined;
@@ -234,12 +234,14 @@ class StreamAnswer {
     const { obs, request } = this;
     const track = obs !== undefined || request.countTokens;
     let firstChunk = false;
-    relayLeg(first, new SseRelay(this.commandId), request.body.model, {
+    const named = request.endpoint.style === "anthropic";
+    relayLeg(first, new SseRelay(this.commandId, named), request.body.model, {
       write: (out) => {
         this.sink.write(out);
         if (obs && !firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
         firstChunk = true;
         if (track) {
+          this.firstOut ??= out;
           this.prevOut = this.lastOut;
           this.lastOut = out;
         }
@@ -258,16 +260,20 @@ class StreamAnswer {
         : undefined;
       return { ...(report ? { report } : {}), tokens: tokensUsed(usage, timings) };
     }
-    if (!this.obs && !this.request.countTokens) return {};
+    const { endpoint } = this.request;
+    if ((!this.obs && !this.request.countTokens) || !endpoint.usage) return {};
     const report =
-      (this.lastOut && engineReport(this.lastOut)) ?? (this.prevOut && engineReport(this.prevOut));
+      endpoint.style === "anthropic"
+        ? anthropicReport(this.firstOut, [this.lastOut, this.prevOut])
+        : ((this.lastOut && engineReport(this.lastOut)) ??
+          (this.prevOut && engineReport(this.prevOut)));
     return report ? { report, tokens: tokensUsed(report.usage, report.timings) } : {};
   }
 
   private finish(err?: ServiceError): void {
     if (this.finished) return;
     this.finished = true;
-    if (err) this.sink.write(Buffer.from(`data: ${JSON.stringify(errorBody(err))}\n\n`));
+    if (err) this.sink.write(errorEvent(this.request.endpoint.style, err));
     // The client gets its last bytes before the task bookkeeping runs.
     this.sink.end();
     const { report, tokens } = this.report();
@@ -363,7 +369,7 @@ export async function openContinuation(
   if (Date.now() >= request.deadline)
     return void outcome("failed", { why: "the request's total bound has passed" });
   const live = ctx.o.cluster.livePeers();
-  const others = readyOthers(ctx, body.model, request.tried, request.embeddings, live);
+  const others = readyOthers(ctx, body.model, request.tried, request.endpoint.kind, live);
   if (others.length === 0 || clientClosed(c, request)) return void outcome("no_instance");
   const target = pick(ctx, others, live, request.prefixKey);
   const to = target.instance.instance_id;
@@ -415,6 +421,19 @@ export function reportMigration(ctx: ChatContext, m: MigrationReport): void {
     ctx.o.log.warn({ err: (e as Error).message }, "the migration observer failed");
   }
 }
+/**
+ * The event that ends a stream with `err`, in the stream's dialect: OpenAI's `data: {"error": …}`
+ * (which the openai clients raise from, on chat and on the Responses API), Anthropic's named
+ * `event: error` with its envelope (which the Anthropic clients raise from).
+ */
+export function errorEvent(style: StreamStyle, err: ServiceError): Buffer {
+  return Buffer.from(
+    style === "anthropic"
+      ? `event: error\ndata: ${JSON.stringify(anthropicErrorBody(err))}\n\n`
+      : `data: ${JSON.stringify(errorBody(err))}\n\n`,
+  );
+}
+
 /** The numeric `code` of an engine error event (`{"error":{"code":400,...}}`), 500 when absent. */
 export function safeCode(text: string): number {
   try {

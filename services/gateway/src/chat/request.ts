@@ -5,10 +5,26 @@ import type { z } from "zod";
 import {
   ChatRequestSchema,
   CompletionRequestSchema,
+  CountTokensRequestSchema,
   EmbeddingRequestSchema,
+  INSTANCE_KIND_TABLE,
+  kindForPath,
+  kindOf,
+  MessagesRequestSchema,
+  RerankRequestSchema,
+  ResponsesInputTokensRequestSchema,
+  ResponsesRequestSchema,
   ServiceError,
 } from "@ic/protocol";
-import type { ChatEvent, ChatObserver, CommandId, EngineTimings, ModelRecord } from "@ic/protocol";
+import type { InstanceKind } from "@ic/protocol";
+import type {
+  ChatEvent,
+  ChatObserver,
+  ChatRequestSeen,
+  CommandId,
+  EngineTimings,
+  ModelRecord,
+} from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { ChatSchema } from "@ic/config";
 import type { ClusterView } from "@ic/protocol";
@@ -18,7 +34,6 @@ import type { TaskReports } from "../task-reports.ts";
 import type { ApiToken } from "@ic/http";
 import type { MigrationReport } from "../migration.ts";
 
-export type ChatRequest = z.output<typeof ChatRequestSchema>;
 /** What the chat and the text completion endpoints share: the fields the gateway reads. */
 export type InferenceRequest = {
   model: string;
@@ -27,49 +42,124 @@ export type InferenceRequest = {
   max_completion_tokens?: number | undefined;
 } & Record<string, unknown>;
 
-/** One OpenAI inference endpoint: how its body is checked and where it goes on the engine. */
+/**
+ * The SSE dialect of an endpoint's streams: OpenAI's `data:` events (chat, completions), the
+ * Responses API's named events (`event: response.…`), or Anthropic's (`event: message_start`…,
+ * errors as `event: error`). It says where the usage is and how an error event looks.
+ */
+export type StreamStyle = "openai" | "responses" | "anthropic";
+
+/** One inference endpoint: how its body is checked, which instances serve it, how its answer reads. */
 export interface Endpoint {
-  readonly path: "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings";
+  /** The gateway's path, and the engine's: llama-server serves each of these paths itself. */
+  readonly path: string;
   readonly schema: z.ZodType<InferenceRequest>;
-  /** The command id's prefix (OpenAI's: `chatcmpl-`, `cmpl-`; `emb-` for the trace only). */
+  /** The command id's prefix (the answer's id when `rewritesId`: OpenAI's `chatcmpl-`…). */
   readonly idPrefix: string;
-  /** Served by embedding instances (placed with `embeddings: true`), not by generating ones. */
-  readonly embeddings: boolean;
+  /** The instances that serve it (INSTANCE_KIND_TABLE's paths say which). */
+  readonly kind: InstanceKind;
+  /** The answer's `id` becomes the command id (completions, responses, messages). */
+  readonly rewritesId: boolean;
+  /** The body's bound on generated tokens that chat.default_max_tokens fills when absent. */
+  readonly maxTokensField: "max_tokens" | "max_output_tokens" | undefined;
+  readonly style: StreamStyle;
+  /**
+   * Its answer's usage is work the engine did (prompt and generated tokens, counted in metrics and
+   * against a token's tokens_per_minute); false for the token counters, which only tokenize.
+   */
+  readonly usage: boolean;
 }
 
+type EndpointRow = Omit<Endpoint, "kind">;
+
+/** The row with its kind from the kinds table: a path no kind serves is a programming error. */
+function endpoint(row: EndpointRow): Endpoint {
+  const kind = kindForPath(row.path);
+  if (!kind) throw new Error(`no instance kind serves ${row.path} (INSTANCE_KIND_TABLE)`);
+  return { ...row, kind };
+}
+
+/** An endpoint answered with one JSON body that has no id of its own (a list, a count). */
+const plain = {
+  rewritesId: false,
+  maxTokensField: undefined,
+  style: "openai",
+  usage: true,
+} as const;
+/** A token counter: tokenizes only. */
+const counting = { ...plain, usage: false } as const;
+
 export const ENDPOINTS: readonly Endpoint[] = [
-  {
+  endpoint({
     path: "/v1/chat/completions",
     schema: ChatRequestSchema,
     idPrefix: "chatcmpl-",
-    embeddings: false,
-  },
-  {
+    rewritesId: true,
+    maxTokensField: "max_tokens",
+    style: "openai",
+    usage: true,
+  }),
+  endpoint({
     path: "/v1/completions",
     schema: CompletionRequestSchema,
     idPrefix: "cmpl-",
-    embeddings: false,
-  },
-  {
-    path: "/v1/embeddings",
-    schema: EmbeddingRequestSchema,
-    idPrefix: "emb-",
-    embeddings: true,
-  },
+    rewritesId: true,
+    maxTokensField: "max_tokens",
+    style: "openai",
+    usage: true,
+  }),
+  endpoint({
+    path: "/v1/responses",
+    schema: ResponsesRequestSchema,
+    // OpenAI's `resp_` and 32 characters: the same length as the engine's, rewritten in place.
+    idPrefix: "resp_",
+    rewritesId: true,
+    maxTokensField: "max_output_tokens",
+    style: "responses",
+    usage: true,
+  }),
+  endpoint({
+    path: "/v1/responses/input_tokens",
+    schema: ResponsesInputTokensRequestSchema,
+    idPrefix: "tok-",
+    ...counting,
+  }),
+  endpoint({
+    path: "/v1/messages",
+    schema: MessagesRequestSchema,
+    idPrefix: "msg_",
+    rewritesId: true,
+    // Required by the schema (as by Anthropic): never filled in.
+    maxTokensField: undefined,
+    style: "anthropic",
+    usage: true,
+  }),
+  endpoint({
+    path: "/v1/messages/count_tokens",
+    schema: CountTokensRequestSchema,
+    idPrefix: "tok-",
+    ...counting,
+  }),
+  endpoint({ path: "/v1/embeddings", schema: EmbeddingRequestSchema, idPrefix: "emb-", ...plain }),
+  ...INSTANCE_KIND_TABLE.rerank.paths.map((path) =>
+    endpoint({ path, schema: RerankRequestSchema, idPrefix: "rr-", ...plain }),
+  ),
 ];
 
-/** Whether an instance is of the kind an endpoint needs (embedding instances serve embeddings only). */
-export const servesKind = (i: ReadyInstance, embeddings: boolean) =>
-  (i.instance.embeddings === true) === embeddings;
+/** Whether an instance is of the kind an endpoint needs. */
+export const servesKind = (i: ReadyInstance, kind: InstanceKind) => kindOf(i.instance) === kind;
 
-/** A model served, but not by instances of the kind this endpoint needs. */
-export function wrongKind(model: string, endpoint: Endpoint): ServiceError {
+/** A model served, but not by instances of the kind this endpoint needs: what to place instead. */
+export function wrongKind(
+  model: string,
+  endpoint: Endpoint,
+  has: readonly InstanceKind[],
+): ServiceError {
+  const { kind } = endpoint;
   return new ServiceError(
     "invalid_request",
-    endpoint.embeddings
-      ? `${model} has no instance placed for embeddings: place one with "embeddings": true (ic place ${model} --embeddings)`
-      : `${model} is placed for embeddings only (its instances run with --embeddings): use /v1/embeddings, or place an instance without "embeddings"`,
-    { details: { model, embeddings: endpoint.embeddings } },
+    `${endpoint.path} needs ${/^[aeiou]/.test(kind) ? "an" : "a"} ${kind} instance of ${model}; its ready instances are ${[...new Set(has)].join(", ")}: place one with "kind": "${kind}" (ic place ${model} --kind ${kind})`,
+    { details: { model, kind, has: [...new Set(has)] } },
   );
 }
 
@@ -92,7 +182,7 @@ export interface ChatOptions {
    * Called once per request as it arrives; the observer it returns (if any) sees the request's
    * events in order (tracing and metrics subscribe here). Returning undefined costs nothing.
    */
-  readonly observe?: (r: { commandId: CommandId; receivedAt: number }) => ChatObserver | undefined;
+  readonly observe?: (r: ChatRequestSeen & { commandId: CommandId }) => ChatObserver | undefined;
   /** Extra headers for an instance's engine: its API key (only gateways may talk to engines). */
   readonly engineHeaders?: (instanceId: string) => Record<string, string>;
   /** This gateway's requests in flight (shared with the node's heartbeat and GET /state). */
@@ -115,6 +205,31 @@ export interface ChatContext {
 export const TIMINGS = Buffer.from('"timings"');
 export const DATA = Buffer.from("data: ");
 
+/** A usage object in any of the APIs' words: OpenAI's, or the Responses and Anthropic ones. */
+export interface AnyUsage {
+  prompt_tokens?: number;
+  completion_tokens?: number;
+  input_tokens?: number;
+  output_tokens?: number;
+  /** Anthropic's: prompt tokens read from the cache, not counted in its input_tokens. */
+  cache_read_input_tokens?: number;
+}
+
+/** A usage in OpenAI's words (undefined stays undefined). */
+export function openAiUsage(
+  u: AnyUsage | undefined,
+): { prompt_tokens?: number; completion_tokens?: number } | undefined {
+  if (!u) return undefined;
+  const prompt =
+    u.prompt_tokens ??
+    (u.input_tokens === undefined ? undefined : u.input_tokens + (u.cache_read_input_tokens ?? 0));
+  const completion = u.completion_tokens ?? u.output_tokens;
+  return {
+    ...(prompt === undefined ? {} : { prompt_tokens: prompt }),
+    ...(completion === undefined ? {} : { completion_tokens: completion }),
+  };
+}
+
 /** Prompt plus completion tokens of a request, from the engine's usage (else its timings). */
 export function tokensUsed(
   usage: { prompt_tokens?: number; completion_tokens?: number } | undefined,
@@ -126,22 +241,58 @@ export function tokensUsed(
   return (timings.cache_n ?? 0) + (timings.prompt_n ?? 0) + (timings.predicted_n ?? 0);
 }
 
-/** The timings and usage of the last event in `buf` that has them (llama-server's final chunk). */
+/**
+ * The timings and usage of the last event in `buf` that has them (llama-server's final chunk; the
+ * Responses API's `response.completed`, whose usage is inside its response).
+ */
 export function engineReport(buf: Buffer): Extract<ChatEvent, { type: "engine" }> | undefined {
   const at = buf.lastIndexOf(TIMINGS);
   if (at < 0) return undefined;
+  const json = dataAround(buf, at) as
+    { timings?: EngineTimings; usage?: AnyUsage; response?: { usage?: AnyUsage } } | undefined;
+  if (!json?.timings) return undefined;
+  const usage = openAiUsage(json.usage ?? json.response?.usage);
+  return { type: "engine", at: preciseNow(), timings: json.timings, usage };
+}
+
+/** The JSON of the `data:` line around byte `at` of `buf`; undefined when it does not parse. */
+function dataAround(buf: Buffer, at: number): unknown {
   const start = buf.lastIndexOf(DATA, at);
   const end = buf.indexOf("\n", at);
   try {
-    const json = JSON.parse(buf.subarray(start + 6, end < 0 ? buf.length : end).toString()) as {
-      timings?: EngineTimings;
-      usage?: { prompt_tokens?: number; completion_tokens?: number };
-    };
-    if (!json.timings) return undefined;
-    return { type: "engine", at: preciseNow(), timings: json.timings, usage: json.usage };
+    return JSON.parse(buf.subarray(start + 6, end < 0 ? buf.length : end).toString());
   } catch {
     return undefined;
   }
+}
+
+const MESSAGE_START = Buffer.from('"type":"message_start"');
+const MESSAGE_DELTA = Buffer.from('"type":"message_delta"');
+
+/**
+ * An Anthropic stream's usage: its input in `message_start` (in the first events relayed), its
+ * output in the last `message_delta`. The engine sends no timings there.
+ */
+export function anthropicReport(
+  first: Buffer | undefined,
+  last: readonly (Buffer | undefined)[],
+): Extract<ChatEvent, { type: "engine" }> | undefined {
+  const start = first ? first.indexOf(MESSAGE_START) : -1;
+  const opened =
+    start >= 0
+      ? (dataAround(first!, start) as { message?: { usage?: AnyUsage } } | undefined)
+      : undefined;
+  let output: number | undefined;
+  for (const buf of last) {
+    const at = buf ? buf.lastIndexOf(MESSAGE_DELTA) : -1;
+    if (at < 0) continue;
+    output = (dataAround(buf!, at) as { usage?: AnyUsage } | undefined)?.usage?.output_tokens;
+    break;
+  }
+  const input = opened?.message?.usage;
+  if (!input && output === undefined) return undefined;
+  const usage = openAiUsage({ ...input, output_tokens: output ?? 0 });
+  return { type: "engine", at: preciseNow(), timings: {}, usage };
 }
 
 export const LONE_SURROGATE =
@@ -169,14 +320,17 @@ export function contentProblem(
       for (const [k, x] of Object.entries(v)) stack.push(k, x);
     }
   }
-  const messages = (body as Partial<ChatRequest>).messages;
-  if (!model?.mmproj && messages) {
-    for (const m of messages) {
-      if (!Array.isArray(m.content)) continue;
-      const media = m.content.find((p) => MEDIA_PARTS.has(p.type));
-      if (media)
-        return `${body.model} has no vision/audio projector: '${media.type}' content is not supported`;
-    }
+  if (model?.mmproj) return null;
+  // Chat's and Anthropic's messages, and the Responses API's input items, hold content parts.
+  const turns = [body.messages, body.input].flatMap((x) => (Array.isArray(x) ? x : []));
+  for (const m of turns) {
+    const content = (m as { content?: unknown } | null)?.content;
+    if (!Array.isArray(content)) continue;
+    const media = (content as { type?: unknown }[]).find(
+      (p) => typeof p?.type === "string" && MEDIA_PARTS.has(p.type),
+    );
+    if (media)
+      return `${body.model} has no vision/audio projector: '${String(media.type)}' content is not supported`;
   }
   return null;
 }
@@ -184,10 +338,8 @@ export function contentProblem(
 /** What every try of one request shares. */
 export interface RequestContext {
   readonly body: InferenceRequest;
-  /** The engine's endpoint for it (the same path as the request's). */
-  readonly path: Endpoint["path"];
-  /** An embeddings request: only embedding instances serve it, and its answer keeps no id. */
-  readonly embeddings: boolean;
+  /** The endpoint it came in on (the engine's path is the same). */
+  readonly endpoint: Endpoint;
   /** The token, when it has limits: its task is admitted by the master before the engine sees it. */
   readonly limited: ApiToken | undefined;
   /** Whether the tokens a request used are reported (the token has tokens_per_minute). */

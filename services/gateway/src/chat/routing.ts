@@ -2,6 +2,7 @@
 // first, and a draining node's only while no other is ready: make before break), the one it goes to
 // (balancing.ts), and the typed answer when none may.
 import { ServiceError } from "@ic/protocol";
+import type { InstanceKind } from "@ic/protocol";
 import type { ControlState } from "@ic/protocol";
 import type { PeerView } from "@ic/protocol";
 import { chooseInstance } from "../balancing.ts";
@@ -64,13 +65,13 @@ export function readyOthers(
   ctx: ChatContext,
   model: string,
   tried: ReadonlySet<string>,
-  embeddings: boolean,
+  kind: InstanceKind,
   live: readonly PeerView[],
 ): ReadyInstance[] {
   const ready = readiness(ctx.o.cluster.snapshot(), model, Date.now());
   if (ready.kind !== "ready") return [];
   return routable(ready.instances, live).filter(
-    (i) => !tried.has(i.instance.instance_id) && servesKind(i, embeddings),
+    (i) => !tried.has(i.instance.instance_id) && servesKind(i, kind),
   );
 }
 

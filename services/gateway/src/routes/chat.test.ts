@@ -6,17 +6,9 @@ import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
 import { afterEach, describe, expect, it } from "vitest";
-import { emptyState, ErrorBodySchema, ServiceError } from "@ic/protocol";
-import type {
-  Command,
-  ControlEvent,
-  ControlState,
-  InstanceId,
-  ModelId,
-  SessionId,
-  TaskId,
-} from "@ic/protocol";
+import { ErrorBodySchema, ServiceError } from "@ic/protocol";
 import { nodeIdFor } from "@ic/state";
+import type { Command, InstanceId, SessionId, TaskId } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "../app.ts";
 import type { GatewayOptions } from "../app.ts";
@@ -24,129 +16,21 @@ import type { ClusterView } from "@ic/protocol";
 import type { ChatEvent, ChatObserver } from "@ic/protocol";
 import type { ChatLimits } from "./chat.ts";
 import type { MigrationReport } from "../migration.ts";
+import {
+  close,
+  closers,
+  cluster,
+  engine,
+  errorOf,
+  INSTANCE,
+  MODEL,
+  S,
+  twoInstances,
+} from "../testing/scripted.ts";
 
-const S = "s-chat" as SessionId;
-const MODEL = "org/tiny" as ModelId;
-const INSTANCE = "i-1" as InstanceId;
-const closers: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const c of closers.splice(0).reverse()) await c();
 });
-
-type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
-
-/** A scripted llama-server: each test says what it answers. Records the bodies it received. */
-async function engine(handler: Handler) {
-  const bodies: Record<string, unknown>[] = [];
-  const server = createServer((req, res) => {
-    let body = "";
-    req.on("data", (c: Buffer) => (body += c.toString()));
-    req.on("end", () => {
-      bodies.push(JSON.parse(body) as Record<string, unknown>);
-      handler(req, res, body);
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  closers.push(() => close(server));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, server };
-}
-
-function close(server: Server): Promise<void> {
-  server.closeAllConnections();
-  return new Promise((r) => server.close(() => r()));
-}
-
-/** A cluster view with one ready instance of MODEL at `endpoint`; tests emit events through it. */
-function cluster(
-  endpoint: string,
-  opts: { mmproj?: boolean; taskFailedFirst?: boolean; embeddings?: boolean } = {},
-) {
-  const state: ControlState = emptyState();
-  const master = nodeIdFor(S, "p-0");
-  state.session = {
-    session_id: S,
-    master_node_id: master,
-    master_peer_key: "p-0",
-    master_started_at: 0,
-    started_at: 0,
-  };
-  state.models[MODEL] = {
-    model_id: MODEL,
-    file: "tiny.gguf",
-    bytes: 1e6,
-    architecture: "llama",
-    layers: 2,
-    context_length: 256,
-    embedding_length: 64,
-    head_count: 4,
-    head_count_kv: 4,
-    supports_tensor: false,
-    ...(opts.mmproj ? { mmproj: "mmproj.gguf" } : {}),
-  };
-  state.instances[INSTANCE] = {
-    instance_id: INSTANCE,
-    model_id: MODEL,
-    sharding: "Pipeline",
-    ...(opts.embeddings ? { embeddings: true } : {}),
-    created_at: 1,
-    assignments: [
-      { node_id: master, peer_key: "p-0", rank: 0, weight_bytes: 1, required_bytes: 1 },
-    ],
-  };
-  state.runners[`${INSTANCE}/0`] = {
-    instance_id: INSTANCE,
-    node_id: master,
-    rank: 0,
-    state: "RunnerReady",
-    endpoint,
-    restarts: 0,
-    since: 0,
-  };
-  const listeners = new Set<(ev: { event: ControlEvent }) => void>();
-  const sessions = new Set<(prev: SessionId | null, next: SessionId) => void>();
-  let n = 0;
-  const emit = (event: ControlEvent) => {
-    n += 1;
-    for (const l of listeners) l({ event });
-  };
-  const view: ClusterView = {
-    peerKey: "p-0",
-    synced: true,
-    isMaster: true,
-    sessionId: S,
-    nodeId: master,
-    snapshot: () => state,
-    // As the agent's: self included (the instance's node is heard).
-    livePeers: () => [{ heartbeat: { peer_key: "p-0", links: [] }, lastHeard: 0 }] as never,
-    command: async (cmd) => {
-      if (cmd.type !== "CreateTask") return { ok: true, index: n };
-      const task_id = `t-${n}` as TaskId;
-      // The master's TaskFailed event can overtake the reply to CreateTask.
-      if (opts.taskFailedFirst) emit({ type: "TaskFailed", task_id, reason: "node lost" });
-      return { ok: true, index: n, task_id };
-    },
-    on: (l) => {
-      const ev = l.event as ((ev: { event: ControlEvent }) => void) | undefined;
-      if (ev) listeners.add(ev);
-      if (l.session) sessions.add(l.session);
-      return () => {
-        if (ev) listeners.delete(ev);
-        if (l.session) sessions.delete(l.session);
-      };
-    },
-  };
-  return { view, emit, changeSession: (next: SessionId) => sessions.forEach((s) => s(S, next)) };
-}
-
-/** MODEL on two ready instances: i-1 (chosen first: the oldest) at `first`, i-2 at `second`. */
-function twoInstances(first: string, second: string) {
-  const c = cluster(first);
-  const s = c.view.snapshot();
-  const i2 = "i-2" as InstanceId;
-  s.instances[i2] = { ...s.instances[INSTANCE]!, instance_id: i2, created_at: 2 };
-  s.runners[`${i2}/0`] = { ...s.runners[`${INSTANCE}/0`]!, instance_id: i2, endpoint: second };
-  return c;
-}
 
 /** The gateway served over real HTTP (streams take the Node response path, as deployed). */
 async function gateway(
@@ -197,10 +81,6 @@ function events(text: string): unknown[] {
       const data = e.slice(6);
       return data === "[DONE]" ? data : (JSON.parse(data) as unknown);
     });
-}
-
-function errorOf(text: string) {
-  return ErrorBodySchema.parse(JSON.parse(text)).error;
 }
 
 const chunk = (id: string, content: string) =>
@@ -828,7 +708,9 @@ describe("the rest of the OpenAI surface: text completions and one model", () =>
       messages: [{ role: "user", content: "hi" }],
     });
     expect(chatOnEmb.status).toBe(400);
-    expect(errorOf(await chatOnEmb.text()).message).toContain("is placed for embeddings only");
+    expect(errorOf(await chatOnEmb.text()).message).toBe(
+      `/v1/chat/completions needs a generate instance of ${MODEL}; its ready instances are embed: place one with "kind": "generate" (ic place ${MODEL} --kind generate)`,
+    );
     const chatApp = createGatewayApp({
       cluster: cluster(e.url).view,
       log: silentLogger(),
@@ -837,7 +719,7 @@ describe("the rest of the OpenAI surface: text completions and one model", () =>
     const embOnChat = await post(chatApp, "/v1/embeddings", { model: MODEL, input: "hi" });
     expect(embOnChat.status).toBe(400);
     expect(errorOf(await embOnChat.text()).message).toContain(
-      `has no instance placed for embeddings: place one with "embeddings": true`,
+      `needs an embed instance of ${MODEL}; its ready instances are generate: place one with "kind": "embed"`,
     );
     // Its own schema.
     const bad = await post(emb, "/v1/embeddings", { model: MODEL, input: [] });
@@ -859,6 +741,10 @@ describe("the rest of the OpenAI surface: text completions and one model", () =>
         object: "model",
         created: 0,
         owned_by: "cluster",
+        kinds: ["generate"],
+        context_length: 256,
+        max_model_len: 256,
+        capabilities: ["completion"],
       });
     }
     const missing = await app.request("/v1/models/org/none");

@@ -14,12 +14,12 @@
 // instead, once, on another ready instance, as the same completion (migration.ts).
 import { randomUUID } from "node:crypto";
 import type { Context, Hono } from "hono";
-import { httpStatusFor, ServiceError } from "@ic/protocol";
+import { httpStatusFor, kindOf, ServiceError } from "@ic/protocol";
 import type { ChatObserver, CommandId } from "@ic/protocol";
 import { mayUseModel, modelForbidden, parseJson, requestHeader, requestToken } from "@ic/http";
 import { prefixKey } from "../prefix-key.ts";
 import { RequestLoad } from "../request-load.ts";
-import { notServableError, readiness, readyModels } from "../readiness.ts";
+import { notServableError, readiness } from "../readiness.ts";
 import type { ReadyInstance } from "../readiness.ts";
 import { TaskReports } from "../task-reports.ts";
 import { migrationWanted } from "../migration.ts";
@@ -53,40 +53,12 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
   const reports = new TaskReports(o.cluster);
   const ctx: ChatContext = { o, load, reports, limits: { ...DEFAULT_CHAT_LIMITS, ...o.chat } };
 
-  app.get("/v1/models", (c) => {
-    // Only models with a ready instance (the same test the chat route applies) that the token may use.
-    const token = requestToken(c);
-    return c.json({
-      object: "list",
-      data: readyModels(o.cluster.snapshot())
-        .filter((id) => mayUseModel(token, id))
-        .map((id) => ({
-          id,
-          object: "model",
-          created: 0,
-          owned_by: "cluster",
-        })),
-    });
-  });
-
-  // OpenAI's models.retrieve: the model's entry when it would be listed; else why not, as chat says it
-  // (a model the token may not use is 403 before anything is looked up). Ids hold a slash (org/name);
-  // an encoded one (%2F) is the same id (hono decodes the parameter).
-  app.get("/v1/models/:id{.+}", (c) => {
-    const id = c.req.param("id");
-    const token = requestToken(c);
-    if (token && !mayUseModel(token, id)) throw modelForbidden(token, id);
-    const ready = readiness(o.cluster.snapshot(), id, Date.now());
-    if (ready.kind !== "ready") throw notServableError(id, ready);
-    return c.json({ id, object: "model", created: 0, owned_by: "cluster" });
-  });
-
   for (const endpoint of ENDPOINTS)
     app.post(endpoint.path, async (c) => {
       const receivedAt = preciseNow();
       // 32 characters after the prefix, like llama-server's own ids (see the streaming rewrite).
       const commandId = `${endpoint.idPrefix}${randomUUID().replaceAll("-", "")}` as CommandId;
-      const obs = o.observe?.({ commandId, receivedAt });
+      const obs = o.observe?.({ commandId, receivedAt, path: endpoint.path });
       if (!obs) return handle(ctx, c, commandId, undefined, endpoint);
       try {
         return await handle(ctx, c, commandId, obs, endpoint);
@@ -138,7 +110,7 @@ export async function handle(
         !request.clientGone &&
         RETRY_ON.has(e.error.code) &&
         Date.now() < request.deadline
-          ? readyOthers(ctx, body.model, tried, request.embeddings, live)
+          ? readyOthers(ctx, body.model, tried, request.endpoint.kind, live)
           : [];
       if (others.length === 0) {
         ctx.o.log.debug(
@@ -208,8 +180,13 @@ function route(ctx: ChatContext, body: InferenceRequest, endpoint: Endpoint) {
   const snap = cluster.snapshot();
   const ready = readiness(snap, body.model, Date.now());
   if (ready.kind !== "ready") throw notServableError(body.model, ready);
-  const suited = ready.instances.filter((i) => servesKind(i, endpoint.embeddings));
-  if (suited.length === 0) throw wrongKind(body.model, endpoint);
+  const suited = ready.instances.filter((i) => servesKind(i, endpoint.kind));
+  if (suited.length === 0)
+    throw wrongKind(
+      body.model,
+      endpoint,
+      ready.instances.map((i) => kindOf(i.instance)),
+    );
   // One look at the live peers per request: draining nodes and balancing read the same one.
   const live = ctx.o.cluster.livePeers();
   const open = routable(suited, live);
@@ -228,16 +205,12 @@ function requestContext(
   limited: ApiToken | undefined,
   countTokens: boolean,
 ): RequestContext {
-  if (
-    !endpoint.embeddings &&
-    body.max_tokens === undefined &&
-    body.max_completion_tokens === undefined
-  )
-    body.max_tokens = ctx.limits.default_max_tokens;
+  const field = endpoint.maxTokensField;
+  if (field && body[field] === undefined && body.max_completion_tokens === undefined)
+    body[field] = ctx.limits.default_max_tokens;
   return {
     body,
-    path: endpoint.path,
-    embeddings: endpoint.embeddings,
+    endpoint,
     limited,
     countTokens,
     deadline: Date.now() + ctx.limits.total_timeout_ms,
@@ -247,7 +220,8 @@ function requestContext(
       body.stream === true &&
       migrationWanted(requestHeader(c, "x-ic-migrate"), ctx.limits.migrate_streams),
     tried: new Set<string>(),
-    prefixKey: ctx.limits.prefix_routing && !endpoint.embeddings ? prefixKey(body) : undefined,
+    prefixKey:
+      ctx.limits.prefix_routing && endpoint.kind === "generate" ? prefixKey(body) : undefined,
     clientGone: false,
   };
 }

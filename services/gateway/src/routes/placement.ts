@@ -7,9 +7,10 @@ import {
   InstanceIdSchema,
   PlaceRequestSchema,
   PreviewQuerySchema,
+  requestedKind,
   ServiceError,
 } from "@ic/protocol";
-import type { Instance, InstanceId, ModelRecord, PlaceRequest } from "@ic/protocol";
+import type { Instance, InstanceId, InstanceKind, ModelRecord, PlaceRequest } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { parseJson, validationError } from "@ic/http";
 import type { ClusterView } from "@ic/protocol";
@@ -53,7 +54,14 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
 
   app.post("/place_instance", async (c) => {
     const req = await parseJson(c, PlaceRequestSchema);
-    return c.json(await placeInstance(o, req), 200);
+    const kind = requestedKind(req.kind, req.embeddings);
+    if (kind === null)
+      throw new ServiceError(
+        "invalid_request",
+        `request body: kind "${req.kind}" contradicts "embeddings": true (the older way to ask for kind "embed"); send kind alone`,
+        { details: { kind: req.kind, embeddings: req.embeddings } },
+      );
+    return c.json(await placeInstance(o, req, kind), 200);
   });
 
   app.get("/instance/previews", (c) => {
@@ -90,7 +98,7 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
  * POST /place_instance: waits (up to info_pending_wait_ms) for a session and for every live node's
  * memory and links, then places the request's instances or answers the typed refusal.
  */
-async function placeInstance(o: PlacementRouteOptions, req: PlaceRequest) {
+async function placeInstance(o: PlacementRouteOptions, req: PlaceRequest, kind: InstanceKind) {
   const { cluster } = o;
   const deadline = o.now() + o.infoPendingWaitMs;
   // Info-pending: wait (up to the limit) for a session and for every live node's memory and links.
@@ -113,7 +121,7 @@ async function placeInstance(o: PlacementRouteOptions, req: PlaceRequest) {
         o.memory,
       );
       if (result.ok) {
-        const placed = await placeReplicas(o, req, model, excluded, result);
+        const placed = await placeReplicas(o, { req, kind, model, excluded }, result);
         const first = placed[0]!;
         return {
           ok: true as const,
@@ -135,11 +143,15 @@ async function placeInstance(o: PlacementRouteOptions, req: PlaceRequest) {
  */
 async function placeReplicas(
   o: PlacementRouteOptions,
-  req: PlaceRequest,
-  model: ModelRecord,
-  excluded: readonly string[],
+  asked: {
+    req: PlaceRequest;
+    kind: InstanceKind;
+    model: ModelRecord;
+    excluded: readonly string[];
+  },
   first: Extract<Decision, { ok: true }>,
 ): Promise<{ index: number; instance: Instance }[]> {
+  const { req, kind, model, excluded } = asked;
   const set = req.replicas > 1 ? `rs-${randomUUID()}` : undefined;
   const placed: { index: number; instance: Instance }[] = [];
   const used = new Set<string>();
@@ -165,7 +177,7 @@ async function placeReplicas(
       instance_id: `i-${randomUUID()}` as InstanceId,
       model_id: model.model_id,
       sharding: req.sharding,
-      ...(req.embeddings ? { embeddings: true } : {}),
+      ...(kind !== "generate" ? { kind } : {}),
       context_size: decision.contextSize,
       created_at: o.now(),
       assignments: decision.assignments,
@@ -179,7 +191,7 @@ async function placeReplicas(
           min_nodes: req.min_nodes,
           sharding: req.sharding,
           excluded_nodes: excluded as string[],
-          ...(req.embeddings ? { embeddings: true } : {}),
+          ...(kind !== "generate" ? { kind } : {}),
           ...(set ? { replica_set: set } : {}),
         },
       });

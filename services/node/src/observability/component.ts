@@ -4,7 +4,7 @@
 import type { Bus } from "@ic/bus";
 import type { Component } from "@ic/http";
 import type { LogTail } from "@ic/log";
-import type { ChatObserver, PeerApis } from "@ic/protocol";
+import type { ChatObserver, ChatRequestSeen, PeerApis } from "@ic/protocol";
 import { NodeMetrics } from "./metrics.ts";
 import type { MetricsSources } from "./metrics.ts";
 import { observabilityRoutes } from "./routes.ts";
@@ -15,7 +15,7 @@ import { SeriesRecorder, seriesRoutes } from "./series.ts";
 export interface ObservabilityComponent extends Component {
   readonly metrics: NodeMetrics;
   /** Counts one chat request (its observer) for /metrics and the series. */
-  observe(r: { commandId: string; receivedAt: number }): ChatObserver | undefined;
+  observe(r: ChatRequestSeen): ChatObserver | undefined;
 }
 
 export function observabilityComponent(

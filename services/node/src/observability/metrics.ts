@@ -5,7 +5,7 @@
 // Label values are bounded: a chat request for a model the cluster does not know is labelled
 // `unknown`, so clients cannot grow the series without bound.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { ChatEvent, ChatObserver, EngineTimings } from "@ic/protocol";
+import type { ChatEvent, ChatObserver, ChatRequestSeen, EngineTimings } from "@ic/protocol";
 import type { ClusterView } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import type { Pull, RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/protocol";
@@ -67,8 +67,8 @@ const TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 1
 export class NodeMetrics {
   private readonly node = new Registry();
   private readonly master = new Registry();
-  private readonly requests: Counter<"model" | "status" | "code">;
-  private readonly duration: Histogram<"model" | "status">;
+  private readonly requests: Counter<"model" | "status" | "code" | "endpoint">;
+  private readonly duration: Histogram<"model" | "status" | "endpoint">;
   private readonly ttft: Histogram<"model">;
   private readonly promptTokens: Counter<"model">;
   private readonly completionTokens: Counter<"model">;
@@ -88,14 +88,14 @@ export class NodeMetrics {
     collectDefaultMetrics({ register: node });
     this.requests = new Counter({
       name: "ic_chat_requests_total",
-      help: "Chat completion requests this node answered, by model, HTTP status and error code (ok when none).",
-      labelNames: ["model", "status", "code"],
+      help: "Inference requests this node answered (chat, completions, responses, messages, embeddings, rerank, token counts), by model, HTTP status, error code (ok when none) and endpoint path.",
+      labelNames: ["model", "status", "code", "endpoint"],
       registers: [node],
     });
     this.duration = new Histogram({
       name: "ic_chat_request_duration_seconds",
-      help: "Chat completion requests from arrival to their last byte.",
-      labelNames: ["model", "status"],
+      help: "Inference requests from arrival to their last byte, by model, HTTP status and endpoint path.",
+      labelNames: ["model", "status", "endpoint"],
       buckets: SECONDS,
       registers: [node],
     });
@@ -175,7 +175,7 @@ export class NodeMetrics {
   readonly contentType = Registry.PROMETHEUS_CONTENT_TYPE;
 
   /** The per-request observer for the chat path (chatObservers in node.ts). */
-  observe(r: { commandId: string; receivedAt: number }): ChatObserver {
+  observe(r: ChatRequestSeen): ChatObserver {
     this.inFlight.inc();
     let model = "none";
     let token: string | undefined;
@@ -207,9 +207,13 @@ export class NodeMetrics {
             ended = true;
             this.inFlight.dec();
             const status = String(e.status);
-            this.requests.inc({ model, status, code: e.code ?? "ok" });
+            const endpoint = r.path;
+            this.requests.inc({ model, status, code: e.code ?? "ok", endpoint });
             if (token !== undefined) this.tokenRequests.inc({ token, code: e.code ?? "ok" });
-            this.duration.observe({ model, status }, Math.max(0, e.at - r.receivedAt) / 1000);
+            this.duration.observe(
+              { model, status, endpoint },
+              Math.max(0, e.at - r.receivedAt) / 1000,
+            );
             if (!e.ok) {
               this.o.onRequest?.({ status: e.status });
               return;

@@ -312,11 +312,11 @@ describe("GET /metrics", () => {
     expect(family(before, "ic_chat_requests_total").metrics).toEqual([]);
 
     const t0 = 1_000_000;
-    play(m.observe({ commandId: "c-1", receivedAt: t0 }), t0, "stream");
-    play(m.observe({ commandId: "c-2", receivedAt: t0 }), t0, "plain");
-    play(m.observe({ commandId: "c-3", receivedAt: t0 }), t0, "404");
-    play(m.observe({ commandId: "c-4", receivedAt: t0 }), t0, "invalid");
-    const open = m.observe({ commandId: "c-5", receivedAt: t0 });
+    play(m.observe({ commandId: "c-1", receivedAt: t0, path: "/v1/chat/completions" }), t0, "stream");
+    play(m.observe({ commandId: "c-2", receivedAt: t0, path: "/v1/chat/completions" }), t0, "plain");
+    play(m.observe({ commandId: "c-3", receivedAt: t0, path: "/v1/chat/completions" }), t0, "404");
+    play(m.observe({ commandId: "c-4", receivedAt: t0, path: "/v1/chat/completions" }), t0, "invalid");
+    const open = m.observe({ commandId: "c-5", receivedAt: t0, path: "/v1/chat/completions" });
 
     const text = await m.render();
     const fams = parsePrometheusTextFormat(text);
@@ -362,7 +362,7 @@ describe("GET /metrics", () => {
   it("labels a chat for a model named like Object.prototype's keys `unknown`", async () => {
     const m = new NodeMetrics(sources(cluster(), [], await collector()));
     for (const model of ["constructor", "toString", "__proto__"]) {
-      const obs = m.observe({ commandId: `c-${model}`, receivedAt: 0 });
+      const obs = m.observe({ commandId: `c-${model}`, receivedAt: 0, path: "/v1/chat/completions" });
       obs.event({ type: "validated", at: 1, model, stream: false });
       obs.event({
         type: "end",

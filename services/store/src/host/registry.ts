@@ -90,6 +90,7 @@ export async function readModelDir(
     ...(meta.drafter ? { drafter: meta.drafter } : {}),
     ...(meta.mtp_sidecar ? { mtp_sidecar: meta.mtp_sidecar } : {}),
     ...(mmproj ? { mmproj } : {}),
+    ...(f.templateTakesTools ? { tools: true } : {}),
     ...(meta.pooling ? { pooling: meta.pooling } : {}),
   };
 }

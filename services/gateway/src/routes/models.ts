@@ -1,0 +1,88 @@
+// GET /v1/models and GET /v1/models/{id}: the models with a ready instance that the token may use, in
+// OpenAI's list shape (`object: "model"`), with what clients read beside it: the kinds of its ready
+// instances, its context length (as `context_length` and vLLM's `max_model_len`), and its
+// capabilities in Ollama's words (completion, tools, vision, embedding, rerank).
+import type { Hono } from "hono";
+import { INSTANCE_KINDS, kindOf } from "@ic/protocol";
+import type { ClusterView, ControlState, InstanceKind } from "@ic/protocol";
+import { mayUseModel, modelForbidden, requestToken } from "@ic/http";
+import { notServableError, readiness, readyInstances, readyModels } from "../readiness.ts";
+
+/** A model as GET /v1/models lists it. */
+export interface ModelEntry {
+  readonly id: string;
+  readonly object: "model";
+  readonly created: 0;
+  readonly owned_by: "cluster";
+  /** The kinds of its ready instances (instance-kinds.ts), in the table's order. */
+  readonly kinds: readonly InstanceKind[];
+  /** The context its instances run with (the smallest of them), else the model's own. */
+  readonly context_length: number | undefined;
+  readonly max_model_len: number | undefined;
+  readonly capabilities: readonly string[];
+}
+
+const CAPABILITY: Record<InstanceKind, string> = {
+  generate: "completion",
+  embed: "embedding",
+  rerank: "rerank",
+};
+
+/** The entry of a model with ready instances (pure: from the state alone). */
+export function modelEntry(state: ControlState, id: string): ModelEntry {
+  const ready = readyInstances(state, id);
+  const has = new Set(ready.map((r) => kindOf(r.instance)));
+  const kinds = INSTANCE_KINDS.filter((k) => has.has(k));
+  const model = state.models[id];
+  const sizes = ready.flatMap((r) =>
+    r.instance.context_size === undefined ? [] : [r.instance.context_size],
+  );
+  const context =
+    sizes.length > 0
+      ? Math.min(...sizes)
+      : model?.context_length
+        ? model.context_length
+        : undefined;
+  const capabilities = kinds.map((k) => CAPABILITY[k]);
+  if (has.has("generate")) {
+    if (model?.tools) capabilities.push("tools");
+    if (model?.mmproj) capabilities.push("vision");
+  }
+  return {
+    id,
+    object: "model",
+    created: 0,
+    owned_by: "cluster",
+    kinds,
+    context_length: context,
+    max_model_len: context,
+    capabilities,
+  };
+}
+
+export function modelRoutes(app: Hono, o: { readonly cluster: ClusterView }): void {
+  app.get("/v1/models", (c) => {
+    // Only models with a ready instance (the same test the chat route applies) that the token may use.
+    const token = requestToken(c);
+    const state = o.cluster.snapshot();
+    return c.json({
+      object: "list",
+      data: readyModels(state)
+        .filter((id) => mayUseModel(token, id))
+        .map((id) => modelEntry(state, id)),
+    });
+  });
+
+  // OpenAI's models.retrieve: the model's entry when it would be listed; else why not, as chat says it
+  // (a model the token may not use is 403 before anything is looked up). Ids hold a slash (org/name);
+  // an encoded one (%2F) is the same id (hono decodes the parameter).
+  app.get("/v1/models/:id{.+}", (c) => {
+    const id = c.req.param("id");
+    const token = requestToken(c);
+    if (token && !mayUseModel(token, id)) throw modelForbidden(token, id);
+    const state = o.cluster.snapshot();
+    const ready = readiness(state, id, Date.now());
+    if (ready.kind !== "ready") throw notServableError(id, ready);
+    return c.json(modelEntry(state, id));
+  });
+}
