@@ -315,6 +315,8 @@ export async function seedStore(
     slow?: boolean;
     /** The token embedding renamed: the header reads fine (it registers), llama.cpp refuses to load it. */
     unloadable?: boolean;
+    /** The tools model (a template with tools; it answers with a tool call): see TinyModelOptions. */
+    tools?: boolean;
   } = {},
 ): Promise<{ store: string; modelId: string; drafterId?: string }> {
   const { writeTinyModel } = await import("@ic/gguf");
@@ -339,6 +341,7 @@ export async function seedStore(
   await writeTinyModel(file, {
     ...shape,
     ...(opts.layers ? { nLayer: opts.layers } : {}),
+    ...(opts.tools ? { tools: true } : {}),
   });
   if (opts.unloadable) {
     const bytes = readFileSync(file);
