@@ -107,3 +107,40 @@ export const RerankRequestSchema = z
     message: "send documents (or texts, TEI's name for them), one of the two",
     path: ["documents"],
   });
+
+// ---- answers (the engine's, passed through with the id replaced where it has one) ----
+
+/** POST /v1/responses without streaming: a Response object. */
+export const ResponseObjectSchema = z
+  .object({
+    id: z.string(),
+    object: z.literal("response"),
+    status: z.string(),
+    output: z.array(z.object({ type: z.string() }).passthrough()),
+  })
+  .passthrough();
+
+/** POST /v1/messages without streaming: an Anthropic message. */
+export const MessageObjectSchema = z
+  .object({
+    id: z.string(),
+    type: z.literal("message"),
+    role: z.literal("assistant"),
+    content: z.array(z.object({ type: z.string() }).passthrough()),
+    stop_reason: z.string().nullable(),
+    usage: z.object({ input_tokens: z.number(), output_tokens: z.number() }).passthrough(),
+  })
+  .passthrough();
+
+/** The token counters' answer (Responses adds `object: "response.input_tokens"`). */
+export const InputTokensSchema = z.object({ input_tokens: z.number().int() }).passthrough();
+
+/** POST /v1/rerank: the scores, best first (with `texts`, TEI's array of {index, score}). */
+export const RerankResponseSchema = z.union([
+  z
+    .object({
+      results: z.array(z.object({ index: z.number(), relevance_score: z.number() }).passthrough()),
+    })
+    .passthrough(),
+  z.array(z.object({ index: z.number(), score: z.number() }).passthrough()),
+]);

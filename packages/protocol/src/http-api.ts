@@ -185,9 +185,18 @@ export const InstanceListSchema = z.object({ instances: z.array(InstanceSchema) 
 export const ModelEntrySchema = z.object({
   id: z.string(),
   object: z.literal("model"),
-  created: z.number(),
-  owned_by: z.string(),
+  created: z.literal(0),
+  owned_by: z.literal("cluster"),
+  /** The kinds of its ready instances (instance-kinds.ts), in the table's order. */
+  kinds: z.array(InstanceKindSchema),
+  /** The context its instances run with (the smallest of them), else the model's own. */
+  context_length: z.number().int().positive().optional(),
+  /** The same, under vLLM's name (which several clients read). */
+  max_model_len: z.number().int().positive().optional(),
+  /** Ollama's words: completion, embedding, rerank, tools, vision. */
+  capabilities: z.array(z.string()),
 });
+export type ModelEntry = z.infer<typeof ModelEntrySchema>;
 
 export const ModelListResponseSchema = z.object({
   object: z.literal("list"),

@@ -23,6 +23,15 @@ import {
   StateDocumentSchema,
   StateQuerySchema,
   TextCompletionSchema,
+  ResponsesRequestSchema,
+  ResponseObjectSchema,
+  ResponsesInputTokensRequestSchema,
+  InputTokensSchema,
+  MessagesRequestSchema,
+  MessageObjectSchema,
+  CountTokensRequestSchema,
+  RerankRequestSchema,
+  RerankResponseSchema,
 } from "@ic/protocol";
 import type { ApiOperation } from "@ic/protocol";
 
@@ -110,12 +119,68 @@ export const GATEWAY_OPERATIONS: readonly ApiOperation[] = [
   {
     method: "post",
     path: "/v1/embeddings",
-    summary:
-      "OpenAI-compatible embeddings, from instances placed with embeddings: true (routed as chat is)",
+    summary: "OpenAI-compatible embeddings, from embed instances (kind: embed; routed as chat is)",
     scope: "inference",
     body: EmbeddingRequestSchema,
     responses: { "200": jsonAnswer("the embedding list", EmbeddingListSchema) },
   },
+  {
+    method: "post",
+    path: "/v1/responses",
+    summary:
+      "OpenAI Responses API (stateless: no stored responses), from generate instances; tools pass through",
+    scope: "inference",
+    body: ResponsesRequestSchema,
+    responses: {
+      "200": {
+        description:
+          "the Response (JSON), or with stream: true a text/event-stream of named response.* events",
+        schema: ResponseObjectSchema,
+      },
+    },
+  },
+  {
+    method: "post",
+    path: "/v1/responses/input_tokens",
+    summary: "the input tokens a Responses request would take",
+    scope: "inference",
+    body: ResponsesInputTokensRequestSchema,
+    responses: { "200": jsonAnswer("the count", InputTokensSchema) },
+  },
+  {
+    method: "post",
+    path: "/v1/messages",
+    summary:
+      "Anthropic Messages API, from generate instances; errors in Anthropic's envelope; x-api-key or a bearer token",
+    scope: "inference",
+    body: MessagesRequestSchema,
+    responses: {
+      "200": {
+        description:
+          "the message (JSON), or with stream: true a text/event-stream of Anthropic's named events",
+        schema: MessageObjectSchema,
+      },
+    },
+  },
+  {
+    method: "post",
+    path: "/v1/messages/count_tokens",
+    summary: "the input tokens an Anthropic Messages request would take",
+    scope: "inference",
+    body: CountTokensRequestSchema,
+    responses: { "200": jsonAnswer("the count", InputTokensSchema) },
+  },
+  ...["/v1/rerank", "/v1/reranking", "/rerank", "/reranking"].map((path): ApiOperation => ({
+    method: "post",
+    path,
+    summary:
+      path === "/v1/rerank"
+        ? "documents scored against a query, from rerank instances (kind: rerank)"
+        : "the same as POST /v1/rerank (llama-server's other name for it)",
+    scope: "inference",
+    body: RerankRequestSchema,
+    responses: { "200": jsonAnswer("the scores, best first", RerankResponseSchema) },
+  })),
   {
     method: "get",
     path: "/v1/models/{model_id}",

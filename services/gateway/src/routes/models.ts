@@ -4,23 +4,9 @@
 // capabilities in Ollama's words (completion, tools, vision, embedding, rerank).
 import type { Hono } from "hono";
 import { INSTANCE_KINDS, kindOf } from "@ic/protocol";
-import type { ClusterView, ControlState, InstanceKind } from "@ic/protocol";
+import type { ClusterView, ControlState, InstanceKind, ModelEntry } from "@ic/protocol";
 import { mayUseModel, modelForbidden, requestToken } from "@ic/http";
 import { notServableError, readiness, readyInstances, readyModels } from "../readiness.ts";
-
-/** A model as GET /v1/models lists it. */
-export interface ModelEntry {
-  readonly id: string;
-  readonly object: "model";
-  readonly created: 0;
-  readonly owned_by: "cluster";
-  /** The kinds of its ready instances (instance-kinds.ts), in the table's order. */
-  readonly kinds: readonly InstanceKind[];
-  /** The context its instances run with (the smallest of them), else the model's own. */
-  readonly context_length: number | undefined;
-  readonly max_model_len: number | undefined;
-  readonly capabilities: readonly string[];
-}
 
 const CAPABILITY: Record<InstanceKind, string> = {
   generate: "completion",
@@ -54,8 +40,7 @@ export function modelEntry(state: ControlState, id: string): ModelEntry {
     created: 0,
     owned_by: "cluster",
     kinds,
-    context_length: context,
-    max_model_len: context,
+    ...(context ? { context_length: context, max_model_len: context } : {}),
     capabilities,
   };
 }
