@@ -84,6 +84,13 @@ export const ChatSchema = z
      * prefix, while its load stays within 1.25 times the mean or the mean plus 2; off: fewest outstanding requests.
      */
     prefix_routing: z.boolean().default(true),
+    /**
+     * A stream whose client sent its own `X-Conversation-Id` keeps generating this long after the
+     * client's connection drops, for the client to read the rest through any node (GET
+     * /v1/stream); then, unless it was read again, it is cancelled. Streams with an id the
+     * gateway made are cancelled when their client leaves (0: those with the client's id too).
+     */
+    resume_grace_ms: z.number().int().min(0).default(30_000),
   })
   .strict();
 

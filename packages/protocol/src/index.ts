@@ -15,6 +15,7 @@ export * from "./observability.ts";
 export type * from "./chat-events.ts";
 export * from "./http-api.ts";
 export * from "./agent-api.ts";
+export * from "./streams.ts";
 export * from "./openapi.ts";
 export * from "./peer-api.ts";
 export type * from "./cluster-view.ts";

@@ -13,6 +13,7 @@ import { ModelIdSchema } from "./ids.ts";
 import { WireErrorSchema } from "./errors.ts";
 import { RunnerLogReplySchema, RunnerLogRequestSchema } from "./observability.ts";
 import { PullRequestSchema, PullSchema } from "./store.ts";
+import { StreamNoticeSchema } from "./streams.ts";
 
 export const PurgeRequestSchema = z.object({ model_id: ModelIdSchema.optional() });
 export const PurgeReplySchema = z.object({
@@ -90,6 +91,8 @@ export const CATALOG = {
   storePulls: req("ic.store.pulls", PullRequestSchema, PullReplySchema),
   /** Per node (suffix: peer key): the tail of one of its runners' log files. */
   runnerLog: req("ic.node.runner_log", RunnerLogRequestSchema, RunnerLogReplySchema),
+  /** Broadcast by gateways: a resumable stream started, or was resumed (services/gateway streams/). */
+  streams: pub("ic.streams", StreamNoticeSchema),
 } as const;
 
 export type Catalog = typeof CATALOG;

@@ -34,6 +34,8 @@ export interface GatewayOptions {
   readonly chat?: ChatOptions["chat"];
   /** Each chat stream migration's outcome and duration (metrics). */
   readonly onChatMigration?: ChatOptions["onMigration"];
+  /** The cluster's resumable streams (the node fills it from the bus); absent: this gateway's own. */
+  readonly streams?: ChatOptions["streams"];
   /** GET /state/stream sends a document at least this often (default 2000 ms). */
   readonly stateStreamPeriodMs?: number;
   /** This gateway's requests in flight, shared with the node's heartbeat (`outstanding`). */
@@ -76,6 +78,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     chat: o.chat,
     load,
     ...(o.onChatMigration ? { onMigration: o.onChatMigration } : {}),
+    ...(o.streams ? { streams: o.streams } : {}),
   });
   for (const ext of o.extensions ?? []) ext(app);
   return app;

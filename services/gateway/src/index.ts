@@ -9,3 +9,4 @@ export { postUpstream } from "./upstream.ts";
 export type { UpstreamOptions } from "./upstream.ts";
 export { GATEWAY_OPERATIONS } from "./operations.ts";
 export { engineAuth } from "./engine-auth.ts";
+export { StreamDirectory } from "./streams/directory.ts";

@@ -52,6 +52,8 @@ export interface UpstreamOptions {
   readonly headers?: Readonly<Record<string, string>> | undefined;
   /** A new connection that is not up within this long fails with UpstreamConnectTimeout. */
   readonly connectTimeoutMs?: number | undefined;
+  /** POST (the default, with a JSON body), or GET and DELETE (resumable streams), bodyless. */
+  readonly method?: "POST" | "GET" | "DELETE";
 }
 
 /** The engine did not accept the TCP connection in time (a dead or cut-off host drops the SYN). */
@@ -88,6 +90,7 @@ interface Target {
   readonly hostname: string;
   readonly port: string;
   readonly pathname: string;
+  readonly search: string;
   /** An `https://` engine (TLS between nodes): the cluster CA must have signed its certificate. */
   readonly tls: boolean;
 }
@@ -97,7 +100,13 @@ function target(url: string): Target {
   let t = targets.get(url);
   if (!t) {
     const u = new URL(url);
-    t = { hostname: u.hostname, port: u.port, pathname: u.pathname, tls: u.protocol === "https:" };
+    t = {
+      hostname: u.hostname,
+      port: u.port,
+      pathname: u.pathname,
+      search: u.search,
+      tls: u.protocol === "https:",
+    };
     if (targets.size >= 1024) targets.clear();
     targets.set(url, t);
   }
@@ -120,13 +129,16 @@ function postOnce(
         ...(u.tls && fresh ? trustedTls() : {}),
         host: u.hostname,
         port: u.port,
-        path: u.pathname,
-        method: "POST",
-        headers: {
-          ...o.headers,
-          "content-type": "application/json",
-          "content-length": Buffer.byteLength(body),
-        },
+        path: u.pathname + u.search,
+        method: o.method ?? "POST",
+        headers:
+          (o.method ?? "POST") === "POST"
+            ? {
+                ...o.headers,
+                "content-type": "application/json",
+                "content-length": Buffer.byteLength(body),
+              }
+            : { ...o.headers },
       },
       resolve,
     );
@@ -202,11 +214,21 @@ export class SseRelay {
   private readonly ours: Buffer;
   private carry: Buffer = EMPTY;
 
+  /** The engine's byte offset of the next byte pushed (what `id:` lines count). */
+  private offset: number;
+
+  /**
+   * `eventIds`: the engine's byte offset this relay starts at (0 for a new stream, the `from` of a
+   * resumed one): each event forwarded then carries `id: <the engine's offset after it>`, what a
+   * client sends back (`Last-Event-ID`) to read on from there. Absent: no ids.
+   */
   constructor(
     commandId: string,
     private readonly named = false,
+    private readonly eventIds?: number,
   ) {
     this.ours = Buffer.from(`"id":"${commandId}"`);
+    this.offset = eventIds ?? 0;
   }
 
   push(chunk: Buffer): RelayChunk {
@@ -220,6 +242,8 @@ export class SseRelay {
     }
     this.carry = end < n ? Buffer.from(buf.subarray(end)) : EMPTY;
     const events = end < n ? buf.subarray(0, end) : buf;
+    const base = this.offset;
+    this.offset += end;
     const err = errorEventAt(events, this.named ? NAMED_ERROR_EVENT : ERROR_EVENT);
     if (err >= 0) {
       this.carry = EMPTY;
@@ -234,9 +258,26 @@ export class SseRelay {
               .toString()
               .trim();
       const text = this.named ? `{"error":${data}}` : data;
-      return { out: err > 0 ? this.rewrite(events.subarray(0, err)) : null, error: text };
+      return {
+        out: err > 0 ? this.rewrite(this.withIds(events.subarray(0, err), base)) : null,
+        error: text,
+      };
     }
-    return { out: this.rewrite(events) };
+    return { out: this.rewrite(this.withIds(events, base)) };
+  }
+
+  /** `events` (whole events, starting at the engine's offset `base`), each with its `id:` line. */
+  private withIds(events: Buffer, base: number): Buffer {
+    if (this.eventIds === undefined) return events;
+    const parts: Buffer[] = [];
+    let start = 0;
+    while (start < events.length) {
+      const lf = events.indexOf(LF2, start);
+      const end = lf < 0 ? events.length : lf + 2;
+      parts.push(Buffer.from(`id: ${base + end}\n`), events.subarray(start, end));
+      start = end;
+    }
+    return Buffer.concat(parts);
   }
 
   /** Bytes of an event the engine started but never finished (a broken stream leaves these). */

@@ -10,7 +10,7 @@ import type { ClusterSecret, Config, ResolvedTls } from "@ic/config";
 import { stagingFor } from "@ic/config";
 import { dashboardComponent } from "@ic/dashboard";
 import { eventLogComponent } from "@ic/eventlog";
-import { engineAuth, RequestLoad } from "@ic/gateway";
+import { engineAuth, RequestLoad, StreamDirectory } from "@ic/gateway";
 import { ComponentStack, TokenSet } from "@ic/http";
 import type { Component } from "@ic/http";
 import { processLogTail } from "@ic/log";
@@ -63,7 +63,10 @@ export interface NodeDeps<C extends NodeCluster> {
   readonly peerKey: string;
   readonly startedAt: number;
   /** This node's bus connection. */
-  readonly bus: Pick<Bus, "respond" | "request" | "requestMany" | "subscribe" | "sendStats">;
+  readonly bus: Pick<
+    Bus,
+    "respond" | "request" | "requestMany" | "subscribe" | "publish" | "sendStats"
+  >;
   /** The agent, given what this node adds to each heartbeat (built before it starts). */
   readonly cluster: (extras: () => HeartbeatExtras) => C;
   /** The API's base URL: the API listens before the node is built (heartbeats advertise it). */
@@ -163,12 +166,16 @@ async function compose<C extends NodeCluster>(
     () => worker,
   );
   const clusterPart = clusterComponent(scope, agent);
+  // The cluster's resumable streams: each gateway's own, and the others' from the bus.
+  const streams = new StreamDirectory((n) => deps.bus.publish("streams", n));
+  deps.bus.subscribe("streams", (n) => streams.receive(n), { ignoreOwn: true });
   const app = nodeApi(cfg, {
     cluster: agent,
     log,
     hooks,
     tokens: apiTokens,
     engineHeaders,
+    streams,
     load: local.chatLoad,
     routes: {
       events: local.events,

@@ -4,7 +4,7 @@
 import type { Hono } from "hono";
 import type { Config } from "@ic/config";
 import { createGatewayApp } from "@ic/gateway";
-import type { RequestLoad } from "@ic/gateway";
+import type { RequestLoad, StreamDirectory } from "@ic/gateway";
 import type { ApiToken, Component, TokenSet } from "@ic/http";
 import type { Logger } from "@ic/log";
 import type { ChatObserver, ChatRequestSeen, ClusterView } from "@ic/protocol";
@@ -27,7 +27,6 @@ export interface NodeRoutes {
   readonly storeHost?: Component | undefined;
 }
 
-
 export interface NodeApiOptions {
   readonly cluster: ClusterView;
   readonly log: Logger;
@@ -37,6 +36,8 @@ export interface NodeApiOptions {
   readonly engineHeaders?: (instanceId: string) => Record<string, string>;
   /** Chat requests in flight through this gateway (heartbeats tell the others). */
   readonly load?: RequestLoad;
+  /** The cluster's resumable streams (absent: this gateway's own only). */
+  readonly streams?: StreamDirectory;
   readonly routes: NodeRoutes;
 }
 
@@ -70,6 +71,7 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
     auth: { tokens: o.tokens },
     ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
     ...(o.load ? { load: o.load } : {}),
+    ...(o.streams ? { streams: o.streams } : {}),
     observeChat: (req) => combineObservers(observers.map((f) => f(req))),
     extensions: routed.flatMap((c) => (c?.routes ? [(a: Hono) => c.routes!(a)] : [])),
   });

@@ -141,9 +141,14 @@ export async function openLeg(
   const failed = watch.failed.then((e) => Promise.reject(e));
   failed.catch(() => {});
   const upstreamAbort = new UpstreamAbort();
+  // A resumable stream's engine keeps generating past a dropped connection: when its client
+  // leaves (not this gateway), it is cancelled there, at once or after the grace for a resume.
+  const keptByEngine = request.resumable;
   const onClientGone = () => {
+    if (request.clientGone) return;
     request.clientGone = true;
     upstreamAbort.abort(new Error("client disconnected"));
+    if (keptByEngine) leaveStream(ctx, request, target, commandId);
   };
   const abortUpstream = (why: string) => upstreamAbort.abort(new Error(why));
   const unwatchClient = watchClient(c, onClientGone);
@@ -270,11 +275,16 @@ function dispatch(
   let sent!: () => void;
   const onWire = new Promise<void>((r) => (sent = r));
   if (obs) void onWire.then(() => obs.event({ type: "sent", at: preciseNow() }));
+  // The engine keeps a resumable stream under the command id (never the client's conversation
+  // id: two tokens' conversations must not meet in one engine's table).
+  const headers = request.resumable
+    ? { ...ctx.o.engineHeaders?.(target.instance.instance_id), "x-conversation-id": commandId }
+    : ctx.o.engineHeaders?.(target.instance.instance_id);
   const send = () =>
     postUpstream(`${target.endpoint}${request.endpoint.path}`, JSON.stringify(body), {
       abort: leg.abort,
       onSent: sent,
-      headers: ctx.o.engineHeaders?.(target.instance.instance_id),
+      headers,
       connectTimeoutMs: ctx.limits.connect_timeout_ms,
     });
   const createTask = () =>
@@ -299,6 +309,39 @@ function dispatch(
     taskP = onWire.then(createTask);
   }
   return { upstreamP, taskP };
+}
+
+/**
+ * The client of a resumable stream left this gateway: the engine's generation is cancelled (DELETE
+ * /v1/stream), at once when the gateway made the conversation id, else after chat.resume_grace_ms
+ * unless some gateway reads the stream again meanwhile.
+ */
+function leaveStream(
+  ctx: ChatContext,
+  request: RequestContext,
+  target: ReadyInstance,
+  commandId: CommandId,
+): void {
+  const cancel = () => {
+    const url = `${target.endpoint}/v1/stream?conv_id=${encodeURIComponent(commandId)}`;
+    postUpstream(url, "", {
+      method: "DELETE",
+      headers: ctx.o.engineHeaders?.(target.instance.instance_id),
+      connectTimeoutMs: ctx.limits.connect_timeout_ms,
+    }).then(
+      (res) => res.resume(),
+      (e: Error) =>
+        ctx.o.log.debug({ command: commandId, err: e.message }, "cancelling a left stream failed"),
+    );
+  };
+  const grace = ctx.limits.resume_grace_ms;
+  if (!request.conversation?.clientSupplied || grace === 0) return cancel();
+  const timer = setTimeout(() => {
+    off();
+    cancel();
+  }, grace);
+  timer.unref();
+  const off = ctx.streams.onResumed(commandId, () => clearTimeout(timer));
 }
 
 /** Tells the master a request's task failed (best effort: the task expires otherwise). */

@@ -22,6 +22,9 @@ import { pick, readyOthers } from "./routing.ts";
 import { BeforeFirstByte, RETRY_ON, connectionError, openLeg } from "./leg.ts";
 import type { Leg } from "./leg.ts";
 
+/** How long llama-server keeps a finished stream readable (its STREAM_SESSION_TTL_SECONDS). */
+export const ENGINE_STREAM_TTL_MS = 300_000;
+
 /** The client's end of a stream. */
 export interface Sink {
   write(b: Buffer): void;
@@ -130,6 +133,19 @@ export async function attempt(
   };
   if (leg.status !== 200 || !request.body.stream)
     return answerWhole(ctx, c, commandId, obs, request, leg, headers);
+  const { conversation } = request;
+  if (conversation) {
+    headers["x-conversation-id"] = conversation.id;
+    ctx.streams.announce({
+      type: "started",
+      conversation_id: conversation.id,
+      token: request.token,
+      command_id: commandId,
+      instance_id: target.instance.instance_id,
+      path: request.endpoint.path,
+      expires_at: Date.now() + ctx.limits.total_timeout_ms + ENGINE_STREAM_TTL_MS,
+    });
+  }
   return streamAnswer(ctx, c, commandId, obs, request, leg, headers);
 }
 
@@ -235,7 +251,8 @@ class StreamAnswer {
     const track = obs !== undefined || request.countTokens;
     let firstChunk = false;
     const named = request.endpoint.style === "anthropic";
-    relayLeg(first, new SseRelay(this.commandId, named), request.body.model, {
+    const relay = new SseRelay(this.commandId, named, request.resumable ? 0 : undefined);
+    relayLeg(first, relay, request.body.model, {
       write: (out) => {
         this.sink.write(out);
         if (obs && !firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
@@ -371,6 +388,8 @@ export async function openContinuation(
   const live = ctx.o.cluster.livePeers();
   const others = readyOthers(ctx, body.model, request.tried, request.endpoint.kind, live);
   if (others.length === 0 || clientClosed(c, request)) return void outcome("no_instance");
+  // The continuation's engine starts its own byte count: the stream is not readable again.
+  request.resumable = false;
   const target = pick(ctx, others, live, request.prefixKey);
   const to = target.instance.instance_id;
   request.tried.add(to);

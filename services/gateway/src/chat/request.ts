@@ -33,6 +33,7 @@ import type { ReadyInstance } from "../readiness.ts";
 import type { TaskReports } from "../task-reports.ts";
 import type { ApiToken } from "@ic/http";
 import type { MigrationReport } from "../migration.ts";
+import type { StreamDirectory } from "../streams/directory.ts";
 
 /** What the chat and the text completion endpoints share: the fields the gateway reads. */
 export type InferenceRequest = {
@@ -189,6 +190,8 @@ export interface ChatOptions {
   readonly load?: RequestLoad;
   /** Each stream migration's outcome and duration (metrics subscribe here). */
   readonly onMigration?: (m: MigrationReport) => void;
+  /** The cluster's resumable streams (streams/directory.ts); absent: this gateway's own only. */
+  readonly streams?: StreamDirectory;
 }
 
 /** Wall-clock ms with sub-ms precision (Chrome traces want microseconds). */
@@ -200,6 +203,7 @@ export interface ChatContext {
   readonly load: RequestLoad;
   readonly reports: TaskReports;
   readonly limits: ChatLimits;
+  readonly streams: StreamDirectory;
 }
 
 export const TIMINGS = Buffer.from('"timings"');
@@ -352,5 +356,15 @@ export interface RequestContext {
   readonly tried: Set<string>;
   /** What the engine's prompt cache could share with this conversation's other requests. */
   readonly prefixKey: string | undefined;
+  /** The name of the token it came with (null: anonymous): a resumed stream must come with it too. */
+  readonly token: string | null;
+  /**
+   * A stream's conversation (docs/api.md, "Resumable streams"): its id (the client's
+   * `X-Conversation-Id`, else one made here) and whether the client chose it. Absent: not a
+   * stream. While `resumable`, the engine keeps the stream under the command id, past a lost
+   * connection; a continuation on another instance (migration) is not resumable.
+   */
+  readonly conversation: { readonly id: string; readonly clientSupplied: boolean } | undefined;
+  resumable: boolean;
   clientGone: boolean;
 }

@@ -68,15 +68,25 @@ async function gateway(
   };
 }
 
-/** The events of an SSE body; every `data:` payload must be valid JSON or [DONE]. */
+/**
+ * The events of an SSE body; every `data:` payload must be valid JSON or [DONE]. An engine's events
+ * carry `id: <its byte offset after them>` (resumable streams): increasing, and dropped here.
+ */
 function events(text: string): unknown[] {
   expect(text.endsWith("\n\n"), `stream ends at an event boundary: ${JSON.stringify(text)}`).toBe(
     true,
   );
+  let lastId = 0;
   return text
     .split("\n\n")
     .filter((e) => e.length > 0)
     .map((e) => {
+      const id = /^id: (\d+)\n/.exec(e);
+      if (id) {
+        expect(Number(id[1])).toBeGreaterThan(lastId);
+        lastId = Number(id[1]);
+        e = e.slice(id[0].length);
+      }
       expect(e.startsWith("data: "), `event: ${e}`).toBe(true);
       const data = e.slice(6);
       return data === "[DONE]" ? data : (JSON.parse(data) as unknown);

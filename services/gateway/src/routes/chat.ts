@@ -14,7 +14,7 @@
 // instead, once, on another ready instance, as the same completion (migration.ts).
 import { randomUUID } from "node:crypto";
 import type { Context, Hono } from "hono";
-import { httpStatusFor, kindOf, ServiceError } from "@ic/protocol";
+import { ConversationIdSchema, httpStatusFor, kindOf, ServiceError } from "@ic/protocol";
 import type { ChatObserver, CommandId } from "@ic/protocol";
 import { mayUseModel, modelForbidden, parseJson, requestHeader, requestToken } from "@ic/http";
 import { prefixKey } from "../prefix-key.ts";
@@ -42,6 +42,8 @@ import type { ApiToken } from "@ic/http";
 import { unroutable, pick, readyOthers, routable } from "../chat/routing.ts";
 import { BeforeFirstByte, RETRY_ON } from "../chat/leg.ts";
 import { attempt } from "../chat/relay.ts";
+import { StreamDirectory } from "../streams/directory.ts";
+import { resumeRoutes } from "./resume.ts";
 
 export { DEFAULT_CHAT_LIMITS, preciseNow } from "../chat/request.ts";
 export type { ChatLimits, ChatOptions } from "../chat/request.ts";
@@ -51,7 +53,14 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
   const load = o.load ?? new RequestLoad();
   /** CreateTask per event-loop turn, FinishTask with the next of them (task-reports.ts). */
   const reports = new TaskReports(o.cluster);
-  const ctx: ChatContext = { o, load, reports, limits: { ...DEFAULT_CHAT_LIMITS, ...o.chat } };
+  const ctx: ChatContext = {
+    o,
+    load,
+    reports,
+    limits: { ...DEFAULT_CHAT_LIMITS, ...o.chat },
+    streams: o.streams ?? new StreamDirectory(),
+  };
+  resumeRoutes(app, ctx);
 
   for (const endpoint of ENDPOINTS)
     app.post(endpoint.path, async (c) => {
@@ -205,6 +214,7 @@ function requestContext(
   limited: ApiToken | undefined,
   countTokens: boolean,
 ): RequestContext {
+  const conversation = conversationOf(c, endpoint, body);
   const field = endpoint.maxTokensField;
   if (field && body[field] === undefined && body.max_completion_tokens === undefined)
     body[field] = ctx.limits.default_max_tokens;
@@ -222,6 +232,27 @@ function requestContext(
     tried: new Set<string>(),
     prefixKey:
       ctx.limits.prefix_routing && endpoint.kind === "generate" ? prefixKey(body) : undefined,
+    token: requestToken(c)?.name ?? null,
+    conversation,
+    resumable: conversation !== undefined,
     clientGone: false,
   };
+}
+
+/**
+ * A stream's conversation id: the client's `X-Conversation-Id` (checked), else a new one. Only the
+ * generating endpoints' streams have one (their engine keeps them readable again).
+ */
+function conversationOf(c: Context, endpoint: Endpoint, body: InferenceRequest) {
+  if (body.stream !== true || endpoint.kind !== "generate" || !endpoint.usage) return undefined;
+  const asked = requestHeader(c, "x-conversation-id");
+  if (asked === undefined) return { id: `conv-${randomUUID()}`, clientSupplied: false };
+  const parsed = ConversationIdSchema.safeParse(asked);
+  if (!parsed.success)
+    throw new ServiceError(
+      "invalid_request",
+      "X-Conversation-Id must be 1-128 visible ASCII characters",
+      { details: { header: "x-conversation-id" } },
+    );
+  return { id: parsed.data, clientSupplied: true };
 }

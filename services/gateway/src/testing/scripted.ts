@@ -24,20 +24,40 @@ export const closers: (() => Promise<void>)[] = [];
 
 export type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
 
-/** A scripted llama-server: each test says what it answers. Records the bodies it received. */
+/**
+ * A scripted llama-server: each test says what it answers to POSTs. Records the bodies it received
+ * and their `x-conversation-id`, and the streams cancelled (DELETE /v1/stream, answered 204).
+ */
 export async function engine(handler: Handler) {
   const bodies: Record<string, unknown>[] = [];
+  const conversations: (string | undefined)[] = [];
+  const cancelled: string[] = [];
   const server = createServer((req, res) => {
+    if (req.method === "DELETE") {
+      cancelled.push(req.url ?? "");
+      res.writeHead(204).end();
+      return;
+    }
     let body = "";
     req.on("data", (c: Buffer) => (body += c.toString()));
     req.on("end", () => {
+      // A GET (a stream read again) has no body: the handler answers it too.
+      if (req.method === "GET") return handler(req, res, body);
       bodies.push(JSON.parse(body) as Record<string, unknown>);
+      const conv = req.headers["x-conversation-id"];
+      conversations.push(typeof conv === "string" ? conv : undefined);
       handler(req, res, body);
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   closers.push(() => close(server));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, server };
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    bodies,
+    conversations,
+    cancelled,
+    server,
+  };
 }
 
 export function close(server: Server): Promise<void> {

@@ -1,0 +1,139 @@
+// GET /v1/stream and DELETE /v1/stream: a streamed answer read again, through any node, by the token
+// that started it, from the offset the client has (`Last-Event-ID`, or `from`), as long as the
+// engine that produces it lives; or stopped. The stream is found in the cluster's stream directory
+// (streams/directory.ts), never by asking the engines; the engine replays what it buffered after
+// that offset and goes on live (llama-server's resumable streams, keyed by the command id).
+import type { Context, Hono } from "hono";
+import { ConversationIdSchema, ServiceError } from "@ic/protocol";
+import type { StreamStarted } from "@ic/protocol";
+import { requestHeader, requestToken } from "@ic/http";
+import { postUpstream, SseRelay } from "../upstream.ts";
+import { readyInstances } from "../readiness.ts";
+import { engineFailure } from "../engine-errors.ts";
+import { ENDPOINTS } from "../chat/request.ts";
+import type { ChatContext } from "../chat/request.ts";
+import { errorEvent, openSink } from "../chat/relay.ts";
+
+export function resumeRoutes(app: Hono, ctx: ChatContext): void {
+  app.get("/v1/stream", async (c) => {
+    const { stream, endpoint } = found(ctx, c);
+    const from = offsetOf(c);
+    const url = `${endpoint}/v1/stream?conv_id=${encodeURIComponent(stream.command_id)}&from=${from}`;
+    const engineHeaders = ctx.o.engineHeaders?.(stream.instance_id);
+    let upstream;
+    try {
+      upstream = await postUpstream(url, "", {
+        method: "GET",
+        headers: engineHeaders,
+        connectTimeoutMs: ctx.limits.connect_timeout_ms,
+      });
+    } catch (e) {
+      throw new ServiceError(
+        "instance_lost",
+        `the engine producing stream ${stream.conversation_id} did not answer (${(e as Error).message}); it may be gone`,
+      );
+    }
+    if (upstream.statusCode !== 200) {
+      const parts: Buffer[] = [];
+      for await (const p of upstream) parts.push(p as Buffer);
+      const text = Buffer.concat(parts).toString();
+      if (upstream.statusCode === 404)
+        throw new ServiceError(
+          "not_found",
+          `stream ${stream.conversation_id} is no longer kept by its engine (it ended more than 5 minutes ago, or its engine restarted)`,
+        );
+      throw engineFailure(upstream.statusCode ?? 502, text, stream.instance_id);
+    }
+    ctx.streams.resumed(stream.command_id);
+    const style = ENDPOINTS.find((e) => e.path === stream.path)?.style ?? "openai";
+    const relay = new SseRelay(stream.command_id, style === "anthropic", from);
+    const sink = openSink(
+      c,
+      {
+        "x-conversation-id": stream.conversation_id,
+        "x-command-id": stream.command_id,
+        "x-instance-id": stream.instance_id,
+      },
+      () => upstream.destroy(),
+    );
+    let done = false;
+    const end = (err?: ServiceError) => {
+      if (done) return;
+      done = true;
+      if (err) sink.write(errorEvent(style, err));
+      sink.end();
+      upstream.destroy();
+    };
+    upstream.on("data", (chunk: Buffer) => {
+      const r = relay.push(chunk);
+      if (r.out) sink.write(r.out);
+      if (r.error !== undefined) end(engineFailure(500, r.error, stream.instance_id));
+    });
+    upstream.on("end", () => end());
+    upstream.on("error", (e) =>
+      end(new ServiceError("instance_lost", `the engine stream broke (${e.message}); retry`)),
+    );
+    upstream.on("close", () => {
+      if (!upstream.complete)
+        end(new ServiceError("instance_lost", "the engine stream broke; retry"));
+    });
+    return sink.response;
+  });
+
+  // A client's stop: the generation is cancelled in its engine (as llama-server's own DELETE).
+  app.delete("/v1/stream", async (c) => {
+    const { stream, endpoint } = found(ctx, c);
+    const res = await postUpstream(
+      `${endpoint}/v1/stream?conv_id=${encodeURIComponent(stream.command_id)}`,
+      "",
+      {
+        method: "DELETE",
+        headers: ctx.o.engineHeaders?.(stream.instance_id),
+        connectTimeoutMs: ctx.limits.connect_timeout_ms,
+      },
+    ).catch((e: Error) => {
+      throw new ServiceError("instance_lost", `the engine did not answer (${e.message})`);
+    });
+    res.resume();
+    return c.json({ ok: true, conversation_id: stream.conversation_id });
+  });
+}
+
+/** The caller's stream of `conversation_id` and its engine, or why there is none. */
+function found(ctx: ChatContext, c: Context): { stream: StreamStarted; endpoint: string } {
+  const asked = ConversationIdSchema.safeParse(c.req.query("conversation_id"));
+  if (!asked.success)
+    throw new ServiceError(
+      "invalid_request",
+      "conversation_id (1-128 visible ASCII characters) is required: the X-Conversation-Id of the stream",
+    );
+  const id = asked.data;
+  const stream = ctx.streams.lookup(requestToken(c)?.name ?? null, id, Date.now());
+  if (!stream)
+    throw new ServiceError(
+      "not_found",
+      `no stream ${id} for this token: it never started, ended more than 5 minutes ago, or another token started it`,
+    );
+  const state = ctx.o.cluster.snapshot();
+  const instance = state.instances[stream.instance_id];
+  const runner = instance ? readyInstances(state, instance.model_id) : [];
+  const endpoint = runner.find((r) => r.instance.instance_id === stream.instance_id)?.endpoint;
+  if (!endpoint)
+    throw new ServiceError(
+      "not_found",
+      `stream ${id} cannot be read again: the instance producing it (${stream.instance_id}) is gone or not ready`,
+      { details: { instance_id: stream.instance_id } },
+    );
+  return { stream, endpoint };
+}
+
+/** The offset to read from: `from`, else `Last-Event-ID` (an event's `id:`), else the start. */
+function offsetOf(c: Context): number {
+  const raw = c.req.query("from") ?? requestHeader(c, "last-event-id") ?? "0";
+  if (!/^\d{1,15}$/.test(raw))
+    throw new ServiceError(
+      "invalid_request",
+      `the offset (from, or Last-Event-ID) must be a non-negative integer, not "${raw.slice(0, 40)}"`,
+    );
+  return Number(raw);
+}
