@@ -46,6 +46,11 @@ export class Client {
     this.url = o.url.replace(/\/+$/, "");
   }
 
+  /** The token's header, for requests made without this client (resumable streams). */
+  get authHeaders(): Record<string, string> {
+    return this.o.token ? { authorization: `Bearer ${this.o.token}` } : {};
+  }
+
   /** Another node of the same cluster, with the same token. */
   at(url: string): Client {
     return new Client({ ...this.o, url });

@@ -183,6 +183,39 @@ export const GATEWAY_OPERATIONS: readonly ApiOperation[] = [
   })),
   {
     method: "get",
+    path: "/v1/stream",
+    summary:
+      "a streamed answer read again through any node, from an offset, by the token that started it",
+    scope: "inference",
+    query: z.object({
+      conversation_id: z.string().describe("the stream's X-Conversation-Id"),
+      from: z
+        .string()
+        .optional()
+        .describe("the engine offset to read from (an event's id); else Last-Event-ID, else 0"),
+    }),
+    responses: {
+      "200": {
+        description: "the rest of the stream (text/event-stream), its events with their ids",
+        schema: z.string(),
+      },
+    },
+  },
+  {
+    method: "delete",
+    path: "/v1/stream",
+    summary: "stop a stream's generation (its engine cancels it)",
+    scope: "inference",
+    query: z.object({ conversation_id: z.string() }),
+    responses: {
+      "200": jsonAnswer(
+        "stopped",
+        z.object({ ok: z.literal(true), conversation_id: z.string() }),
+      ),
+    },
+  },
+  {
+    method: "get",
     path: "/v1/models/{model_id}",
     summary: "one model, when it is ready and the token may use it",
     scope: "inference",

@@ -1,7 +1,9 @@
 // The verbs about instances: ic place (and wait until it serves), previews, rm, chat.
 import { INSTANCE_KINDS, InstanceKindSchema, requestedKind } from "@ic/protocol";
 import type { InstanceKind } from "@ic/protocol";
-import { ApiError, Client } from "../client.ts";
+import { ApiError } from "../client.ts";
+import type { Client } from "../client.ts";
+import { resumableStream, StreamError } from "../resumable-stream.ts";
 import { intOption, UsageError } from "../args.ts";
 import type { Parsed } from "../args.ts";
 import { bytes, table } from "../format.ts";
@@ -101,36 +103,27 @@ export async function verbChat(p: Parsed, c: Client, io: Io): Promise<number> {
   const temperature = t === undefined ? undefined : Number(t);
   if (temperature !== undefined && !(temperature >= 0 && temperature <= 2))
     throw new UsageError(`--temperature must be a number from 0 to 2, not "${t}"`);
-  const r = await c.raw(
-    "POST",
-    "/v1/chat/completions",
-    {
-      model,
-      messages: [{ role: "user", content }],
-      max_tokens: maxTokens,
-      stream: true,
-      ...(temperature === undefined ? {} : { temperature }),
-    },
-    900_000,
-  );
-  if (!r.ok) {
-    throw await Client.errorOf(r);
-  }
-  const decoder = new TextDecoder();
-  let buf = "";
+  // The answer survives its node: a broken connection reads on through the cluster's other nodes.
+  const others = await c
+    .get<{ node_identities: { api_url?: string }[] }>("/state")
+    .then((s) => s.node_identities.flatMap((n) => (n.api_url ? [n.api_url] : [])))
+    .catch(() => [] as string[]);
+  const nodes = [c.url, ...others.filter((u) => u.replace(/\/+$/, "") !== c.url)];
   let text = "";
-  for await (const chunk of r.body!) {
-    buf += decoder.decode(chunk as Uint8Array, { stream: true });
-    let at;
-    while ((at = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, at);
-      buf = buf.slice(at + 2);
-      const data = ev
-        .split("\n")
-        .find((l) => l.startsWith("data: "))
-        ?.slice(6);
-      if (!data || data === "[DONE]") continue;
-      const j = JSON.parse(data) as {
+  try {
+    for await (const e of resumableStream({
+      nodes,
+      path: "/v1/chat/completions",
+      headers: c.authHeaders,
+      body: {
+        model,
+        messages: [{ role: "user", content }],
+        max_tokens: maxTokens,
+        ...(temperature === undefined ? {} : { temperature }),
+      },
+    })) {
+      if (e.data === "[DONE]") continue;
+      const j = JSON.parse(e.data) as {
         error?: { code: string; message: string };
         choices?: { delta?: { content?: string } }[];
       };
@@ -139,6 +132,11 @@ export async function verbChat(p: Parsed, c: Client, io: Io): Promise<number> {
       text += piece;
       if (!p.json) io.write(piece);
     }
+  } catch (e) {
+    if (!(e instanceof StreamError)) throw e;
+    const err = (JSON.parse(e.body || "{}") as { error?: { code?: string; message?: string } })
+      .error;
+    throw new ApiError(e.status, err?.code ?? `http_${e.status}`, err?.message ?? e.message);
   }
   if (p.json) io.out(JSON.stringify({ model, content: text }, null, 2));
   else io.write("\n");
