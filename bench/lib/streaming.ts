@@ -59,7 +59,8 @@ export async function streamOnce(
     buf += chunk as string;
     let i;
     while ((i = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, i);
+      // The gateway's events start with their engine offset (`id: N`, resumable streams).
+      const ev = buf.slice(0, i).replace(/^id: \d+\n/, "");
       buf = buf.slice(i + 2);
       if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
       const has = hasContent(ev);

@@ -77,7 +77,8 @@ async function turnOnce(
     buf += decoder.decode(chunk as Uint8Array, { stream: true });
     let at;
     while ((at = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, at);
+      // The gateway's events start with their engine offset (`id: N`, resumable streams).
+      const ev = buf.slice(0, at).replace(/^id: \d+\n/, "");
       buf = buf.slice(at + 2);
       if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
       const data = JSON.parse(ev.slice(6)) as {

@@ -91,6 +91,14 @@ export const ChatSchema = z
      * gateway made are cancelled when their client leaves (0: those with the client's id too).
      */
     resume_grace_ms: z.number().int().min(0).default(30_000),
+    /**
+     * Images given as http(s) URLs are fetched by the gateway (at most 10 MiB, within 10 s, only
+     * `image/*`) and sent to the engine inline; off, such a request is refused (400) and the client
+     * sends the image as a data: URL. Engines never fetch URLs themselves.
+     */
+    fetch_image_urls: z.boolean().default(false),
+    /** With fetch_image_urls: the only hosts images are fetched from (`*.example.com` too); empty: any. */
+    image_url_hosts: z.array(z.string().min(1).max(253)).max(256).default([]),
   })
   .strict();
 

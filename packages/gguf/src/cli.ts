@@ -1,12 +1,16 @@
-// Command line for GGUF files: `write <path> [--drafter] [--layers N] [--seed N] [--f16] [--tools]` and `inspect <path> [--json]`.
-// `npm start` uses `write` to generate the demo model; `inspect` prints the facts of any GGUF without reading weights.
+// Command line for GGUF files: `write <path> [--drafter] [--layers N] [--seed N] [--f16] [--tools]`,
+// `write-projector <path> [--text-embd N] [--seed N]` and `inspect <path> [--json]`.
+// `npm start` uses `write` to generate the demo model; `write-projector` writes a tiny vision projector for it
+// (llama-server's --mmproj); `inspect` prints the facts of any GGUF without reading weights.
 import { parseArgs } from "node:util";
 import { isGgufError } from "./errors.ts";
 import { readGgufHeader } from "./reader.ts";
 import { writeTinyModel } from "./tiny-model.ts";
+import { writeTinyProjector } from "./tiny-projector.ts";
 
 const USAGE = `usage:
-  cli.ts write <path> [--drafter] [--layers N] [--seed N] [--f16]
+  cli.ts write <path> [--drafter] [--layers N] [--seed N] [--f16] [--tools]
+  cli.ts write-projector <path> [--text-embd N] [--seed N]
   cli.ts inspect <path> [--json]`;
 
 function intFlag(value: string | undefined, flag: string): number | undefined {
@@ -24,6 +28,7 @@ async function main(argv: string[]): Promise<number> {
       drafter: { type: "boolean", default: false },
       layers: { type: "string" },
       seed: { type: "string" },
+      "text-embd": { type: "string" },
       f16: { type: "boolean", default: false },
       tools: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
@@ -48,6 +53,16 @@ async function main(argv: string[]): Promise<number> {
     console.log(
       `wrote ${model.path} (${model.bytes} bytes, ${model.facts.blockCount} layers, vocab ${model.facts.vocabSize})`,
     );
+    return 0;
+  }
+  if (command === "write-projector") {
+    const textEmbd = intFlag(values["text-embd"], "--text-embd");
+    const seed = intFlag(values.seed, "--seed");
+    const projector = await writeTinyProjector(path, {
+      ...(textEmbd === undefined ? {} : { textEmbd }),
+      ...(seed === undefined ? {} : { seed }),
+    });
+    console.log(`wrote ${projector.path} (${projector.bytes} bytes, vision projector)`);
     return 0;
   }
   if (command === "inspect") {

@@ -14,6 +14,13 @@ export {
   type TinyModel,
   type TinyModelOptions,
 } from "./tiny-model.ts";
+export {
+  TINY_PROJECTOR_DEFAULTS,
+  tinyProjectorTensorNames,
+  writeTinyProjector,
+  type TinyProjector,
+  type TinyProjectorOptions,
+} from "./tiny-projector.ts";
 export { TINY_CHAT_TEMPLATE, TINY_SPECIAL, TINY_VOCAB, TOKEN_TYPE } from "./tiny-vocab.ts";
 export {
   GGML_TYPES,

@@ -317,9 +317,11 @@ export async function seedStore(
     unloadable?: boolean;
     /** The tools model (a template with tools; it answers with a tool call): see TinyModelOptions. */
     tools?: boolean;
+    /** A vision projector beside it (`tiny-llama-mmproj.gguf`): the model takes images. */
+    mmproj?: boolean;
   } = {},
 ): Promise<{ store: string; modelId: string; drafterId?: string }> {
-  const { writeTinyModel } = await import("@ic/gguf");
+  const { writeTinyModel, writeTinyProjector } = await import("@ic/gguf");
   const modelId = opts.modelId ?? "test/tiny-llama";
   const dir = join(store, modelId.replace("/", "--"));
   mkdirSync(dir, { recursive: true });
@@ -343,6 +345,10 @@ export async function seedStore(
     ...(opts.layers ? { nLayer: opts.layers } : {}),
     ...(opts.tools ? { tools: true } : {}),
   });
+  if (opts.mmproj)
+    await writeTinyProjector(join(dir, "tiny-llama-mmproj.gguf"), {
+      ...("nEmbd" in shape ? { textEmbd: shape.nEmbd } : {}),
+    });
   if (opts.unloadable) {
     const bytes = readFileSync(file);
     const at = bytes.indexOf("token_embd.weight");

@@ -130,8 +130,13 @@ export const VERBS: Record<string, Verb> = {
   },
   chat: {
     summary: "chat with a model, streaming the answer",
-    usage: "chat <org/name> [message...] [--max-tokens N] [--temperature T]",
+    usage: "chat <org/name> [message...] [--max-tokens N] [--temperature T] [--image FILE|URL]",
     options: {
+      image: {
+        type: "string",
+        value: "FILE|URL",
+        help: "an image for a model with a projector: a file (sent inline) or an http(s) URL (the cluster fetches it when chat.fetch_image_urls is on)",
+      },
       "max-tokens": { type: "string", value: "N", help: "tokens to generate (default 256)" },
       temperature: {
         type: "string",

@@ -46,10 +46,13 @@ function runnerCell(/** @type {InstanceView} */ inst, /** @type {AssignmentView}
 export function renderInstances(/** @type {StateDocument} */ doc) {
   table(
     $("instances-table"),
-    ["instance", "model", "sharding", "runners", ""],
+    ["instance", "model", "kind", "sharding", "runners", ""],
     doc.instances.map((inst) => [
       h("code", null, inst.instance_id),
       inst.model_id,
+      // Its kind's word, as `ic status` shows it (packages/protocol instance-kinds.ts); records
+      // from before kinds say `embeddings: true`.
+      inst.kind ?? (inst.embeddings ? "embed" : "generate"),
       inst.sharding,
       inst.assignments.map((a) => runnerCell(inst, a)),
       h("button", {

@@ -208,10 +208,7 @@ export const GATEWAY_OPERATIONS: readonly ApiOperation[] = [
     scope: "inference",
     query: z.object({ conversation_id: z.string() }),
     responses: {
-      "200": jsonAnswer(
-        "stopped",
-        z.object({ ok: z.literal(true), conversation_id: z.string() }),
-      ),
+      "200": jsonAnswer("stopped", z.object({ ok: z.literal(true), conversation_id: z.string() })),
     },
   },
   {

@@ -116,7 +116,7 @@ const WEATHER = {
 
 beforeAll(async () => {
   const store = mkdtempSync(join(tmpdir(), "ic-clients-store-"));
-  ({ modelId } = await seedStore(store, { tools: true }));
+  ({ modelId } = await seedStore(store, { tools: true, mmproj: true }));
   cluster = await startHostCluster(3, {
     // Room for the tools prompt (~500 tokens) in each of the engine's slots.
     config: (i) => ({ ...(i === 0 ? { store_path: store } : {}), engine: { context_size: 8192 } }),
@@ -337,6 +337,74 @@ describe("@anthropic-ai/sdk", () => {
     await expect(unauth.messages.create({ ...ask, model: modelId })).rejects.toBeInstanceOf(
       Anthropic.AuthenticationError,
     );
+  });
+});
+
+describe("images", () => {
+  // A 1x1 PNG; the projector resizes any image.
+  const PNG =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+
+  it("reach the model's projector through chat and Messages: the engine's answers; a URL is refused by default", async () => {
+    const { g, d } = pair(openai, "/v1");
+    const ask = {
+      model: modelId,
+      max_tokens: 12,
+      temperature: 0,
+      messages: [
+        {
+          role: "user" as const,
+          content: [
+            { type: "text" as const, text: "What is in the picture?" },
+            { type: "image_url" as const, image_url: { url: `data:image/png;base64,${PNG}` } },
+          ],
+        },
+      ],
+    };
+    const [gc, dc] = [await g.chat.completions.create(ask), await d.chat.completions.create(ask)];
+    expect(comparable(gc.choices)).toEqual(comparable(dc.choices));
+    // The projector's tokens are in the prompt: more than the text alone.
+    const text = await d.chat.completions.create({
+      ...ask,
+      messages: [{ role: "user", content: "What is in the picture?" }],
+    });
+    expect(gc.usage!.prompt_tokens).toBeGreaterThan(text.usage!.prompt_tokens);
+    const a = pair(anthropic);
+    const block = {
+      model: modelId,
+      max_tokens: 12,
+      temperature: 0,
+      messages: [
+        {
+          role: "user" as const,
+          content: [
+            { type: "text" as const, text: "What is in the picture?" },
+            {
+              type: "image" as const,
+              source: { type: "base64" as const, media_type: "image/png" as const, data: PNG },
+            },
+          ],
+        },
+      ],
+    };
+    const [ga, da] = [await a.g.messages.create(block), await a.d.messages.create(block)];
+    expect(comparable(ga.content)).toEqual(comparable(da.content));
+    const url = await g.chat.completions
+      .create({
+        ...ask,
+        messages: [
+          {
+            role: "user",
+            content: [{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }],
+          },
+        ],
+      })
+      .catch((e: unknown) => e);
+    expect(url).toMatchObject({ status: 400, error: { code: "invalid_request" } });
+    const models = await g.models.list();
+    expect(models.data.find((m) => m.id === modelId)).toMatchObject({
+      capabilities: expect.arrayContaining(["vision", "tools"]),
+    });
   });
 });
 

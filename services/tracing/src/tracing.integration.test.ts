@@ -52,8 +52,10 @@ async function chat(
     return { taskId, id: body.id, timings: body.timings };
   }
   // The final SSE chunk carries llama-server's timings.
+  // Each event starts with its engine offset (`id: N`, resumable streams).
   const events = text
     .split("\n\n")
+    .map((e) => e.replace(/^id: \d+\n/, ""))
     .filter((e) => e.startsWith("data: ") && e !== "data: [DONE]")
     .map((e) => JSON.parse(e.slice(6)) as { id: string; timings?: Timings });
   const last = events.findLast((e) => e.timings)!;

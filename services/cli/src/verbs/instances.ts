@@ -1,4 +1,5 @@
 // The verbs about instances: ic place (and wait until it serves), previews, rm, chat.
+import { readFile } from "node:fs/promises";
 import { INSTANCE_KINDS, InstanceKindSchema, requestedKind } from "@ic/protocol";
 import type { InstanceKind } from "@ic/protocol";
 import { ApiError } from "../client.ts";
@@ -95,6 +96,36 @@ export async function verbRm(p: Parsed, c: Client, io: Io): Promise<number> {
   return 0;
 }
 
+const IMAGE_TYPES: Record<string, string> = {
+  png: "image/png",
+  jpg: "image/jpeg",
+  jpeg: "image/jpeg",
+  gif: "image/gif",
+  webp: "image/webp",
+  bmp: "image/bmp",
+};
+
+/** The message's content: the text alone, or the text and the image (a file inline, or its URL). */
+async function withImage(text: string, image: unknown): Promise<unknown> {
+  if (typeof image !== "string") return text;
+  let url = image;
+  if (!/^(https?:|data:)/.test(image)) {
+    const type = IMAGE_TYPES[image.split(".").pop()?.toLowerCase() ?? ""];
+    if (!type)
+      throw new UsageError(
+        `--image must be a .png, .jpg, .gif, .webp or .bmp file, or an http(s) URL: ${image}`,
+      );
+    const bytes = await readFile(image).catch((e: Error) => {
+      throw new UsageError(`--image ${image}: ${e.message}`);
+    });
+    url = `data:${type};base64,${bytes.toString("base64")}`;
+  }
+  return [
+    { type: "text", text },
+    { type: "image_url", image_url: { url } },
+  ];
+}
+
 export async function verbChat(p: Parsed, c: Client, io: Io): Promise<number> {
   const [model, ...words] = p.positionals;
   const content = words.join(" ") || "Hello!";
@@ -117,7 +148,7 @@ export async function verbChat(p: Parsed, c: Client, io: Io): Promise<number> {
       headers: c.authHeaders,
       body: {
         model,
-        messages: [{ role: "user", content }],
+        messages: [{ role: "user", content: await withImage(content, p.values["image"]) }],
         max_tokens: maxTokens,
         ...(temperature === undefined ? {} : { temperature }),
       },

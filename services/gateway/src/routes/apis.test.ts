@@ -1,6 +1,7 @@
 // The APIs beyond OpenAI chat (Responses, Anthropic Messages, their token counters, rerank) against
 // a scripted engine: each goes to the engine's same path on an instance of its kind, with its own
 // schema, id, default bound, stream dialect and error envelope.
+import { createServer } from "node:http";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
@@ -10,6 +11,7 @@ import type { ChatEvent, ChatRequestSeen, InstanceKind } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "../app.ts";
 import { close, closers, cluster, engine, errorOf, MODEL } from "../testing/scripted.ts";
+import type { ChatLimits } from "./chat.ts";
 
 afterEach(async () => {
   for (const c of closers.splice(0).reverse()) await c();
@@ -19,13 +21,19 @@ const ENGINE_MSG_ID = `chatcmpl-${"m".repeat(32)}`;
 const ENGINE_RESP_ID = `resp_${"r".repeat(32)}`;
 
 /** The gateway over real HTTP, with MODEL on one instance of `kind` at `endpoint`; what it observed. */
-async function gateway(endpoint: string, kind?: InstanceKind) {
+async function gateway(
+  endpoint: string,
+  kind?: InstanceKind,
+  o: { mmproj?: boolean; chat?: Partial<ChatLimits> } = {},
+) {
   const seen: ChatRequestSeen[] = [];
   const events: ChatEvent[] = [];
   const app = createGatewayApp({
-    cluster: cluster(endpoint, kind ? { kind } : {}).view,
+    cluster: cluster(endpoint, { ...(kind ? { kind } : {}), ...(o.mmproj ? { mmproj: true } : {}) })
+      .view,
     log: silentLogger(),
     name: "t",
+    ...(o.chat ? { chat: o.chat } : {}),
     observeChat: (r) => {
       seen.push(r);
       return { event: (e) => events.push(e) };
@@ -247,5 +255,94 @@ describe("rerank", () => {
       `/v1/rerank needs a rerank instance of ${MODEL}; its ready instances are generate: place one with "kind": "rerank" (ic place ${MODEL} --kind rerank)`,
     );
     expect(e.bodies).toHaveLength(0);
+  });
+});
+
+describe("images given by URL", () => {
+  const PNG = Buffer.from(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==",
+    "base64",
+  );
+  /** A web server with an image at /cat.png and a page at /page. */
+  async function images() {
+    const server = createServer((req, res) => {
+      if (req.url === "/cat.png") res.writeHead(200, { "content-type": "image/png" }).end(PNG);
+      else res.writeHead(200, { "content-type": "text/html" }).end("<html></html>");
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    closers.push(() => close(server));
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+  const ask = (url: string) => ({
+    model: MODEL,
+    max_tokens: 4,
+    messages: [
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "what is this?" },
+          { type: "image_url", image_url: { url } },
+        ],
+      },
+    ],
+  });
+
+  it("are fetched by the gateway and sent inline when chat.fetch_image_urls is on; the engine never gets the URL", async () => {
+    const site = await images();
+    const e = await engine((_q, res) => res.end(JSON.stringify({ id: "x", choices: [] })));
+    const g = await gateway(e.url, undefined, {
+      mmproj: true,
+      chat: { fetch_image_urls: true, image_url_hosts: ["127.0.0.1"] },
+    });
+    const r = await g.post("/v1/chat/completions", ask(`${site}/cat.png`));
+    expect(r.status).toBe(200);
+    const sent = JSON.stringify(e.bodies[0]);
+    expect(sent).toContain(`data:image/png;base64,${PNG.toString("base64")}`);
+    expect(sent).not.toContain(site);
+    // Anthropic's URL source becomes its base64 source.
+    await g.post("/v1/messages", {
+      model: MODEL,
+      max_tokens: 4,
+      messages: [
+        {
+          role: "user",
+          content: [{ type: "image", source: { type: "url", url: `${site}/cat.png` } }],
+        },
+      ],
+    });
+    expect(e.bodies[1]).toMatchObject({
+      messages: [
+        {
+          content: [
+            {
+              type: "image",
+              source: { type: "base64", media_type: "image/png", data: PNG.toString("base64") },
+            },
+          ],
+        },
+      ],
+    });
+    // Not an image, another host, another scheme: refused, nothing sent.
+    for (const [url, words] of [
+      [`${site}/page`, "is not an image"],
+      ["http://example.invalid/cat.png", "are not fetched (chat.image_url_hosts"],
+      ["file:///etc/passwd", "not file:"],
+    ] as const) {
+      const bad = await g.post("/v1/chat/completions", ask(url));
+      expect(bad.status, url).toBe(400);
+      expect(errorOf(bad.text).message).toContain(words);
+    }
+    expect(e.bodies).toHaveLength(2);
+  });
+
+  it("are refused by default, saying to send the image inline; a data: URL passes as it is", async () => {
+    const e = await engine((_q, res) => res.end(JSON.stringify({ id: "x", choices: [] })));
+    const g = await gateway(e.url, undefined, { mmproj: true });
+    const r = await g.post("/v1/chat/completions", ask("https://example.com/cat.png"));
+    expect(r.status).toBe(400);
+    expect(errorOf(r.text).message).toContain("chat.fetch_image_urls is off");
+    const inline = `data:image/png;base64,${PNG.toString("base64")}`;
+    expect((await g.post("/v1/chat/completions", ask(inline))).status).toBe(200);
+    expect(JSON.stringify(e.bodies[0])).toContain(inline);
   });
 });

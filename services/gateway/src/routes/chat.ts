@@ -43,6 +43,11 @@ import { unroutable, pick, readyOthers, routable } from "../chat/routing.ts";
 import { BeforeFirstByte, RETRY_ON } from "../chat/leg.ts";
 import { attempt } from "../chat/relay.ts";
 import { StreamDirectory } from "../streams/directory.ts";
+import { inlineRemoteMedia } from "../chat/media.ts";
+
+/** An image fetched for a request (chat.fetch_image_urls): llama-server's own bounds for it. */
+const IMAGE_MAX_BYTES = 10 * 1024 * 1024;
+const IMAGE_FETCH_TIMEOUT_MS = 10_000;
 import { resumeRoutes } from "./resume.ts";
 
 export { DEFAULT_CHAT_LIMITS, preciseNow } from "../chat/request.ts";
@@ -100,6 +105,13 @@ export async function handle(
 ) {
   const { body, limited } = await validate(c, obs, endpoint);
   const routed = route(ctx, body, endpoint);
+  if (endpoint.kind === "generate")
+    await inlineRemoteMedia(body, {
+      fetch: ctx.limits.fetch_image_urls,
+      hosts: ctx.limits.image_url_hosts,
+      maxBytes: IMAGE_MAX_BYTES,
+      timeoutMs: IMAGE_FETCH_TIMEOUT_MS,
+    });
   const countTokens = limited?.limits?.tokens_per_minute !== undefined;
   const request = requestContext(ctx, c, endpoint, body, limited, countTokens);
   let live = routed.live;

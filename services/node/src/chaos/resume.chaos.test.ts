@@ -102,8 +102,8 @@ describe("a stream whose gateway dies", () => {
       expect(resumes[0]!.node).toBe(node2.apiUrl);
       expect(resumes[0]!.from).toBeGreaterThan(0);
       expect(firstAfter).toBeGreaterThan(0);
-      console.log(
-        `killed after ${killAfter} events: first resumed token ${firstAfter - killedAt} ms after the kill`,
+      process.stdout.write(
+        `killed after ${killAfter} events: first resumed token ${firstAfter - killedAt} ms after the kill\n`,
       );
       // node-1 back for the next round.
       await node1.start();
