@@ -67,22 +67,26 @@ export interface MediaPolicy {
 
 /** The remote images of `body` fetched and inlined as data: URLs, or the refusal that says why not. */
 export async function inlineRemoteMedia(body: Json, policy: MediaPolicy): Promise<void> {
-  const remote = mediaRefs(body).filter((r) => !r.url.startsWith("data:"));
-  for (const ref of remote) {
-    const url = checkedUrl(ref.url, policy);
-    ref.set(await fetchImage(url, policy));
+  for (const ref of mediaRefs(body)) {
+    const url = remoteUrl(ref.url);
+    if (url) ref.set(await fetchImage(checked(url, policy), policy));
   }
 }
 
-function checkedUrl(raw: string, policy: MediaPolicy): URL {
-  let url: URL;
+/**
+ * The URL when `raw` names a place (any scheme but data:); undefined for what llama-server reads
+ * as the image itself (a data: URL, or raw base64).
+ */
+function remoteUrl(raw: string): URL | undefined {
+  if (raw.startsWith("data:")) return undefined;
   try {
-    url = new URL(raw);
+    return new URL(raw);
   } catch {
-    throw refusal(
-      `an image URL is neither a data: URL nor a valid http(s) URL: ${raw.slice(0, 80)}`,
-    );
+    return undefined;
   }
+}
+
+function checked(url: URL, policy: MediaPolicy): URL {
   if (url.protocol !== "http:" && url.protocol !== "https:")
     throw refusal(`image URLs must be data: or http(s) URLs, not ${url.protocol}`);
   if (!policy.fetch)
