@@ -269,15 +269,23 @@ export class SseRelay {
   /** `events` (whole events, starting at the engine's offset `base`), each with its `id:` line. */
   private withIds(events: Buffer, base: number): Buffer {
     if (this.eventIds === undefined) return events;
-    const parts: Buffer[] = [];
-    let start = 0;
-    while (start < events.length) {
+    // Where each event ends (the engine sends one per chunk, nearly always), then one copy.
+    const ends: number[] = [];
+    for (let start = 0; start < events.length; ) {
       const lf = events.indexOf(LF2, start);
-      const end = lf < 0 ? events.length : lf + 2;
-      parts.push(Buffer.from(`id: ${base + end}\n`), events.subarray(start, end));
-      start = end;
+      start = lf < 0 ? events.length : lf + 2;
+      ends.push(start);
     }
-    return Buffer.concat(parts);
+    const lines = ends.map((end) => `id: ${base + end}\n`);
+    const out = Buffer.allocUnsafe(events.length + lines.reduce((n, l) => n + l.length, 0));
+    let at = 0;
+    let from = 0;
+    ends.forEach((end, i) => {
+      at += out.write(lines[i]!, at, "latin1");
+      at += events.copy(out, at, from, end);
+      from = end;
+    });
+    return out;
   }
 
   /** Bytes of an event the engine started but never finished (a broken stream leaves these). */
