@@ -144,11 +144,12 @@ export async function openLeg(
   // A resumable stream's engine keeps generating past a dropped connection: when its client
   // leaves (not this gateway), it is cancelled there, at once or after the grace for a resume.
   const keptByEngine = request.resumable;
+  let left = false;
   const onClientGone = () => {
-    if (request.clientGone) return;
     request.clientGone = true;
     upstreamAbort.abort(new Error("client disconnected"));
-    if (keptByEngine) leaveStream(ctx, request, target, commandId);
+    if (keptByEngine && !left) leaveStream(ctx, request, target, commandId);
+    left = true;
   };
   const abortUpstream = (why: string) => upstreamAbort.abort(new Error(why));
   const unwatchClient = watchClient(c, onClientGone);
