@@ -269,9 +269,19 @@ export class SseRelay {
   /** `events` (whole events, starting at the engine's offset `base`), each with its `id:` line. */
   private withIds(events: Buffer, base: number): Buffer {
     if (this.eventIds === undefined) return events;
-    // Where each event ends (the engine sends one per chunk, nearly always), then one copy.
+    const n = events.length;
+    // One event (the engine sends one per chunk, nearly always): its id line, then it, in one copy.
+    if (events.indexOf(LF2) === n - 2) {
+      const line = `id: ${base + n}\n`;
+      const out = Buffer.allocUnsafe(line.length + n);
+      // ASCII by hand: cheaper than Buffer#write for a dozen bytes.
+      for (let i = 0; i < line.length; i++) out[i] = line.charCodeAt(i);
+      events.copy(out, line.length);
+      return out;
+    }
+    // Where each event ends, then one copy.
     const ends: number[] = [];
-    for (let start = 0; start < events.length; ) {
+    for (let start = 0; start < events.length;) {
       const lf = events.indexOf(LF2, start);
       start = lf < 0 ? events.length : lf + 2;
       ends.push(start);

@@ -136,15 +136,18 @@ export async function attempt(
   const { conversation } = request;
   if (conversation) {
     headers["x-conversation-id"] = conversation.id;
-    ctx.streams.announce({
-      type: "started",
-      conversation_id: conversation.id,
-      token: request.token,
-      command_id: commandId,
-      instance_id: target.instance.instance_id,
-      path: request.endpoint.path,
-      expires_at: Date.now() + ctx.limits.total_timeout_ms + ENGINE_STREAM_TTL_MS,
-    });
+    // After the first bytes are on their way: the notice is no part of the time to first token.
+    const announce = () =>
+      ctx.streams.announce({
+        type: "started",
+        conversation_id: conversation.id,
+        token: request.token,
+        command_id: commandId,
+        instance_id: target.instance.instance_id,
+        path: request.endpoint.path,
+        expires_at: Date.now() + ctx.limits.total_timeout_ms + ENGINE_STREAM_TTL_MS,
+      });
+    setImmediate(announce);
   }
   return streamAnswer(ctx, c, commandId, obs, request, leg, headers);
 }

@@ -119,6 +119,9 @@ describe("resumable streams", () => {
     const bad = await post(g.base, { ...auth(tokens[0]!), "x-conversation-id": "has space" });
     expect(bad.status).toBe(400);
     expect(e.bodies).toHaveLength(2);
+    // Streams that ran to their end are not cancelled.
+    await new Promise((r) => setTimeout(r, 100));
+    expect(e.cancelled).toEqual([]);
   });
 
   it("is read again from Last-Event-ID by the token that started it, as the same answer", async () => {
