@@ -298,14 +298,16 @@ describe("chat completions on a 1-node cluster", () => {
     await reader.read();
     expect(await metric("requests_processing")).toBe(1);
     abort.abort();
-    // The engine stops the slot at its next token: the request counted a handful of the 1500.
+    // The gateway cancels the engine's stream (DELETE /v1/stream: a stream with a conversation id
+    // outlives its connection, for a resume) and the engine stops the slot at its next token: the
+    // request counted a few hundred of the 1500 at most (the cancel is one more request to it).
     const deadline = Date.now() + 5000;
     while ((await metric("requests_processing")) !== 0) {
       expect(Date.now()).toBeLessThan(deadline);
       await new Promise((r) => setTimeout(r, 20));
     }
     const predicted = (await metric("tokens_predicted_total")) - predictedBefore;
-    expect(predicted).toBeLessThan(150);
+    expect(predicted).toBeLessThan(400);
     // The task ends on the gateway too (and with it the master's table entry).
     await expect
       .poll(
