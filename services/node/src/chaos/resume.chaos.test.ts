@@ -8,7 +8,13 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resumableStream } from "@ic/cli";
 import type { ResumableStreamOptions } from "@ic/cli";
-import { placeAndWait, seedStore, startHostCluster, waitForConvergence } from "@ic/testkit";
+import {
+  placeAndWait,
+  seedStore,
+  startHostCluster,
+  waitFor,
+  waitForConvergence,
+} from "@ic/testkit";
 import type { HostCluster } from "@ic/testkit";
 
 interface StateDoc {
@@ -67,6 +73,29 @@ async function answer(
   return text;
 }
 
+/** Waits until the gateway at `apiUrl` answers a one-token request for the model. */
+async function waitForRoute(apiUrl: string): Promise<void> {
+  await waitFor(
+    async () => {
+      const r = await fetch(`${apiUrl}/v1/chat/completions`, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${cluster.adminToken}`,
+          "content-type": "application/json",
+        },
+        body: JSON.stringify({
+          model: modelId,
+          messages: [{ role: "user", content: "hi" }],
+          max_tokens: 1,
+        }),
+      }).catch(() => undefined);
+      await r?.body?.cancel();
+      return r?.ok ? true : undefined;
+    },
+    { timeoutMs: 60_000, intervalMs: 200, what: `${apiUrl} routes ${modelId}` },
+  );
+}
+
 describe("a stream whose gateway dies", () => {
   it("is read to its end through another node, the same text as without the kill", async () => {
     const node1 = cluster.node("node-1");
@@ -105,9 +134,11 @@ describe("a stream whose gateway dies", () => {
       process.stdout.write(
         `killed after ${killAfter} events: first resumed token ${firstAfter - killedAt} ms after the kill\n`,
       );
-      // node-1 back for the next round.
+      // node-1 back for the next round, and routing: a restarted gateway knows the instance only
+      // once the new master's state reaches it (until then the model is a 404 there).
       await node1.start();
       await waitForConvergence(cluster.nodes, 3);
+      await waitForRoute(node1.apiUrl);
     }
   });
 
