@@ -2,8 +2,9 @@
 // this node's staged copies, and the pull routes every node serves (the store host does the work).
 import type { Bus } from "@ic/bus";
 import type { Component } from "@ic/http";
-import { pullRoutes, servePurge, storeRoutes } from "./routes.ts";
-import type { StoreRouteOptions } from "./routes.ts";
+import { servePurge, storeRoutes } from "./staging/routes.ts";
+import type { StoreRouteOptions } from "./staging/routes.ts";
+import { pullRoutes } from "./store-host/routes.ts";
 
 export function storeComponent(
   o: StoreRouteOptions & { readonly bus: Pick<Bus, "respond" | "requestMany" | "request"> },

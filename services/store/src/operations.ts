@@ -1,5 +1,6 @@
-// The store's operations in the OpenAPI document: the storage report, purges and pulls (routes.ts)
-// and the store host's registry, files and uploads (host/http.ts).
+// The store's operations in the OpenAPI document: the storage report, purges and peer copies
+// (staging/routes.ts), and pulls and the store host's registry, files and uploads
+// (store-host/routes.ts).
 import {
   jsonAnswer,
   ClusterStorageSchema,

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { z } from "zod";
 import { ArtifactPathSchema, ModelIdSchema, Sha256Schema, type ModelId } from "@ic/protocol";
 import { readTextIfPresent, writeJsonAtomic } from "./paths.ts";
-import type { HubFile } from "./hub/hub.ts";
+import type { HubFile } from "./transfer/hub.ts";
 
 export const RECORD_FILE = ".staging.json";
 

@@ -63,7 +63,7 @@ export function directGet(
   }
   return new Promise((resolve, reject) => {
     const idle = options.idleTimeoutMs ?? IDLE_TIMEOUT_MS;
-    const conn = new DirectConnection(url, headers, signal, idle, resolve, reject);
+    const conn = new DirectConnection({ url, headers, signal, idleMs: idle }, { resolve, reject });
     conn.start();
   });
 }
@@ -88,14 +88,27 @@ class DirectConnection {
   private paused = false;
   private readonly onAbort = () => this.fail(this.signal.reason);
 
+  private readonly url: URL;
+  private readonly headers: Readonly<Record<string, string>>;
+  private readonly signal: AbortSignal;
+  private readonly idleMs: number;
+  private readonly resolveHead: (r: DirectResponse) => void;
+  private readonly rejectHead: (e: unknown) => void;
+
+  /** `head` settles once the response head is in (or the request failed before it). */
   constructor(
-    private readonly url: URL,
-    private readonly headers: Readonly<Record<string, string>>,
-    private readonly signal: AbortSignal,
-    private readonly idleMs: number,
-    private readonly resolveHead: (r: DirectResponse) => void,
-    private readonly rejectHead: (e: unknown) => void,
-  ) {}
+    request: {
+      readonly url: URL;
+      readonly headers: Readonly<Record<string, string>>;
+      readonly signal: AbortSignal;
+      readonly idleMs: number;
+    },
+    head: { readonly resolve: (r: DirectResponse) => void; readonly reject: (e: unknown) => void },
+  ) {
+    ({ url: this.url, headers: this.headers, signal: this.signal, idleMs: this.idleMs } = request);
+    this.resolveHead = head.resolve;
+    this.rejectHead = head.reject;
+  }
 
   start(): void {
     if (this.signal.aborted) {

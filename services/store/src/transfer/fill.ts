@@ -152,8 +152,8 @@ export type ServableFile =
       readonly part: string;
     };
 
-/** Executes a plan; discards partials of files that must be fetched from scratch first. */
-export async function executeFill(args: {
+/** What a fill runs: the plan, where each file's bytes come from, and what it reports as it goes. */
+export interface FillArgs {
   readonly dir: string;
   readonly plan: FillPlan;
   readonly open: (file: RecordFile) => OpenAt;
@@ -170,104 +170,127 @@ export async function executeFill(args: {
   readonly onReceived?: ((from: "store" | "peer", n: number) => void) | undefined;
   /** What of a file this copy holds verified now: a live piece set (and its partial) or all of it. */
   readonly onServable?: ((path: string, have: ServableFile) => void) | undefined;
-}): Promise<FillStats> {
-  const { dir, plan, signal } = args;
-  const planned = plannedTotals(plan);
-  const { totalBytes: total, filesTotal } = planned;
-  let done = planned.doneBytes;
-  let filesDone = planned.filesDone;
-  let fetchedBytes = 0;
-  let peerBytes = 0;
-  let resumedBytes = 0;
-  let linkedBytes = 0;
-  let reusedBytes = 0;
-  const sha256 = new Map<string, string>();
-  const report = (
-    file: string,
-    phase: FillProgress["phase"],
-    fileDoneBytes: number,
-    fileBytes: number,
-  ) =>
-    args.onProgress?.({
-      file,
-      phase,
-      fileDoneBytes,
-      fileBytes,
-      doneBytes: done,
-      totalBytes: total,
-      filesDone,
-      filesTotal,
-    });
-  for (const a of plan.actions) {
-    const finalPath = artifactFile(dir, a.file.path);
+}
+
+/** Executes a plan; discards partials of files that must be fetched from scratch first. */
+export async function executeFill(args: FillArgs): Promise<FillStats> {
+  const t = new FillTally(args);
+  for (const a of args.plan.actions) {
+    const finalPath = artifactFile(args.dir, a.file.path);
     if (a.kind === "present") {
-      reusedBytes += a.file.bytes;
-      if (a.file.sha256) sha256.set(a.file.path, a.file.sha256);
-      args.onServable?.(a.file.path, { kind: "all" });
+      t.reusedBytes += a.file.bytes;
+      t.whole(a.file, a.file.sha256);
       continue;
     }
     if (a.kind === "link" && a.linkFrom) {
       await linkInto(finalPath, a.linkFrom, a.file.path);
-      linkedBytes += a.file.bytes;
-      done += a.file.bytes;
-      filesDone++;
-      if (a.file.sha256) sha256.set(a.file.path, a.file.sha256);
-      report(a.file.path, "link", a.file.bytes, a.file.bytes);
-      args.onServable?.(a.file.path, { kind: "all" });
+      t.linkedBytes += a.file.bytes;
+      t.done += a.file.bytes;
+      t.filesDone++;
+      t.report(a.file, "link");
+      t.whole(a.file, a.file.sha256);
       continue;
     }
     if (a.kind === "fetch") {
       await rm(partFile(finalPath), { force: true });
       await rm(piecesFile(finalPath), { force: true });
     }
-    let fileDone = a.presentBytes;
-    /** A file is in place: its counts, its hash, and every byte of it servable. */
-    const fileTransferred = (out: {
-      readonly fetchedBytes: number;
-      readonly resumedBytes: number;
-      readonly sha256: string;
-    }) => {
-      fetchedBytes += out.fetchedBytes;
-      resumedBytes += out.resumedBytes;
-      // Exact again if the partial was not what the plan saw (gone, or the source ignored the range).
-      done += a.file.bytes - fileDone;
-      filesDone++;
-      report(a.file.path, "transfer", a.file.bytes, a.file.bytes);
-      sha256.set(a.file.path, out.sha256);
-      args.onServable?.(a.file.path, { kind: "all" });
-    };
-    const job = args.pieces?.(a.file);
-    if (job) {
-      const out = await fetchPieces({
-        finalPath,
-        file: job.file,
-        sources: job.sources,
-        seed: job.seed,
-        peersKnown: job.peersKnown,
-        onReceived: args.onReceived,
-        signal,
-        idleTimeoutMs: args.idleTimeoutMs ?? DEFAULT_TRANSFER_IDLE_MS,
-        onBytes: (n) => {
-          fileDone += n;
-          done += n;
-          report(a.file.path, "transfer", fileDone, a.file.bytes);
-        },
-        onPieces: (set, part, fromStore) =>
-          args.onServable?.(a.file.path, {
-            kind: "pieces",
-            set,
-            fromStore,
-            pieceBytes: job.file.pieces.bytes,
-            part,
-          }),
-      });
-      peerBytes += out.peerBytes;
-      fileTransferred(out);
-      continue;
-    }
+    await transferOne(args, t, { action: a, finalPath });
+  }
+  return t.stats();
+}
+
+/** The running counts of one fill, and its progress reports. */
+class FillTally {
+  done: number;
+  filesDone: number;
+  fetchedBytes = 0;
+  peerBytes = 0;
+  resumedBytes = 0;
+  linkedBytes = 0;
+  reusedBytes = 0;
+  private readonly sha256 = new Map<string, string>();
+  private readonly total: number;
+  private readonly filesTotal: number;
+
+  constructor(private readonly args: FillArgs) {
+    const planned = plannedTotals(args.plan);
+    this.done = planned.doneBytes;
+    this.filesDone = planned.filesDone;
+    this.total = planned.totalBytes;
+    this.filesTotal = planned.filesTotal;
+  }
+
+  /** Progress on `file`: `fileDoneBytes` of it done (all of it when absent). */
+  report(file: RecordFile, phase: FillProgress["phase"], fileDoneBytes?: number): void {
+    this.args.onProgress?.({
+      file: file.path,
+      phase,
+      fileDoneBytes: fileDoneBytes ?? file.bytes,
+      fileBytes: file.bytes,
+      doneBytes: this.done,
+      totalBytes: this.total,
+      filesDone: this.filesDone,
+      filesTotal: this.filesTotal,
+    });
+  }
+
+  /** A file is in place whole: its hash (when known), and every byte of it servable. */
+  whole(file: RecordFile, sha256: string | undefined): void {
+    if (sha256) this.sha256.set(file.path, sha256);
+    this.args.onServable?.(file.path, { kind: "all" });
+  }
+
+  stats(): FillStats {
+    const { fetchedBytes, peerBytes, resumedBytes, linkedBytes, reusedBytes, sha256 } = this;
+    return { fetchedBytes, peerBytes, resumedBytes, linkedBytes, reusedBytes, sha256 };
+  }
+}
+
+/** One file fetched or resumed: by pieces (store and peers) when it has piece hashes, else whole. */
+async function transferOne(
+  args: FillArgs,
+  t: FillTally,
+  { action: a, finalPath }: { readonly action: FileAction; readonly finalPath: string },
+): Promise<void> {
+  let fileDone = a.presentBytes;
+  const onBytes = (n: number) => {
+    fileDone += n;
+    t.done += n;
+    t.report(a.file, "transfer", fileDone);
+  };
+  const job = args.pieces?.(a.file);
+  let out: {
+    readonly fetchedBytes: number;
+    readonly resumedBytes: number;
+    readonly sha256: string;
+  };
+  if (job) {
+    const pieces = await fetchPieces({
+      finalPath,
+      file: job.file,
+      sources: job.sources,
+      seed: job.seed,
+      peersKnown: job.peersKnown,
+      onReceived: args.onReceived,
+      signal: args.signal,
+      idleTimeoutMs: args.idleTimeoutMs ?? DEFAULT_TRANSFER_IDLE_MS,
+      onBytes,
+      onPieces: (set, part, fromStore) =>
+        args.onServable?.(a.file.path, {
+          kind: "pieces",
+          set,
+          fromStore,
+          pieceBytes: job.file.pieces.bytes,
+          part,
+        }),
+    });
+    t.peerBytes += pieces.peerBytes;
+    out = pieces;
+  } else {
     // A whole-file transfer resumes a prefix, never a piece partial (its holes are not a prefix).
     await dropPiecePartial(finalPath);
-    const out = await transferFile({
+    out = await transferFile({
       finalPath,
       file: {
         path: a.file.path,
@@ -276,18 +299,21 @@ export async function executeFill(args: {
         gitOid: a.file.git_oid,
       },
       open: args.open(a.file),
-      signal,
+      signal: args.signal,
       idleTimeoutMs: args.idleTimeoutMs,
       onBytes: (n) => {
         args.onReceived?.("store", n);
-        fileDone += n;
-        done += n;
-        report(a.file.path, "transfer", fileDone, a.file.bytes);
+        onBytes(n);
       },
     });
-    fileTransferred(out);
   }
-  return { fetchedBytes, peerBytes, resumedBytes, linkedBytes, reusedBytes, sha256 };
+  t.fetchedBytes += out.fetchedBytes;
+  t.resumedBytes += out.resumedBytes;
+  // Exact again if the partial was not what the plan saw (gone, or the source ignored the range).
+  t.done += a.file.bytes - fileDone;
+  t.filesDone++;
+  t.report(a.file, "transfer");
+  t.whole(a.file, out.sha256);
 }
 
 /**

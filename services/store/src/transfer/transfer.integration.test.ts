@@ -12,8 +12,8 @@ import { silentLogger } from "@ic/log";
 import type { ModelId } from "@ic/protocol";
 import { keptPartialBytes } from "./piece-fetch.ts";
 import { SLAB_BYTES } from "./slab-pipeline.ts";
-import { StagingClient } from "../client/staging-client.ts";
-import { StoreHost } from "../host/store-host.ts";
+import { StagingClient } from "../staging/staging-client.ts";
+import { StoreHost } from "../store-host/store-host.ts";
 import { sha256Of, tempDir, writeArtifact } from "../test-support.ts";
 import { MiB } from "@ic/protocol";
 

@@ -24,19 +24,20 @@ import {
 import { Serial } from "@ic/staging";
 import { nodeDisk, type Disk } from "../disk.ts";
 import { executeFill, plannedTotals, removeStale } from "../transfer/fill.ts";
-import type { HubSource } from "../hub/hub.ts";
-import { selectHubFiles } from "../hub/hub-select.ts";
+import type { HubSource } from "../transfer/hub.ts";
+import { selectHubFiles } from "../transfer/hub-select.ts";
 import { modelDir, removeDirAtomic } from "../paths.ts";
-import { writeRecord, type RecordFile, type StagingRecord } from "../record.ts";
+import { writeRecord, type RecordFile } from "../record.ts";
+import { hubCopyRecord, hubOpener, planHubCopy } from "../transfer/hub-download.ts";
 import { errText, TransferError } from "../transfer/transfer.ts";
-import { storeHostApp } from "./http.ts";
+import { storeHostApp } from "./routes.ts";
 import {
   DOWNLOAD_RECORD_FILE,
-  downloadPlan,
+  priorForDownload,
   pullFailure,
   type HubDownloadOptions,
   type HubDownloadResult,
-} from "./hub-download.ts";
+} from "./pull-plan.ts";
 import { MANIFEST_FILE, writeManifest } from "./manifests.ts";
 import type { HashJobProgress } from "./hash-pool.ts";
 import type { Admission } from "./store-watch.ts";
@@ -377,37 +378,26 @@ export class StoreHost implements AsyncDisposable {
     options.signal?.addEventListener("abort", onAbort, { once: true });
     this.controllers.add(controller);
     try {
-      const planned = await downloadPlan(
-        {
-          storePath: this.opts.storePath,
-          disk: this.disk,
-          headroomBytes: this.headroomBytes(),
-          manifest: this.manifests.get(modelId),
-        },
+      const dir = modelDir(this.opts.storePath, modelId);
+      const planned = await planHubCopy({
         hub,
         modelId,
-        options,
-        controller.signal,
-        fail,
-      );
-      if (!planned.ok) return planned.failure;
-      const { listing, dir, files, plan } = planned;
-      const record: StagingRecord = {
-        version: 1,
-        model_id: modelId,
-        source: "hub",
-        revision: listing.revision,
-        files,
-        total_bytes: plan.manifestBytes,
-        complete: false,
-        last_used_ms: this.clock.now(),
-      };
+        revision: options.revision,
+        select: { quant: options.quant },
+        dir,
+        volume: { path: this.opts.storePath, disk: this.disk, headroomBytes: this.headroomBytes() },
+        prior: (files) => priorForDownload(this.manifests.get(modelId), modelId, dir, files),
+        signal: controller.signal,
+        onSelected: options.onSelected,
+      });
+      if (!planned.ok) return fail(planned.cause, planned.message, planned.arithmetic);
+      const { files, plan } = planned;
+      const record = hubCopyRecord(modelId, planned, this.clock.now());
       // Files are about to change under the manifest: stop serving (and hashing) until registered.
       this.catalog.forget(modelId, "a pull rewrites its files");
       await mkdir(dir, { recursive: true });
       await writeRecord(dir, record, DOWNLOAD_RECORD_FILE);
       options.onProgress?.(plannedTotals(plan));
-      const byPath = new Map(listing.files.map((f) => [f.path, f]));
       let stats;
       try {
         stats = await executeFill({
@@ -415,8 +405,7 @@ export class StoreHost implements AsyncDisposable {
           plan,
           signal: controller.signal,
           idleTimeoutMs: this.opts.transferIdleTimeoutMs,
-          open: (file) => (offset, s) =>
-            hub.open(modelId, byPath.get(file.path) ?? file, offset, s, listing.revision),
+          open: hubOpener(hub, modelId, planned.listing),
           onProgress: options.onProgress,
         });
       } catch (e) {
@@ -427,7 +416,7 @@ export class StoreHost implements AsyncDisposable {
       const manifest = await this.commitPull(modelId, dir, {
         files,
         sha256: stats.sha256,
-        revision: listing.revision,
+        revision: planned.listing.revision,
       });
       return {
         ok: true,

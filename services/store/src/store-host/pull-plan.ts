@@ -1,18 +1,14 @@
-// A pull's plan and what it starts from: the hub's listing at the revision asked, the files serving
-// needs, what is already in the store (an interrupted pull's record or the registered manifest), and
-// the exact room it needs on store_path. The store host runs the fill and the commit.
+// What a pull (a hub copy into the store, planned by transfer/hub-download.ts) answers and starts
+// from: its result, how it fails, and what is already in the store (an interrupted pull's record or
+// the registered manifest). The store host runs the plan, the fill and the commit.
 import { createReadStream } from "node:fs";
 import { createHash } from "node:crypto";
 import type { Logger } from "@ic/log";
 import type { ModelId, StoreManifest } from "@ic/protocol";
-import { noFitMessage, type NoFitMessageInput } from "@ic/staging";
-import type { Disk } from "../disk.ts";
-import { planFill, type FillTotals } from "../transfer/fill.ts";
-import type { HubSource } from "../hub/hub.ts";
-import { selectHubFiles } from "../hub/hub-select.ts";
-import { artifactFile, modelDir } from "../paths.ts";
-import { hubRecordFile, readRecord, type RecordFile, type StagingRecord } from "../record.ts";
-import { errText } from "../transfer/transfer.ts";
+import type { NoFitMessageInput } from "@ic/staging";
+import type { FillTotals } from "../transfer/fill.ts";
+import { artifactFile } from "../paths.ts";
+import { readRecord, type RecordFile, type StagingRecord } from "../record.ts";
 
 /** Progress record of a store-side hub download, removed once the manifest is written. */
 export const DOWNLOAD_RECORD_FILE = ".ic-download.json";
@@ -69,73 +65,11 @@ export function pullFailure(log: Logger, modelId: ModelId) {
   };
 }
 
-/** What a pull's plan reads of the store host. */
-export interface HubPlanContext {
-  readonly storePath: string;
-  readonly disk: Disk;
-  /** Free bytes store_path keeps after the pull, as configured now. */
-  readonly headroomBytes: number;
-  /** The model's registered manifest, if any. */
-  readonly manifest: StoreManifest | undefined;
-}
-
-/**
- * Plan, first step of a pull: the hub's listing at the revision asked, the files serving needs (one
- * quantization, a projector, the metadata), what the fill still has to fetch, and the room for it.
- */
-export async function downloadPlan(
-  ctx: HubPlanContext,
-  hub: HubSource,
-  modelId: ModelId,
-  options: HubDownloadOptions,
-  signal: AbortSignal,
-  fail: (
-    cause: HubFailureCause,
-    message: string,
-    arithmetic?: NoFitMessageInput,
-  ) => HubDownloadResult,
-) {
-  const failed = (...a: Parameters<typeof fail>) => ({ ok: false as const, failure: fail(...a) });
-  let listing;
-  try {
-    listing = await hub.list(modelId, signal, options.revision);
-  } catch (e) {
-    if (signal.aborted) return failed("aborted", `download of ${modelId} aborted`);
-    const at = options.revision ? ` at ${options.revision}` : "";
-    return failed("hub_error", `cannot list ${modelId}${at} on the model hub: ${errText(e)}`);
-  }
-  if (listing.files.length === 0)
-    return failed("hub_error", `${modelId} has no artifact files on the model hub`);
-  // Only what serving needs: one quantization (its split parts), a projector, the metadata.
-  const selection = selectHubFiles(listing.files, { quant: options.quant });
-  if (!selection.ok) return failed("hub_error", `${modelId}: ${selection.message}`);
-  options.onSelected?.({ quant: selection.quant, servedFile: selection.servedFile });
-  const dir = modelDir(ctx.storePath, modelId);
-  const files = selection.files.map(hubRecordFile);
-  const prior = await priorForDownload(ctx.manifest, modelId, dir, files);
-  const plan = await planFill(dir, files, prior);
-  const headroom = ctx.headroomBytes;
-  const space = await ctx.disk.space(ctx.storePath);
-  if (space.freeBytes < plan.additionalBytes + headroom) {
-    const arithmetic: NoFitMessageInput = {
-      modelId,
-      path: ctx.storePath,
-      manifestBytes: plan.manifestBytes,
-      requiredBytes: plan.additionalBytes,
-      headroomBytes: headroom,
-      freeBytes: space.freeBytes,
-      reclaimableBytes: 0,
-    };
-    return failed("no_fit", noFitMessage(arithmetic), arithmetic);
-  }
-  return { ok: true as const, listing, dir, files, plan };
-}
-
 /**
  * What is already in the store for a download: an interrupted download's record, or the registered
  * manifest. Small files the hub identifies only by git blob id get that id computed from disk.
  */
-async function priorForDownload(
+export async function priorForDownload(
   manifest: StoreManifest | undefined,
   modelId: ModelId,
   dir: string,

@@ -8,14 +8,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import type { Logger } from "@ic/log";
-import {
-  ServiceError,
-  type Clock,
-  type ModelId,
-  type PeerPieces,
-  type StorageReport,
-  type StoreManifest,
-} from "@ic/protocol";
+import { type Clock, type ModelId, type PeerPieces, type StorageReport } from "@ic/protocol";
 import {
   noFitMessage,
   planEviction,
@@ -25,8 +18,8 @@ import {
   Serial,
 } from "@ic/staging";
 import { nodeDisk, type Disk } from "../disk.ts";
-import { LinkFailedError, planFill, type FillStats, type ServableFile } from "../transfer/fill.ts";
-import { artifactFile, isErrno, modelDir, removeDirAtomic } from "../paths.ts";
+import { LinkFailedError, planFill, type FillStats } from "../transfer/fill.ts";
+import { isErrno, modelDir, removeDirAtomic } from "../paths.ts";
 import {
   readRecord,
   RECORD_FILE,
@@ -38,15 +31,17 @@ import { errText } from "../transfer/transfer.ts";
 import {
   commitCopy,
   downloadFailure,
-  fillCopy,
   stagedModel,
   statsLog,
   toCopy,
   transferFailure,
+  type CopyJob,
   type StepFailure,
+  type StoreCopyJob,
 } from "./copy-steps.ts";
-import { downloadFromHub } from "./hub-download.ts";
-import { PeerSwarm } from "./peer-swarm.ts";
+import { downloadFromHub } from "./hub-fallback.ts";
+import { PeerServing } from "./peer-serving.ts";
+import { fillFromStore, type StoreCopyContext } from "./store-copy.ts";
 import { listStaged, removeLeftovers } from "./staged-dir.ts";
 import { StoreAccess } from "./store-access.ts";
 import { buildStorageReport } from "./storage-report.ts";
@@ -74,11 +69,11 @@ export class StagingClient implements AsyncDisposable {
   /** Deletions of staged copies under way (a transfer of the same model waits for them). */
   private readonly removing = new Map<ModelId, Promise<void>>();
   private readonly controllers = new Set<AbortController>();
-  /** Copies being filled now: what of each file peers may fetch already. */
-  private readonly servable = new Map<
-    ModelId,
-    { readonly files: readonly RecordFile[]; readonly have: Map<string, ServableFile> }
-  >();
+  /** What of its copies this node serves to peers, those being filled included. */
+  private readonly serving = new PeerServing({
+    dir: (modelId) => this.modelPath(modelId),
+    complete: (modelId) => this.completeRecord(modelId),
+  });
   private readonly seed: string;
   /** Bytes received for staged copies, by source. */
   readonly counters: StagingCounters;
@@ -201,72 +196,14 @@ export class StagingClient implements AsyncDisposable {
 
   // ---- serving peers ----
 
-  /**
-   * GET /store/staged/{org}/{name}/pieces: what of the model this node can serve to peers now (a
-   * complete copy: every file; a copy being staged: its verified pieces); null when it has none.
-   */
-  async peerPieces(modelId: ModelId): Promise<PeerPieces | null> {
-    const filling = this.servable.get(modelId);
-    if (filling) {
-      const files: PeerPieces["files"] = [];
-      for (const f of filling.files) {
-        const have = filling.have.get(f.path);
-        if (!have || !f.sha256) continue;
-        if (have.kind === "all")
-          files.push({ path: f.path, bytes: f.bytes, sha256: f.sha256, have: "all" });
-        else if (have.set.count > 0 || have.fromStore.count > 0)
-          files.push({
-            path: f.path,
-            bytes: f.bytes,
-            sha256: f.sha256,
-            piece_bytes: have.pieceBytes,
-            have: have.set.toBase64(),
-            ...(have.fromStore.count > 0 ? { fetching: have.fromStore.toBase64() } : {}),
-          });
-      }
-      return { model_id: modelId, files };
-    }
-    const record = await this.completeRecord(modelId);
-    if (!record) return null;
-    return {
-      model_id: modelId,
-      files: record.files.flatMap((f) =>
-        f.sha256 ? [{ path: f.path, bytes: f.bytes, sha256: f.sha256, have: "all" as const }] : [],
-      ),
-    };
+  /** GET /store/staged/{org}/{name}/pieces: what of the model this node can serve to peers now. */
+  peerPieces(modelId: ModelId): Promise<PeerPieces | null> {
+    return this.serving.pieces(modelId);
   }
 
-  /**
-   * GET /store/staged/{org}/{name}/files/{path} with a range: the file to read bytes [start, end]
-   * from (the partial while the copy is staged; `finalPath` once it is renamed into place), when
-   * every piece they touch is verified here; a ServiceError (not_found, conflict) else.
-   */
-  async peerFile(
-    modelId: ModelId,
-    path: string,
-    start: number,
-    end: number,
-  ): Promise<{ readonly path: string; readonly finalPath: string; readonly file: RecordFile }> {
-    const dir = this.modelPath(modelId);
-    const finalPath = artifactFile(dir, path);
-    const filling = this.servable.get(modelId);
-    if (filling) {
-      const file = filling.files.find((f) => f.path === path);
-      const have = filling.have.get(path);
-      if (file && have?.kind === "all") return { path: finalPath, finalPath, file };
-      if (file && have?.kind === "pieces") {
-        if (end < file.bytes && have.set.covers(start, end, have.pieceBytes))
-          return { path: have.part, finalPath, file };
-      }
-      throw new ServiceError(
-        "conflict",
-        `this node does not hold bytes ${start}-${end} of ${modelId}/${path} yet`,
-      );
-    }
-    const record = await this.completeRecord(modelId);
-    const file = record?.files.find((f) => f.path === path);
-    if (!file) throw new ServiceError("not_found", `no staged copy of ${modelId}/${path} here`);
-    return { path: finalPath, finalPath, file };
+  /** GET /store/staged/{org}/{name}/files/{path} with a range: the file to read it from. */
+  peerFile(modelId: ModelId, path: string, span: { readonly start: number; readonly end: number }) {
+    return this.serving.file(modelId, path, span);
   }
 
   private async completeRecord(modelId: ModelId): Promise<StagingRecord | null> {
@@ -339,9 +276,10 @@ export class StagingClient implements AsyncDisposable {
     if (options.signal?.aborted) onAbort();
     options.signal?.addEventListener("abort", onAbort, { once: true });
     this.controllers.add(controller);
+    const job: CopyJob = { modelId, request, options, signal: controller.signal };
     try {
       if (!storeUrl) {
-        if (this.opts.hub) return await this.fromHub(modelId, options, controller.signal);
+        if (this.opts.hub) return await this.fromHub(job);
         return downloadFailure(
           this.log,
           modelId,
@@ -355,21 +293,13 @@ export class StagingClient implements AsyncDisposable {
           { modelId, reason: m.message },
           "store unreachable; direct model-hub download",
         );
-        return await this.fromHub(modelId, options, controller.signal);
+        return await this.fromHub(job);
       }
       if (m.kind !== "ok") {
         const cause = m.kind === "unreachable" ? "store_unreachable" : m.kind;
         return downloadFailure(this.log, modelId, cause, m.message);
       }
-      return await this.fromStore(
-        storeUrl,
-        modelId,
-        m.manifest,
-        request,
-        options,
-        controller.signal,
-        true,
-      );
+      return await this.fromStore({ ...job, storeUrl, manifest: m.manifest, allowLinks: true });
     } finally {
       options.signal?.removeEventListener("abort", onAbort);
       this.controllers.delete(controller);
@@ -382,28 +312,14 @@ export class StagingClient implements AsyncDisposable {
    * transfer queue, and deleting a directory while a transfer fills it lost the transfer's files).
    */
   private async fromStore(
-    storeUrl: string,
-    modelId: ModelId,
-    manifest: StoreManifest,
-    request: readonly ModelId[],
-    options: StageOptions,
-    signal: AbortSignal,
-    allowLinks: boolean,
+    job: StoreCopyJob,
   ): Promise<{ ok: true; model: StagedModel } | StepFailure> {
-    this.downloading.add(modelId);
+    this.downloading.add(job.modelId);
     try {
-      await this.removing.get(modelId);
-      return await this.fillFromStore(
-        storeUrl,
-        modelId,
-        manifest,
-        request,
-        options,
-        signal,
-        allowLinks,
-      );
+      await this.removing.get(job.modelId);
+      return await this.copyFromStore(job);
     } finally {
-      this.downloading.delete(modelId);
+      this.downloading.delete(job.modelId);
     }
   }
 
@@ -458,15 +374,15 @@ export class StagingClient implements AsyncDisposable {
     return { ok: true, space, applied };
   }
 
-  private async fillFromStore(
-    storeUrl: string,
-    modelId: ModelId,
-    manifest: StoreManifest,
-    request: readonly ModelId[],
-    options: StageOptions,
-    signal: AbortSignal,
-    allowLinks: boolean,
+  /**
+   * A copy from the store: planned against what is there (hardlinks from the store's directory when
+   * it shares the filesystem), admitted (rule 6), filled from the store and peers (store-copy.ts),
+   * committed. A hardlink that fails sends the job through again as a plain copy.
+   */
+  private async copyFromStore(
+    job: StoreCopyJob,
   ): Promise<{ ok: true; model: StagedModel } | StepFailure> {
+    const { modelId, manifest } = job;
     await mkdir(this.opts.root, { recursive: true });
     const dir = this.modelPath(modelId);
     const prior = await readRecord(dir, modelId);
@@ -477,13 +393,11 @@ export class StagingClient implements AsyncDisposable {
       bytes: f.bytes,
       sha256: f.sha256,
     }));
-    const linkFrom = allowLinks ? await this.linkSource(modelId) : undefined;
+    const linkFrom = job.allowLinks ? await this.linkSource(modelId) : undefined;
     const plan = await planFill(dir, files, priorRecord, linkFrom);
-
-    const admitted = await this.admit(modelId, plan, request);
+    const admitted = await this.admit(modelId, plan, job.request);
     if (!admitted.ok) return admitted.failure;
     const { space, applied } = admitted;
-
     const record: StagingRecord = {
       version: 1,
       model_id: modelId,
@@ -493,87 +407,53 @@ export class StagingClient implements AsyncDisposable {
       complete: false,
       last_used_ms: priorRecord?.last_used_ms ?? this.clock.now(),
     };
+    this.log.info(
+      {
+        modelId,
+        manifestBytes: plan.manifestBytes,
+        additionalBytes: plan.additionalBytes,
+        freeBytes: space.freeBytes,
+        evicted: applied.deleted,
+      },
+      "staging admitted",
+    );
     let stats: FillStats;
     try {
-      this.log.info(
-        {
-          modelId,
-          manifestBytes: plan.manifestBytes,
-          additionalBytes: plan.additionalBytes,
-          freeBytes: space.freeBytes,
-          evicted: applied.deleted,
-        },
-        "staging admitted",
-      );
-      const swarm = new PeerSwarm({
-        modelId,
-        manifest,
-        storeUrl,
-        access: this.store,
-        peers: this.opts.peers ?? (() => []),
-        log: this.log,
-      });
-      const have = new Map<string, ServableFile>();
-      this.servable.set(modelId, { files, have });
-      try {
-        if (this.opts.peers) await swarm.start(signal);
-        stats = await fillCopy({
-          dir,
-          record,
-          plan,
-          open: (file) => this.store.opener(storeUrl, modelId, file),
-          pieces: (file) => {
-            const m = manifest.files.find((f) => f.path === file.path);
-            if (!m?.pieces) return undefined;
-            return {
-              file: { path: m.path, bytes: m.bytes, sha256: m.sha256, pieces: m.pieces },
-              sources: () => swarm.sources(),
-              peersKnown: () => (this.opts.peers?.().length ?? 0) > 0,
-              seed: `${this.seed}/${modelId}/${m.path}`,
-            };
-          },
-          onServable: (path, h) => have.set(path, h),
-          onReceived: (from, n) => {
-            if (from === "peer") this.counters.from_peers_bytes += n;
-            else this.counters.from_store_bytes += n;
-          },
-          options,
-          signal,
-          idleTimeoutMs: this.opts.transferIdleTimeoutMs,
-        });
-      } finally {
-        await swarm.stop();
-        this.servable.delete(modelId);
-      }
+      stats = await fillFromStore(this.storeCopyContext(), job, { dir, record, plan });
       await commitCopy(dir, record, stats, this.clock.now());
     } catch (e) {
       if (e instanceof LinkFailedError) {
         this.log.warn({ modelId, err: e }, "hardlink failed; admitting again as a copy");
-        return await this.fillFromStore(
-          storeUrl,
-          modelId,
-          manifest,
-          request,
-          options,
-          signal,
-          false,
-        );
+        return await this.copyFromStore({ ...job, allowLinks: false });
       }
       return transferFailure(this.log, modelId, e);
     }
     this.log.info({ modelId, ...statsLog(stats) }, "staged");
-    return { ok: true, model: stagedModel(modelId, dir, "store", plan, stats, applied.deleted) };
+    const evicted = applied.deleted;
+    return {
+      ok: true,
+      model: stagedModel({ modelId, dir, source: "store", plan, stats, evicted }),
+    };
   }
 
-  /** Rule 8: the direct hub download (hub-download.ts); without a hub, the store stays the cause. */
-  private async fromHub(
-    modelId: ModelId,
-    options: StageOptions,
-    signal: AbortSignal,
-  ): Promise<{ ok: true; model: StagedModel } | StepFailure> {
+  /** What a store copy's fill reads and counts of this client. */
+  private storeCopyContext(): StoreCopyContext {
+    return {
+      log: this.log,
+      store: this.store,
+      peers: this.opts.peers,
+      seed: this.seed,
+      counters: this.counters,
+      serving: this.serving,
+      idleTimeoutMs: this.opts.transferIdleTimeoutMs,
+    };
+  }
+
+  /** Rule 8: the direct hub download (hub-fallback.ts); without a hub, the store stays the cause. */
+  private async fromHub(job: CopyJob): Promise<{ ok: true; model: StagedModel } | StepFailure> {
     const hub = this.opts.hub;
     if (!hub)
-      return downloadFailure(this.log, modelId, "store_unreachable", "no model hub configured");
+      return downloadFailure(this.log, job.modelId, "store_unreachable", "no model hub configured");
     const ctx = {
       hub,
       log: this.log,
@@ -582,7 +462,7 @@ export class StagingClient implements AsyncDisposable {
       settings: this.opts.settings,
       idleTimeoutMs: this.opts.transferIdleTimeoutMs,
     };
-    return downloadFromHub(ctx, modelId, options, signal);
+    return downloadFromHub(ctx, job);
   }
 
   /** The store's model directory when it is on the staging filesystem, so files can be hardlinked. */

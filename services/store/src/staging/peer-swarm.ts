@@ -50,8 +50,7 @@ export class PeerSwarm {
         o.access.range(
           fileUrl(o.storeUrl, "models", o.modelId, file.path),
           file,
-          start,
-          end,
+          { start, end },
           signal,
         ),
     };
@@ -103,8 +102,7 @@ export class PeerSwarm {
           this.o.access.range(
             fileUrl(peer.url, "staged", this.o.modelId, file.path),
             file,
-            start,
-            end,
+            { start, end },
             signal,
           ),
       });

@@ -23,7 +23,7 @@ describe("file bodies", () => {
     let counted = 0;
     const start = 17;
     const end = data.length - 3;
-    const got = await drain(fileBody(path, start, end, (n) => (counted += n)));
+    const got = await drain(fileBody(path, { start, end }, { onBytes: (n) => (counted += n) }));
     expect(got.equals(data.subarray(start, end + 1))).toBe(true);
     expect(counted).toBe(end + 1 - start);
   });
@@ -33,7 +33,7 @@ describe("file bodies", () => {
     const path = join(dir.path, "f.bin");
     // The file is shorter than the range asked (it shrank after the size was taken).
     await writeFile(path, randomBytes(50));
-    const body = fileBody(path, 0, 199, () => undefined);
+    const body = fileBody(path, { start: 0, end: 199 }, { onBytes: () => undefined });
     await expect(drain(body)).rejects.toThrow(/ended at byte 50/);
   });
 
@@ -42,7 +42,11 @@ describe("file bodies", () => {
     const path = join(dir.path, "f.bin");
     await writeFile(path, randomBytes(3 * FILE_READ_BYTES));
     let counted = 0;
-    const reader = fileBody(path, 0, 3 * FILE_READ_BYTES - 1, (n) => (counted += n)).getReader();
+    const reader = fileBody(
+      path,
+      { start: 0, end: 3 * FILE_READ_BYTES - 1 },
+      { onBytes: (n) => (counted += n) },
+    ).getReader();
     const first = await reader.read();
     expect(first.value?.length).toBe(FILE_READ_BYTES);
     await reader.cancel();
@@ -58,20 +62,16 @@ describe("file bodies", () => {
     await drain(
       fileBody(
         path,
-        0,
-        FILE_READ_BYTES + 9,
-        () => undefined,
-        () => ends.done++,
+        { start: 0, end: FILE_READ_BYTES + 9 },
+        { onBytes: () => undefined, onEnd: () => ends.done++ },
       ),
     );
     await expect(
       drain(
         fileBody(
           path,
-          0,
-          2 * FILE_READ_BYTES,
-          () => undefined,
-          () => ends.failed++,
+          { start: 0, end: 2 * FILE_READ_BYTES },
+          { onBytes: () => undefined, onEnd: () => ends.failed++ },
         ),
       ),
     ).rejects.toThrow(/ended at byte/);
@@ -81,10 +81,8 @@ describe("file bodies", () => {
     let counted = 0;
     const reader = fileBody(
       long,
-      0,
-      3 * FILE_READ_BYTES - 1,
-      (n) => (counted += n),
-      () => ends.cancelled++,
+      { start: 0, end: 3 * FILE_READ_BYTES - 1 },
+      { onBytes: (n) => (counted += n), onEnd: () => ends.cancelled++ },
     ).getReader();
     await reader.read();
     await reader.cancel();
@@ -101,10 +99,8 @@ describe("file bodies", () => {
     let ended = 0;
     const reader = fileBody(
       path,
-      0,
-      FILE_READ_BYTES - 1,
-      (n) => (counted += n),
-      () => ended++,
+      { start: 0, end: FILE_READ_BYTES - 1 },
+      { onBytes: (n) => (counted += n), onEnd: () => ended++ },
     ).getReader();
     // The first read starts the pull (the file is still opening) and the consumer leaves at once.
     const read = reader.read();

@@ -29,13 +29,14 @@ export interface HubSource {
    */
   list(modelId: ModelId, signal?: AbortSignal, revision?: string): Promise<HubListing>;
   /** Opens a file at `offset`; `revision` should be the listing's commit (default: the source's). */
-  open(
-    modelId: ModelId,
-    file: HubFile,
-    offset: number,
-    signal: AbortSignal,
-    revision?: string,
-  ): Promise<OpenedStream>;
+  open(modelId: ModelId, file: HubFile, at: HubOpenAt): Promise<OpenedStream>;
+}
+
+/** Where a hub file is opened: its byte offset, at which revision. */
+export interface HubOpenAt {
+  readonly offset: number;
+  readonly signal: AbortSignal;
+  readonly revision?: string | undefined;
 }
 
 export interface HubSourceOptions {
@@ -89,7 +90,7 @@ export function createHubSource(opts: HubSourceOptions): HubSource {
       return { revision, files };
     },
 
-    async open(modelId, file, offset, signal, revision) {
+    async open(modelId, file, { offset, signal, revision }) {
       let capture: ((res: Response) => void) | null = null;
       let fail: ((e: unknown) => void) | null = null;
       const served = new Promise<number>((resolve, reject) => {

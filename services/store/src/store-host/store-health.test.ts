@@ -2,7 +2,12 @@
 // refused registrations (warn), each naming the model and saying what to do.
 import { describe, expect, it } from "vitest";
 import { GiB, HealthEntrySchema, type ModelId } from "@ic/protocol";
-import { changedModelHealth, hashingHealth, refusedModelHealth } from "./store-health.ts";
+import {
+  changedModelHealth,
+  hashingHealth,
+  missingModelHealth,
+  refusedModelHealth,
+} from "./store-health.ts";
 
 const id = (s: string) => s as ModelId;
 
@@ -90,5 +95,20 @@ describe("refusedModelHealth", () => {
           "acme/bad is in the store but not registered in the cluster: the master refused it: invalid_request: no layers",
       }),
     ]);
+  });
+});
+
+describe("missingModelHealth", () => {
+  it("warns once per model removed by hand while in use, naming it, the refusal and the fix", () => {
+    const entries = missingModelHealth(
+      new Map([["acme/gone" as ModelId, "acme/gone is used by instance i-1"]]),
+    );
+    expect(entries).toHaveLength(1);
+    const [e] = entries;
+    expect(HealthEntrySchema.parse(e)).toEqual(e);
+    expect(e).toMatchObject({ code: "store_model_missing", severity: "warn" });
+    expect(e!.message).toContain("acme/gone is used by instance i-1");
+    expect(e!.remediation).toContain("store_path");
+    expect(missingModelHealth(new Map())).toEqual([]);
   });
 });

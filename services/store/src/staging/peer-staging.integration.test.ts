@@ -1,5 +1,5 @@
 // Staging from peers on loopback: a store host with small pieces, nodes that serve their copies over
-// HTTP (peer-routes.ts) and stage from each other: bytes from peers, a peer that sends wrong bytes,
+// HTTP (routes.ts) and stage from each other: bytes from peers, a peer that sends wrong bytes,
 // pieces of a copy still being staged, resume from verified pieces, and manifests that predate pieces.
 import { describe, expect, it } from "vitest";
 import { createHash } from "node:crypto";
@@ -11,12 +11,12 @@ import { serve, type ServerType } from "@hono/node-server";
 import { Hono } from "hono";
 import { silentLogger } from "@ic/log";
 import { errorBody, httpStatusFor, ServiceError, type ModelId } from "@ic/protocol";
-import { StoreHost } from "../host/store-host.ts";
-import { MANIFEST_FILE } from "../host/manifests.ts";
+import { StoreHost } from "../store-host/store-host.ts";
+import { MANIFEST_FILE } from "../store-host/manifests.ts";
 import { sha256Of, tempDir, writeArtifact, type TempDir } from "../test-support.ts";
 import { piecesFile } from "../transfer/piece-fetch.ts";
 import { partFile } from "../paths.ts";
-import { peerCopyRoutes, type PeerServeStats } from "./peer-routes.ts";
+import { peerCopyRoutes, type PeerServeStats } from "./routes.ts";
 import type { PeerEndpoint } from "./peer-swarm.ts";
 import { StagingClient } from "./staging-client.ts";
 
@@ -163,8 +163,10 @@ describe("staging from peers", () => {
         if (seen || p.file !== "model.gguf" || p.fileDoneBytes === 0) return;
         // Read at once, while the copy is in progress.
         void a.client.peerPieces(MODEL).then((x) => (seen = x));
-        inside = a.client.peerFile(MODEL, "model.gguf", 0, 0).catch(() => ({ path: "" }));
-        outside = a.client.peerFile(MODEL, "model.gguf", 0, FILE_BYTES - 1).then(
+        inside = a.client
+          .peerFile(MODEL, "model.gguf", { start: 0, end: 0 })
+          .catch(() => ({ path: "" }));
+        outside = a.client.peerFile(MODEL, "model.gguf", { start: 0, end: FILE_BYTES - 1 }).then(
           () => "served",
           (e: unknown) => e,
         );

@@ -9,7 +9,7 @@
 // entries are kept for an hour (at most KEEP_FINISHED), so an operator sees how a pull ended.
 import { ServiceError } from "@ic/protocol";
 import type { ModelId, Pull } from "@ic/protocol";
-import type { HubDownloadOptions, HubDownloadResult } from "./hub-download.ts";
+import type { HubDownloadOptions, HubDownloadResult } from "./pull-plan.ts";
 
 /** What a pull needs of the store host. */
 export interface PullTarget {

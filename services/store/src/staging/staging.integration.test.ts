@@ -6,7 +6,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { silentLogger } from "@ic/log";
 import { FakeClock, MiB, StorageReportSchema, type ModelId } from "@ic/protocol";
-import { StoreHost } from "../host/store-host.ts";
+import { StoreHost } from "../store-host/store-host.ts";
 import type { StagingSettings } from "@ic/staging";
 import { StagingClient } from "./staging-client.ts";
 import type { ModelUsage } from "./staging-types.ts";

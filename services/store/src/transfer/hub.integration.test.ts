@@ -9,8 +9,8 @@ import { silentLogger } from "@ic/log";
 import { MiB, StoreManifestSchema, type ModelId } from "@ic/protocol";
 import { startHubEmulator, type HubEmulator } from "@ic/testkit";
 import { createHubSource } from "./hub.ts";
-import { StoreHost } from "../host/store-host.ts";
-import { StagingClient } from "../client/staging-client.ts";
+import { StoreHost } from "../store-host/store-host.ts";
+import { StagingClient } from "../staging/staging-client.ts";
 import { budgetDisk, tempDir } from "../test-support.ts";
 import type { Disk } from "../disk.ts";
 

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import type { ModelId } from "@ic/protocol";
 import { PullManager } from "./pulls.ts";
 import type { PullTarget } from "./pulls.ts";
-import type { HubDownloadResult } from "./hub-download.ts";
+import type { HubDownloadResult } from "./pull-plan.ts";
 import type { FillTotals } from "../transfer/fill.ts";
 
 const id = (s: string) => s as ModelId;

@@ -4,7 +4,7 @@ import type { Logger } from "@ic/log";
 import type { Clock, ModelId } from "@ic/protocol";
 import type { EvictionPlan, NoFitMessageInput, StagingSettings } from "@ic/staging";
 import type { Disk } from "../disk.ts";
-import type { HubSource } from "../hub/hub.ts";
+import type { HubSource } from "../transfer/hub.ts";
 import type { PeerEndpoint } from "./peer-swarm.ts";
 
 /** Which models are in use on this node right now, from the state replica. */

@@ -5,6 +5,12 @@ import { open, type FileHandle } from "node:fs/promises";
 /** Bytes per read, and per socket write of the response. */
 export const FILE_READ_BYTES = 4 * 1024 * 1024;
 
+/** What a file body reports as it goes. */
+export interface BodyCounters {
+  readonly onBytes: (n: number) => void;
+  readonly onEnd?: (() => void) | undefined;
+}
+
 /**
  * A stream of bytes `start..end` (inclusive) of `source`: a path, opened on the first pull, or a file
  * already open (the body owns it from then on); closed at the end, on an error and when the consumer
@@ -13,10 +19,8 @@ export const FILE_READ_BYTES = 4 * 1024 * 1024;
  */
 export function fileBody(
   source: string | FileHandle,
-  start: number,
-  end: number,
-  onBytes: (n: number) => void,
-  onEnd?: () => void,
+  { start, end }: { readonly start: number; readonly end: number },
+  { onBytes, onEnd }: BodyCounters,
 ): ReadableStream<Uint8Array> {
   const path = typeof source === "string" ? source : "the file";
   let fh: FileHandle | undefined = typeof source === "string" ? undefined : source;

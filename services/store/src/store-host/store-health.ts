@@ -4,6 +4,7 @@ import { GiB, type HealthEntry, type ModelId } from "@ic/protocol";
 import type { HashJobProgress } from "./hash-pool.ts";
 import { MANIFEST_FILE } from "./manifests.ts";
 import type { ChangedModel } from "./store-models.ts";
+import type { LooseEntry } from "./store-watch.ts";
 
 /** Queued hashes named one by one; the rest are counted (the heartbeat stays bounded). */
 const QUEUED_NAMED = 5;
@@ -78,4 +79,27 @@ function gib(bytes: number): string {
 
 function pausedText(j: HashJobProgress): string {
   return j.state === "paused" ? " (paused while smaller models are hashed)" : "";
+}
+
+/** nodeHealth warnings for what lies unserved at the top of store_path (a file, a misnamed folder). Pure. */
+export function looseEntryHealth(loose: readonly LooseEntry[]): HealthEntry[] {
+  return loose.map((e) => ({
+    code: "store_loose_file",
+    severity: "warn",
+    message: `${e.name} in store_path is not served`,
+    remediation: e.hint,
+  }));
+}
+
+/**
+ * nodeHealth warnings of the store host for models whose directory was removed from store_path by
+ * hand while something uses them (the master's refusal says what). Pure.
+ */
+export function missingModelHealth(missing: ReadonlyMap<ModelId, string>): HealthEntry[] {
+  return [...missing].map(([id, refusal]) => ({
+    code: "store_model_missing",
+    severity: "warn",
+    message: `the directory of ${id} was removed from store_path while it is in use (${refusal}); it is no longer served, and it stays registered until nothing uses it`,
+    remediation: `put the model's directory back into store_path, or delete what uses ${id} (DELETE /instance/{id}); it then leaves the registry`,
+  }));
 }

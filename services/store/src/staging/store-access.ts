@@ -126,8 +126,7 @@ export class StoreAccess {
   async range(
     url: string,
     file: { readonly path: string; readonly bytes: number; readonly sha256: string },
-    start: number,
-    end: number,
+    { start, end }: { readonly start: number; readonly end: number },
     signal: AbortSignal,
   ): Promise<OpenedStream["body"]> {
     const headers: Record<string, string> = {

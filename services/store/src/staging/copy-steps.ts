@@ -3,7 +3,7 @@
 // (hashes into the record, stale files removed, the record marked complete) and the report of it.
 import { mkdir } from "node:fs/promises";
 import type { Logger } from "@ic/log";
-import type { ModelId } from "@ic/protocol";
+import type { ModelId, StoreManifest } from "@ic/protocol";
 import type { StagedCopy } from "@ic/staging";
 import {
   executeFill,
@@ -22,6 +22,23 @@ import type {
   StagedModel,
   StageOptions,
 } from "./staging-types.ts";
+
+/** One copy the staging client makes, carried whole through its steps. */
+export interface CopyJob {
+  readonly modelId: ModelId;
+  /** The request's models (the base and its companions): the capacity pass protects them. */
+  readonly request: readonly ModelId[];
+  readonly options: StageOptions;
+  readonly signal: AbortSignal;
+}
+
+/** A copy from the store host. */
+export interface StoreCopyJob extends CopyJob {
+  readonly storeUrl: string;
+  readonly manifest: StoreManifest;
+  /** Files may be hardlinked from the store's directory (false once a link failed). */
+  readonly allowLinks: boolean;
+}
 
 /** A stage that did not happen or did not finish, before the request's staged models are added. */
 export type StepFailure = Omit<DownloadFailed, "staged">;
@@ -149,14 +166,21 @@ export async function commitCopy(
 }
 
 /** What a stage reports of a copy it made: where, from where, and how its bytes came. */
-export function stagedModel(
-  modelId: ModelId,
-  dir: string,
-  source: "store" | "hub",
-  plan: { readonly manifestBytes: number },
-  stats: FillStats,
-  evicted: readonly ModelId[],
-): StagedModel {
+export function stagedModel({
+  modelId,
+  dir,
+  source,
+  plan,
+  stats,
+  evicted,
+}: {
+  readonly modelId: ModelId;
+  readonly dir: string;
+  readonly source: "store" | "hub";
+  readonly plan: { readonly manifestBytes: number };
+  readonly stats: FillStats;
+  readonly evicted: readonly ModelId[];
+}): StagedModel {
   return {
     modelId,
     path: dir,
