@@ -2,13 +2,13 @@
 // the watch for the ways it can fail (its task, its instance, its node, the session) and its bounds
 // (connect, silence between chunks, total), up to the engine's answer headers.
 import type { IncomingMessage } from "node:http";
-import type { Context } from "hono";
 import { ServiceError } from "@ic/protocol";
-import type { ChatEvent, ChatObserver, CommandId, Instance, SessionId, TaskId } from "@ic/protocol";
+import type { ChatEvent, ChatObserver, Instance, SessionId, TaskId } from "@ic/protocol";
 import { watchClient } from "@ic/http";
 import { postUpstream, UpstreamAbort, UpstreamConnectTimeout } from "../upstream.ts";
 import type { ClusterView } from "@ic/protocol";
 import type { ReadyInstance } from "../readiness.ts";
+import { engineStreamCall } from "../streams/engine-stream.ts";
 import { preciseNow } from "./request.ts";
 import type { ChatContext, ChatLimits, RequestContext } from "./request.ts";
 
@@ -117,20 +117,26 @@ export function connectionError(e: unknown, model: string): ServiceError {
   );
 }
 
+/** What one leg sends where: the body (the request's, or a continuation's), and who observes it. */
+export interface LegSpec {
+  readonly target: ReadyInstance;
+  readonly body: Record<string, unknown>;
+  /** The observer of this leg's phases (none for a stream's continuation). */
+  readonly obs: ChatObserver | undefined;
+}
+
 /**
- * Sends the request (`body`) to `target`'s engine and waits for its answer's headers, with the
+ * Sends the request (`leg.body`) to `leg.target`'s engine and waits for its answer's headers, with the
  * master's task, the failure watch and the request's bounds. Throws BeforeFirstByte when it fails
- * before then. `obs`: the observer of this leg's phases (none for a stream's continuation).
+ * before then.
  */
 export async function openLeg(
   ctx: ChatContext,
-  c: Context,
-  commandId: CommandId,
-  obs: ChatObserver | undefined,
   request: RequestContext,
-  target: ReadyInstance,
-  body: Record<string, unknown>,
+  leg: LegSpec,
 ): Promise<Leg> {
+  const { c } = request;
+  const { obs, target } = leg;
   const cluster = ctx.o.cluster;
   obs?.event(routedEvent(target));
   const endLoad = ctx.load.begin(target.instance.instance_id);
@@ -148,7 +154,7 @@ export async function openLeg(
   const onClientGone = () => {
     request.clientGone = true;
     upstreamAbort.abort(new Error("client disconnected"));
-    if (keptByEngine && !left) leaveStream(ctx, request, target, commandId);
+    if (keptByEngine && !left) leaveStream(ctx, request, target);
     left = true;
   };
   const abortUpstream = (why: string) => upstreamAbort.abort(new Error(why));
@@ -168,10 +174,7 @@ export async function openLeg(
     else failTask(cluster, taskId);
   };
 
-  const { upstreamP, taskP } = dispatch(ctx, commandId, obs, request, target, body, {
-    abort: upstreamAbort,
-    watch,
-  });
+  const { upstreamP, taskP } = dispatch(ctx, request, leg, { abort: upstreamAbort, watch });
   upstreamP.catch(() => {});
   let upstream: IncomingMessage;
   try {
@@ -258,14 +261,11 @@ function legBounds(
  */
 function dispatch(
   ctx: ChatContext,
-  commandId: CommandId,
-  obs: ChatObserver | undefined,
   request: RequestContext,
-  target: ReadyInstance,
-  body: Record<string, unknown>,
+  { target, body, obs }: LegSpec,
   leg: { readonly abort: UpstreamAbort; readonly watch: ReturnType<typeof watchFailure> },
 ) {
-  const { limited } = request;
+  const { limited, commandId } = request;
   // The upstream request leaves first; the master creates the task while the engine starts working.
   // The command waits until the request is on the wire: a new connection to the engine (llama-server
   // closes one after each stream) takes an event-loop turn, and on the master node the command runs
@@ -317,24 +317,18 @@ function dispatch(
  * /v1/stream), at once when the gateway made the conversation id, else after chat.resume_grace_ms
  * unless some gateway reads the stream again meanwhile.
  */
-function leaveStream(
-  ctx: ChatContext,
-  request: RequestContext,
-  target: ReadyInstance,
-  commandId: CommandId,
-): void {
-  const cancel = () => {
-    const url = `${target.endpoint}/v1/stream?conv_id=${encodeURIComponent(commandId)}`;
-    postUpstream(url, "", {
-      method: "DELETE",
-      headers: ctx.o.engineHeaders?.(target.instance.instance_id),
-      connectTimeoutMs: ctx.limits.connect_timeout_ms,
-    }).then(
+function leaveStream(ctx: ChatContext, request: RequestContext, target: ReadyInstance): void {
+  const { commandId } = request;
+  const cancel = () =>
+    void engineStreamCall(
+      ctx,
+      { endpoint: target.endpoint, instanceId: target.instance.instance_id, commandId },
+      { method: "DELETE" },
+    ).then(
       (res) => res.resume(),
       (e: Error) =>
         ctx.o.log.debug({ command: commandId, err: e.message }, "cancelling a left stream failed"),
     );
-  };
   const grace = ctx.limits.resume_grace_ms;
   if (!request.conversation?.clientSupplied || grace === 0) return cancel();
   const timer = setTimeout(() => {

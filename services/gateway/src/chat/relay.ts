@@ -119,20 +119,17 @@ export function relayLeg(
  */
 export async function attempt(
   ctx: ChatContext,
-  c: Context,
-  commandId: CommandId,
-  obs: ChatObserver | undefined,
   request: RequestContext,
   target: ReadyInstance,
 ): Promise<Response> {
-  const leg = await openLeg(ctx, c, commandId, obs, request, target, request.body);
+  const { commandId } = request;
+  const leg = await openLeg(ctx, request, { target, body: request.body, obs: request.obs });
   const headers: Record<string, string> = {
     "x-task-id": leg.taskId ?? "",
     "x-command-id": commandId,
     "x-instance-id": target.instance.instance_id,
   };
-  if (leg.status !== 200 || !request.body.stream)
-    return answerWhole(ctx, c, commandId, obs, request, leg, headers);
+  if (leg.status !== 200 || !request.body.stream) return answerWhole(request, leg, headers);
   const { conversation } = request;
   if (conversation) {
     headers["x-conversation-id"] = conversation.id;
@@ -149,20 +146,16 @@ export async function attempt(
       });
     setImmediate(announce);
   }
-  return streamAnswer(ctx, c, commandId, obs, request, leg, headers);
+  return new StreamAnswer(ctx, request, leg, headers).response;
 }
 
 /** A non-streaming answer, or an engine's refusal (any status but 200), read whole. */
-export async function answerWhole(
-  ctx: ChatContext,
-  c: Context,
-  commandId: CommandId,
-  obs: ChatObserver | undefined,
+async function answerWhole(
   request: RequestContext,
   leg: Leg,
   headers: Record<string, string>,
 ): Promise<Response> {
-  const { body, countTokens } = request;
+  const { body, countTokens, obs, commandId, c } = request;
   let raw: Buffer;
   try {
     raw = await Promise.race([readAll(leg.upstream), leg.failed]);
@@ -198,24 +191,12 @@ export async function answerWhole(
 }
 
 /**
- * A streamed answer: complete SSE events are forwarded as they arrive (id rewritten in place).
- * Under @hono/node-server they go straight to the Node response; elsewhere through a web stream.
- * A stream that opted in to migration and loses its instance after its first byte goes on, once,
- * on another ready instance (migrate below); else an error ends it with one error event.
+ * A streamed answer, one stream's relay: complete SSE events are forwarded as they arrive (id
+ * rewritten in place); it holds the leg it reads now, what it forwarded last, and how it ends
+ * (once). Under @hono/node-server the events go straight to the Node response; elsewhere through a
+ * web stream. A stream that opted in to migration and loses its instance after its first byte goes
+ * on, once, on another ready instance (migrate below); else an error ends it with one error event.
  */
-export function streamAnswer(
-  ctx: ChatContext,
-  c: Context,
-  commandId: CommandId,
-  obs: ChatObserver | undefined,
-  request: RequestContext,
-  first: Leg,
-  headers: Record<string, string>,
-): Response {
-  return new StreamAnswer(ctx, c, commandId, obs, request, first, headers).response;
-}
-
-/** One stream's relay: the leg it reads now, what it forwarded last, and how it ends (once). */
 class StreamAnswer {
   readonly response: Response;
   private current: Leg;
@@ -233,17 +214,19 @@ class StreamAnswer {
   private readonly transcript: Transcript | undefined;
   private continuation: ContinuationRewriter | undefined;
 
+  private readonly commandId: CommandId;
+  private readonly obs: ChatObserver | undefined;
+
   constructor(
     private readonly ctx: ChatContext,
-    private readonly c: Context,
-    private readonly commandId: CommandId,
-    private readonly obs: ChatObserver | undefined,
     private readonly request: RequestContext,
     first: Leg,
     headers: Record<string, string>,
   ) {
+    this.commandId = request.commandId;
+    this.obs = request.obs;
     this.current = first;
-    this.sink = openSink(c, headers, () => this.current.clientGone());
+    this.sink = openSink(request.c, headers, () => this.current.clientGone());
     this.transcript = request.migrate ? new Transcript() : undefined;
     this.relayFirst(first);
     this.response = this.sink.response;
@@ -335,9 +318,9 @@ class StreamAnswer {
   private async migrate(lost: Leg, err: ServiceError, sofar: StreamSoFar): Promise<void> {
     const { ctx, commandId, request } = this;
     const { body } = request;
-    const outcome = migrationOutcomes(ctx, commandId, body.model, lost.instanceId, err);
+    const outcome = migrationOutcomes(ctx, request, { from: lost.instanceId, err });
     lost.close(false);
-    const next = await openContinuation(ctx, this.c, commandId, request, sofar, outcome);
+    const next = await openContinuation(ctx, request, sofar, outcome);
     if (!next) return this.finish(err);
     const { leg, to } = next;
     const rewriter = new ContinuationRewriter({
@@ -375,21 +358,19 @@ class StreamAnswer {
  * there (migration.ts), sent to another ready instance off draining nodes, within the request's
  * total bound, answered with a 200. Undefined (its outcome reported) when there is none.
  */
-export async function openContinuation(
+async function openContinuation(
   ctx: ChatContext,
-  c: Context,
-  commandId: CommandId,
   request: RequestContext,
   sofar: StreamSoFar,
   outcome: ReturnType<typeof migrationOutcomes>,
 ): Promise<{ leg: Leg; to: string; maxTokens: number | undefined } | undefined> {
-  const { body } = request;
+  const { body, c } = request;
   const plan = continuationRequest(body, sofar);
   if (!plan.ok) return void outcome("not_continuable", { why: plan.why });
   if (Date.now() >= request.deadline)
     return void outcome("failed", { why: "the request's total bound has passed" });
   const live = ctx.o.cluster.livePeers();
-  const others = readyOthers(ctx, body.model, request.tried, request.endpoint.kind, live);
+  const others = readyOthers(ctx, request, live);
   if (others.length === 0 || clientClosed(c, request)) return void outcome("no_instance");
   // The continuation's engine starts its own byte count: the stream is not readable again.
   request.resumable = false;
@@ -398,7 +379,7 @@ export async function openContinuation(
   request.tried.add(to);
   let leg: Leg;
   try {
-    leg = await openLeg(ctx, c, commandId, undefined, request, target, plan.body);
+    leg = await openLeg(ctx, request, { target, body: plan.body, obs: undefined });
   } catch (e) {
     return void outcome("failed", { to, err: (e as Error).message });
   }
@@ -411,13 +392,13 @@ export async function openContinuation(
 }
 
 /** Reports a migration's outcome (onMigration, for metrics; a log line), timed from this call. */
-export function migrationOutcomes(
+function migrationOutcomes(
   ctx: ChatContext,
-  commandId: CommandId,
-  model: string,
-  from: string,
-  err: ServiceError,
+  request: Pick<RequestContext, "commandId" | "body">,
+  { from, err }: { readonly from: string; readonly err: ServiceError },
 ) {
+  const { commandId } = request;
+  const model = request.body.model;
   const lossAt = performance.now();
   return (result: MigrationOutcome, extra: Record<string, unknown> = {}) => {
     const ms = performance.now() - lossAt;

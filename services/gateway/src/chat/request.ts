@@ -1,6 +1,7 @@
 // A chat request's vocabulary and its first step, validate: the endpoints and their body schemas,
 // the request's bounds (the config's chat section), what every try of a request shares, and the
 // content checks llama-server would otherwise answer with a 500.
+import type { Context } from "hono";
 import type { z } from "zod";
 import {
   ChatRequestSchema,
@@ -340,7 +341,16 @@ export function contentProblem(
 }
 
 /** What every try of one request shares. */
-export interface RequestContext {
+/** One HTTP call on an inference endpoint: its exchange, its command id and its observer. */
+export interface ChatCall {
+  readonly c: Context;
+  readonly commandId: CommandId;
+  /** The observer of the request's phases, when tracing or metrics asked for one. */
+  readonly obs: ChatObserver | undefined;
+}
+
+/** A request through its steps: the call, its body and what every try of it shares. */
+export interface RequestContext extends ChatCall {
   readonly body: InferenceRequest;
   /** The endpoint it came in on (the engine's path is the same). */
   readonly endpoint: Endpoint;

@@ -2,7 +2,6 @@
 // first, and a draining node's only while no other is ready: make before break), the one it goes to
 // (balancing.ts), and the typed answer when none may.
 import { ServiceError } from "@ic/protocol";
-import type { InstanceKind } from "@ic/protocol";
 import type { ControlState } from "@ic/protocol";
 import type { PeerView } from "@ic/protocol";
 import { chooseInstance } from "../balancing.ts";
@@ -10,7 +9,7 @@ import { outstandingByInstance } from "../request-load.ts";
 import { readiness } from "../readiness.ts";
 import type { ReadyInstance } from "../readiness.ts";
 import { servesKind } from "./request.ts";
-import type { ChatContext } from "./request.ts";
+import type { ChatContext, RequestContext } from "./request.ts";
 
 /**
  * The model is ready only on nodes this node has not heard (yet, or any more): a retryable 404, as
@@ -63,12 +62,12 @@ export function pick(
 /** The model's ready instances other than those tried (none when it is not ready at all). */
 export function readyOthers(
   ctx: ChatContext,
-  model: string,
-  tried: ReadonlySet<string>,
-  kind: InstanceKind,
+  request: Pick<RequestContext, "body" | "tried" | "endpoint">,
   live: readonly PeerView[],
 ): ReadyInstance[] {
-  const ready = readiness(ctx.o.cluster.snapshot(), model, Date.now());
+  const { tried } = request;
+  const kind = request.endpoint.kind;
+  const ready = readiness(ctx.o.cluster.snapshot(), request.body.model, Date.now());
   if (ready.kind !== "ready") return [];
   return routable(ready.instances, live).filter(
     (i) => !tried.has(i.instance.instance_id) && servesKind(i, kind),

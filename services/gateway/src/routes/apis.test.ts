@@ -2,15 +2,13 @@
 // a scripted engine: each goes to the engine's same path on an instance of its kind, with its own
 // schema, id, default bound, stream dialect and error envelope.
 import { createServer } from "node:http";
-import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { serve } from "@hono/node-server";
 import { afterEach, describe, expect, it } from "vitest";
 import { AnthropicErrorBodySchema } from "@ic/protocol";
 import type { ChatEvent, ChatRequestSeen, InstanceKind } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "../app.ts";
-import { close, closers, cluster, engine, errorOf, MODEL } from "../testing/scripted.ts";
+import { close, closers, cluster, engine, errorOf, listen, MODEL } from "../testing/scripted.ts";
 import type { ChatLimits } from "./chat.ts";
 
 afterEach(async () => {
@@ -39,13 +37,7 @@ async function gateway(
       return { event: (e) => events.push(e) };
     },
   });
-  const server = await new Promise<Server>((resolve) => {
-    const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
-      resolve(s as Server),
-    );
-  });
-  closers.push(() => close(server));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const base = await listen(app);
   const post = async (path: string, body: unknown) => {
     const r = await fetch(`${base}${path}`, {
       method: "POST",

@@ -2,9 +2,8 @@
 // test writes) and a scripted cluster view whose events each test emits: statuses, SSE framing,
 // engine error mapping, bounded waits, the default max_tokens, and the TaskFailed race.
 import { createServer } from "node:http";
-import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { serve } from "@hono/node-server";
 import { afterEach, describe, expect, it } from "vitest";
 import { ErrorBodySchema, ServiceError } from "@ic/protocol";
 import { nodeIdFor } from "@ic/state";
@@ -23,6 +22,7 @@ import {
   engine,
   errorOf,
   INSTANCE,
+  listen,
   MODEL,
   S,
   twoInstances,
@@ -49,13 +49,7 @@ async function gateway(
     ...(observeChat ? { observeChat } : {}),
     ...extra,
   });
-  const server = await new Promise<Server>((resolve) => {
-    const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
-      resolve(s as Server),
-    );
-  });
-  closers.push(() => close(server));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const base = await listen(app);
   return async (body: Record<string, unknown>, headers: Record<string, string> = {}) => {
     const t0 = Date.now();
     const r = await fetch(`${base}/v1/chat/completions`, {
@@ -419,13 +413,7 @@ describe("a token's models and limits", () => {
       name: "t",
       auth: { tokens: [{ name: "alice", token: KEY, scopes: ["inference"], ...token }] },
     });
-    const server = await new Promise<Server>((resolve) => {
-      const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
-        resolve(s as Server),
-      );
-    });
-    closers.push(() => close(server));
-    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const base = await listen(app);
     const headers = { authorization: `Bearer ${KEY}`, "content-type": "application/json" };
     return {
       engine: e,
@@ -1049,26 +1037,18 @@ describe("stream migration (opt-in)", () => {
       chat: { migrate_streams: true, prefix_routing: false },
       onChatMigration: (m) => migrations.push(m),
     });
-    const server = await new Promise<Server>((resolve) => {
-      const srv = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
-        resolve(srv as Server),
-      );
-    });
-    closers.push(() => close(server));
+    const base = await listen(app);
     const abort = new AbortController();
-    const res = await fetch(
-      `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/chat/completions`,
-      {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({
-          model: MODEL,
-          messages: [{ role: "user", content: "hi" }],
-          stream: true,
-        }),
-        signal: abort.signal,
-      },
-    );
+    const res = await fetch(`${base}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        model: MODEL,
+        messages: [{ role: "user", content: "hi" }],
+        stream: true,
+      }),
+      signal: abort.signal,
+    });
     const reader = res.body!.getReader();
     await reader.read();
     abort.abort();

@@ -32,6 +32,7 @@ import {
   contentProblem,
 } from "../chat/request.ts";
 import type {
+  ChatCall,
   ChatContext,
   ChatOptions,
   Endpoint,
@@ -73,9 +74,9 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
       // 32 characters after the prefix, like llama-server's own ids (see the streaming rewrite).
       const commandId = `${endpoint.idPrefix}${randomUUID().replaceAll("-", "")}` as CommandId;
       const obs = o.observe?.({ commandId, receivedAt, path: endpoint.path });
-      if (!obs) return handle(ctx, c, commandId, undefined, endpoint);
+      if (!obs) return handle(ctx, { c, commandId, obs }, endpoint);
       try {
-        return await handle(ctx, c, commandId, obs, endpoint);
+        return await handle(ctx, { c, commandId, obs }, endpoint);
       } catch (e) {
         const err = e instanceof ServiceError ? e : undefined;
         obs.event({
@@ -96,14 +97,9 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
  * take it), then tries on the instance picked, with one retry elsewhere for a try lost before the
  * client got a byte (docs/api.md, "Retry before the first byte"), within the request's total bound.
  */
-export async function handle(
-  ctx: ChatContext,
-  c: Context,
-  commandId: CommandId,
-  obs: ChatObserver | undefined,
-  endpoint: Endpoint,
-) {
-  const { body, limited } = await validate(c, obs, endpoint);
+async function handle(ctx: ChatContext, call: ChatCall, endpoint: Endpoint) {
+  const { commandId, obs } = call;
+  const { body, limited } = await validate(call.c, obs, endpoint);
   const routed = route(ctx, body, endpoint);
   if (endpoint.kind === "generate")
     await inlineRemoteMedia(body, {
@@ -112,8 +108,7 @@ export async function handle(
       maxBytes: IMAGE_MAX_BYTES,
       timeoutMs: IMAGE_FETCH_TIMEOUT_MS,
     });
-  const countTokens = limited?.limits?.tokens_per_minute !== undefined;
-  const request = requestContext(ctx, c, endpoint, body, limited, countTokens);
+  const request = requestContext(ctx, call, { endpoint, body, limited });
   let live = routed.live;
   const { tried } = request;
   let candidates: readonly ReadyInstance[] = routed.open;
@@ -121,7 +116,7 @@ export async function handle(
     const target = pick(ctx, candidates, live, request.prefixKey);
     tried.add(target.instance.instance_id);
     try {
-      return await attempt(ctx, c, commandId, obs, request, target);
+      return await attempt(ctx, request, target);
     } catch (e) {
       if (!(e instanceof BeforeFirstByte)) throw e;
       // The retry looks at the cluster as it is now (a node may have left or started draining).
@@ -131,7 +126,7 @@ export async function handle(
         !request.clientGone &&
         RETRY_ON.has(e.error.code) &&
         Date.now() < request.deadline
-          ? readyOthers(ctx, body.model, tried, request.endpoint.kind, live)
+          ? readyOthers(ctx, request, live)
           : [];
       if (others.length === 0) {
         ctx.o.log.debug(
@@ -220,21 +215,28 @@ function route(ctx: ChatContext, body: InferenceRequest, endpoint: Endpoint) {
 /** What every try of the request shares (its bounds, its migration choice, the instances tried). */
 function requestContext(
   ctx: ChatContext,
-  c: Context,
-  endpoint: Endpoint,
-  body: InferenceRequest,
-  limited: ApiToken | undefined,
-  countTokens: boolean,
+  call: ChatCall,
+  {
+    endpoint,
+    body,
+    limited,
+  }: {
+    readonly endpoint: Endpoint;
+    readonly body: InferenceRequest;
+    readonly limited: ApiToken | undefined;
+  },
 ): RequestContext {
+  const { c } = call;
   const conversation = conversationOf(c, endpoint, body);
   const field = endpoint.maxTokensField;
   if (field && body[field] === undefined && body.max_completion_tokens === undefined)
     body[field] = ctx.limits.default_max_tokens;
   return {
+    ...call,
     body,
     endpoint,
     limited,
-    countTokens,
+    countTokens: limited?.limits?.tokens_per_minute !== undefined,
     deadline: Date.now() + ctx.limits.total_timeout_ms,
     // Stream migration (docs/api.md): chat streams only, when the config or the request asks.
     migrate:

@@ -1,15 +1,12 @@
 // Resumable streams against a scripted engine that keeps each stream under its X-Conversation-Id
 // and replays it from a byte offset (as llama-server's GET /v1/stream does): the conversation id,
 // the event ids, reading again by the same token only, and cancelling a stream whose client left.
-import type { Server } from "node:http";
-import type { AddressInfo } from "node:net";
-import { serve } from "@hono/node-server";
 import { afterEach, describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
 import type { ApiToken } from "@ic/http";
 import { createGatewayApp } from "../app.ts";
 import { StreamDirectory } from "../streams/directory.ts";
-import { close, closers, cluster, engine, errorOf, MODEL } from "../testing/scripted.ts";
+import { closers, cluster, engine, errorOf, listen, MODEL } from "../testing/scripted.ts";
 import type { ChatLimits } from "./chat.ts";
 
 afterEach(async () => {
@@ -63,13 +60,8 @@ async function gateway(endpoint: string, limits: Partial<ChatLimits> = {}) {
     chat: { prefix_routing: false, ...limits },
     streams,
   });
-  const server = await new Promise<Server>((resolve) => {
-    const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
-      resolve(s as Server),
-    );
-  });
-  closers.push(() => close(server));
-  return { base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, streams };
+  const base = await listen(app);
+  return { base, streams };
 }
 
 const ask = { model: MODEL, messages: [{ role: "user", content: "count" }], stream: true };

@@ -4,6 +4,7 @@
 import { createServer } from "node:http";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { serve } from "@hono/node-server";
 import { emptyState, ErrorBodySchema } from "@ic/protocol";
 import type {
   ClusterView,
@@ -60,22 +61,33 @@ export async function engine(handler: Handler) {
   };
 }
 
+/** Serves `app` on a free loopback port until the test's closers run; its base URL. */
+export async function listen(app: { fetch: (req: Request) => Response | Promise<Response> }) {
+  const server = await new Promise<Server>((resolve) => {
+    const s = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" }, () =>
+      resolve(s as Server),
+    );
+  });
+  closers.push(() => close(server));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
 export function close(server: Server): Promise<void> {
   server.closeAllConnections();
   return new Promise((r) => server.close(() => r()));
 }
 
-/** A cluster view with one ready instance of MODEL at `endpoint`; tests emit events through it. */
-export function cluster(
-  endpoint: string,
-  opts: {
-    mmproj?: boolean;
-    taskFailedFirst?: boolean;
-    /** Written the way records before kinds had it. */
-    embeddings?: boolean;
-    kind?: InstanceKind;
-  } = {},
-) {
+/** How the scripted cluster's instance is written, and how its master answers. */
+interface ClusterOptions {
+  mmproj?: boolean;
+  taskFailedFirst?: boolean;
+  /** Written the way records before kinds had it. */
+  embeddings?: boolean;
+  kind?: InstanceKind;
+}
+
+/** The state of a cluster with one ready instance of MODEL at `endpoint`, the master its node. */
+function readyState(endpoint: string, opts: ClusterOptions): ControlState {
   const state: ControlState = emptyState();
   const master = nodeIdFor(S, "p-0");
   state.session = {
@@ -118,6 +130,13 @@ export function cluster(
     restarts: 0,
     since: 0,
   };
+  return state;
+}
+
+/** A cluster view with one ready instance of MODEL at `endpoint`; tests emit events through it. */
+export function cluster(endpoint: string, opts: ClusterOptions = {}) {
+  const state = readyState(endpoint, opts);
+  const master = nodeIdFor(S, "p-0");
   const listeners = new Set<(ev: { event: ControlEvent }) => void>();
   const sessions = new Set<(prev: SessionId | null, next: SessionId) => void>();
   let n = 0;
