@@ -200,13 +200,18 @@ export function analyzeKills(list: SamplesOf): KillFigures {
   };
 }
 
+/** Which start of a run a step span reads: its steps, and the time of its first 200 chat. */
+interface StartReading {
+  steps: (s: ServeSample) => Steps;
+  first200: (s: ServeSample) => number;
+}
+
 /** Median (range) of b - a over the runs, where both steps were seen. */
 const stepSpan = (
   l: readonly ServeSample[],
-  steps: (s: ServeSample) => Steps,
+  { steps, first200 }: StartReading,
   a: keyof Steps | 0,
   b: keyof Steps | "first200",
-  first200: (s: ServeSample) => number,
 ) =>
   span(
     l.map((s) => {
@@ -226,21 +231,9 @@ function serveStepRows(
   const starts = serving.map((s) => s.start);
   const served = serving.map((s) => s.served);
   const plain = (a: keyof Steps | 0, b: keyof Steps | "first200") =>
-    stepSpan(
-      serving,
-      (s) => s.startSteps,
-      a,
-      b,
-      (s) => s.start,
-    );
+    stepSpan(serving, { steps: (s) => s.startSteps, first200: (s) => s.start }, a, b);
   const again = (a: keyof Steps | 0, b: keyof Steps | "first200") =>
-    stepSpan(
-      serving,
-      (s) => s.servedSteps,
-      a,
-      b,
-      (s) => s.served,
-    );
+    stepSpan(serving, { steps: (s) => s.servedSteps, first200: (s) => s.served }, a, b);
   return [
     `| detection: kill -> the master's "node lost (…)" | – | ${again(0, "lost")} |`,
     `| reconcile: node lost -> "deployment placed again" | – | ${again("lost", "placed")} |`,

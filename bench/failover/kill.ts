@@ -236,15 +236,23 @@ async function requestOutcomes(
   return requests;
 }
 
+/**
+ * What was gathered after the kill: its time, when each survivor last heard the victim, what the
+ * poll saw, and how the open requests ended.
+ */
+interface AfterKill {
+  killedAt: number;
+  heardAt: ReadonlyMap<string, number>;
+  polled: Polled;
+  requests: ChatOutcome[];
+}
+
 /** The run's sample: the poll's figures, and the steps from the deciding survivor's log lines. */
 function fromLogs(
   cluster: HostCluster,
   kind: Kind,
   roles: Roles,
-  killedAt: number,
-  heardAt: ReadonlyMap<string, number>,
-  polled: Polled,
-  requests: ChatOutcome[],
+  { killedAt, heardAt, polled, requests }: AfterKill,
 ): Sample {
   const { survivors } = roles;
   const { session, gone, last } = polled;
@@ -323,5 +331,5 @@ export async function once(
   const polled = await untilGone(kind, roles, killedAt);
   const requests = await requestOutcomes(chats, killedAt);
   await sleep(300); // the survivors' last log lines are still in their pipes
-  return fromLogs(cluster, kind, roles, killedAt, heardAt, polled, requests);
+  return fromLogs(cluster, kind, roles, { killedAt, heardAt, polled, requests });
 }

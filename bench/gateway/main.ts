@@ -218,6 +218,19 @@ async function warmUp(paths: readonly Path[], modelId: string): Promise<void> {
   }
 }
 
+/** What every round runs against: the paths, the hops' pids (read for CPU), and the model. */
+interface RoundTargets {
+  paths: readonly Path[];
+  hops: readonly number[][];
+  modelId: string;
+}
+
+/** What the rounds of a pass add to: each path's TTFTs and tok/s, and each hop's CPU ms. */
+interface RoundTally {
+  got: AtConcurrency["got"];
+  cpu: number[];
+}
+
 /**
  * One round: a batch of `c` per path, in an order rotated by `r`; adds to `got` and to each hop's
  * `cpu`. The hops' CPU is read around the whole round: work a request leaves behind (the task's
@@ -226,11 +239,8 @@ async function warmUp(paths: readonly Path[], modelId: string): Promise<void> {
 async function runRound(
   r: number,
   c: number,
-  paths: readonly Path[],
-  hops: readonly number[][],
-  modelId: string,
-  got: AtConcurrency["got"],
-  cpu: number[],
+  { paths, hops, modelId }: RoundTargets,
+  { got, cpu }: RoundTally,
 ): Promise<{ wall: number; ratio: number; delta: number }> {
   const round: { ttft: number; tps: number }[] = [];
   const before = hops.map((pids) => threadCpu(pids));
@@ -271,7 +281,7 @@ async function measureAt(
     // Interleaved, each round in a rotated order, so drift on a shared machine hits all paths
     // alike.
     for (let r = 0; r < reps; r++) {
-      const one = await runRound(r, c, paths, hops, modelId, got, cpu);
+      const one = await runRound(r, c, { paths, hops, modelId }, { got, cpu });
       wall += one.wall;
       ratios.push(one.ratio);
       deltas.push(one.delta);

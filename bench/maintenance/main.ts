@@ -221,11 +221,16 @@ async function baseline(p: Phases): Promise<Base> {
   return base;
 }
 
+/** The replicas as first placed: the first state with both ready, and its session. */
+interface Placed {
+  first: StateDoc;
+  session: string;
+}
+
 /** 2. Rolling SIGTERM restart, the master first. */
 async function rollingRestart(
   nodes: readonly NodeProcess[],
-  first: StateDoc,
-  session: string,
+  { first, session }: Placed,
   p: Phases,
   base: Base,
 ): Promise<void> {
@@ -286,14 +291,19 @@ async function pickVictim(
   return { name: pick.node.name, endpoint: pick.endpoint };
 }
 
+/** When a kill happened (t0), the end of what it is measured over (t1), and every kill's time. */
+interface KillTimes {
+  t0: number;
+  t1: number;
+  kills: readonly number[];
+}
+
 /** What a kill at t0 did to the requests in flight then and to those started until t1. */
 function killReport(
   what: string,
   target: "engine" | "node",
   victim: NodeProcess,
-  t0: number,
-  t1: number,
-  kills: readonly number[],
+  { t0, t1, kills }: KillTimes,
 ): (all: readonly Outcome[]) => string {
   return (all) => {
     const hit = all.filter((o) => o.start < t0 && o.end >= t0);
@@ -348,7 +358,7 @@ async function killPhase(
   await sleep(8000);
   const t1 = Date.now();
   const what = `kill -9 of ${pick.name}'s ${target === "engine" ? "engine" : "whole node"}, new requests ${migrating ? "asking for" : "without"} migration`;
-  p.reports.push(killReport(what, target, victim, t0, t1, p.kills));
+  p.reports.push(killReport(what, target, victim, { t0, t1, kills: p.kills }));
   if (target === "node") await victim.start();
   await restartCrashed(nodes, p.say);
   await waitForConvergence(nodes, 3, 60_000);
@@ -383,7 +393,7 @@ async function runPhases(cluster: HostCluster, modelId: string, say: (l: string)
   let migrate = false;
   const run = load(lb, modelId, () => migrate);
   const base = await baseline(p);
-  await rollingRestart(nodes, first, session, p, base);
+  await rollingRestart(nodes, { first, session }, p, base);
   for (const target of ["engine", "node"] as const) {
     for (const migrating of [false, true]) {
       migrate = migrating;

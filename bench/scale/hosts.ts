@@ -88,6 +88,12 @@ export class AgentHost {
   }
 }
 
+/** What `until` waits for: a condition on each agent's status, and one over them together. */
+interface Condition {
+  ok: (s: AgentStatus) => boolean;
+  together: (ss: AgentStatus[]) => boolean;
+}
+
 /** The latest status of every agent; resolves waits for a condition over all of them. */
 export class StatusBoard {
   readonly latest = new Map<number, AgentStatus>();
@@ -117,8 +123,7 @@ export class StatusBoard {
    */
   async until(
     indexes: readonly number[],
-    ok: (s: AgentStatus) => boolean,
-    together: (ss: AgentStatus[]) => boolean,
+    { ok, together }: Condition,
     timeoutMs: number,
     what: string,
   ): Promise<{ at: number; statuses: AgentStatus[] }> {

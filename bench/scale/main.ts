@@ -91,14 +91,15 @@ async function initHosts(
   );
 }
 
+/** The agents of one size: their host processes, the board of their statuses, every index. */
+interface Fleet {
+  hosts: readonly AgentHost[];
+  board: StatusBoard;
+  all: readonly number[];
+}
+
 /** Join: every agent starts, the master candidate first, until all are in one session of all. */
-async function joinPhase(
-  n: number,
-  hosts: readonly AgentHost[],
-  board: StatusBoard,
-  all: readonly number[],
-  layout: string,
-) {
+async function joinPhase(n: number, { hosts, board, all }: Fleet, layout: string) {
   const master = hosts[0]!;
   const cpu0 = master.cpu();
   if (PROFILE_DIR) master.send({ t: "profile-start" });
@@ -106,8 +107,10 @@ async function joinPhase(
   for (const h of hosts) h.send({ t: "start" });
   const joined = await board.until(
     all,
-    (s) => s.synced && s.members === n,
-    (ss) => new Set(ss.map((s) => s.session)).size === 1,
+    {
+      ok: (s) => s.synced && s.members === n,
+      together: (ss) => new Set(ss.map((s) => s.session)).size === 1,
+    },
     60_000,
     `${n} agents in one session of ${n}`,
   );
@@ -214,16 +217,23 @@ function debugKill(board: StatusBoard, session: string, tk: number, done: Done):
 }
 
 /**
+ * Who must converge after a kill: the `alive` agents, in a session not among `oldSessions` (the
+ * new one is added to it).
+ */
+interface Survivors {
+  alive: readonly number[];
+  oldSessions: Set<string>;
+}
+
+/**
  * Kill k: SIGKILL of hosts[k] (the master) at a random point of the heartbeat cycle, until the
  * `alive` agents are synced in one new session without it; the first KILLS by the timeouts alone.
  */
 async function killOnce(
   n: number,
   k: number,
-  hosts: readonly AgentHost[],
-  board: StatusBoard,
-  alive: readonly number[],
-  oldSessions: Set<string>,
+  { hosts, board }: Fleet,
+  { alive, oldSessions }: Survivors,
 ): Promise<KillSample> {
   const victim = hosts[k]!;
   const successor = hosts[k + 1]!;
@@ -243,8 +253,10 @@ async function killOnce(
   const heard = await successor.ask({ t: "heard", peerKey: v.peerKey }, "heard");
   const done = await board.until(
     alive,
-    (s) => s.synced && s.clean && s.members === alive.length && !oldSessions.has(s.session!),
-    (ss) => new Set(ss.map((s) => s.session)).size === 1,
+    {
+      ok: (s) => s.synced && s.clean && s.members === alive.length && !oldSessions.has(s.session!),
+      together: (ss) => new Set(ss.map((s) => s.session)).size === 1,
+    },
     30_000,
     `survivors in one new session after killing ${victim.label}`,
   );
@@ -270,12 +282,11 @@ async function killOnce(
 /** Kills: the master's process, then its successor's, ... */
 async function killPhase(
   n: number,
-  hosts: readonly AgentHost[],
-  board: StatusBoard,
+  fleet: Fleet,
   seniors: number,
-  all: readonly number[],
   session0: string,
 ): Promise<KillSample[]> {
+  const { hosts, board, all } = fleet;
   const kills: KillSample[] = [];
   const gone: string[] = [];
   const oldSessions = new Set([session0]);
@@ -289,7 +300,7 @@ async function killPhase(
     await Promise.all(
       hosts.slice(k + 1).map((h) => h.ask({ t: "watch", gone: [...gone] }, "watching")),
     );
-    kills.push(await killOnce(n, k, hosts, board, alive, oldSessions));
+    kills.push(await killOnce(n, k, fleet, { alive, oldSessions }));
     await sleep(2000);
   }
   return kills;
@@ -311,11 +322,11 @@ async function runSize(n: number, secret: string): Promise<Result> {
   );
   try {
     await initHosts(hosts, creds, n);
-    const all = specs.map((s) => s.index);
-    const { session0, ...joined } = await joinPhase(n, hosts, board, all, layout);
+    const fleet: Fleet = { hosts, board, all: specs.map((s) => s.index) };
+    const { session0, ...joined } = await joinPhase(n, fleet, layout);
     const work = await workloadPhase(n, hosts);
     const steady = await steadyPhase(n, hosts, bus, seniors);
-    const kills = await killPhase(n, hosts, board, seniors, all, session0);
+    const kills = await killPhase(n, fleet, seniors, session0);
     return {
       n,
       layout,

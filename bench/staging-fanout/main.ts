@@ -131,12 +131,17 @@ interface RunResult {
   readonly nodesSysS: number;
 }
 
+/** What every run stages from and in: the lab, the work folder, the store host and its URL. */
+interface Setup {
+  lab: NetLab;
+  work: string;
+  store: Child;
+  storeUrl: string;
+}
+
 /** Stages the model on `names` at once; with `peers`, each node knows the others. */
 async function run(
-  lab: NetLab,
-  work: string,
-  store: Child,
-  storeUrl: string,
+  { lab, work, store, storeUrl }: Setup,
   names: readonly string[],
   peers: boolean,
 ): Promise<RunResult> {
@@ -228,12 +233,13 @@ async function main(): Promise<void> {
     try {
       const { url } = (await store.next()) as { url: string };
       console.log(`store host at ${url}; links limited to ${MBIT} Mbit/s each way`);
-      const single = await run(lab, work, store, url, names.slice(0, 1), false);
+      const setup: Setup = { lab, work, store, storeUrl: url };
+      const single = await run(setup, names.slice(0, 1), false);
       console.log(`one node: ${single.wallS.toFixed(2)} s`);
-      const storeOnly = STORE_ONLY ? await run(lab, work, store, url, names, false) : undefined;
+      const storeOnly = STORE_ONLY ? await run(setup, names, false) : undefined;
       if (storeOnly)
         console.log(`${NODES} nodes, store host only: ${storeOnly.wallS.toFixed(2)} s`);
-      const swarm = await run(lab, work, store, url, names, true);
+      const swarm = await run(setup, names, true);
       console.log(`${NODES} nodes with peers: ${swarm.wallS.toFixed(2)} s`);
       await writeReport(bytes, single, storeOnly, swarm);
     } finally {

@@ -74,6 +74,14 @@ function sendCode(e: unknown): string {
   return typeof code === "string" ? code : e instanceof Error ? e.name : "unknown";
 }
 
+/** A send that failed: how it was sent, its catalog name and subject, its encoded size in bytes. */
+interface FailedSend {
+  op: SendOp;
+  name: string;
+  subject: string;
+  bytes: number;
+}
+
 function closedError(): Error {
   return Object.assign(new Error("the bus connection is closed"), { code: "CONNECTION_CLOSED" });
 }
@@ -122,7 +130,7 @@ export class Bus implements AsyncDisposable {
   }
 
   /** Logs and counts a send that failed; never throws. */
-  private sendFailed(op: SendOp, name: string, subject: string, bytes: number, e: unknown): string {
+  private sendFailed({ op, name, subject, bytes }: FailedSend, e: unknown): string {
     const code = sendCode(e);
     const key = `${op}|${name}|${code}`;
     const f = this.failures.get(key);
@@ -192,7 +200,7 @@ export class Bus implements AsyncDisposable {
       this.nc.publish(subject, data, { headers: this.publishHeaders });
       return true;
     } catch (e) {
-      this.sendFailed("publish", name, subject, data?.length ?? 0, e);
+      this.sendFailed({ op: "publish", name, subject, bytes: data?.length ?? 0 }, e);
       return false;
     }
   }
@@ -294,7 +302,7 @@ export class Bus implements AsyncDisposable {
       if (!m.respond(data, { headers: this.originHeaders() }))
         throw Object.assign(new Error("the request has no reply subject"), { code: "NO_REPLY" });
     } catch (e) {
-      this.sendFailed("respond", name, m.subject, data?.length ?? 0, e);
+      this.sendFailed({ op: "respond", name, subject: m.subject, bytes: data?.length ?? 0 }, e);
     }
   }
 
@@ -339,7 +347,7 @@ export class Bus implements AsyncDisposable {
           { cause: e },
         );
       // The request itself could not be sent.
-      this.sendFailed("request", name, subject, codec.encode(msg).length, e);
+      this.sendFailed({ op: "request", name, subject, bytes: codec.encode(msg).length }, e);
       throw new ServiceError("unavailable", `${subject}: ${String(e)}`, { cause: e });
     }
     const parsed = this.decode(reply, m.data, name);
@@ -371,7 +379,7 @@ export class Bus implements AsyncDisposable {
     const out: ReplyOf<K>[] = [];
     const subject = subjectOf(name, opts.suffix);
     if (this.nc.isClosed()) {
-      this.sendFailed("request", name, subject, 0, closedError());
+      this.sendFailed({ op: "request", name, subject, bytes: 0 }, closedError());
       return out;
     }
     await new Promise<void>((resolve) => {
@@ -395,7 +403,7 @@ export class Bus implements AsyncDisposable {
         data = this.encode(name, msg);
         this.nc.publish(subject, data, { reply: inbox, headers: this.originHeaders() });
       } catch (e) {
-        this.sendFailed("request", name, subject, data?.length ?? 0, e);
+        this.sendFailed({ op: "request", name, subject, bytes: data?.length ?? 0 }, e);
         done();
       }
     });

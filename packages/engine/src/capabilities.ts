@@ -58,7 +58,7 @@ export async function probeSplitSupport(
     });
     const deadline = Date.now() + (opts.timeoutMs ?? 60_000);
     const run = (mode: string) =>
-      runOverRpc(engine.server_bin!, engine.rpc_bin!, model, mode, deadline);
+      runOverRpc({ serverBin: engine.server_bin!, rpcBin: engine.rpc_bin! }, model, mode, deadline);
     const reference = await run("layer");
     let result: SplitSupport;
     if (!reference.ok) {
@@ -99,10 +99,15 @@ function none(evidence: string): SplitSupport {
   return { row_over_rpc: false, tensor_over_rpc: false, tensor_opt_in: false, evidence };
 }
 
+/** The engine's two programs the probe runs: llama-server and ggml-rpc-server. */
+interface EngineBins {
+  serverBin: string;
+  rpcBin: string;
+}
+
 /** One llama-server over two local rpc servers in `mode`: its greedy answer, or why there is none. */
 async function runOverRpc(
-  serverBin: string,
-  rpcBin: string,
+  { serverBin, rpcBin }: EngineBins,
   model: string,
   mode: string,
   deadline: number,

@@ -188,18 +188,18 @@ function tinyTensors(s: Shape & { tools: boolean }): GgufTensorData[] {
   const headDim = s.nEmbd / s.nHead;
   const nEmbdKv = headDim * s.nHeadKv;
   const tensors: GgufTensorData[] = [];
+  // A weight tensor, of the model's weight type: uniform(-scale, scale), then `adjust`ed.
   const uniform = (
     name: string,
     dims: number[],
     scale: number,
-    type: GgmlType,
     adjust?: (values: Float32Array) => void,
   ): void => {
     const rnd = mulberry32(s.seed ^ fnv1a(name));
     const values = new Float32Array(dims.reduce((a, b) => a * b, 1));
     for (let i = 0; i < values.length; i++) values[i] = (rnd() * 2 - 1) * scale;
     adjust?.(values);
-    tensors.push({ name, dims, ggmlType: type, data: encode(values, type) });
+    tensors.push({ name, dims, ggmlType: s.weightType, data: encode(values, s.weightType) });
   };
   const ones = (name: string, n: number): void => {
     tensors.push({
@@ -212,19 +212,19 @@ function tinyTensors(s: Shape & { tools: boolean }): GgufTensorData[] {
   // Uniform(-a, a) has variance a^2/3, so a = sqrt(3 / fanIn) gives unit-variance outputs.
   const scaleFor = (fanIn: number): number => Math.sqrt(3 / fanIn);
   const w = s.weightType;
-  uniform("token_embd.weight", [s.nEmbd, nVocab], 1, w, (values) => {
+  uniform("token_embd.weight", [s.nEmbd, nVocab], 1, (values) => {
     if (s.tools) for (let t = 0; t < nVocab; t++) values[t * s.nEmbd] = TOOLS_BIAS;
   });
   for (let i = 0; i < s.nLayer; i++) {
     ones(`blk.${i}.attn_norm.weight`, s.nEmbd);
-    uniform(`blk.${i}.attn_q.weight`, [s.nEmbd, s.nEmbd], scaleFor(s.nEmbd), w);
-    uniform(`blk.${i}.attn_k.weight`, [s.nEmbd, nEmbdKv], scaleFor(s.nEmbd), w);
-    uniform(`blk.${i}.attn_v.weight`, [s.nEmbd, nEmbdKv], scaleFor(s.nEmbd), w);
-    uniform(`blk.${i}.attn_output.weight`, [s.nEmbd, s.nEmbd], scaleFor(s.nEmbd), w);
+    uniform(`blk.${i}.attn_q.weight`, [s.nEmbd, s.nEmbd], scaleFor(s.nEmbd));
+    uniform(`blk.${i}.attn_k.weight`, [s.nEmbd, nEmbdKv], scaleFor(s.nEmbd));
+    uniform(`blk.${i}.attn_v.weight`, [s.nEmbd, nEmbdKv], scaleFor(s.nEmbd));
+    uniform(`blk.${i}.attn_output.weight`, [s.nEmbd, s.nEmbd], scaleFor(s.nEmbd));
     ones(`blk.${i}.ffn_norm.weight`, s.nEmbd);
-    uniform(`blk.${i}.ffn_gate.weight`, [s.nEmbd, s.nFf], scaleFor(s.nEmbd), w);
-    uniform(`blk.${i}.ffn_up.weight`, [s.nEmbd, s.nFf], scaleFor(s.nEmbd), w);
-    uniform(`blk.${i}.ffn_down.weight`, [s.nFf, s.nEmbd], scaleFor(s.nFf), w);
+    uniform(`blk.${i}.ffn_gate.weight`, [s.nEmbd, s.nFf], scaleFor(s.nEmbd));
+    uniform(`blk.${i}.ffn_up.weight`, [s.nEmbd, s.nFf], scaleFor(s.nEmbd));
+    uniform(`blk.${i}.ffn_down.weight`, [s.nFf, s.nEmbd], scaleFor(s.nFf));
   }
   ones("output_norm.weight", s.nEmbd);
   // Output rows of special and byte tokens are zero: their logit is exactly 0 while text pieces get

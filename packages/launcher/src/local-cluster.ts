@@ -108,7 +108,7 @@ export async function runLocalCluster(o: StartOptions): Promise<number> {
     const target = o.model?.model_id ?? MODEL_ID;
     const pulled = o.model ? await pullModel(first, o.model, hubUrl) : undefined;
     await placeModel(first, target, o.model ? 30 * 60_000 : 120_000);
-    say(await readyMessage(nodes, target, n, store, hubUrl, pulled));
+    say(await readyMessage(nodes, n, store, { target, hubUrl, pulled }));
   } catch (e) {
     complain(`local cluster failed: ${e instanceof Error ? e.message : String(e)}`);
     for (const node of nodes)
@@ -255,14 +255,19 @@ async function placeModel(
   );
 }
 
+/** The model the cluster serves: its id, and its pull from the hub at `hubUrl` (demo: none). */
+interface ServedModel {
+  target: string;
+  hubUrl: string;
+  pulled: Awaited<ReturnType<typeof pullModel>> | undefined;
+}
+
 /** What the operator reads once the cluster serves: the model, the base URL, two commands, logs. */
 async function readyMessage(
   nodes: readonly NodeProcess[],
-  target: string,
   n: number,
   store: string,
-  hubUrl: string,
-  pulled: Awaited<ReturnType<typeof pullModel>> | undefined,
+  { target, hubUrl, pulled }: ServedModel,
 ): Promise<string> {
   const first = nodes[0]!;
   const base = first.apiUrl;

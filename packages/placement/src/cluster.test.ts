@@ -512,9 +512,11 @@ describe("Tensor across nodes: only with an engine that splits tensors over rpc"
   it("the sequencer refuses a Tensor instance across nodes whose engines cannot split", () => {
     const { state, reports } = two(yes, no);
     const inst: Instance = { ...instance("i-t", { a: 3, b: 3 }), sharding: "Tensor" };
-    expect(checkInstance(state, reports, inst, model, BARE)?.code).toBe("tensor_unsupported");
+    expect(checkInstance(state, reports, { instance: inst, model, memory: BARE })?.code).toBe(
+      "tensor_unsupported",
+    );
     const ok = two(yes, yes);
-    expect(checkInstance(ok.state, ok.reports, inst, model, BARE)).toBeNull();
+    expect(checkInstance(ok.state, ok.reports, { instance: inst, model, memory: BARE })).toBeNull();
   });
 });
 
@@ -556,7 +558,11 @@ describe("checkInstance: the sequencer's re-check", () => {
   ];
   it.each(cases)("$name", (c) => {
     const { state, reports } = cluster(nodes, c.placed);
-    const r = checkInstance(state, reports, instance("i-new", c.inst), model, BARE);
+    const r = checkInstance(state, reports, {
+      instance: instance("i-new", c.inst),
+      model,
+      memory: BARE,
+    });
     expect(r?.code ?? null).toBe(c.code);
     if (c.text) expect(r?.message).toContain(c.text);
   });
@@ -612,10 +618,14 @@ describe("per GPU: a layer share spreads over a node's GPUs in whole layers", ()
     expect(nodeCapacities(state, reports)[0]!.gpus_free_bytes).toEqual([7.5 * G, 7.5 * G]);
     const tight = cluster([twoGpus(3.4)]);
     const inst = instance("i-new", { a: 6 });
-    expect(checkInstance(tight.state, tight.reports, inst, model, mem)?.message).toContain(
+    expect(
+      checkInstance(tight.state, tight.reports, { instance: inst, model, memory: mem })?.message,
+    ).toContain(
       "on its 2 GPUs: spread by free memory, whole layers each, GPU 0 would hold 5 of 10 layers",
     );
     const roomy = cluster([twoGpus(3.6)]);
-    expect(checkInstance(roomy.state, roomy.reports, inst, model, mem)).toBeNull();
+    expect(
+      checkInstance(roomy.state, roomy.reports, { instance: inst, model, memory: mem }),
+    ).toBeNull();
   });
 });

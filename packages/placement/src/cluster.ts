@@ -463,14 +463,19 @@ function previewAt(
   return { capacities: b.caps, previews: out };
 }
 
+/** What an instance's memory is counted at: its model's facts, KV cache bytes and memory model. */
+interface MemoryBasis {
+  facts: ModelFacts;
+  kv: number;
+  mem: ReturnType<typeof resolveMemoryModel>;
+}
+
 /** Whether one rank still fits its node: a member, healthy, its memory known and enough of it. */
 function checkAssignment(
   c: NodeCapacity | undefined,
   a: Assignment,
   instance: Instance,
-  facts: ReturnType<typeof modelFacts>,
-  kv: number,
-  mem: ReturnType<typeof resolveMemoryModel>,
+  { facts, kv, mem }: MemoryBasis,
 ): ClusterRefusal | null {
   if (!c) {
     return {
@@ -531,6 +536,13 @@ function checkAssignment(
   return null;
 }
 
+/** A decided instance to re-check: the instance, its model, and the memory model overrides. */
+export interface InstanceCheck {
+  readonly instance: Instance;
+  readonly model: ModelRecord;
+  readonly memory?: Partial<MemoryModel>;
+}
+
 /**
  * The sequencer's re-check of a decided instance against the current replica: every assigned node is
  * a healthy member whose capacity (after the instances already placed) still holds its share. Null
@@ -539,9 +551,7 @@ function checkAssignment(
 export function checkInstance(
   state: ControlState,
   reports: readonly NodeReport[],
-  instance: Instance,
-  model: ModelRecord,
-  memory: Partial<MemoryModel> = {},
+  { instance, model, memory = {} }: InstanceCheck,
 ): ClusterRefusal | null {
   const caps = new Map(nodeCapacities(state, reports).map((c) => [c.node_id, c]));
   // The context placement chose for it is what its memory was counted at.
@@ -563,7 +573,7 @@ export function checkInstance(
     if (refused) return refused;
   }
   for (const a of instance.assignments) {
-    const refused = checkAssignment(caps.get(a.node_id), a, instance, facts, kv, mem);
+    const refused = checkAssignment(caps.get(a.node_id), a, instance, { facts, kv, mem });
     if (refused) return refused;
   }
   return null;

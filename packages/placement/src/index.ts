@@ -16,7 +16,7 @@ export {
   splitLayers,
 } from "./memory.ts";
 export type { MemoryModel, ModelFacts, NodeRequirement } from "./memory.ts";
-export { REFUSAL_CODES, httpStatusOf, memoryMessage } from "./refusals.ts";
+export { memoryMessage } from "./refusals.ts";
 export type { Refusal, RefusalCode } from "./refusals.ts";
 export { buildGraph, isCycle, largestBlock, searchCycles } from "./topology.ts";
 export type { LinkEdge, LinkGraph } from "./topology.ts";
@@ -48,6 +48,7 @@ export type {
   ClusterRefusal,
   ClusterRefusalCode,
   ClusterRequest,
+  InstanceCheck,
   NodeCapacity,
   NodeReport,
   Unavailable,

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { MemoryModel, ModelFacts } from "./memory.ts";
 import { place } from "./place.ts";
 import type { CandidateNode, Placement, PlacementInput, PlacementResult } from "./place.ts";
-import { REFUSAL_CODES, httpStatusOf } from "./refusals.ts";
+import { httpStatusFor, PLACEMENT_REFUSAL_CODES } from "@ic/protocol";
 import type { Refusal, RefusalCode } from "./refusals.ts";
 import type { LinkEdge } from "./topology.ts";
 
@@ -261,7 +261,6 @@ describe("refusals", () => {
   it.each(refusals.map((c) => [c.name, c] as const))("%s", (_name, c) => {
     const r = refused(place(c.input));
     expect(r.code).toBe(c.code);
-    expect(r.httpStatus).toBe(httpStatusOf(c.code));
     for (const s of c.says ?? []) expect(r.message).toContain(s);
     if (c.node !== undefined) expect(r.node_id).toBe(c.node);
     if (c.code !== "insufficient_memory") expect(r.node_id).toBeUndefined();
@@ -275,11 +274,11 @@ describe("refusals", () => {
     ["invalid_request", 400],
     ["info_pending", 503],
   ] as const)("%s maps to HTTP %i", (code, status) => {
-    expect(httpStatusOf(code)).toBe(status);
+    expect(httpStatusFor(code)).toBe(status);
   });
 
   it("covers every refusal code in the status table", () => {
-    expect(new Set(REFUSAL_CODES)).toEqual(new Set(refusals.map((c) => c.code)));
+    expect(new Set(PLACEMENT_REFUSAL_CODES)).toEqual(new Set(refusals.map((c) => c.code)));
   });
 
   it("shows the full GB arithmetic: weights x overhead + KV cache + runner", () => {

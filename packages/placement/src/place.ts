@@ -1,20 +1,12 @@
 // Placement: picks a connected cycle of min_nodes nodes whose every member holds its share with room to
 // spare, or returns a typed refusal naming the node and the GB arithmetic. Pure; bounded search.
-import {
-  estimateNodeRequirement,
-  fits,
-  gb,
-  gpuLayerFit,
-  invalidMemoryModel,
-  invalidModelFacts,
-  kvCacheBytes,
-  resolveMemoryModel,
-  splitLayers,
-} from "./memory.ts";
+import { estimateNodeRequirement, fits, gb, gpuLayerFit, splitLayers } from "./memory.ts";
 import type { GpuFit, MemoryModel, ModelFacts } from "./memory.ts";
 import { gpuMemoryMessage, memoryMessage, refusal } from "./refusals.ts";
 import type { Refusal } from "./refusals.ts";
-import { biconnectedBlocks, buildGraph, cycleRtt, improveRing, searchCycles } from "./topology.ts";
+import { prepare } from "./prepared.ts";
+import type { Prepared } from "./prepared.ts";
+import { cycleRtt, improveRing, searchCycles } from "./topology.ts";
 import type {
   Budget,
   CycleSearchOptions,
@@ -25,6 +17,7 @@ import type {
 
 export const SHARDINGS = ["Pipeline", "Tensor"] as const;
 export type Sharding = (typeof SHARDINGS)[number];
+export { DEFAULT_SEARCH_BUDGET } from "./prepared.ts";
 
 export interface CandidateNode {
   readonly node_id: string;
@@ -57,8 +50,6 @@ export interface PlacementInput {
   readonly searchBudget?: number;
 }
 
-/** Bounds one placement to a millisecond or two of search on any cluster (a step is one adjacency entry). */
-export const DEFAULT_SEARCH_BUDGET = 100_000;
 /** Once a fitting cycle is found, the search keeps looking this many steps for a better one. */
 const IMPROVE_STEPS = 2_000;
 /** ...and stops after this many fitting cycles (or, when none fits, this many rings for the message). */
@@ -102,108 +93,6 @@ export interface PreviewEntry {
 }
 
 export type PreviewInput = Omit<PlacementInput, "minNodes" | "sharding">;
-
-interface KnownNode {
-  readonly node_id: string;
-  readonly name: string;
-  readonly free_bytes: number;
-  readonly gpus_free_bytes?: readonly number[];
-}
-
-/** Everything about an input that does not depend on (sharding, min_nodes); previews share it. */
-interface Prepared {
-  readonly model: ModelFacts;
-  readonly mem: MemoryModel;
-  readonly memError: string | null;
-  readonly modelError: string | null;
-  readonly total: number;
-  readonly candidates: number;
-  readonly pending: readonly string[];
-  readonly linksPending: boolean;
-  /** Known candidates by rank: most free memory first, then node id. */
-  readonly ranked: readonly KnownNode[];
-  /** KV cache of the whole model at the effective context. */
-  readonly kvBytes: number;
-  /** prefix[i] = free bytes of ranks 0..i-1. */
-  readonly prefix: Float64Array;
-  readonly budget: number;
-  graph(): LinkGraph;
-  /** The nodes without their links: all a single-node placement needs. */
-  nodesOnly(): LinkGraph;
-  /** Biconnected blocks among ranks < limit, best-ranked block first (cached per limit). */
-  blocks(limit: number): readonly (readonly number[])[];
-}
-
-function prepare(input: PreviewInput): Prepared {
-  const mem = resolveMemoryModel(input.memory);
-  const excluded = new Set(input.excluded ?? []);
-  const seen = new Set<string>();
-  const all: CandidateNode[] = [];
-  for (const n of input.nodes) {
-    if (seen.has(n.node_id)) continue;
-    seen.add(n.node_id);
-    all.push(n);
-  }
-  const candidates = all.filter((n) => !excluded.has(n.node_id));
-  const known: KnownNode[] = [];
-  const pending: string[] = [];
-  for (const n of candidates) {
-    const f = n.free_bytes;
-    if (f === null || !Number.isFinite(f)) pending.push(n.name);
-    else
-      known.push({
-        node_id: n.node_id,
-        name: n.name,
-        free_bytes: Math.max(0, f),
-        ...(n.gpus_free_bytes ? { gpus_free_bytes: n.gpus_free_bytes } : {}),
-      });
-  }
-  const ranked = known.sort(
-    (a, b) =>
-      b.free_bytes - a.free_bytes || (a.node_id < b.node_id ? -1 : a.node_id > b.node_id ? 1 : 0),
-  );
-  const prefix = new Float64Array(ranked.length + 1);
-  ranked.forEach((n, i) => (prefix[i + 1] = prefix[i]! + n.free_bytes));
-  let graph: LinkGraph | undefined;
-  const blockCache = new Map<number, number[][]>();
-  const getGraph = () =>
-    (graph ??= buildGraph(
-      ranked.map((n) => n.node_id),
-      input.links,
-    ));
-  let bare: LinkGraph | undefined;
-  return {
-    model: input.model,
-    mem,
-    memError: invalidMemoryModel(mem),
-    modelError: invalidModelFacts(input.model),
-    total: all.length,
-    candidates: candidates.length,
-    pending,
-    linksPending: input.linksPending ?? false,
-    ranked,
-    kvBytes: kvCacheBytes(input.model, mem),
-    prefix,
-    budget: input.searchBudget ?? DEFAULT_SEARCH_BUDGET,
-    graph: getGraph,
-    nodesOnly: () =>
-      graph ??
-      (bare ??= buildGraph(
-        ranked.map((n) => n.node_id),
-        [],
-      )),
-    blocks(limit) {
-      let b = blockCache.get(limit);
-      if (b === undefined) {
-        b = biconnectedBlocks(getGraph(), limit).sort(
-          (x, y) => x[0]! - y[0]! || y.length - x.length,
-        );
-        blockCache.set(limit, b);
-      }
-      return b;
-    },
-  };
-}
 
 /** A ring scored against the memory model with plain arithmetic; shares are built only for answers. */
 interface Evaluated {
@@ -484,16 +373,18 @@ function memoryBounds(p: Prepared, k: number, sharding: Sharding) {
   return { eligible, need, hopeless, totalNote };
 }
 
-/** Accepts the best fitting ring, improved by 2-opt for rings of 4 to TWO_OPT_MAX nodes when that helps. */
+/**
+ * Accepts the best fitting ring, improved by 2-opt for rings of 4 to TWO_OPT_MAX nodes when that
+ * helps (the improved ring evaluated in the fitting ring's sharding).
+ */
 function acceptImproved(
   p: Prepared,
   g: Parameters<typeof evaluate>[1],
   fit: Evaluated,
   k: number,
-  sharding: Sharding,
 ): PlacementResult {
   if (k < 4 || k > TWO_OPT_MAX) return accept(p, fit);
-  const tuned = evaluate(p, g, orient(improveRing(g, fit.ring)), sharding);
+  const tuned = evaluate(p, g, orient(improveRing(g, fit.ring)), fit.sharding);
   return accept(p, tuned.fits && !better(p, fit, tuned) ? tuned : fit);
 }
 
@@ -549,7 +440,7 @@ function solve(p: Prepared, k: number, sharding: Sharding): PlacementResult {
       },
     });
     const fit = bestFit as Evaluated | null;
-    if (fit) return acceptImproved(p, g, fit, k, sharding);
+    if (fit) return acceptImproved(p, g, fit, k);
     const miss = bestMiss as Evaluated | null;
     if (miss) return memoryRefusal(p, miss, totalNote);
     exhausted = first.exhausted;

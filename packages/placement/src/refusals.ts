@@ -1,41 +1,16 @@
-// The closed set of placement refusal codes, their HTTP statuses, and the messages operators read.
+// A placement's typed refusals and the messages operators read (the codes are @ic/protocol's).
 // One place for the wording so every refusal names the node and shows the GB arithmetic the same way.
+import type { PlacementRefusalCode } from "@ic/protocol";
 import { gb } from "./memory.ts";
 import type { GpuFit, MemoryModel } from "./memory.ts";
 
-export const REFUSAL_CODES = [
-  "insufficient_memory",
-  "no_cycle",
-  "all_excluded",
-  "tensor_unsupported",
-  "info_pending",
-  "invalid_request",
-] as const;
-export type RefusalCode = (typeof REFUSAL_CODES)[number];
+/** A placement's refusal codes: declared once, in @ic/protocol (their HTTP statuses: httpStatusFor). */
+export type RefusalCode = PlacementRefusalCode;
 
-/** HTTP status of a refusal: 503 (retry soon) only while cluster info is pending, else 400. */
-export function httpStatusOf(code: RefusalCode): 400 | 503 {
-  switch (code) {
-    case "insufficient_memory":
-    case "no_cycle":
-    case "all_excluded":
-    case "tensor_unsupported":
-    case "invalid_request":
-      return 400;
-    case "info_pending":
-      return 503;
-    default: {
-      const unreachable: never = code;
-      throw new Error(`unknown refusal code ${String(unreachable)}`);
-    }
-  }
-}
-
-/** A typed refusal: the code, its HTTP status, an operator-readable message, the node at fault. */
+/** A typed refusal: the code, an operator-readable message, the node at fault. */
 export interface Refusal {
   readonly ok: false;
   readonly code: RefusalCode;
-  readonly httpStatus: 400 | 503;
   readonly message: string;
   /** The node that cannot fit its share (insufficient_memory only). */
   readonly node_id?: string;
@@ -45,7 +20,6 @@ export function refusal(code: RefusalCode, message: string, node_id?: string): R
   return {
     ok: false,
     code,
-    httpStatus: httpStatusOf(code),
     message,
     ...(node_id !== undefined ? { node_id } : {}),
   };

@@ -354,12 +354,12 @@ describe("rotateExtend", () => {
   it("finds a Hamiltonian ring where one exists and respects the allowed set", () => {
     const n = 64;
     const g = buildGraph(ids(n), ringWithChords(n, 3));
-    const ring = rotateExtend(g, n, n, undefined, { left: 1e6 });
+    const ring = rotateExtend(g, { k: n, limit: n, budget: { left: 1e6 } });
     expect(ring).not.toBeNull();
     expect(isCycle(g, ring!)).toBe(true);
     const within = new Uint8Array(n).fill(1);
     within[5] = 0;
-    const partial = rotateExtend(g, 20, n, within, { left: 1e6 });
+    const partial = rotateExtend(g, { k: 20, limit: n, within, budget: { left: 1e6 } });
     expect(partial).not.toBeNull();
     expect(partial).not.toContain(5);
     expect(isCycle(g, partial!)).toBe(true);
@@ -374,7 +374,7 @@ describe("rotateExtend", () => {
       [4, 5],
     ]);
     const budget = { left: 10_000 };
-    expect(rotateExtend(g, 4, 6, undefined, budget)).toBeNull();
+    expect(rotateExtend(g, { k: 4, limit: 6, budget })).toBeNull();
   });
 });
 

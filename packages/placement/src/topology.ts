@@ -251,7 +251,7 @@ export function searchCycles(g: LinkGraph, o: CycleSearchOptions): CycleSearchOu
   );
   if (probe.found > 0 || !probe.exhausted || o.budget.left <= 0) return probe;
   const ring = spend(o.budget, Math.floor(total * ROTATE_SHARE), (b) =>
-    rotateExtend(g, o.k, limit, o.within, b),
+    rotateExtend(g, { k: o.k, limit, within: o.within, budget: b }),
   );
   if (ring) {
     const s = ring.indexOf(Math.min(...ring));
@@ -299,17 +299,13 @@ function singleNodes(
 }
 
 /**
- * Breadth-first from s over allowed ranks >= s: `dist` holds each node's hop count (-1 when not
- * reached), `queue` the nodes reached in order; returns how many were reached.
+ * Breadth-first from s over allowed ranks >= s, charged to the search's budget: its `dist` holds
+ * each node's hop count (-1 when not reached), its `queue` the nodes reached in order; returns how
+ * many were reached.
  */
-function reachFrom(
-  g: LinkGraph,
-  s: number,
-  ok: (v: number) => boolean,
-  dist: Int32Array,
-  queue: Int32Array,
-  budget: CycleSearchOptions["budget"],
-): number {
+function reachFrom(st: RingSearch, s: number): number {
+  const { g, ok, dist, queue } = st;
+  const { budget } = st.o;
   dist.fill(-1);
   dist[s] = 0;
   let head = 0;
@@ -350,7 +346,7 @@ function depthFirst(g: LinkGraph, o: CycleSearchOptions): CycleSearchOutcome {
   };
   for (let s = 0; s <= limit - k && !search.exhausted && !search.stopped; s++) {
     if (!ok(s) || o.cut?.(o.weight?.(s) ?? 0, k - 1, s)) continue;
-    const comp = reachFrom(g, s, ok, search.dist, search.queue, budget);
+    const comp = reachFrom(search, s);
     if (budget.left <= 0) {
       search.exhausted = true;
       break;
@@ -472,10 +468,7 @@ function ringsFrom(st: RingSearch, s: number, comp: number): void {
  */
 export function rotateExtend(
   g: LinkGraph,
-  k: number,
-  limit: number,
-  within: Uint8Array | undefined,
-  budget: Budget,
+  { k, limit, within, budget }: Pick<CycleSearchOptions, "k" | "limit" | "within" | "budget">,
   seed = 0x5eed,
 ): number[] | null {
   limit = Math.min(limit, g.n);

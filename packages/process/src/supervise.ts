@@ -85,20 +85,28 @@ async function runOnce(
   const aborted = new Promise<void>((resolve) => (onAbort = resolve));
   o.signal.addEventListener("abort", onAbort, { once: true });
   try {
-    return await watch(o, child, clock, run, () => exit, exited, aborted);
+    return await watch(o, clock, run, { child, exit: () => exit, exited, aborted });
   } finally {
     o.signal.removeEventListener("abort", onAbort);
   }
 }
 
+/**
+ * A run's child as the loop watches it: the child, its exit once it has come (undefined before),
+ * the promise of that exit, and a promise that settles when the signal aborts.
+ */
+interface WatchedChild {
+  child: Child;
+  exit: () => ChildExit | undefined;
+  exited: Promise<ChildExit>;
+  aborted: Promise<void>;
+}
+
 async function watch(
   o: SuperviseOptions,
-  child: Child,
   clock: LoopClock,
   run: number,
-  exit: () => ChildExit | undefined,
-  exited: Promise<ChildExit>,
-  aborted: Promise<void>,
+  { child, exit, exited, aborted }: WatchedChild,
 ): Promise<RunOutcome> {
   const stopped = async (): Promise<RunOutcome> => {
     await child.stop(o.stopGraceMs);

@@ -35,6 +35,17 @@ export const ERROR_CODES = [
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
+/** The codes a placement refuses with (@ic/placement; the cluster check adds node_unhealthy). */
+export const PLACEMENT_REFUSAL_CODES = [
+  "insufficient_memory",
+  "no_cycle",
+  "all_excluded",
+  "tensor_unsupported",
+  "info_pending",
+  "invalid_request",
+] as const satisfies readonly ErrorCode[];
+export type PlacementRefusalCode = (typeof PLACEMENT_REFUSAL_CODES)[number];
+
 export const RETRYABLE: Readonly<Record<ErrorCode, boolean>> = {
   invalid_request: false,
   unauthorized: false,

@@ -80,7 +80,11 @@ function decidePlace(
   }
   // The gateway decided from its own view; this replica may already hold an instance placed
   // through another node since. The same pure check, here, settles who gets the memory.
-  const refused = checkInstance(s, ctx.reports, cmd.instance, model, ctx.memory);
+  const refused = checkInstance(s, ctx.reports, {
+    instance: cmd.instance,
+    model,
+    memory: ctx.memory,
+  });
   if (refused) {
     return refuse(refusalError(refused));
   }

@@ -113,6 +113,13 @@ export class TokenWindows {
   }
 }
 
+/** A limit reached: which one, its value, and the use that reached it (a refusal's details). */
+interface ReachedLimit {
+  limit: keyof TokenLimits;
+  value: number;
+  used: number;
+}
+
 /**
  * Whether one more request of token `name` may start: the first limit reached refuses it with
  * rate_limited, the limit and the token named, and the seconds until it would pass (Retry-After).
@@ -124,13 +131,7 @@ export function checkTokenLimits(
   use: TokenUse,
   retryAfterS: (what: "requests" | "tokens", limit: number) => number,
 ): ServiceError | undefined {
-  const refuse = (
-    limit: keyof TokenLimits,
-    value: number,
-    used: number,
-    after: number,
-    what: string,
-  ) =>
+  const refuse = ({ limit, value, used }: ReachedLimit, after: number, what: string) =>
     new ServiceError(
       "rate_limited",
       `token "${name}" reached its limit of ${value} ${what} (${used} now); retry after ${after} s`,
@@ -138,22 +139,22 @@ export function checkTokenLimits(
     );
   const c = limits.concurrent_requests;
   if (c !== undefined && use.open >= c)
-    return refuse("concurrent_requests", c, use.open, 1, "concurrent requests");
+    return refuse(
+      { limit: "concurrent_requests", value: c, used: use.open },
+      1,
+      "concurrent requests",
+    );
   const r = limits.requests_per_minute;
   if (r !== undefined && use.requests >= r)
     return refuse(
-      "requests_per_minute",
-      r,
-      use.requests,
+      { limit: "requests_per_minute", value: r, used: use.requests },
       retryAfterS("requests", r),
       "requests per minute",
     );
   const t = limits.tokens_per_minute;
   if (t !== undefined && use.tokens >= t)
     return refuse(
-      "tokens_per_minute",
-      t,
-      use.tokens,
+      { limit: "tokens_per_minute", value: t, used: use.tokens },
       retryAfterS("tokens", t),
       "tokens per minute",
     );

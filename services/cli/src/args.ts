@@ -290,14 +290,15 @@ export function parse(
   };
 }
 
+/** The whole numbers an option accepts, from min to max, and its value when it is not given. */
+export interface IntBounds {
+  min: number;
+  max: number;
+  fallback: number;
+}
+
 /** A whole number within bounds, from an option's text. */
-export function intOption(
-  name: string,
-  raw: unknown,
-  min: number,
-  max: number,
-  fallback: number,
-): number {
+export function intOption(name: string, raw: unknown, { min, max, fallback }: IntBounds): number {
   if (raw === undefined) return fallback;
   if (typeof raw !== "string" || !/^\d+$/.test(raw))
     throw new UsageError(`--${name} must be a whole number, not "${String(raw)}"`);

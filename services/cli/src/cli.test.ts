@@ -54,9 +54,11 @@ describe("arguments", () => {
   it.each([
     ["3", 3],
     [undefined, 7],
-  ])("intOption(%j)", (raw, want) => expect(intOption("n", raw, 1, 10, 7)).toBe(want));
+  ])("intOption(%j)", (raw, want) =>
+    expect(intOption("n", raw, { min: 1, max: 10, fallback: 7 })).toBe(want),
+  );
   it.each([["x"], ["0"], ["11"], ["2.5"]])("intOption(%j) refuses", (raw) =>
-    expect(() => intOption("n", raw, 1, 10, 7)).toThrow(UsageError),
+    expect(() => intOption("n", raw, { min: 1, max: 10, fallback: 7 })).toThrow(UsageError),
   );
 });
 
@@ -90,7 +92,9 @@ describe("formatting", () => {
 });
 
 describe("doctor's checks", () => {
-  const healthy: Findings = {
+  // The findings as a test writes them: a state document with the fields doctor reads.
+  type Written = Omit<Findings, "state"> & { state: object | Error };
+  const healthy: Written = {
     url: "http://n1:8080",
     health: { ok: true },
     state: {
@@ -130,14 +134,14 @@ describe("doctor's checks", () => {
     natsServer: "nats-server: v2.10.18",
     livenessMs: 6000,
   };
-  const failing = (f: Findings) => evaluate(f).filter((c) => !c.ok);
+  const failing = (f: Written) => evaluate(f as Findings).filter((c) => !c.ok);
 
   it("passes a healthy cluster", () => {
     expect(failing(healthy)).toEqual([]);
   });
 
   const state = healthy.state as Exclude<Findings["state"], Error>;
-  it.each<[string, Partial<Findings>, string, string]>([
+  it.each<[string, Partial<Written>, string, string]>([
     [
       "node unreachable",
       { health: new Error("cannot reach http://n1:8080: ECONNREFUSED") },

@@ -6,6 +6,7 @@ import { spawnSync } from "node:child_process";
 import type { Client } from "./client.ts";
 import { ApiError } from "./client.ts";
 import { GiB } from "@ic/protocol";
+import type { StateDocument as StateDoc } from "@ic/protocol";
 import { bytes } from "./format.ts";
 
 export const DISK_FLOOR_BYTES = 2 * GiB;
@@ -15,39 +16,6 @@ export interface Check {
   readonly ok: boolean;
   /** What was seen; when failing, what to fix. */
   readonly detail: string;
-}
-
-interface StateDoc {
-  this_node: { name: string; synced: boolean };
-  node_identities: { node_id: string; name: string; api_url: string }[];
-  nodeHealth: {
-    node_name: string;
-    code: string;
-    severity: string;
-    message: string;
-    remediation?: string;
-  }[];
-  topology: {
-    nodes: {
-      node_id: string;
-      name: string;
-      last_heard_ms_ago: number | null;
-      telemetry: { engine: { server_bin: string | null; usable: boolean } } | null;
-    }[];
-  };
-  models: { model_id: string; drafter?: string }[];
-  instances: {
-    instance_id: string;
-    model_id: string;
-    runners: { rank: number; state: string; reason?: string; last_error?: string }[];
-  }[];
-  deployments?: {
-    deployment_id: string;
-    model_id: string;
-    status: string;
-    refusal?: { message: string };
-    failures?: { node_name: string; error: string }[];
-  }[];
 }
 
 /** Everything doctor looked at; a field is an Error where asking failed. */

@@ -83,6 +83,12 @@ async function lastSeqInArchives(dir: string, log: Logger): Promise<number> {
 /** Whether a record of a query's answer: take it, skip it, or stop (everything older is out too). */
 export type Match = (seq: number, type: string) => "take" | "skip" | "stop";
 
+/** What a read wants: which records (`matches`), and at most how many (`limit`). */
+export interface ReadWant {
+  matches: Match;
+  limit: number;
+}
+
 /**
  * Adds the active file's matching records to `out`, newest first, from byte `end` backwards, until
  * `out` holds `limit` records or a record is older than the query wants.
@@ -90,8 +96,7 @@ export type Match = (seq: number, type: string) => "take" | "skip" | "stop";
 export async function readBackward(
   activePath: string,
   end: number,
-  matches: Match,
-  limit: number,
+  { matches, limit }: ReadWant,
   out: EventRecord[],
 ): Promise<void> {
   const fh = await open(activePath, "r");

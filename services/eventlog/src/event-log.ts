@@ -191,7 +191,7 @@ export class EventLog {
           ? this.activeBytes
           : await fileSize(this.activePath);
       if (end === 0) return out.reverse();
-      await readBackward(this.activePath, end, matches, limit, out);
+      await readBackward(this.activePath, end, { matches, limit }, out);
       return out.reverse();
     });
   }
@@ -442,11 +442,11 @@ export class EventLog {
     const taken = new Set((await listArchives(this.dir)).map((a) => a.name));
     const head = peekLine((await firstLine(this.activePath)) ?? "");
     const name = archiveName(this.clock.now(), head?.seq ?? 0, taken);
-    await copyRangeAtomic(this.activePath, 0, cut, join(this.dir, name), true);
+    await copyRangeAtomic(this.activePath, { start: 0, end: cut }, join(this.dir, name), true);
     const h = this.handle;
     this.handle = null;
     await h?.close().catch(() => undefined);
-    await copyRangeAtomic(this.activePath, cut, size, this.activePath, false);
+    await copyRangeAtomic(this.activePath, { start: cut, end: size }, this.activePath, false);
     this.activeBytes = size - cut;
     this.keptBytesAfterLast = this.activeBytes;
     this.log.info(

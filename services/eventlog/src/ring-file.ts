@@ -97,11 +97,16 @@ async function syncFile(path: string): Promise<void> {
   }
 }
 
+/** Bytes [start, end) of a file. */
+export interface ByteRange {
+  start: number;
+  end: number;
+}
+
 /** Copies [start, end) of `src` to `dest` (gzipped when asked) through `dest.tmp`, fsynced, then renamed. */
 export async function copyRangeAtomic(
   src: string,
-  start: number,
-  end: number,
+  { start, end }: ByteRange,
   dest: string,
   gzip: boolean,
 ): Promise<void> {

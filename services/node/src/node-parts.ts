@@ -17,15 +17,23 @@ import { serverTlsOptions } from "@ic/tls";
 import { SecurityHealth } from "./security-health.ts";
 
 /**
+ * What the bus needs beside the config: the credentials its clients and routes log in with, the
+ * security findings its failed logins go to, and the directory children are recorded in.
+ */
+export interface BusContext {
+  creds: ClusterCredentials;
+  security: SecurityHealth;
+  childrenDir: string;
+}
+
+/**
  * Our own nats-server, routed to the peers (clients and routes need the secret), and this node's
  * connection to it (`bus` once started).
  */
 export function busOf(
   cfg: Config,
   log: Logger,
-  security: SecurityHealth,
-  childrenDir: string,
-  creds: ClusterCredentials,
+  { creds, security, childrenDir }: BusContext,
 ): Component & { readonly bus: Bus; readonly clientUrl: string } {
   const server = new NatsServer({
     bin: cfg.bus.server_bin,
@@ -112,11 +120,16 @@ export function apiServer(
   };
 }
 
+/** What the cluster agent runs on: this node's bus connection and its logger. */
+export interface AgentRuntime {
+  bus: Bus;
+  log: Logger;
+}
+
 /** The cluster agent of this node (membership, election, replica, sequencer), not yet started. */
 export function clusterAgent(
   cfg: Config,
-  bus: Bus,
-  log: Logger,
+  { bus, log }: AgentRuntime,
   extras: () => HeartbeatExtras,
   self: { readonly peerKey: string; readonly apiUrl: string; readonly startedAt: number },
 ): ClusterAgent {

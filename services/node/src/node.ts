@@ -71,7 +71,9 @@ export class Node implements AsyncDisposable {
       log.warn({ killed: swept.killed }, "killed children a previous run left behind");
 
     // The bus: our own nats-server, routed to the peers, and this node's connection to it.
-    const { bus, clientUrl } = await stack.start(busOf(cfg, log, security, children, creds));
+    const { bus, clientUrl } = await stack.start(
+      busOf(cfg, log, { creds, security, childrenDir: children }),
+    );
     this.natsUrl = clientUrl;
     // The API listens before the node is built (heartbeats advertise its port); it answers 503 until
     // the app is wired. While draining, every answer closes its connection (`Connection: close`).
@@ -91,7 +93,7 @@ export class Node implements AsyncDisposable {
         peerKey: this.peerKey,
         startedAt: this.startedAt,
         bus,
-        cluster: (extras) => clusterAgent(cfg, bus, log, extras, this),
+        cluster: (extras) => clusterAgent(cfg, { bus, log }, extras, this),
         apiUrl: this.apiUrl,
         engineHost,
         secret,

@@ -120,8 +120,7 @@ export class Detector {
         const headers = await readShardHeaders(
           hub,
           base.id,
-          index,
-          shardsFor(index, candidates),
+          { index, files: shardsFor(index, candidates) },
           signal,
         );
         mtpKeys = candidates.filter((k) => headers.some((h) => h.header.tensors.has(k)));

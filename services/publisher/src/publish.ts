@@ -80,12 +80,17 @@ function sidecarCard(base: RepoId, keys: readonly string[]): string {
   ].join("\n");
 }
 
+/** The sidecar file to write: its plan, the base model the plan reads from, and where it goes. */
+interface Extraction {
+  readonly plan: ExtractionPlan;
+  readonly base: RepoId;
+  readonly outPath: string;
+}
+
 async function writeExtraction(
-  plan: ExtractionPlan,
-  base: RepoId,
-  outPath: string,
-  ctx: JobContext,
   hub: HubClient,
+  ctx: JobContext,
+  { plan, base, outPath }: Extraction,
 ): Promise<void> {
   const byFile = new Map<string, RangeRead[]>();
   for (const r of plan.reads) byFile.set(r.file, [...(byFile.get(r.file) ?? []), r]);
@@ -229,7 +234,7 @@ export async function runPublish(
     ctx.log(
       `found ${keys.length} MTP tensors in ${shardFiles.length} of ${index.files.length} shards: ${shardFiles.join(", ")}`,
     );
-    const headers = await readShardHeaders(hub, info.id, index, shardFiles, ctx.signal);
+    const headers = await readShardHeaders(hub, info.id, { index, files: shardFiles }, ctx.signal);
     return { info, config, keys, headers };
   });
   const { info, config, keys, headers } = found;
@@ -248,7 +253,7 @@ export async function runPublish(
   try {
     const outPath = join(scratch, SIDECAR_FILE);
     await inPhase(hub, `downloading from ${info.id}`, () =>
-      writeExtraction(plan, info.id, outPath, ctx, hub),
+      writeExtraction(hub, ctx, { plan, base: info.id, outPath }),
     );
     ctx.log(
       `wrote ${SIDECAR_FILE}: ${plan.tensors.length} tensors, ${formatBytes(plan.totalBytes)}`,

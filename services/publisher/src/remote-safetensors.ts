@@ -86,12 +86,17 @@ export async function readWeightIndex(
   return { files: singles, weightMap, headers };
 }
 
+/** Shards to read the headers of: `files`, of the repo's `index` (its read headers reused). */
+export interface ShardSelection {
+  readonly index: WeightIndex;
+  readonly files: readonly string[];
+}
+
 /** Headers of the given files, reusing ones already read; in the order given. */
 export async function readShardHeaders(
   hub: HubClient,
   id: RepoId,
-  index: WeightIndex,
-  files: readonly string[],
+  { index, files }: ShardSelection,
   signal?: AbortSignal,
 ): Promise<ShardHeader[]> {
   const out: ShardHeader[] = [];

@@ -84,24 +84,25 @@ export interface ChromeTrace {
 
 const us = (ms: number): number => Math.round(ms * 1000);
 
-function span(
-  name: string,
-  pid: number,
-  tid: number,
-  fromMs: number,
-  toMs: number,
-  args?: Record<string, unknown>,
-): TraceEvent {
-  const ts = us(fromMs);
-  return {
-    name,
-    cat: "request",
-    ph: "X",
-    ts,
-    dur: Math.max(0, us(toMs) - ts),
-    pid,
-    tid,
-    ...(args ? { args } : {}),
+/** Spans on one thread of the trace (`pid`, `tid`): each from `fromMs` to `toMs`. */
+function spansOn(pid: number, tid: number) {
+  return (
+    name: string,
+    fromMs: number,
+    toMs: number,
+    args?: Record<string, unknown>,
+  ): TraceEvent => {
+    const ts = us(fromMs);
+    return {
+      name,
+      cat: "request",
+      ph: "X",
+      ts,
+      dur: Math.max(0, us(toMs) - ts),
+      pid,
+      tid,
+      ...(args ? { args } : {}),
+    };
   };
 }
 
@@ -132,16 +133,27 @@ export function engineWindow(
 }
 
 /**
+ * The events a trace is built from: the first of each type, of the try that answered (validated
+ * and end: of the whole request).
+ */
+interface RequestEvents {
+  readonly task: Ev<"task">;
+  readonly end: Ev<"end">;
+  readonly validated: Ev<"validated"> | undefined;
+  readonly routed: Ev<"routed"> | undefined;
+  readonly sent: Ev<"sent"> | undefined;
+  readonly headers: Ev<"headers"> | undefined;
+  readonly chunk: Ev<"first_chunk"> | undefined;
+  readonly engine: Ev<"engine"> | undefined;
+}
+
+/**
  * The engine's spans (its queue, prefill and decode), placed in the gateway's timeline from the
  * engine's own timings (engineWindow); none when the engine reported none.
  */
 function engineSpans(
   stream: boolean,
-  engine: Ev<"engine"> | undefined,
-  chunk: Ev<"first_chunk"> | undefined,
-  headers: Ev<"headers"> | undefined,
-  sent: Ev<"sent"> | undefined,
-  routed: Ev<"routed"> | undefined,
+  { engine, chunk, headers, sent, routed }: RequestEvents,
   meta: TraceMeta,
   ids: Record<string, unknown>,
 ): TraceEvent[] {
@@ -149,22 +161,22 @@ function engineSpans(
   if (!win) return [];
   const out: TraceEvent[] = [];
   const E = PID.engine;
+  const onEngine = spansOn(E, TID.engine);
   const where = routed?.nodeId ? ` on ${routed.nodeId}` : "";
   out.push(
     { name: "process_name", ph: "M", pid: E, tid: 0, args: { name: `engine${where}` } },
     { name: "thread_name", ph: "M", pid: E, tid: TID.engine, args: { name: meta.instanceId } },
   );
   const t = engine!.timings;
-  if (sent)
-    out.push(span(SPAN.queue, E, TID.engine, sent.at, Math.max(sent.at, win.prefillStart), ids));
+  if (sent) out.push(onEngine(SPAN.queue, sent.at, Math.max(sent.at, win.prefillStart), ids));
   out.push(
-    span(SPAN.prefill, E, TID.engine, win.prefillStart, win.prefillEnd, {
+    onEngine(SPAN.prefill, win.prefillStart, win.prefillEnd, {
       ...ids,
       prompt_ms: t.prompt_ms,
       prompt_n: t.prompt_n,
       cache_n: t.cache_n,
     }),
-    span(SPAN.decode, E, TID.engine, win.prefillEnd, win.decodeEnd, {
+    onEngine(SPAN.decode, win.prefillEnd, win.decodeEnd, {
       ...ids,
       predicted_ms: t.predicted_ms,
       predicted_n: t.predicted_n,
@@ -176,11 +188,7 @@ function engineSpans(
 /** What a trace says of its request beside the spans (otherData): ids, outcome, the engine's timings. */
 function traceMeta(
   rec: TraceRecord,
-  task: Ev<"task">,
-  end: Ev<"end">,
-  validated: Ev<"validated"> | undefined,
-  routed: Ev<"routed"> | undefined,
-  engine: Ev<"engine"> | undefined,
+  { task, end, validated, routed, engine }: RequestEvents,
 ): TraceMeta {
   const stream = validated?.stream ?? false;
   return {
@@ -217,8 +225,9 @@ export function buildTrace(rec: TraceRecord): ChromeTrace | undefined {
   const headers = first(ev, "headers");
   const chunk = first(ev, "first_chunk");
   const engine = first(ev, "engine");
+  const events: RequestEvents = { task, end, validated, routed, sent, headers, chunk, engine };
   const stream = validated?.stream ?? false;
-  const meta = traceMeta(rec, task, end, validated, routed, engine);
+  const meta = traceMeta(rec, events);
 
   const ids = {
     taskId: meta.taskId,
@@ -227,11 +236,13 @@ export function buildTrace(rec: TraceRecord): ChromeTrace | undefined {
     instanceId: meta.instanceId,
   };
   const G = PID.gateway;
+  const onRequest = spansOn(G, TID.gateway);
+  const onMaster = spansOn(G, TID.master);
   const out: TraceEvent[] = [
     { name: "process_name", ph: "M", pid: G, tid: 0, args: { name: `gateway ${rec.node}` } },
     { name: "thread_name", ph: "M", pid: G, tid: TID.gateway, args: { name: "request" } },
     { name: "thread_name", ph: "M", pid: G, tid: TID.master, args: { name: "master" } },
-    span(SPAN.root, G, TID.gateway, rec.receivedAt, end.at, {
+    onRequest(SPAN.root, rec.receivedAt, end.at, {
       ...ids,
       node: rec.node,
       stream,
@@ -246,21 +257,20 @@ export function buildTrace(rec: TraceRecord): ChromeTrace | undefined {
           }),
     }),
   ];
-  if (validated) out.push(span(SPAN.validate, G, TID.gateway, rec.receivedAt, validated.at));
+  if (validated) out.push(onRequest(SPAN.validate, rec.receivedAt, validated.at));
   if (validated && routed)
     out.push(
-      span(SPAN.route, G, TID.gateway, validated.at, routed.at, {
+      onRequest(SPAN.route, validated.at, routed.at, {
         instanceId: routed.instanceId,
         engineNodeId: routed.nodeId ?? null,
       }),
     );
   if (routed && sent)
-    out.push(span(SPAN.connect, G, TID.gateway, routed.at, sent.at, { endpoint: routed.endpoint }));
-  out.push(span(SPAN.task, G, TID.master, sent?.at ?? routed?.at ?? rec.receivedAt, task.at, ids));
-  out.push(...engineSpans(stream, engine, chunk, headers, sent, routed, meta, ids));
+    out.push(onRequest(SPAN.connect, routed.at, sent.at, { endpoint: routed.endpoint }));
+  out.push(onMaster(SPAN.task, sent?.at ?? routed?.at ?? rec.receivedAt, task.at, ids));
+  out.push(...engineSpans(stream, events, meta, ids));
   const relayFrom = stream ? chunk?.at : headers?.at;
-  if (relayFrom !== undefined)
-    out.push(span(SPAN.stream, G, TID.gateway, relayFrom, end.at, { stream }));
+  if (relayFrom !== undefined) out.push(onRequest(SPAN.stream, relayFrom, end.at, { stream }));
   if (stream && chunk)
     out.push({
       name: SPAN.firstChunk,

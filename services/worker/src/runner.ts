@@ -110,6 +110,12 @@ export async function logTail(file: string, maxLines = TAIL_LINES): Promise<stri
   }
 }
 
+/** What a failure message quotes of the runner's log: its last lines, and its last error line. */
+interface RecentLog {
+  tail: string[];
+  errorLine: string;
+}
+
 export class RunnerSupervisor implements AsyncDisposable {
   private status: RunnerStatus = { state: "RunnerWarmingUp", restarts: 0 };
   private readonly abort = new AbortController();
@@ -193,7 +199,7 @@ export class RunnerSupervisor implements AsyncDisposable {
         const tail = await this.recentLog();
         lastErrorLine = lastError(tail.join("\n"));
         if (next.action === "fail") {
-          await this.failed(outcome, next.reason, restarts, tail, lastErrorLine);
+          await this.failed(outcome, next.reason, restarts, { tail, errorLine: lastErrorLine });
           return;
         }
         restarts += 1;
@@ -224,8 +230,7 @@ export class RunnerSupervisor implements AsyncDisposable {
     outcome: RunOutcome,
     reason: string,
     restarts: number,
-    tail: string[],
-    errorLine: string,
+    { tail, errorLine }: RecentLog,
   ): Promise<void> {
     const spec = this.spec;
     const who = { model: spec.modelId, instance: spec.instanceId, rank: spec.rank };

@@ -30,6 +30,16 @@ export function repoIdOf(c: Context): string {
   return `${c.req.param("owner")}/${c.req.param("name")}`;
 }
 
+/** The emulator's settings, resolved (HubEmulatorOptions with their defaults). */
+export interface EmulatorSettings {
+  /** The user whoami reports and the default namespace of created repos. */
+  readonly user: string;
+  /** LFS uploads larger than this use the multipart protocol. */
+  readonly chunkSize: number;
+  /** When set, the only token accepted; otherwise any bearer token is. */
+  readonly token: string | undefined;
+}
+
 export class EmulatorState {
   readonly requests: HubRequestRecord[] = [];
   /** LFS objects announced by a batch request and not yet uploaded: oid to size. */
@@ -37,15 +47,20 @@ export class EmulatorState {
   readonly holds = new Set<HoldEntry>();
   /** Set once the server listens; handlers read it per request. */
   baseUrl = "";
+  readonly user: string;
+  readonly chunkSize: number;
+  private readonly token: string | undefined;
 
   constructor(
     /** The emulator's temp dir (the store's root; multipart parts go under `tmp/`). */
     readonly root: string,
     readonly store: RepoStore,
-    readonly user: string,
-    readonly chunkSize: number,
-    private readonly token: string | undefined,
-  ) {}
+    { user, chunkSize, token }: EmulatorSettings,
+  ) {
+    this.user = user;
+    this.chunkSize = chunkSize;
+    this.token = token;
+  }
 
   authOf(c: Context): Auth {
     const h = c.req.header("authorization");

@@ -201,10 +201,7 @@ async function applyCommitOps(
             ? Buffer.from(op.value.content, "base64")
             : Buffer.from(op.value.content);
         const put = await s.store.putSource(bytes);
-        next.set(
-          op.value.path,
-          s.store.fileRecord(op.value.path, put.sha256, put.size, put.gitContentSha1),
-        );
+        next.set(op.value.path, s.store.fileRecord(op.value.path, put));
         break;
       }
       case "lfsFile": {
@@ -217,7 +214,11 @@ async function applyCommitOps(
         }
         next.set(
           op.value.path,
-          s.store.fileRecord(op.value.path, op.value.oid, op.value.size, "", true),
+          s.store.fileRecord(
+            op.value.path,
+            { sha256: op.value.oid, size: op.value.size, gitContentSha1: "" },
+            true,
+          ),
         );
         break;
       }

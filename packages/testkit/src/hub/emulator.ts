@@ -83,13 +83,11 @@ export async function startHubEmulator(options: HubEmulatorOptions = {}): Promis
   const root = await mkdtemp(join(tmpdir(), "hub-emulator-"));
   const store = new RepoStore(root);
   await store.init();
-  const s = new EmulatorState(
-    root,
-    store,
-    options.user ?? "emulator-user",
-    options.multipartChunkSize ?? DEFAULT_CHUNK,
-    options.token,
-  );
+  const s = new EmulatorState(root, store, {
+    user: options.user ?? "emulator-user",
+    chunkSize: options.multipartChunkSize ?? DEFAULT_CHUNK,
+    token: options.token,
+  });
   const server = await listen(emulatorApp(s));
   s.baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
@@ -213,7 +211,7 @@ async function addRepo(
   const repo = store.createRepo(id, opts.private ?? false);
   for (const [path, src] of Object.entries(files)) {
     const put = await store.putSource(src);
-    repo.files.set(path, store.fileRecord(path, put.sha256, put.size, put.gitContentSha1));
+    repo.files.set(path, store.fileRecord(path, put));
   }
   repo.cardDataOverride = opts.cardData ?? null;
   repo.commit = newCommitOid();

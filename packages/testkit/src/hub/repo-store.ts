@@ -22,6 +22,16 @@ export interface StoredFile {
   readonly lfs: boolean;
 }
 
+/**
+ * Content in the object store: its sha256, its size, and the git blob id of the content ("" when
+ * not computed: content larger than LFS_MIN_SIZE, or an LFS upload).
+ */
+export interface StoredObject {
+  readonly sha256: string;
+  readonly size: number;
+  readonly gitContentSha1: string;
+}
+
 export interface StoredRepo {
   readonly id: string;
   readonly createdAt: Date;
@@ -101,9 +111,7 @@ export class RepoStore {
   }
 
   /** Streams bytes into the object store; returns the sha256, size and git blob id of the content. */
-  async putStream(
-    source: Readable | AsyncIterable<Uint8Array>,
-  ): Promise<{ sha256: string; size: number; gitContentSha1: string }> {
+  async putStream(source: Readable | AsyncIterable<Uint8Array>): Promise<StoredObject> {
     const tmp = join(this.tmpDir, randomBytes(8).toString("hex"));
     const sha = createHash("sha256");
     const chunks: Buffer[] = [];
@@ -124,9 +132,7 @@ export class RepoStore {
     return { sha256, size, gitContentSha1 };
   }
 
-  async putSource(
-    src: HubFileSource,
-  ): Promise<{ sha256: string; size: number; gitContentSha1: string }> {
+  async putSource(src: HubFileSource): Promise<StoredObject> {
     if (typeof src === "string" || src instanceof Uint8Array) {
       const buf =
         typeof src === "string"
@@ -143,9 +149,7 @@ export class RepoStore {
 
   fileRecord(
     path: string,
-    sha256: string,
-    size: number,
-    gitContentSha1: string,
+    { sha256, size, gitContentSha1 }: StoredObject,
     forceLfs = false,
   ): StoredFile {
     const lfs = forceLfs || isLfsPath(path, size);

@@ -406,21 +406,32 @@ function hookProcess(): void {
   }
 }
 
+/** A lab's network, seen from the root namespace: its /24, its bridge, the root's address. */
+interface LabNetwork {
+  readonly subnet: string;
+  readonly bridge: string;
+  readonly rootAddress: string;
+}
+
 export class NetLab implements AsyncDisposable {
   private disposed = false;
   private readonly byName: ReadonlyMap<string, LabHost>;
+  /** The lab's /24, e.g. `10.231.7.0/24`. */
+  readonly subnet: string;
+  /** The bridge in the root namespace. */
+  readonly bridge: string;
+  /** The root namespace's address on the bridge: the test process reaches every host from it. */
+  readonly rootAddress: string;
 
   private constructor(
     readonly runId: string,
-    /** The lab's /24, e.g. `10.231.7.0/24`. */
-    readonly subnet: string,
-    /** The bridge in the root namespace. */
-    readonly bridge: string,
-    /** The root namespace's address on the bridge: the test process reaches every host from it. */
-    readonly rootAddress: string,
+    { subnet, bridge, rootAddress }: LabNetwork,
     readonly hosts: readonly LabHost[],
     private readonly markerPath: string,
   ) {
+    this.subnet = subnet;
+    this.bridge = bridge;
+    this.rootAddress = rootAddress;
     this.byName = new Map(hosts.map((h) => [h.name, h]));
   }
 
@@ -483,7 +494,7 @@ export class NetLab implements AsyncDisposable {
       ifname: `${tag}n${i + 1}`,
       bridgeIfname: `${tag}h${i + 1}`,
     }));
-    const lab = new NetLab(runId, subnet, bridge, `${base}.1`, hosts, markerPath);
+    const lab = new NetLab(runId, { subnet, bridge, rootAddress: `${base}.1` }, hosts, markerPath);
     liveLabs.add(lab);
     try {
       await lab.build();

@@ -78,7 +78,7 @@ export async function verbDoctor(p: Parsed, c: Client, io: Io): Promise<number> 
   const expectNodes =
     p.values["expect-nodes"] === undefined
       ? undefined
-      : intOption("expect-nodes", p.values["expect-nodes"], 1, 10_000, 1);
+      : intOption("expect-nodes", p.values["expect-nodes"], { min: 1, max: 10_000, fallback: 1 });
   const checks = evaluate(await gather(c, { expectNodes }));
   print(io, p, checks, () =>
     checks.map((k) => `${k.ok ? "✓" : "✗"} ${k.name.padEnd(16)} ${k.detail}`).join("\n"),

@@ -5,7 +5,6 @@ import { ApiError } from "../client.ts";
 import { UsageError } from "../args.ts";
 import type { Parsed } from "../args.ts";
 import { uniqueId } from "../format.ts";
-import type { InstanceKind } from "@ic/protocol";
 
 /** Where output goes (tests and the terminal). */
 export interface Io {
@@ -17,40 +16,10 @@ export interface Io {
   readonly tty: boolean;
 }
 
-export interface StateDoc {
-  session: { session_id: string } | null;
-  this_node: { name: string; is_master: boolean; synced: boolean };
-  node_identities: { node_id: string; name: string; api_url: string; is_master: boolean }[];
-  nodeHealth: { node_name: string; code: string; severity: string; message: string }[];
-  topology: {
-    nodes: {
-      node_id: string;
-      name: string;
-      last_heard_ms_ago: number | null;
-      telemetry: { memory_free_bytes: number; memory_total_bytes: number; gpus: unknown[] } | null;
-    }[];
-  };
-  models: { model_id: string; bytes: number; layers: number; drafter?: string }[];
-  instances: {
-    instance_id: string;
-    model_id: string;
-    sharding: string;
-    kind?: InstanceKind;
-    embeddings?: boolean;
-    assignments: { node_id: string; rank: number }[];
-    runners: { rank: number; state: string; node_id: string }[];
-  }[];
-  pulls: Pull[];
-}
-export interface Pull {
-  model_id: string;
-  quant?: string;
-  served_file?: string;
-  state: string;
-  bytes_done: number;
-  bytes_total: number | null;
-  error?: { code: string; message: string };
-}
+/** The state document (GET /state) and a pull, as the node serves them. */
+import type { StateDocument } from "@ic/protocol";
+export type { Pull } from "@ic/protocol";
+export type StateDoc = StateDocument;
 
 /**
  * Waits until the instance's runners are all ready (it serves), printing each change of what it is
@@ -59,13 +28,7 @@ export interface Pull {
 export async function waitServing(c: Client, id: string, io: Io, p: Parsed): Promise<void> {
   let last = "";
   for (;;) {
-    const s = await c.get<{
-      instances: {
-        instance_id: string;
-        assignments: unknown[];
-        runners: { rank: number; state: string; reason?: string; last_error?: string }[];
-      }[];
-    }>("/state");
+    const s = await c.get<StateDoc>("/state");
     const inst = s.instances.find((i) => i.instance_id === id);
     if (!inst) throw new ApiError(410, "instance_lost", `${id} is gone from the cluster`);
     const failed = inst.runners.find((r) => r.state === "RunnerFailed");
@@ -129,7 +92,7 @@ export async function memberOf(
 /** Names nodes for output: `name (n-…)`, the id alone when the node is not a member. */
 export async function nodeNamer(c: Client): Promise<(id: string) => string> {
   const s = await c.get<StateDoc>("/state");
-  const names = new Map(s.node_identities.map((m) => [m.node_id, m.name]));
+  const names = new Map<string, string>(s.node_identities.map((m) => [m.node_id, m.name]));
   return (id) => {
     const name = names.get(id);
     return name ? `${name} (${id})` : id;

@@ -31,11 +31,11 @@ export async function verbPlace(p: Parsed, c: Client, io: Io): Promise<number> {
     throw new UsageError(`--sharding must be Pipeline or Tensor, not "${sharding}"`);
   const body = {
     model_id: p.positionals[0],
-    min_nodes: intOption("min-nodes", p.values["min-nodes"], 1, 1024, 1),
+    min_nodes: intOption("min-nodes", p.values["min-nodes"], { min: 1, max: 1024, fallback: 1 }),
     sharding,
     excluded_nodes: ((p.values["exclude"] as string | undefined) ?? "").split(",").filter(Boolean),
     ...placeKind(p),
-    replicas: intOption("replicas", p.values["replicas"], 1, 16, 1),
+    replicas: intOption("replicas", p.values["replicas"], { min: 1, max: 16, fallback: 1 }),
   };
   type Placed = {
     instance_id: string;
@@ -129,7 +129,11 @@ async function withImage(text: string, image: unknown): Promise<unknown> {
 export async function verbChat(p: Parsed, c: Client, io: Io): Promise<number> {
   const [model, ...words] = p.positionals;
   const content = words.join(" ") || "Hello!";
-  const maxTokens = intOption("max-tokens", p.values["max-tokens"], 1, 1_000_000, 256);
+  const maxTokens = intOption("max-tokens", p.values["max-tokens"], {
+    min: 1,
+    max: 1_000_000,
+    fallback: 256,
+  });
   const t = p.values["temperature"] as string | undefined;
   const temperature = t === undefined ? undefined : Number(t);
   if (temperature !== undefined && !(temperature >= 0 && temperature <= 2))

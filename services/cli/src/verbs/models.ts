@@ -6,6 +6,7 @@ import type { Parsed } from "../args.ts";
 import { bytes, progressBar, purgeText, table } from "../format.ts";
 import type { PurgeAnswer } from "../format.ts";
 import { memberOf, print } from "./common.ts";
+import type { ClusterStorage } from "@ic/protocol";
 import type { Io, Pull, StateDoc } from "./common.ts";
 
 /** The files `ic import` sends: the file itself, or a folder's files (hidden ones left out). */
@@ -139,7 +140,7 @@ export async function verbImport(p: Parsed, c: Client, io: Io): Promise<number> 
   const deadline = Date.now() + 60_000;
   let registered = false;
   while (!registered && Date.now() < deadline) {
-    const s = await c.get<{ models: { model_id: string }[] }>("/state");
+    const s = await c.get<StateDoc>("/state");
     registered = s.models.some((m) => m.model_id === id);
     if (!registered) await new Promise((r) => setTimeout(r, 500));
   }
@@ -205,18 +206,7 @@ export async function verbPulls(p: Parsed, c: Client, io: Io): Promise<number> {
 export async function verbStorage(p: Parsed, c: Client, io: Io): Promise<number> {
   // The node asks its live peers itself (GET /store/storage/cluster): their API addresses need
   // not be reachable from here.
-  const s = await c.get<{
-    nodes: {
-      name: string;
-      report: {
-        staged_bytes: number;
-        event_log_bytes: number;
-        models_volume: { free_bytes: number; total_bytes: number };
-        staged_models: unknown[];
-      };
-    }[];
-    unreachable: { node: string; error: string }[];
-  }>("/store/storage/cluster", 10_000);
+  const s = await c.get<ClusterStorage>("/store/storage/cluster", 10_000);
   const only = p.values["node"] ? (await memberOf(c, p.values["node"] as string)).name : undefined;
   const reports = [
     ...s.nodes.map((n) => ({ node: n.name, ...n.report })),

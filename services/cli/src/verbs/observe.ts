@@ -7,11 +7,11 @@ import { instanceId, memberOf, print } from "./common.ts";
 import type { Io } from "./common.ts";
 
 export async function verbLogs(p: Parsed, c: Client, io: Io): Promise<number> {
-  const tail = intOption("tail", p.values["tail"], 1, 5000, 50);
+  const tail = intOption("tail", p.values["tail"], { min: 1, max: 5000, fallback: 50 });
   if (p.values["instance"]) {
     if (p.values["follow"])
       throw new UsageError("-f follows a node's own log; a runner's log is read with --tail");
-    const rank = intOption("rank", p.values["rank"], 0, 1024, 0);
+    const rank = intOption("rank", p.values["rank"], { min: 0, max: 1024, fallback: 0 });
     const id = await instanceId(c, p.values["instance"] as string);
     const r = await c.get<{ lines: string[]; file: string; node: { name: string } }>(
       `/instances/${encodeURIComponent(id)}/logs?rank=${rank}&tail=${tail}`,
@@ -81,7 +81,7 @@ export async function verbTraces(p: Parsed, c: Client, io: Io): Promise<number> 
     );
     return 0;
   }
-  const limit = intOption("limit", p.values["limit"], 1, 1000, 20);
+  const limit = intOption("limit", p.values["limit"], { min: 1, max: 1000, fallback: 20 });
   const r = await c.get<{
     traces: { taskId: string; createdAt: string; modelId: string; node: string }[];
   }>(`/v1/traces/cluster?limit=${limit}`);

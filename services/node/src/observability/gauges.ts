@@ -206,6 +206,13 @@ function runnerGauges(registry: Registry, o: MetricsSources): void {
 
 /** The store host's pulls, staged copies, and the event log. */
 function storageGauges(registry: Registry, o: MetricsSources): void {
+  pullGauges(registry, o);
+  stagingGauges(registry, o);
+  eventLogGauges(registry, o);
+}
+
+/** The store host's pulls from the model hub. */
+function pullGauges(registry: Registry, o: MetricsSources): void {
   const registers = [registry];
   new Gauge({
     name: "ic_store_pull_bytes",
@@ -229,6 +236,11 @@ function storageGauges(registry: Registry, o: MetricsSources): void {
         if (p.bytes_total !== null) this.set({ model: p.model_id }, p.bytes_total);
     },
   });
+}
+
+/** This node's staged copies: their size and count, and the bytes they received and served. */
+function stagingGauges(registry: Registry, o: MetricsSources): void {
+  const registers = [registry];
   new Gauge({
     name: "ic_node_staging_bytes",
     help: "Bytes of staged model copies under node_cache_path.",
@@ -270,6 +282,11 @@ function storageGauges(registry: Registry, o: MetricsSources): void {
       this.set((await o.staging()).models);
     },
   });
+}
+
+/** The durable event log: its mode and its size. */
+function eventLogGauges(registry: Registry, o: MetricsSources): void {
+  const registers = [registry];
   new Gauge({
     name: "ic_node_event_log_mode",
     help: "Event-log persistence mode (1 for the current one): normal, or counting-only when disk is short.",
