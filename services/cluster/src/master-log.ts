@@ -1,5 +1,5 @@
 // The master's in-memory log of the current session's events, bounded by count and bytes.
-// Followers catch up from it one page at a time (sync-pages.ts); past its start they get a snapshot.
+// Followers catch up from it one page at a time (master-endpoints.ts serves them, replica-sync.ts asks); past its start they get a snapshot.
 import type { IndexedEvent } from "@ic/protocol";
 
 export interface LogBounds {
