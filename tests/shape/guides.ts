@@ -22,9 +22,10 @@ function commentOf(line: string): string {
   return i >= 0 ? line.slice(i + 4) : "";
 }
 
-/** The markdown guides: the README and docs/. */
+/** The markdown guides: the README, docs/ and each service's module map. */
 function guides(): string[] {
-  return ["README.md", ...filesUnder(["docs"], [".md"])];
+  const maps = filesUnder(["services"], ["README.md"]).filter((p) => p.split("/").length === 3);
+  return ["README.md", ...filesUnder(["docs"], [".md"]), ...maps];
 }
 
 /**

@@ -25,8 +25,8 @@ export interface Component {
   readonly name: string;
   start?(): Promise<void> | void;
   stop?(): Promise<void> | void;
-  /** Its routes on the node's API. */
-  routes?(app: Hono): void;
+  /** Its routes on the node's API: an app of their own, which the node app mounts (node-app.ts). */
+  routes?(): Hono;
   /**
    * Its fields of this node's heartbeat, and its entries in the node's health list (sent in each
    * heartbeat, shown by `doctor`). Called once per heartbeat.

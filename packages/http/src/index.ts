@@ -21,4 +21,6 @@ export {
 } from "./auth.ts";
 export type { ApiToken, AuthOptions } from "./auth.ts";
 export { ComponentStack } from "./component.ts";
+export { createNodeApp, routesOf } from "./node-app.ts";
+export type { NodeAppOptions } from "./node-app.ts";
 export type { Component, HeartbeatPart } from "./component.ts";

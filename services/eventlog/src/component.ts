@@ -1,5 +1,6 @@
 // The event log as a node component: built from the `event_log` section, started before the cluster
 // agent (which appends every replicated event to it), serving GET /events.
+import { routesOf } from "@ic/http";
 import type { Component } from "@ic/http";
 import type { Logger } from "@ic/log";
 import type { Disk } from "./disk.ts";
@@ -25,6 +26,6 @@ export function eventLogComponent(
     eventLog,
     start: () => eventLog.start(),
     stop: () => eventLog.stop(),
-    routes: (app) => eventRoutes(app, eventLog),
+    routes: () => routesOf((app) => eventRoutes(app, eventLog)),
   };
 }

@@ -1,9 +1,10 @@
-// The HTTP control API of one node (hono): every endpoint of the spec, one error envelope.
-import { Hono } from "hono";
-import { ServiceError } from "@ic/protocol";
+// The gateway's part of a node's API (a component, mounted on the node's app with the others'):
+// the inference endpoints, /v1/models, placement, the cluster state and the /admin actions.
+// createGatewayApp serves it alone on a node app (its tests, and tools that need only it).
+import type { Hono } from "hono";
 import type { Logger } from "@ic/log";
-import { authMiddleware, toResponse } from "@ic/http";
-import type { AuthOptions } from "@ic/http";
+import { createNodeApp, routesOf } from "@ic/http";
+import type { AuthOptions, Component } from "@ic/http";
 import type { ClusterView } from "@ic/protocol";
 import { chatRoutes } from "./routes/chat.ts";
 import { modelRoutes } from "./routes/models.ts";
@@ -40,19 +41,23 @@ export interface GatewayOptions {
   readonly stateStreamPeriodMs?: number;
   /** This gateway's requests in flight, shared with the node's heartbeat (`outstanding`). */
   readonly load?: RequestLoad;
-  /** Extra route groups (placement, store, events, tracing) registered by the launcher. */
-  readonly extensions?: ReadonlyArray<(app: Hono) => void>;
 }
 
+/** The gateway on a node app of its own (its tests serve it so). */
 export function createGatewayApp(o: GatewayOptions): Hono {
+  return createNodeApp({ auth: o.auth, log: o.log.child({ component: "gateway" }) }, [
+    gatewayComponent(o),
+  ]);
+}
+
+/** The gateway as one of a node's components: its routes. */
+export function gatewayComponent(o: GatewayOptions): Component {
+  return { name: "gateway", routes: () => routesOf((app) => gatewayRoutes(app, o)) };
+}
+
+function gatewayRoutes(app: Hono, o: GatewayOptions): void {
   const log = o.log.child({ component: "gateway" });
   const load = o.load ?? new RequestLoad();
-  const app = new Hono();
-  app.onError((err, c) => toResponse(c, err, log));
-  app.notFound((c) =>
-    toResponse(c, new ServiceError("not_found", `no route ${c.req.method} ${c.req.path}`), log),
-  );
-  app.use("*", authMiddleware(o.auth ?? { tokens: [] }));
   clusterRoutes(app, {
     cluster: o.cluster,
     name: o.name,
@@ -80,6 +85,4 @@ export function createGatewayApp(o: GatewayOptions): Hono {
     ...(o.onChatMigration ? { onMigration: o.onChatMigration } : {}),
     ...(o.streams ? { streams: o.streams } : {}),
   });
-  for (const ext of o.extensions ?? []) ext(app);
-  return app;
 }

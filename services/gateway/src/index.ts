@@ -1,5 +1,5 @@
 // Front door of the gateway service: the hono app (it takes the cluster view of @ic/protocol).
-export { createGatewayApp } from "./app.ts";
+export { createGatewayApp, gatewayComponent } from "./app.ts";
 export type { GatewayOptions } from "./app.ts";
 export { stateDocument } from "./view.ts";
 export { RequestLoad } from "./request-load.ts";

@@ -11,7 +11,7 @@ import { stagingFor } from "@ic/config";
 import { dashboardComponent } from "@ic/dashboard";
 import { eventLogComponent } from "@ic/eventlog";
 import { engineAuth, RequestLoad, StreamDirectory } from "@ic/gateway";
-import { ComponentStack, TokenSet } from "@ic/http";
+import { ComponentStack, routesOf, TokenSet } from "@ic/http";
 import type { Component } from "@ic/http";
 import { processLogTail } from "@ic/log";
 import type { Logger } from "@ic/log";
@@ -179,7 +179,7 @@ async function compose<C extends NodeCluster>(
     load: local.chatLoad,
     routes: {
       events: local.events,
-      reload: { name: "reload", routes: (a) => reloadRoutes(a, reloader) },
+      reload: { name: "reload", routes: () => routesOf((a) => reloadRoutes(a, reloader)) },
       ...services,
       cluster: clusterPart,
       storeHost: storage.storeHost,
@@ -407,10 +407,11 @@ function clusterComponent<C extends NodeCluster>(scope: Scope<C>, agent: C): Com
       await agent.stop?.();
       peerWatch.stop();
     },
-    routes: (a) => {
-      watchRoutes(a, { agent, log });
-      healthRoutes(a, { agent, name, phase: deps.phase });
-    },
+    routes: () =>
+      routesOf((a) => {
+        watchRoutes(a, { agent, log });
+        healthRoutes(a, { agent, name, phase: deps.phase });
+      }),
   };
 }
 

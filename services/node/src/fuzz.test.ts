@@ -52,7 +52,7 @@ import {
 import type { SettingsEdit, SettingsView } from "@ic/dashboard";
 import { eventLogComponent, FakeDisk } from "@ic/eventlog";
 import type { EventLog, EventLogComponent } from "@ic/eventlog";
-import { createGatewayApp } from "@ic/gateway";
+import { createNodeApp, routesOf } from "@ic/http";
 import type { ClusterView, PeerView } from "@ic/protocol";
 import type { ApiToken, Component } from "@ic/http";
 import { createLogger, LogTail } from "@ic/log";
@@ -2624,7 +2624,11 @@ async function traceFixture(dir: string, log: ReturnType<typeof createLogger>): 
   });
   await t.start();
   const at = Date.now() - 1000;
-  const obs = t.observe({ commandId: "chatcmpl-fuzz", receivedAt: at, path: "/v1/chat/completions" })!;
+  const obs = t.observe({
+    commandId: "chatcmpl-fuzz",
+    receivedAt: at,
+    path: "/v1/chat/completions",
+  })!;
   obs.event({ type: "validated", at: at + 0.5, model: READY, stream: false });
   obs.event({
     type: "routed",
@@ -2964,13 +2968,14 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
           store,
           cluster: {
             name: "cluster",
-            routes: (a) => {
-              watchRoutes(a, { agent: watchAgent, log });
-              healthRoutes(a, { agent: cluster, name: "self", phase: () => "started" });
-            },
+            routes: () =>
+              routesOf((a) => {
+                watchRoutes(a, { agent: watchAgent, log });
+                healthRoutes(a, { agent: cluster, name: "self", phase: () => "started" });
+              }),
           },
           dashboard,
-          storeHost: { name: "store-host", routes: (a) => void a.route("/", storeHost.app) },
+          storeHost: { name: "store-host", routes: () => storeHost.app },
         },
       });
       apps[kind] = app;
@@ -3337,13 +3342,9 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
 
   it("the pull routes check their input before the bus: 400, then 503 unavailable when no store host answers", async () => {
     // A node whose bus has no store host (no node has store_path): nothing answers ic.store.pulls.
-    const app = createGatewayApp({
-      cluster,
-      log,
-      name: "self",
-      auth: { tokens: [] },
-      extensions: [(a) => pullRoutes(a, { bus: loopbackBus(), cluster })],
-    });
+    const app = createNodeApp({ log }, [
+      { routes: () => routesOf((a) => pullRoutes(a, { bus: loopbackBus(), cluster })) },
+    ]);
     const commands = cluster.commands.length;
     const json = { "content-type": "application/json" };
     for (const [method, target, body, status] of [

@@ -2,8 +2,7 @@
 // a started node in a synced session, 503 in the error envelope saying why otherwise.
 import type { Hono } from "hono";
 import { describe, expect, it } from "vitest";
-import { createGatewayApp } from "@ic/gateway";
-import type { ClusterView } from "@ic/protocol";
+import { createNodeApp, routesOf } from "@ic/http";
 import { silentLogger } from "@ic/log";
 import { ErrorBodySchema } from "@ic/protocol";
 import { HEALTH_PATH, healthOf, healthRoutes } from "./health-route.ts";
@@ -22,16 +21,17 @@ class Fixture {
   };
   readonly app: Hono;
   constructor() {
-    this.app = createGatewayApp({
-      // The route never reaches the cluster view; the gateway's own routes are not called here.
-      cluster: {} as ClusterView,
-      log: silentLogger(),
-      name: "node-1",
-      auth: { tokens: [{ name: "dash", token: TOKEN, scopes: ["read"] }] },
-      extensions: [
-        (a) => healthRoutes(a, { agent: this.agent, name: "node-1", phase: () => this.phase }),
+    this.app = createNodeApp(
+      { auth: { tokens: [{ name: "dash", token: TOKEN, scopes: ["read"] }] }, log: silentLogger() },
+      [
+        {
+          routes: () =>
+            routesOf((a) =>
+              healthRoutes(a, { agent: this.agent, name: "node-1", phase: () => this.phase }),
+            ),
+        },
       ],
-    });
+    );
   }
   get(method = "GET", headers: Record<string, string> = {}) {
     return this.app.request(`http://node-1:8080${HEALTH_PATH}`, {

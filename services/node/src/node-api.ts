@@ -1,10 +1,12 @@
-// The node's HTTP API: the gateway's app with every component's routes, in the order they are
-// matched, and the gateway's settings from the config. buildNode serves it; fuzz.test.ts serves the
-// same composition over a scripted cluster.
+// The node's HTTP API: one neutral app (createNodeApp: the error envelope, tokens and scopes) with
+// every component's routes mounted in the order they are matched, the gateway first with its
+// settings from the config. buildNode serves it; fuzz.test.ts serves the same composition over a
+// scripted cluster.
 import type { Hono } from "hono";
 import type { Config } from "@ic/config";
-import { createGatewayApp } from "@ic/gateway";
+import { gatewayComponent } from "@ic/gateway";
 import type { RequestLoad, StreamDirectory } from "@ic/gateway";
+import { createNodeApp, routesOf } from "@ic/http";
 import type { ApiToken, Component, TokenSet } from "@ic/http";
 import type { Logger } from "@ic/log";
 import type { ChatObserver, ChatRequestSeen, ClusterView } from "@ic/protocol";
@@ -50,12 +52,12 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
     r.tracing,
     r.store,
     r.cluster,
-    { name: "openapi", routes: openApiRoutes },
+    { name: "openapi", routes: () => routesOf(openApiRoutes) },
     r.dashboard,
     r.storeHost,
   ];
   const observers = [r.tracing.tracing.observe, r.observability.observe];
-  return createGatewayApp({
+  const gateway = gatewayComponent({
     cluster: o.cluster,
     log: o.log,
     name: cfg.node.name!,
@@ -66,15 +68,14 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
     contextSize: cfg.engine.context_size,
     chat: cfg.chat,
     onChatMigration: (m) => r.observability.metrics.migration(m),
-    // With tokens configured, peers present the cluster's node token (read scope: store downloads).
-    // The set is replaced on a reload (SIGHUP, POST /admin/reload).
-    auth: { tokens: o.tokens },
     ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
     ...(o.load ? { load: o.load } : {}),
     ...(o.streams ? { streams: o.streams } : {}),
     observeChat: (req) => combineObservers(observers.map((f) => f(req))),
-    extensions: routed.flatMap((c) => (c?.routes ? [(a: Hono) => c.routes!(a)] : [])),
   });
+  // With tokens configured, peers present the cluster's node token (read scope: store downloads).
+  // The set is replaced on a reload (SIGHUP, POST /admin/reload).
+  return createNodeApp({ auth: { tokens: o.tokens }, log: o.log }, [gateway, ...routed]);
 }
 
 /** One observer for several (undefined when none observes: the chat path then skips its events). */

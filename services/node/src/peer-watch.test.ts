@@ -4,11 +4,10 @@ import { createServer, request } from "node:http";
 import type { IncomingMessage, Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import type { Hono } from "hono";
 import { silentLogger } from "@ic/log";
 import type { PeerView } from "@ic/cluster";
 import type { Heartbeat } from "@ic/protocol";
-import { createGatewayApp } from "@ic/gateway";
+import { createNodeApp, routesOf } from "@ic/http";
 import { apiListener } from "./api-listener.ts";
 import { PeerWatch, WATCH_PATH, watchRoutes } from "./peer-watch.ts";
 import type { WatchAgent } from "./peer-watch.ts";
@@ -50,16 +49,15 @@ afterEach(async () => {
   }
 });
 
-/** A node API (the gateway app with the watch route, behind the node's listener) on a free port. */
+/** A node API (a node app with the watch route, behind the node's listener) on a free port. */
 async function serve(agent: WatchAgent, token?: string): Promise<{ url: string; server: Server }> {
   const log = silentLogger();
-  const app = createGatewayApp({
-    cluster: {} as never,
-    log,
-    name: "master",
-    auth: { tokens: token ? [{ name: "cluster-node", token, scopes: ["read"] }] : [] },
-    extensions: [(a: Hono) => watchRoutes(a, { agent, log })],
-  } as never);
+  const auth = {
+    tokens: token ? [{ name: "cluster-node", token, scopes: ["read" as const] }] : [],
+  };
+  const app = createNodeApp({ auth, log }, [
+    { routes: () => routesOf((a) => watchRoutes(a, { agent, log })) },
+  ]);
   const server = createServer(apiListener(() => app, log));
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   servers.push(server);

@@ -1,6 +1,7 @@
 // The store's part of every node as a component: the storage report and the purge broadcast over
 // this node's staged copies, and the pull routes every node serves (the store host does the work).
 import type { Bus } from "@ic/bus";
+import { routesOf } from "@ic/http";
 import type { Component } from "@ic/http";
 import { servePurge, storeRoutes } from "./staging/routes.ts";
 import type { StoreRouteOptions } from "./staging/routes.ts";
@@ -14,9 +15,10 @@ export function storeComponent(
     name: "store",
     start: () => void (unserve = servePurge(o)),
     stop: () => unserve?.(),
-    routes: (app) => {
-      storeRoutes(app, o);
-      pullRoutes(app, o);
-    },
+    routes: () =>
+      routesOf((app) => {
+        storeRoutes(app, o);
+        pullRoutes(app, o);
+      }),
   };
 }

@@ -1,5 +1,6 @@
 // Tracing as a node component: built from the `tracing` section; it observes each chat request of this
 // node's gateway and serves /v1/tracing and /v1/traces (the cluster views fan out to the peers).
+import { routesOf } from "@ic/http";
 import type { Component } from "@ic/http";
 import type { Logger } from "@ic/log";
 import type { PeerApis } from "@ic/protocol";
@@ -26,7 +27,9 @@ export function tracingComponent(
     tracing,
     start: () => tracing.start(),
     stop: () => tracing.stop(),
-    routes: (app) =>
-      tracingRoutes(app, { tracing, node: o.node, fanOut: { ...ask, peers: () => list() } }),
+    routes: () =>
+      routesOf((app) =>
+        tracingRoutes(app, { tracing, node: o.node, fanOut: { ...ask, peers: () => list() } }),
+      ),
   };
 }

@@ -2,6 +2,7 @@
 // local engines' metrics), the dashboard's series, this node's log lines, and its runners' logs
 // answered on the bus for GET /instances/{id}/logs on any node.
 import type { Bus } from "@ic/bus";
+import { routesOf } from "@ic/http";
 import type { Component } from "@ic/http";
 import type { LogTail } from "@ic/log";
 import type { ChatObserver, ChatRequestSeen, PeerApis } from "@ic/protocol";
@@ -67,18 +68,19 @@ export function observabilityComponent(
       clearInterval(sampler);
       unserve?.();
     },
-    routes(app) {
-      seriesRoutes(app, { node: sources.name, recorder: series, peers });
-      observabilityRoutes(app, {
-        name: sources.name,
-        cluster: sources.cluster,
-        bus,
-        log: sources.log,
-        telemetry: { diagnostics: () => sources.telemetryDiagnostics() },
-        metrics,
-        logTail,
-        runnerLogs,
-      });
-    },
+    routes: () =>
+      routesOf((app) => {
+        seriesRoutes(app, { node: sources.name, recorder: series, peers });
+        observabilityRoutes(app, {
+          name: sources.name,
+          cluster: sources.cluster,
+          bus,
+          log: sources.log,
+          telemetry: { diagnostics: () => sources.telemetryDiagnostics() },
+          metrics,
+          logTail,
+          runnerLogs,
+        });
+      }),
   };
 }

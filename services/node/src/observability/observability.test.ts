@@ -11,7 +11,7 @@ import { Writable } from "node:stream";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import type { ParsedFamily } from "parse-prometheus-text-format";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createGatewayApp } from "@ic/gateway";
+import { createNodeApp, routesOf } from "@ic/http";
 import type { ClusterView, PeerView } from "@ic/protocol";
 import type { ChatObserver } from "@ic/protocol";
 import { createLogger, LogTail, silentLogger } from "@ic/log";
@@ -312,10 +312,22 @@ describe("GET /metrics", () => {
     expect(family(before, "ic_chat_requests_total").metrics).toEqual([]);
 
     const t0 = 1_000_000;
-    play(m.observe({ commandId: "c-1", receivedAt: t0, path: "/v1/chat/completions" }), t0, "stream");
-    play(m.observe({ commandId: "c-2", receivedAt: t0, path: "/v1/chat/completions" }), t0, "plain");
+    play(
+      m.observe({ commandId: "c-1", receivedAt: t0, path: "/v1/chat/completions" }),
+      t0,
+      "stream",
+    );
+    play(
+      m.observe({ commandId: "c-2", receivedAt: t0, path: "/v1/chat/completions" }),
+      t0,
+      "plain",
+    );
     play(m.observe({ commandId: "c-3", receivedAt: t0, path: "/v1/chat/completions" }), t0, "404");
-    play(m.observe({ commandId: "c-4", receivedAt: t0, path: "/v1/chat/completions" }), t0, "invalid");
+    play(
+      m.observe({ commandId: "c-4", receivedAt: t0, path: "/v1/chat/completions" }),
+      t0,
+      "invalid",
+    );
     const open = m.observe({ commandId: "c-5", receivedAt: t0, path: "/v1/chat/completions" });
 
     const text = await m.render();
@@ -362,7 +374,11 @@ describe("GET /metrics", () => {
   it("labels a chat for a model named like Object.prototype's keys `unknown`", async () => {
     const m = new NodeMetrics(sources(cluster(), [], await collector()));
     for (const model of ["constructor", "toString", "__proto__"]) {
-      const obs = m.observe({ commandId: `c-${model}`, receivedAt: 0, path: "/v1/chat/completions" });
+      const obs = m.observe({
+        commandId: `c-${model}`,
+        receivedAt: 0,
+        path: "/v1/chat/completions",
+      });
       obs.event({ type: "validated", at: 1, model, stream: false });
       obs.event({
         type: "end",
@@ -534,30 +550,29 @@ describe("the observability routes", () => {
       }) as never,
     };
     const metrics = new NodeMetrics(sources(view, [], c));
-    const a = createGatewayApp({
-      cluster: view,
-      log: silentLogger(),
-      name: "node-a",
-      auth: {
-        tokens: [
-          { name: "reader", token: TOKENS.read, scopes: ["read"] },
-          { name: "client", token: TOKENS.inference, scopes: ["inference"] },
-        ],
-      },
-      extensions: [
-        (h) =>
-          observabilityRoutes(h, {
-            name: "node-a",
-            cluster: view,
-            bus,
-            log: silentLogger(),
-            telemetry: c,
-            metrics,
-            logTail: tail,
-            runnerLogs: { peerKey: "p-a", name: "node-a", runnerLogDir: localDir },
-          }),
+    const auth = {
+      tokens: [
+        { name: "reader", token: TOKENS.read, scopes: ["read" as const] },
+        { name: "client", token: TOKENS.inference, scopes: ["inference" as const] },
       ],
-    });
+    };
+    const a = createNodeApp({ auth, log: silentLogger() }, [
+      {
+        routes: () =>
+          routesOf((h) =>
+            observabilityRoutes(h, {
+              name: "node-a",
+              cluster: view,
+              bus,
+              log: silentLogger(),
+              telemetry: c,
+              metrics,
+              logTail: tail,
+              runnerLogs: { peerKey: "p-a", name: "node-a", runnerLogDir: localDir },
+            }),
+          ),
+      },
+    ]);
     const get = (path: string, token = TOKENS.read, init: RequestInit = {}) =>
       a.request(path, { ...init, headers: { authorization: `Bearer ${token}` } });
     return { get, asked, c };

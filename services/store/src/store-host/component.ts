@@ -97,7 +97,7 @@ export function storeHostComponent(o: StoreHostComponentOptions): StoreHostCompo
       pulls.stop();
       await host.stop();
     },
-    routes: (app) => void app.route("/", host.app),
+    routes: () => host.app,
     heartbeat: () => ({
       ...(pulls.list().length > 0 ? { pulls: pulls.list() } : {}),
       health: [
