@@ -2,6 +2,7 @@
 // node's list order and stopped in reverse, with the HTTP routes it serves (their OpenAPI entries sit
 // in the service's operations table beside them) and what it adds to the node's heartbeat.
 import type { Hono } from "hono";
+import type { Registry } from "prom-client";
 import type { HealthEntry, HeartbeatMessage } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 
@@ -27,6 +28,11 @@ export interface Component {
   stop?(): Promise<void> | void;
   /** Its routes on the node's API: an app of their own, which the node app mounts (node-app.ts). */
   routes?(): Hono;
+  /**
+   * Declares its own metrics in the node's registry (GET /metrics), once, after the node's
+   * components started; a gauge reads its value when scraped (`collect`).
+   */
+  metrics?(registry: Registry): void;
   /**
    * Its fields of this node's heartbeat, and its entries in the node's health list (sent in each
    * heartbeat, shown by `doctor`). Called once per heartbeat.
@@ -61,6 +67,11 @@ export class ComponentStack {
       if (h) health.push(...h);
     }
     return { ...part, health };
+  }
+
+  /** Each started component's metrics, declared in `registry`. */
+  declareMetrics(registry: Registry): void {
+    for (const c of this.started) c.metrics?.(registry);
   }
 
   async stop(): Promise<void> {

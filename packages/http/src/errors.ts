@@ -187,7 +187,10 @@ export function toResponse(c: Context, err: unknown, log: Logger): Response {
   }
   if (err instanceof HTTPException) {
     const code = err.status === 404 ? "not_found" : "invalid_request";
-    return c.json(errorBodyFor(c.req.path, new ServiceError(code, err.message)), httpStatusFor(code));
+    return c.json(
+      errorBodyFor(c.req.path, new ServiceError(code, err.message)),
+      httpStatusFor(code),
+    );
   }
   log.error({ err }, "unhandled error");
   return c.json(errorBodyFor(c.req.path, new ServiceError("internal", "internal error")), 500);

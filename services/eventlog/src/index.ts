@@ -33,3 +33,4 @@ export type { EventsQuery, EventsResponse } from "./routes.ts";
 export { ACTIVE_FILE } from "./ring-file.ts";
 export { EVENT_LOG_OPERATIONS } from "./operations.ts";
 export { eventLogComponent, type EventLogComponent } from "./component.ts";
+export { eventLogMetrics } from "./metrics.ts";

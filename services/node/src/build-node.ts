@@ -17,12 +17,7 @@ import { processLogTail } from "@ic/log";
 import type { Logger } from "@ic/log";
 import type { ClusterView, PeerApis, PeerView } from "@ic/protocol";
 import { LiveStagingSettings, stagingSettings } from "@ic/staging";
-import {
-  createHubSource,
-  storeComponent,
-  storeHostComponent,
-  type PeerServeStats,
-} from "@ic/store";
+import { createHubSource, storeComponent, storeHostComponent } from "@ic/store";
 import { tracingComponent } from "@ic/tracing";
 import { engineComponent, telemetryComponent, workerComponent } from "@ic/worker";
 import type { Worker } from "@ic/worker";
@@ -188,6 +183,8 @@ async function compose<C extends NodeCluster>(
   agent.on({ event: (ev) => local.events.eventLog.append(ev) });
   await stack.start(clusterPart);
   worker = await startWorker(scope, agent, local, storage.stager);
+  // Every component started: each declares its own metrics in the node's registry.
+  stack.declareMetrics(services.observability.nodeMetrics.registry);
   return {
     app,
     cluster: agent,
@@ -318,10 +315,8 @@ async function startServices<C extends NodeCluster>(
 ) {
   const { cfg, deps, stack, name, peers } = scope;
   const { log, bus, peerKey, hooks = {} } = deps;
-  const { telemetry, stager, storeHost, settings } = parts;
+  const { telemetry, stager, settings } = parts;
   const eventLog = parts.events.eventLog;
-  // What this node serves of its staged copies to peers (the store routes count, metrics read).
-  const peerServe: PeerServeStats = { bytes_served: 0, range_requests: 0 };
   const tracing = await stack.start(tracingComponent(cfg.tracing, { log, node: name, peers }));
   const observability = await stack.start(
     observabilityComponent(cfg.dashboard, {
@@ -334,23 +329,10 @@ async function startServices<C extends NodeCluster>(
         telemetry: () => telemetry.telemetry,
         telemetryDiagnostics: () => telemetry.diagnostics({ node: name, peer_key: peerKey }),
         runners: () => worker()?.runners() ?? [],
-        staging: async () => {
-          const entries = await stager.staging.list();
-          return { bytes: entries.reduce((s, e) => s + e.bytes, 0), models: entries.length };
-        },
-        stagingTraffic: () => ({
-          ...stager.counters,
-          served_to_peers_bytes: peerServe.bytes_served,
-        }),
-        eventLog: () => {
-          const u = eventLog.usage();
-          return { mode: u.mode, bytes: u.active_bytes + u.archive_bytes };
-        },
         engineHeaders: parts.engineHeaders,
         bus: () => bus.sendStats,
         openTasks: () => agent.openTasks(),
         unhandledRejections: hooks.unhandledRejections ?? (() => 0),
-        ...(storeHost ? { pulls: () => storeHost.pulls.list() } : {}),
       },
       runnerLogs: {
         runnerLogDir: cfg.engine.runner_log_dir,
@@ -363,7 +345,6 @@ async function startServices<C extends NodeCluster>(
   const store = await stack.start(
     storeComponent({
       peers,
-      peerServe,
       bus,
       cluster: agent,
       stager,

@@ -2926,14 +2926,6 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
         runners: () => [
           { instance_id: "i-ready", rank: 0, state: "RunnerReady", endpoint: "http://127.0.0.1:1" },
         ],
-        staging: async () => {
-          const entries = await staging.list();
-          return { bytes: entries.reduce((s, e) => s + e.bytes, 0), models: entries.length };
-        },
-        eventLog: () => {
-          const u = eventLog.usage();
-          return { mode: u.mode, bytes: u.active_bytes + u.archive_bytes };
-        },
         engineHeaders: (id) => ({ authorization: `Bearer key-${id}` }),
         scrapeTimeoutMs: 1000,
       },

@@ -67,7 +67,7 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
     stateStreamPeriodMs: cfg.cluster.heartbeat_ms,
     contextSize: cfg.engine.context_size,
     chat: cfg.chat,
-    onChatMigration: (m) => r.observability.metrics.migration(m),
+    onChatMigration: (m) => r.observability.nodeMetrics.migration(m),
     ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
     ...(o.load ? { load: o.load } : {}),
     ...(o.streams ? { streams: o.streams } : {}),

@@ -60,6 +60,8 @@ export {
 export { pullRoutes, servePulls } from "./store-host/routes.ts";
 export { looseEntryHealth, missingModelHealth } from "./store-host/store-health.ts";
 export { STORE_OPERATIONS } from "./operations.ts";
+export { stagingMetrics } from "./staging/metrics.ts";
+export { pullMetrics } from "./store-host/metrics.ts";
 export { readModelDir } from "./store-host/registry.ts";
 export { storeComponent } from "./component.ts";
 export {

@@ -14,7 +14,7 @@ import type { RunnerLogSource } from "./runner-logs.ts";
 import { SeriesRecorder, seriesRoutes } from "./series.ts";
 
 export interface ObservabilityComponent extends Component {
-  readonly metrics: NodeMetrics;
+  readonly nodeMetrics: NodeMetrics;
   /** Counts one chat request (its observer) for /metrics and the series. */
   observe(r: ChatRequestSeen): ChatObserver | undefined;
 }
@@ -58,7 +58,7 @@ export function observabilityComponent(
   };
   return {
     name: "observability",
-    metrics,
+    nodeMetrics: metrics,
     observe: (r) => metrics.observe(r),
     start() {
       unserve = serveRunnerLogs(bus, runnerLogs);

@@ -16,11 +16,10 @@ const TELEMETRY_OUTCOMES = [
   "published",
 ] as const;
 
-/** Every node gauge: its readings, runners, storage, telemetry path, and the process. */
+/** Every node gauge: its readings, runners, telemetry path, and the process. */
 export function nodeGauges(registry: Registry, o: MetricsSources): void {
   readingGauges(registry, o);
   runnerGauges(registry, o);
-  storageGauges(registry, o);
   telemetryPathGauges(registry, o);
   processGauges(registry, o);
 }
@@ -202,112 +201,6 @@ function runnerGauges(registry: Registry, o: MetricsSources): void {
     "A staging runner's model size (what staged_bytes reaches).",
     (r) => (r.state === "RunnerStaging" ? r.progress?.total_bytes : undefined),
   );
-}
-
-/** The store host's pulls, staged copies, and the event log. */
-function storageGauges(registry: Registry, o: MetricsSources): void {
-  pullGauges(registry, o);
-  stagingGauges(registry, o);
-  eventLogGauges(registry, o);
-}
-
-/** The store host's pulls from the model hub. */
-function pullGauges(registry: Registry, o: MetricsSources): void {
-  const registers = [registry];
-  new Gauge({
-    name: "ic_store_pull_bytes",
-    help: "The store host's pulls from the model hub: bytes fetched so far, by model and state.",
-    labelNames: ["model", "state"],
-    registers,
-    collect() {
-      this.reset();
-      for (const p of o.pulls?.() ?? [])
-        this.set({ model: p.model_id, state: p.state }, p.bytes_done);
-    },
-  });
-  new Gauge({
-    name: "ic_store_pull_total_bytes",
-    help: "The size of each pull from the model hub, once known.",
-    labelNames: ["model"],
-    registers,
-    collect() {
-      this.reset();
-      for (const p of o.pulls?.() ?? [])
-        if (p.bytes_total !== null) this.set({ model: p.model_id }, p.bytes_total);
-    },
-  });
-}
-
-/** This node's staged copies: their size and count, and the bytes they received and served. */
-function stagingGauges(registry: Registry, o: MetricsSources): void {
-  const registers = [registry];
-  new Gauge({
-    name: "ic_node_staging_bytes",
-    help: "Bytes of staged model copies under node_cache_path.",
-    registers,
-    async collect() {
-      this.reset();
-      this.set((await o.staging()).bytes);
-    },
-  });
-  new Counter({
-    name: "ic_staging_received_bytes_total",
-    help: "Bytes this node's staged copies received, by source: the store host, or peers (other nodes' copies).",
-    labelNames: ["source"],
-    registers,
-    collect() {
-      this.reset();
-      const t = o.stagingTraffic?.();
-      if (!t) return;
-      this.inc({ source: "store" }, t.from_store_bytes);
-      this.inc({ source: "peers" }, t.from_peers_bytes);
-    },
-  });
-  new Counter({
-    name: "ic_staging_served_to_peers_bytes_total",
-    help: "Bytes of this node's staged copies it served to other nodes staging the same model.",
-    registers,
-    collect() {
-      this.reset();
-      const t = o.stagingTraffic?.();
-      if (t) this.inc(t.served_to_peers_bytes);
-    },
-  });
-  new Gauge({
-    name: "ic_node_staged_models",
-    help: "Staged model copies under node_cache_path.",
-    registers,
-    async collect() {
-      this.reset();
-      this.set((await o.staging()).models);
-    },
-  });
-}
-
-/** The durable event log: its mode and its size. */
-function eventLogGauges(registry: Registry, o: MetricsSources): void {
-  const registers = [registry];
-  new Gauge({
-    name: "ic_node_event_log_mode",
-    help: "Event-log persistence mode (1 for the current one): normal, or counting-only when disk is short.",
-    labelNames: ["mode"],
-    registers,
-    collect() {
-      this.reset();
-      const mode = o.eventLog().mode;
-      for (const m of ["normal", "counting-only"] as const)
-        this.set({ mode: m }, m === mode ? 1 : 0);
-    },
-  });
-  new Gauge({
-    name: "ic_node_event_log_bytes",
-    help: "Bytes of the durable event log (active file and archives).",
-    registers,
-    collect() {
-      this.reset();
-      this.set(o.eventLog().bytes);
-    },
-  });
 }
 
 /** The telemetry path's counters (GET /v1/diagnostics/telemetry has them all). */

@@ -1,5 +1,6 @@
 // GET /metrics: this node in the Prometheus text format (prom-client). Node gauges (memory, GPUs,
-// disk, runners by state, staging bytes, event-log mode, the telemetry queue), chat request counters
+// disk, runners by state, the telemetry queue), what each component declares in the node's registry
+// (Component.metrics: staging, the event log, the store host's pulls), chat request counters
 // and histograms by model and status (fed by a ChatObserver), on the master the cluster gauges, and
 // every local llama-server's own /metrics re-exported with model, instance and rank labels.
 // Label values are bounded: a chat request for a model the cluster does not know is labelled
@@ -8,7 +9,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom
 import type { ChatEvent, ChatObserver, ChatRequestSeen, EngineTimings } from "@ic/protocol";
 import type { ClusterView } from "@ic/protocol";
 import type { Logger } from "@ic/log";
-import type { Pull, RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/protocol";
+import type { RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/protocol";
 import type { BusSendStats } from "@ic/bus";
 import { mergeFamilies, parseExposition, renderFamilies } from "./prom-text.ts";
 import type { PromFamily } from "./prom-text.ts";
@@ -36,15 +37,6 @@ export interface MetricsSources {
   readonly telemetry: () => Telemetry | null;
   readonly telemetryDiagnostics: () => TelemetryDiagnostics;
   readonly runners: () => readonly LocalRunnerView[];
-  /** Staged copies on this node (bytes, count). */
-  readonly staging: () => Promise<{ bytes: number; models: number }>;
-  /** Bytes staged copies received from the store host and from peers, and served to peers. */
-  readonly stagingTraffic?: () => {
-    readonly from_store_bytes: number;
-    readonly from_peers_bytes: number;
-    readonly served_to_peers_bytes: number;
-  };
-  readonly eventLog: () => { mode: "normal" | "counting-only"; bytes: number };
   /** Headers for an instance's llama-server (its API key). */
   readonly engineHeaders: (instanceId: string) => Record<string, string>;
   /** How long one engine scrape may take (default 2 s). */
@@ -55,8 +47,6 @@ export interface MetricsSources {
   readonly unhandledRejections?: () => number;
   /** Master only: chat tasks open in its task table. */
   readonly openTasks?: () => number;
-  /** The store host only: its pulls from the model hub. */
-  readonly pulls?: () => readonly Pull[];
   /** Each finished request, as the counters saw it (the dashboard's series). */
   readonly onRequest?: (o: RequestOutcome) => void;
 }
@@ -278,6 +268,11 @@ export class NodeMetrics {
       Object.values(s.instances).some((i) => i.model_id === model) ||
       Object.values(s.deployments).some((d) => d.model_id === model)
     );
+  }
+
+  /** The node's registry: the components declare their own metrics in it (Component.metrics). */
+  get registry(): Registry {
+    return this.node;
   }
 
   /** The whole exposition: node, cluster (on the master) and the local engines'. */

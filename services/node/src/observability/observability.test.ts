@@ -26,6 +26,10 @@ import type {
   Telemetry,
 } from "@ic/protocol";
 import { TelemetryCollector } from "@ic/worker";
+import { pullMetrics, stagingMetrics } from "@ic/store";
+import type { StagedEntry } from "@ic/store";
+import { eventLogMetrics } from "@ic/eventlog";
+import type { EventLogUsage } from "@ic/eventlog";
 import { kvCacheUse, NodeMetrics } from "./metrics.ts";
 import { parseExposition } from "./prom-text.ts";
 import type { LocalRunnerView, MetricsSources } from "./metrics.ts";
@@ -184,13 +188,6 @@ function sources(
     telemetry: () => c.telemetry,
     telemetryDiagnostics: () => c.diagnostics({ node: "node-a", peer_key: "p-a" }),
     runners: () => runners,
-    staging: async () => ({ bytes: 1234, models: 1 }),
-    stagingTraffic: () => ({
-      from_store_bytes: 300,
-      from_peers_bytes: 700,
-      served_to_peers_bytes: 900,
-    }),
-    eventLog: () => ({ mode: "counting-only", bytes: 99 }),
     engineHeaders: (id) => ({ authorization: `Bearer key-${id}` }),
     scrapeTimeoutMs: 1000,
     // The master's task table holds one open task.
@@ -402,9 +399,21 @@ describe("GET /metrics", () => {
       { instance_id: INST, rank: 0, state: "RunnerReady", endpoint: engine.url },
       { instance_id: "i-2", rank: 1, state: "RunnerWarmingUp" },
     ];
-    const fams = parsePrometheusTextFormat(
-      await new NodeMetrics(sources(cluster(), runners, c)).render(),
-    );
+    const m = new NodeMetrics(sources(cluster(), runners, c));
+    // The store's and the event log's own metrics, declared in the node's registry as their
+    // components declare them (Component.metrics).
+    const staged = [{ bytes: 1234 }] as StagedEntry[];
+    stagingMetrics(m.registry, {
+      staging: () => ({
+        list: async () => staged,
+        counters: { from_store_bytes: 300, from_peers_bytes: 700 },
+      }),
+      peerServe: { bytes_served: 900, range_requests: 3 },
+    });
+    eventLogMetrics(m.registry, {
+      usage: () => ({ mode: "counting-only", active_bytes: 90, archive_bytes: 9 }) as EventLogUsage,
+    });
+    const fams = parsePrometheusTextFormat(await m.render());
     expect(valueOf(fams, "ic_node_memory_free_bytes", { node: "node-a" })).toBe(48e9);
     expect(valueOf(fams, "ic_node_memory_total_bytes")).toBe(64e9);
     expect(valueOf(fams, "ic_node_disk_free_bytes")).toBe(500e9);
@@ -415,7 +424,9 @@ describe("GET /metrics", () => {
     expect(valueOf(fams, "ic_node_runners", { state: "RunnerReady" })).toBe(1);
     expect(valueOf(fams, "ic_node_runners", { state: "RunnerWarmingUp" })).toBe(1);
     expect(valueOf(fams, "ic_node_runners", { state: "RunnerFailed" })).toBe(0);
-    expect(valueOf(fams, "ic_node_staging_bytes")).toBe(1234);
+    expect(valueOf(fams, "ic_node_staging_bytes", { node: "node-a" })).toBe(1234);
+    expect(valueOf(fams, "ic_node_staged_models")).toBe(1);
+    expect(valueOf(fams, "ic_node_event_log_bytes")).toBe(99);
     expect(valueOf(fams, "ic_staging_received_bytes_total", { source: "store" })).toBe(300);
     expect(valueOf(fams, "ic_staging_received_bytes_total", { source: "peers" })).toBe(700);
     expect(valueOf(fams, "ic_staging_served_to_peers_bytes_total")).toBe(900);
@@ -479,7 +490,8 @@ describe("GET /metrics", () => {
         bytes_total: 100,
       },
     ] as unknown as Pull[];
-    const m = new NodeMetrics({ ...sources(cluster(), runners, c), pulls: () => pulls });
+    const m = new NodeMetrics(sources(cluster(), runners, c));
+    pullMetrics(m.registry, { list: () => pulls });
     const fams = parsePrometheusTextFormat(await m.render());
     expect(
       valueOf(fams, "ic_runner_restarts", { model: MODEL, ic_instance: INST, rank: "0" }),

@@ -9,6 +9,7 @@ import type { Logger } from "@ic/log";
 import type { ClusterView, ModelId } from "@ic/protocol";
 import type { StagingSettings } from "@ic/staging";
 import { createHubSource } from "../transfer/hub.ts";
+import { pullMetrics } from "./metrics.ts";
 import { servePulls } from "./routes.ts";
 import { looseEntryHealth, missingModelHealth } from "./store-health.ts";
 import { PullManager } from "./pulls.ts";
@@ -98,6 +99,7 @@ export function storeHostComponent(o: StoreHostComponentOptions): StoreHostCompo
       await host.stop();
     },
     routes: () => host.app,
+    metrics: (registry) => pullMetrics(registry, pulls),
     heartbeat: () => ({
       ...(pulls.list().length > 0 ? { pulls: pulls.list() } : {}),
       health: [
