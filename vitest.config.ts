@@ -1,14 +1,9 @@
 // Three test projects, run in this order: unit tests beside the code (and the fuzz suites), integration
 // tests with real processes, and the chaos suite (kill -9 under load on real clusters).
-import { availableParallelism } from "node:os";
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    // One worker per core: vitest's default (cores - 1) ran the unit project on one core here
-    // (190 s against 129 s on this 2-core machine). The other projects run one file at a time.
-    maxWorkers: availableParallelism(),
-    minWorkers: 1,
     projects: [
       {
         test: {
