@@ -24,6 +24,7 @@ const OUTSIDE_CODE: ReadonlyMap<string, string> = new Map([
   ["getName", "a function of Node's internals, in a profile"],
   ["parseSafetensorsMetadata", "a function of @huggingface/hub"],
   ["checkJs", "a TypeScript compiler option"],
+  ["maxWorkers", "a vitest option (npm test passes it on the command line)"],
 ]);
 
 const show = (ms: readonly Mention[]) => ms.map((m) => `${m.where}:${m.line} ${m.name}`);
