@@ -254,12 +254,18 @@ async function snapshot(dir: string): Promise<Map<string, string>> {
     for (const e of await readdir(d, { withFileTypes: true })) {
       const p = join(d, e.name);
       const r = rel ? `${rel}/${e.name}` : e.name;
-      const s = await lstat(p);
-      if (e.isDirectory()) {
-        out.set(`${r}/`, `dir ${s.mode} ${s.mtimeMs}`);
-        await walk(p, r);
-      } else if (e.isSymbolicLink()) out.set(r, `link ${await readlink(p)}`);
-      else out.set(r, `file ${s.mode} ${s.size} ${s.mtimeMs} ${sha(await readFile(p))}`);
+      try {
+        const s = await lstat(p);
+        if (e.isDirectory()) {
+          out.set(`${r}/`, `dir ${s.mode} ${s.mtimeMs}`);
+          await walk(p, r);
+        } else if (e.isSymbolicLink()) out.set(r, `link ${await readlink(p)}`);
+        else out.set(r, `file ${s.mode} ${s.size} ${s.mtimeMs} ${sha(await readFile(p))}`);
+      } catch (err) {
+        // A file renamed away while the snapshot read it (tracing writes a trace to a temporary
+        // name, then renames it into place) is not in this snapshot.
+        if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+      }
     }
   }
   await walk(dir, "");
@@ -273,7 +279,10 @@ async function snapshot(dir: string): Promise<Map<string, string>> {
 function withoutTraces(changed: readonly string[]): string[] {
   const traces = "d1/d2/d3/d4/d5/d6/traces/";
   return changed.filter(
-    (c) => c !== `changed ${traces}` && !new RegExp(`^created ${traces}\\d+_[^/]+\\.json$`).test(c),
+    // A trace, or its temporary file caught before its rename.
+    (c) =>
+      c !== `changed ${traces}` &&
+      !new RegExp(`^created ${traces}\\.?\\d+_[^/]+\\.json(\\.tmp)?$`).test(c),
   );
 }
 
