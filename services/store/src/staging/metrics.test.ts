@@ -13,13 +13,14 @@ describe("stagingMetrics", () => {
     const entries = [{ bytes: 1000 }, { bytes: 24 }] as StagedEntry[];
     const counters = { from_store_bytes: 300, from_peers_bytes: 700 };
     const peerServe = { bytes_served: 900, range_requests: 3 };
-    stagingMetrics(registry, {
-      staging: () => ({ list: async () => entries, counters }),
-      peerServe,
-    });
+    let listings = 0;
+    const list = async () => (listings++, entries);
+    stagingMetrics(registry, { staging: () => ({ list, counters }), peerServe });
     const text = await registry.metrics();
     expect(text).toContain("ic_node_staging_bytes 1024");
     expect(text).toContain("ic_node_staged_models 2");
+    // One listing of the staging root serves both gauges of a scrape.
+    expect(listings).toBe(1);
     expect(text).toContain('ic_staging_received_bytes_total{source="store"} 300');
     expect(text).toContain('ic_staging_received_bytes_total{source="peers"} 700');
     expect(text).toContain("ic_staging_served_to_peers_bytes_total 900");

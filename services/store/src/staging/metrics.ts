@@ -14,10 +14,13 @@ export interface StagingMetricsSource {
 
 export function stagingMetrics(registry: Registry, src: StagingMetricsSource): void {
   const registers = [registry];
-  const copies = async () => {
-    const entries = await src.staging().list();
-    return { bytes: entries.reduce((s, e) => s + e.bytes, 0), models: entries.length };
-  };
+  // One listing of the staging root per scrape: both gauges' collects start together and share it.
+  let listing: Promise<{ bytes: number; models: number }> | undefined;
+  const copies = () =>
+    (listing ??= (async () => {
+      const entries = await src.staging().list();
+      return { bytes: entries.reduce((s, e) => s + e.bytes, 0), models: entries.length };
+    })().finally(() => (listing = undefined)));
   new Gauge({
     name: "ic_node_staging_bytes",
     help: "Bytes of staged model copies under node_cache_path.",
