@@ -5,7 +5,7 @@
 import { Agent as HttpsAgent } from "node:https";
 import { createSecureContext, rootCertificates } from "node:tls";
 import type { SecureContext } from "node:tls";
-import { Agent, setGlobalDispatcher } from "undici";
+import { Agent, getGlobalDispatcher, setGlobalDispatcher } from "undici";
 
 // One TLS context holds what this process trusts, built once per trust change and shared by every
 // client connection. Giving each request the CA list instead (`ca: [...]`, about 150 PEM strings)
@@ -20,6 +20,18 @@ export function trustClusterCa(caPem: string): void {
   setGlobalDispatcher(new Agent({ connect: { secureContext: context } }));
   agent?.destroy();
   agent = undefined;
+}
+
+/**
+ * Hangs up this process's idle fetch connections: a fresh pool (trusting what this process trusts)
+ * takes the next requests, and the old one closes once its requests in flight have ended. A process
+ * about to stop a node calls it first, so the node's drain does not wait on this process's idle
+ * keep-alive connections (http-quiesce.ts waits up to the keep-alive timeout for each).
+ */
+export function renewClientPool(): void {
+  const old = getGlobalDispatcher();
+  setGlobalDispatcher(new Agent(context ? { connect: { secureContext: context } } : {}));
+  old.close().catch(() => undefined);
 }
 
 /**

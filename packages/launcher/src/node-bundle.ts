@@ -1,0 +1,107 @@
+// The node's code as two plain JavaScript files (the supervisor and the node process), built with
+// esbuild from services/node/src/main.ts and run-node.ts. A node started through tsx spends about
+// 1.5 s of CPU per process on its loader hooks alone (some 2 s before its first line runs); a bundle
+// starts in well under a second. The code is the same: every `import.meta.url` keeps the URL of the
+// file it was written in, and packages outside the workspace are imported from where they are
+// installed (never copied in), so each is the one module instance the node would load through tsx.
+// The output is content-addressed (node_modules/.cache/ic-node/<hash>/): it can never be stale, and
+// launchers started side by side share it.
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { build } from "esbuild";
+import type { Plugin } from "esbuild";
+
+/** The supervisor's entry and the node process's, as the bundle names them. */
+export interface NodeBundle {
+  readonly main: string;
+  readonly dir: string;
+}
+
+const ENTRIES = { main: "services/node/src/main.ts", "run-node": "services/node/src/run-node.ts" };
+/** Bundles kept beside the newest (older ones are removed when a new one is written). */
+const KEEP = 4;
+
+/** Builds the bundle (about half a second) unless this exact output is already there. */
+export async function buildNodeBundle(repoRoot: string): Promise<NodeBundle> {
+  const out = await build({
+    entryPoints: Object.fromEntries(
+      Object.entries(ENTRIES).map(([name, path]) => [name, join(repoRoot, path)]),
+    ),
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    outdir: "/",
+    outExtension: { ".js": ".mjs" },
+    write: false,
+    logLevel: "silent",
+    plugins: [installedPackagesAsTheyAre(), fileUrlsAsWritten(repoRoot)],
+  });
+  const hash = createHash("sha256");
+  for (const f of out.outputFiles) hash.update(f.path).update(f.contents);
+  const root = join(repoRoot, "node_modules/.cache/ic-node");
+  const dir = join(root, hash.digest("hex").slice(0, 16));
+  if (!existsSync(dir)) {
+    const tmp = `${dir}.${process.pid}.tmp`;
+    mkdirSync(tmp, { recursive: true });
+    for (const f of out.outputFiles) writeFileSync(join(tmp, f.path.slice(1)), f.contents);
+    try {
+      renameSync(tmp, dir);
+    } catch {
+      rmSync(tmp, { recursive: true, force: true }); // another launcher wrote the same bundle
+    }
+    pruneOld(root, dir);
+  }
+  return { main: join(dir, "main.mjs"), dir };
+}
+
+/**
+ * A package from node_modules is imported by its resolved path: pnpm lets each workspace package
+ * see only its own dependencies, so the bundle (which has no package of its own) names the file.
+ */
+function installedPackagesAsTheyAre(): Plugin {
+  return {
+    name: "installed-packages",
+    setup(b) {
+      b.onResolve({ filter: /^[^./]/ }, async (args) => {
+        if (args.path.startsWith("@ic/") || args.pluginData === "resolving") return undefined;
+        if (args.path.startsWith("node:")) return { path: args.path, external: true };
+        const r = await b.resolve(args.path, {
+          kind: args.kind,
+          resolveDir: args.resolveDir,
+          importer: args.importer,
+          pluginData: "resolving",
+        });
+        if (r.errors.length > 0) return { errors: r.errors };
+        return { path: r.external ? args.path : r.path, external: true };
+      });
+    },
+  };
+}
+
+/** `import.meta.url` in a workspace file stays that file's URL (paths to assets beside it hold). */
+function fileUrlsAsWritten(repoRoot: string): Plugin {
+  return {
+    name: "file-urls",
+    setup(b) {
+      b.onLoad({ filter: /\.ts$/ }, (args) => {
+        if (!args.path.startsWith(repoRoot) || args.path.includes("/node_modules/")) return undefined;
+        const source = readFileSync(args.path, "utf8");
+        const url = JSON.stringify(pathToFileURL(args.path).href);
+        return { contents: source.replaceAll("import.meta.url", url), loader: "ts" };
+      });
+    },
+  };
+}
+
+function pruneOld(root: string, keep: string): void {
+  const dirs = readdirSync(root)
+    .filter((d) => !d.endsWith(".tmp"))
+    .map((d) => join(root, d))
+    .filter((d) => d !== keep)
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+  for (const d of dirs.slice(KEEP)) rmSync(d, { recursive: true, force: true });
+}
