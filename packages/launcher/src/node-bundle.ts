@@ -7,7 +7,15 @@
 // The output is content-addressed (node_modules/.cache/ic-node/<hash>/): it can never be stale, and
 // launchers started side by side share it.
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from "node:fs";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -88,7 +96,8 @@ function fileUrlsAsWritten(repoRoot: string): Plugin {
     name: "file-urls",
     setup(b) {
       b.onLoad({ filter: /\.ts$/ }, (args) => {
-        if (!args.path.startsWith(repoRoot) || args.path.includes("/node_modules/")) return undefined;
+        if (!args.path.startsWith(repoRoot) || args.path.includes("/node_modules/"))
+          return undefined;
         const source = readFileSync(args.path, "utf8");
         const url = JSON.stringify(pathToFileURL(args.path).href);
         return { contents: source.replaceAll("import.meta.url", url), loader: "ts" };

@@ -118,12 +118,7 @@ export class NodeProcess implements AsyncDisposable {
   }
 
   async start(timeoutMs = 30_000): Promise<void> {
-    const nodeArgs = [
-      ...(this.spec.nodeArgs ?? []),
-      await nodeMain(),
-      "--config",
-      this.configPath,
-    ];
+    const nodeArgs = [...(this.spec.nodeArgs ?? []), await nodeMain(), "--config", this.configPath];
     // With a wrap (e.g. `ip netns exec <ns>`), the wrapper execs node in place: same pid, same group.
     const [wrapCmd, ...wrapArgs] = this.spec.wrap ?? [];
     const child = spawn(
