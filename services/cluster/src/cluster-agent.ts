@@ -1,5 +1,7 @@
-// Every node's view of the cluster: hears heartbeats, runs the election rule, holds the replica of
-// the control state, and -- on the elected node only -- acts as master (sequencing commands into events).
+// Every node's view of the cluster, as parts on one in-process stream (stream.ts): membership, the
+// replica, the heartbeats, the event receiver, the command client and -- on the elected node only --
+// the master role (master-role.ts: sequencing commands into events). The agent itself keeps the
+// election and the role and session changes (roles.ts), and the node's public view of it all.
 // Invariants: the replica only ever changes through apply(); only the master of a session answers that
 // session's command and sync subjects; a node reports `synced` only once it holds its session's state.
 // The rules are pure and live in @ic/state (elect, decide, reconcile); this class is their I/O shell.
@@ -10,8 +12,6 @@ import type {
   ControlEvent,
   ControlState,
   Heartbeat,
-  HeartbeatMessage,
-  IndexedEvent,
   NodeId,
   SessionId,
 } from "@ic/protocol";
@@ -19,78 +19,95 @@ import { elect, nodeIdFor } from "@ic/state";
 import type { Peer } from "@ic/state";
 import type { Unsubscribe } from "@ic/bus";
 import type { Logger } from "@ic/log";
-import { AnnouncedSession } from "./announced-session.ts";
-import { LinkReport } from "./link-report.ts";
-import { SESSION_CHANGED } from "./intent-keeper.ts";
+import { EventReceiver } from "./event-receiver.ts";
+import { Heartbeats } from "./heartbeats.ts";
 import { sessionStarted } from "./session-start.ts";
-import type { CommandClient } from "./command-client.ts";
-import type { Replica } from "./replica.ts";
+import { CommandClient } from "./command-client.ts";
+import { Replica } from "./replica.ts";
 import { Membership } from "./membership.ts";
 import type { PeerView } from "./membership.ts";
 import type { AgentListener, AgentOptions } from "./agent-options.ts";
-import { commandClientFor, replicaFor, type AgentCore } from "./agent-wiring.ts";
 import { MasterRole } from "./master-role.ts";
-import { intakeOf, replicaTakes } from "./event-intake.ts";
-import { behindMaster, heartbeatOf } from "./heartbeat.ts";
-
-type Role = "follower" | "master";
+import { Roles, type SessionRef } from "./roles.ts";
+import { AgentStream } from "./stream.ts";
 
 export class ClusterAgent implements AsyncDisposable {
+  /** Which role this node plays in which session; only the agent's role changes write it. */
+  private readonly roles = new Roles();
+  /** What the parts tell each other: applied events, snapshots, session changes (stream.ts). */
+  private readonly stream = new AgentStream();
   /** The replica of the control state (replica.ts). */
   private readonly replica: Replica;
-  private role: Role = "follower";
-  /** The session this node has joined (or is joining) and its master. */
-  private current: { session_id: SessionId; master: Peer } | null = null;
   /** The peers heard, pinned to their connections; who is live, who is gone. */
   private readonly membership: Membership;
-  /** Another master's session announced while this node was not in it (see adopt). */
-  private readonly announced = new AnnouncedSession();
+  /** The session's events from the bus into the replica (event-receiver.ts). */
+  private readonly events: EventReceiver;
   /** The master role's parts: sequencer, log, catch-up, endpoints, hand-off (master-role.ts). */
   private readonly master: MasterRole;
   /** This node's commands to the master (command-client.ts). */
   private readonly commands: CommandClient;
-  /** Which heartbeats carry this node's links (link-report.ts). */
-  private readonly linkReport: LinkReport;
-  private readonly listeners = new Set<AgentListener>();
+  /** This node's heartbeats out, its peers' in (heartbeats.ts). */
+  private readonly heartbeats: Heartbeats;
   private readonly subs: Unsubscribe[] = [];
   private tickTimer: NodeJS.Timeout | undefined;
-  private hbTimer: NodeJS.Timeout | undefined;
   private upSince = 0;
-  private stopped = false;
   private readonly log: Logger;
 
   constructor(private readonly o: AgentOptions) {
-    this.linkReport = new LinkReport(o.linksRefresh);
     this.log = o.log.child({ component: "cluster" });
-    const core: AgentCore = {
-      log: this.log,
-      isMaster: () => this.role === "master",
-      current: () => this.current,
-      state: () => this.replica.state,
-      synced: () => this.synced,
-      stopped: () => this.stopped,
-      emit: (e) => void this.emit(e),
-      livePeers: () => this.livePeers(),
-      peer: (peerKey) => this.membership.get(peerKey),
-      originOf: (peerKey) => this.originOf(peerKey),
-      handle: (session, from, cmd) => this.handleCommand(session, from, cmd),
-      applied: (ev, left) => this.applied(ev, left),
-      snapshotInstalled: (state) => {
-        for (const l of this.listeners) l.snapshot?.(state);
-      },
-      refuse: (what, origin, why) => this.membership.refuse(what, origin, why),
-    };
-    this.master = new MasterRole(core, o);
-    this.replica = replicaFor(core, o);
-    this.commands = commandClientFor(core, o);
-    this.membership = new Membership({
-      selfKey: o.self.peerKey,
-      bus: o.bus,
-      clock: o.clock,
+    const { roles, stream, log } = this;
+    const { bus, clock, self } = o;
+    const membership = new Membership({
+      selfKey: self.peerKey,
+      bus,
+      clock,
       livenessTimeoutMs: o.timings.livenessTimeoutMs,
       probe: o.probe,
-      log: this.log,
+      log,
+      stream,
     });
+    const replica = new Replica({ roles, origins: membership, stream, bus, log });
+    const master = new MasterRole({ replica, membership, roles, stream }, o);
+    this.membership = membership;
+    this.replica = replica;
+    this.master = master;
+    this.commands = new CommandClient({
+      roles,
+      replica,
+      peers: membership,
+      master,
+      selfKey: self.peerKey,
+      bus,
+      clock,
+      commandTimeoutMs: o.commandTimeoutMs,
+    });
+    this.heartbeats = new Heartbeats({
+      self,
+      extras: o.extras,
+      heartbeatMs: o.timings.heartbeatMs,
+      bus,
+      clock,
+      roles,
+      replica,
+      membership,
+      intentHealth: () => master.sequencer.intents?.health(),
+      stream,
+      linksRefresh: o.linksRefresh,
+    });
+    this.events = new EventReceiver({
+      selfKey: self.peerKey,
+      bus,
+      roles,
+      replica,
+      membership,
+      stream,
+    });
+    // The role change an applied hand-off makes (the only event that moves the role).
+    stream.subscribe("applied", ({ ev }) => {
+      if (ev.event.type === "MasterHandedOff") this.handedOff(ev.session_id, ev.event);
+    });
+    // A new peer, a new master claim or an announced session: the election looks again now.
+    stream.subscribe("heard", () => this.tick());
   }
 
   // ---- public view ----
@@ -99,28 +116,29 @@ export class ClusterAgent implements AsyncDisposable {
     return this.o.self.peerKey;
   }
   get isMaster(): boolean {
-    return this.role === "master";
+    return this.roles.isMaster;
   }
   /** True when the replica holds the state of the session this node is in. */
   get synced(): boolean {
     return this.replica.synced;
   }
   get sessionId(): SessionId | null {
-    return this.current?.session_id ?? null;
+    return this.roles.current?.session_id ?? null;
   }
   get nodeId(): NodeId | null {
-    return this.current ? nodeIdFor(this.current.session_id, this.o.self.peerKey) : null;
+    const cur = this.roles.current;
+    return cur ? nodeIdFor(cur.session_id, this.o.self.peerKey) : null;
   }
   snapshot(): ControlState {
     return this.replica.state;
   }
   /** Master only: chat tasks open now (0 on a follower). */
   openTasks(): number {
-    return this.role === "master" ? this.master.sequencer.openTasks : 0;
+    return this.roles.isMaster ? this.master.sequencer.openTasks : 0;
   }
   /** The master this node follows (undefined while it is master itself or has none). */
   masterPeer(): PeerView | undefined {
-    const m = this.current?.master.peer_key;
+    const m = this.roles.current?.master.peer_key;
     return m === undefined || m === this.o.self.peerKey ? undefined : this.membership.get(m);
   }
   /** A peer as last heard, by its peer key (self included; live or not). */
@@ -140,9 +158,17 @@ export class ClusterAgent implements AsyncDisposable {
   livePeers(): PeerView[] {
     return this.membership.live();
   }
+  /** Subscribes a listener to the agent's stream; returns the unsubscribe. */
   on(listener: AgentListener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    const { event, snapshot, session } = listener;
+    const offs = [
+      event && this.stream.subscribe("applied", ({ ev, state }) => event(ev, state)),
+      snapshot && this.stream.subscribe("snapshot", snapshot),
+      session && this.stream.subscribe("session", ({ previous, next }) => session(previous, next)),
+    ];
+    return () => {
+      for (const off of offs) off?.();
+    };
   }
 
   // ---- lifecycle ----
@@ -150,11 +176,7 @@ export class ClusterAgent implements AsyncDisposable {
   start(): void {
     this.upSince = this.o.clock.now();
     const bus = this.o.bus;
-    this.subs.push(bus.subscribe("heartbeat", (hb, meta) => this.onHeartbeat(hb, meta.origin)));
-    // Only a master publishes events and it applies them as it emits them: its own echo is skipped.
-    this.subs.push(
-      bus.subscribe("events", (ev, meta) => this.onEvent(ev, meta.origin), { ignoreOwn: true }),
-    );
+    this.events.start();
     // Liveness probes from peers whose connection to this node dropped: this process is here.
     this.subs.push(
       bus.respond(
@@ -163,18 +185,18 @@ export class ClusterAgent implements AsyncDisposable {
         { suffix: this.o.self.peerKey },
       ),
     );
-    this.publishHeartbeat();
-    this.hbTimer = setInterval(() => this.publishHeartbeat(), this.o.timings.heartbeatMs);
+    this.heartbeats.start();
     const tickMs = Math.max(20, Math.min(250, this.o.timings.electionTimeoutMs / 10));
     this.lastTimerTick = this.o.clock.now();
     this.tickTimer = setInterval(() => this.onTickTimer(tickMs), tickMs);
   }
 
   async stop(): Promise<void> {
-    if (this.stopped) return;
-    this.stopped = true;
+    if (this.roles.stopped) return;
+    this.roles.stopped = true;
     clearInterval(this.tickTimer);
-    clearInterval(this.hbTimer);
+    this.heartbeats.stop();
+    this.events.stop();
     for (const u of this.subs) u();
     this.master.close();
   }
@@ -198,49 +220,14 @@ export class ClusterAgent implements AsyncDisposable {
 
   // ---- heartbeat ----
 
+  /** This node's heartbeat as it stands now. */
   heartbeat(): Heartbeat {
-    return heartbeatOf({
-      self: this.o.self,
-      extras: this.o.extras(),
-      current: this.current,
-      isMaster: this.role === "master",
-      lastIndex: this.replica.state.index,
-      now: this.o.clock.now(),
-      intentHealth: this.role === "master" ? this.master.sequencer.intents?.health() : undefined,
-    });
+    return this.heartbeats.current();
   }
 
+  /** Sends this node's heartbeat now (a drain says `draining` at once). */
   publishHeartbeat(): void {
-    if (this.stopped) return;
-    const hb = this.heartbeat();
-    this.membership.own(hb);
-    // Unchanged links stay off the wire: receivers keep the last ones (link-report.ts).
-    const { links, ...rest } = hb;
-    const carried = this.linkReport.next(links);
-    const msg: HeartbeatMessage = carried ? { ...rest, links: carried } : rest;
-    this.o.bus.publish("heartbeat", msg);
-  }
-
-  private onHeartbeat(msg: HeartbeatMessage, origin: string | undefined): void {
-    if (msg.peer_key === this.o.self.peerKey) return;
-    const heard = this.membership.heard(msg, origin);
-    if (!heard) return;
-    const { known, hb } = heard;
-    // A process not heard before has none of this node's links yet: the next heartbeat carries them.
-    if (known?.heartbeat.started_at !== msg.started_at) this.linkReport.newPeer();
-    if (!known || (hb.is_master && !known.heartbeat.is_master)) this.tick();
-    // The master's heartbeat says how far its log goes: a follower behind it asks for the rest.
-    const follower = {
-      current: this.current,
-      isMaster: this.role === "master",
-      synced: this.synced,
-      index: this.replica.state.index,
-    };
-    if (behindMaster(hb, follower)) void this.replica.sync(this.replica.state.index + 1);
-  }
-
-  private originOf(peerKey: string): string | undefined {
-    return this.membership.originOf(peerKey);
+    this.heartbeats.publish();
   }
 
   /**
@@ -254,7 +241,12 @@ export class ClusterAgent implements AsyncDisposable {
     startedAt: number | undefined,
     via: string,
   ): Promise<boolean> {
-    const gone = await this.membership.connectionLost(peerKey, startedAt, via, () => this.stopped);
+    const gone = await this.membership.connectionLost(
+      peerKey,
+      startedAt,
+      via,
+      () => this.roles.stopped,
+    );
     if (gone) this.tick();
     return gone;
   }
@@ -278,15 +270,15 @@ export class ClusterAgent implements AsyncDisposable {
   }
 
   tick(opts: { departures?: boolean } = {}): void {
-    if (this.stopped) return;
+    if (this.roles.stopped) return;
     const now = this.o.clock.now();
     const self: Peer = { peer_key: this.o.self.peerKey, started_at: this.o.self.startedAt };
     const d = elect({
       now,
       self,
       upSince: this.upSince,
-      current: this.current,
-      selfIsMaster: this.role === "master",
+      current: this.roles.current,
+      selfIsMaster: this.roles.isMaster,
       peers: this.membership.heardPeers(),
       electionTimeoutMs: this.o.timings.electionTimeoutMs,
     });
@@ -304,22 +296,22 @@ export class ClusterAgent implements AsyncDisposable {
         break;
     }
     // While handing off, the master sequences nothing of its own: the successor takes over.
-    if (this.role === "master" && !this.master.handOffs.active) {
-      this.master.sequencer.supervise(now, opts.departures ?? true, this.current!.session_id);
+    if (this.roles.isMaster && !this.master.handOffs.active) {
+      this.master.sequencer.supervise(now, opts.departures ?? true, this.roles.current!.session_id);
     }
     this.membership.forgetSilent(now);
   }
 
-  private setSession(next: { session_id: SessionId; master: Peer }): void {
-    const prev = this.current?.session_id ?? null;
-    this.current = next;
+  private setSession(next: SessionRef): void {
+    const prev = this.roles.current?.session_id ?? null;
+    this.roles.current = next;
     this.replica.clearPending();
     if (prev !== next.session_id) {
       this.log.info(
         { previous: prev, session: next.session_id, master: next.master.peer_key },
         "session changed",
       );
-      for (const l of this.listeners) l.session?.(prev, next.session_id);
+      this.stream.publish("session", { previous: prev, next: next.session_id });
     }
   }
 
@@ -333,8 +325,8 @@ export class ClusterAgent implements AsyncDisposable {
       self: this.heartbeat(),
       live: this.livePeers(),
       deposed:
-        this.current && this.current.master.peer_key !== self.peerKey
-          ? this.current.master.peer_key
+        this.roles.current && this.roles.current.master.peer_key !== self.peerKey
+          ? this.roles.current.master.peer_key
           : undefined,
       electionTimeoutMs: this.o.timings.electionTimeoutMs,
       old: this.replica.state,
@@ -354,12 +346,12 @@ export class ClusterAgent implements AsyncDisposable {
       session_id: sessionId,
       master: { peer_key: self.peerKey, started_at: self.startedAt },
     });
-    this.emit(event);
+    this.master.publish(event);
     this.publishHeartbeat();
   }
 
   private adopt(sessionId: SessionId, master: Peer): void {
-    if (this.role === "master") {
+    if (this.roles.isMaster) {
       this.log.warn(
         { session: sessionId, master: master.peer_key },
         "stepping down for a more senior master",
@@ -369,50 +361,13 @@ export class ClusterAgent implements AsyncDisposable {
     this.setSession({ session_id: sessionId, master });
     // What the new master announced while this node still kept its old session is applied now, so
     // followers do not all ask the new master for its whole log at once (see AnnouncedSession).
-    for (const ev of this.announced.take(sessionId, master.peer_key)) this.replica.receive(ev);
+    this.events.adopted(sessionId, master.peer_key);
     // A node the session does not list yet says at once that it adopted it (the master then adds
     // it); one it lists already says so with its next heartbeat. After a master's death every
     // survivor adopts at once: n extra heartbeats, each to n nodes, in one burst.
     const listed = this.synced && Object.hasOwn(this.replica.state.members, this.nodeId!);
     if (!listed) this.publishHeartbeat();
     if (!this.synced) void this.replica.sync(1);
-  }
-
-  // ---- replica ----
-
-  /** An event from the bus: taken or refused by the intake (event-intake.ts), then the replica's. */
-  private onEvent(ev: IndexedEvent, origin: string | undefined): void {
-    if (this.announced.offer(ev, origin)) return;
-    const view = {
-      selfKey: this.o.self.peerKey,
-      current: this.current,
-      originOf: (k: string) => this.originOf(k),
-    };
-    const d = intakeOf(ev, origin, view);
-    if (d.kind === "wait") return;
-    if (d.kind === "refuse") {
-      this.membership.refuse("event", origin, d.why);
-      return;
-    }
-    if (d.announce && origin !== undefined) this.announced.announce(ev, origin);
-    if (d.touch !== undefined) this.membership.touch(d.touch);
-    // Treat the announcement as the master's heartbeat so the election rule can adopt it now.
-    if (d.announcedMaster && this.membership.announcedMaster(d.announcedMaster, ev.session_id))
-      this.tick();
-    const now = {
-      sessionId: this.current?.session_id,
-      isMaster: this.role === "master",
-      replicaSession: this.replica.state.session?.session_id,
-    };
-    if (replicaTakes(ev, now)) this.replica.receive(ev);
-  }
-
-  /** The replica applied an event: the agent's side of it, then the listeners. */
-  private applied(ev: IndexedEvent, left: string | undefined): void {
-    // A node the master declared gone counts as gone here too, until it is heard again.
-    if (left !== undefined && left !== this.o.self.peerKey) this.membership.markLost(left);
-    if (ev.event.type === "MasterHandedOff") this.handedOff(ev.session_id, ev.event);
-    for (const l of this.listeners) l.event?.(ev, this.replica.state);
   }
 
   /**
@@ -424,14 +379,14 @@ export class ClusterAgent implements AsyncDisposable {
     sessionId: SessionId,
     e: Extract<ControlEvent, { type: "MasterHandedOff" }>,
   ): void {
-    if (this.current?.session_id !== sessionId) return;
+    if (this.roles.current?.session_id !== sessionId) return;
     const master: Peer = { peer_key: e.master_peer_key, started_at: e.master_started_at };
     this.log.info({ session: sessionId, master: master.peer_key }, "master handed off");
-    if (this.role === "master") {
+    if (this.roles.isMaster) {
       this.master.retire();
-      this.role = "follower";
+      this.roles.role = "follower";
     }
-    this.current = { session_id: sessionId, master };
+    this.roles.current = { session_id: sessionId, master };
     if (master.peer_key === this.o.self.peerKey) {
       this.becomeMaster(sessionId);
       this.publishHeartbeat();
@@ -445,38 +400,12 @@ export class ClusterAgent implements AsyncDisposable {
 
   private becomeMaster(sessionId: SessionId): void {
     this.master.serve(sessionId);
-    this.role = "master";
+    this.roles.role = "master";
   }
 
   private stepDown(): void {
     this.master.stop();
-    this.role = "follower";
-  }
-
-  /** Master only: sequence an event, apply it locally, publish it. */
-  private emit(event: ControlEvent): IndexedEvent {
-    const session = this.current!.session_id;
-    const ev: IndexedEvent = {
-      index: event.type === "SessionStarted" ? 1 : this.replica.state.index + 1,
-      session_id: session,
-      at: this.o.clock.now(),
-      event,
-    };
-    this.replica.apply(ev);
-    this.master.record(ev);
-    return ev;
-  }
-
-  /** A command for this node's session while it is its master (the sequencer decides it). */
-  private handleCommand(
-    sessionId: SessionId,
-    from: NodeId,
-    cmd: Command,
-  ): CommandReply | Promise<CommandReply> {
-    const handedOff = this.master.handOffs.reply(sessionId);
-    if (handedOff) return handedOff;
-    if (this.role !== "master" || sessionId !== this.current?.session_id) return SESSION_CHANGED;
-    return this.master.sequencer.command(sessionId, from, cmd);
+    this.roles.role = "follower";
   }
 
   /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */

@@ -3,25 +3,25 @@
 // hand-off is followed once; the master's typed refusal comes back as a ServiceError.
 import type { Bus } from "@ic/bus";
 import { fromWireError, ServiceError } from "@ic/protocol";
-import type { Clock, Command, CommandReply, NodeId, SessionId } from "@ic/protocol";
+import type { Clock, Command, CommandReply } from "@ic/protocol";
 import { nodeIdFor } from "@ic/state";
-import type { Peer } from "@ic/state";
+import type { MasterRole } from "./master-role.ts";
 import type { PeerView } from "./membership.ts";
-
-/** What the command client asks of the agent. */
-export interface CommandAgent {
-  current(): { readonly session_id: SessionId; readonly master: Peer } | null;
-  isMaster(): boolean;
-  synced(): boolean;
-  stopped(): boolean;
-  peer(peerKey: string): PeerView | undefined;
-  originOf(peerKey: string): string | undefined;
-  /** The master's own handling of a command (this node is the master). */
-  handle(session: SessionId, from: NodeId, cmd: Command): CommandReply | Promise<CommandReply>;
-}
+import type { Replica } from "./replica.ts";
+import type { Roles } from "./roles.ts";
 
 export interface CommandClientOptions {
-  readonly agent: CommandAgent;
+  /** The session this node is in, its master, and whether this node is it. */
+  readonly roles: Readonly<Pick<Roles, "current" | "isMaster" | "stopped">>;
+  /** A command waits until this node's replica holds its session's state. */
+  readonly replica: Pick<Replica, "synced">;
+  /** The master's heartbeat and connection (membership.ts). */
+  readonly peers: {
+    get(peerKey: string): PeerView | undefined;
+    originOf(peerKey: string): string | undefined;
+  };
+  /** The master's own handling of a command, when this node is the master (master-role.ts). */
+  readonly master: Pick<MasterRole, "command">;
   readonly selfKey: string;
   readonly bus: Pick<Bus, "request">;
   readonly clock: Pick<Clock, "now">;
@@ -37,15 +37,11 @@ const INTENT_COMMANDS: ReadonlySet<Command["type"]> = new Set([
 ]);
 
 export class CommandClient {
-  private readonly a: CommandAgent;
-
-  constructor(private readonly o: CommandClientOptions) {
-    this.a = o.agent;
-  }
+  constructor(private readonly o: CommandClientOptions) {}
 
   /** Sends a command to this session's master; throws ServiceError (session_changed, no_master, ...). */
   async send(cmd: Command): Promise<Extract<CommandReply, { ok: true }>> {
-    const session = this.a.current()?.session_id;
+    const session = this.o.roles.current?.session_id;
     const deadline = this.o.clock.now() + (this.o.commandTimeoutMs ?? 5000);
     let followed = false;
     for (;;) {
@@ -54,8 +50,8 @@ export class CommandClient {
         return await this.commandOnce(cmd, deadline);
       } catch (e) {
         const late = () =>
-          this.a.stopped() ||
-          this.a.current()?.session_id !== session ||
+          this.o.roles.stopped ||
+          this.o.roles.current?.session_id !== session ||
           this.o.clock.now() > deadline;
         // The master handed the session off (a planned stop): once this replica has the hand-off
         // (bounded), the command goes to the successor. Only once: a second hand-off is new.
@@ -63,8 +59,8 @@ export class CommandClient {
         if (typeof to === "string" && !followed) {
           followed = true;
           while (
-            this.a.current()?.master.peer_key !== to ||
-            (to === this.o.selfKey && !this.a.isMaster())
+            this.o.roles.current?.master.peer_key !== to ||
+            (to === this.o.selfKey && !this.o.roles.isMaster)
           ) {
             if (late()) throw e;
             await new Promise((r) => setTimeout(r, 10));
@@ -86,9 +82,9 @@ export class CommandClient {
    */
   private async untilMasterSpeaks(deadline: number): Promise<void> {
     for (;;) {
-      const cur = this.a.current();
-      if (!cur || this.a.isMaster() || this.a.stopped()) return;
-      const hb = this.a.peer(cur.master.peer_key)?.heartbeat;
+      const cur = this.o.roles.current;
+      if (!cur || this.o.roles.isMaster || this.o.roles.stopped) return;
+      const hb = this.o.peers.get(cur.master.peer_key)?.heartbeat;
       if (hb?.is_master && hb.session_id === cur.session_id) return;
       if (this.o.clock.now() >= deadline) return;
       await new Promise((r) => setTimeout(r, 10));
@@ -100,16 +96,16 @@ export class CommandClient {
     cmd: Command,
     deadline: number,
   ): Promise<Extract<CommandReply, { ok: true }>> {
-    const cur = this.a.current();
-    if (!cur || !this.a.synced())
+    const cur = this.o.roles.current;
+    if (!cur || !this.o.replica.synced)
       throw new ServiceError("no_master", "this node has not joined a cluster session yet");
     const from = nodeIdFor(cur.session_id, this.o.selfKey);
     let reply: CommandReply;
-    if (this.a.isMaster()) {
-      reply = await this.a.handle(cur.session_id, from, cmd);
+    if (this.o.roles.isMaster) {
+      reply = await this.o.master.command(cur.session_id, from, cmd);
     } else {
       try {
-        const masterOrigin = this.a.originOf(cur.master.peer_key);
+        const masterOrigin = this.o.peers.originOf(cur.master.peer_key);
         if (masterOrigin === undefined) throw new Error("the master has not been heard yet");
         reply = await this.o.bus.request(
           "masterCommand",
@@ -126,7 +122,7 @@ export class CommandClient {
           },
         );
       } catch (e) {
-        if (this.a.current()?.session_id !== cur.session_id) {
+        if (this.o.roles.current?.session_id !== cur.session_id) {
           throw new ServiceError(
             "session_changed",
             "the cluster session changed; retry the request",

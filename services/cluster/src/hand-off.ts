@@ -2,31 +2,34 @@
 // and not draining (session-start.ts's successor), so the cluster keeps its session and nobody's open
 // request sees `session_changed`. While it runs, commands are answered `no_master` naming the
 // successor; the MasterHandedOff event it sequences moves the role (the agent's handedOff).
-import type { CommandReply, ControlEvent, ControlState, SessionId } from "@ic/protocol";
+import type { Clock, CommandReply, ControlEvent, SessionId } from "@ic/protocol";
 import type { Peer } from "@ic/state";
 import type { Logger } from "@ic/log";
 import type { PeerView } from "./membership.ts";
+import type { Replica } from "./replica.ts";
+import type { Roles } from "./roles.ts";
 import { successor } from "./session-start.ts";
 
-/** What a hand-off reads of the agent, and the one thing it does through it (emit). */
-export interface HandOffHost {
+export interface HandOffOptions {
   readonly selfKey: string;
   readonly livenessTimeoutMs: number;
   readonly log: Logger;
-  /** The session this node is master of now (undefined: not master, or stopped). */
-  mastering(): SessionId | undefined;
-  state(): ControlState;
-  peer(peerKey: string): PeerView | undefined;
-  now(): number;
+  readonly clock: Pick<Clock, "now">;
+  /** The session this node masters now (undefined: not master, or stopping). */
+  readonly roles: Pick<Roles, "mastering">;
+  /** The members, to pick the successor from. */
+  readonly replica: Pick<Replica, "state">;
+  readonly peers: { get(peerKey: string): PeerView | undefined };
   /** Intent writes in flight, settled (undefined without an intent store). */
-  intentsSettled(): Promise<void> | undefined;
-  emit(event: ControlEvent): void;
+  readonly intentsSettled: () => Promise<void> | undefined;
+  /** Sequences the MasterHandedOff event (master-role.ts). */
+  readonly publish: (event: ControlEvent) => void;
 }
 
 export class HandOff {
   private pending: { session_id: SessionId; to: Peer } | undefined;
 
-  constructor(private readonly host: HandOffHost) {}
+  constructor(private readonly o: HandOffOptions) {}
 
   /** True from the start of a hand-off until this node is master again or stops being it. */
   get active(): boolean {
@@ -57,15 +60,15 @@ export class HandOff {
    * key, or undefined when this node is not the master or no member can take over.
    */
   async run(waitMs: number): Promise<string | undefined> {
-    const h = this.host;
-    const session = h.mastering();
+    const h = this.o;
+    const session = h.roles.mastering();
     if (session === undefined || this.pending) return undefined;
     const to = successor({
-      state: h.state(),
+      state: h.replica.state,
       sessionId: session,
       selfKey: h.selfKey,
-      peer: (k) => h.peer(k),
-      now: h.now(),
+      peer: (k) => h.peers.get(k),
+      now: h.clock.now(),
       livenessTimeoutMs: h.livenessTimeoutMs,
     });
     if (!to) return undefined;
@@ -77,11 +80,11 @@ export class HandOff {
       new Promise<void>((r) => (timer = setTimeout(r, waitMs))),
     ]);
     clearTimeout(timer);
-    if (h.mastering() !== session) {
+    if (h.roles.mastering() !== session) {
       this.pending = undefined;
       return undefined;
     }
-    h.emit({
+    h.publish({
       type: "MasterHandedOff",
       master_node_id: to.nodeId,
       master_peer_key: to.peer.peer_key,

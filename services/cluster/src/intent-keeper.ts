@@ -9,7 +9,6 @@ import type {
   Command,
   CommandReply,
   ControlEvent,
-  ControlState,
   HealthEntry,
   InstanceId,
   IntentStore,
@@ -19,24 +18,27 @@ import type {
 } from "@ic/protocol";
 import { amendWrites, intentWrites, restoreIntent } from "@ic/state";
 import type { decide, IdKind } from "@ic/state";
+import type { Replica } from "./replica.ts";
+import type { Roles } from "./roles.ts";
 
 type Decision = ReturnType<typeof decide>;
 
-/** What the keeper asks of the master role it serves. */
-export interface IntentMaster {
-  /** This node is still the master of that session (a change waited on the store meanwhile). */
-  mastering(session: SessionId): boolean;
-  state(): ControlState;
+/** The sequencer's two steps the keeper runs a changing command through, around its store write. */
+export interface IntentSequencer {
   /** The pure decision against the replica, with these ids, at `now`. */
   decide(from: NodeId, cmd: Command, ids: (kind: IdKind) => string, now: number): Decision;
   /** Sequences an accepted decision; answers the command. */
   accept(d: Extract<Decision, { ok: true }>): CommandReply;
-  emit(event: ControlEvent): void;
 }
 
 export interface IntentKeeperOptions {
   readonly store: IntentStore;
-  readonly master: IntentMaster;
+  readonly sequencer: IntentSequencer;
+  /** This node is still the master of that session (a change waited on the store meanwhile). */
+  readonly roles: Pick<Roles, "masters">;
+  readonly replica: Pick<Replica, "state">;
+  /** Sequences an event (master-role.ts). */
+  readonly publish: (event: ControlEvent) => void;
   readonly clock: Pick<Clock, "now">;
   readonly log: Logger;
   readonly newId: (kind: IdKind) => string;
@@ -115,12 +117,12 @@ export class IntentKeeper {
    * writes it no longer makes are undone and the command gets the second decision's answer.
    */
   persist(sessionId: SessionId, from: NodeId, cmd: Command): Promise<CommandReply> {
-    const { store, master } = this.o;
+    const { store } = this.o;
     const run = async (): Promise<CommandReply> => {
-      if (!master.mastering(sessionId)) return SESSION_CHANGED;
+      if (!this.o.roles.masters(sessionId)) return SESSION_CHANGED;
       const ids: string[] = [];
       const now = this.o.clock.now();
-      const first = master.decide(
+      const first = this.o.sequencer.decide(
         from,
         cmd,
         (kind) => {
@@ -143,9 +145,14 @@ export class IntentKeeper {
         return { ok: false, error: toWireError(e) };
       }
       // The store holds it now: a master that took over meanwhile restores it from there.
-      if (!master.mastering(sessionId)) return SESSION_CHANGED;
+      if (!this.o.roles.masters(sessionId)) return SESSION_CHANGED;
       let next = 0;
-      const second = master.decide(from, cmd, (kind) => ids[next++] ?? this.o.newId(kind), now);
+      const second = this.o.sequencer.decide(
+        from,
+        cmd,
+        (kind) => ids[next++] ?? this.o.newId(kind),
+        now,
+      );
       const fix = amendWrites(writes, second.ok ? intentWrites(second.events) : []);
       if (fix.length > 0)
         await store.apply(fix).catch((e: unknown) => {
@@ -156,7 +163,7 @@ export class IntentKeeper {
           );
         });
       if (!second.ok) return { ok: false, error: toWireError(second.error) };
-      return master.accept(second);
+      return this.o.sequencer.accept(second);
     };
     const reply = this.chain.then(run, run);
     this.chain = reply.catch(() => {});
@@ -180,7 +187,7 @@ export class IntentKeeper {
    * committed. Retried with backoff while the store has no quorum.
    */
   supervise(now: number, session: SessionId): void {
-    const { store, master } = this.o;
+    const { store } = this.o;
     const st = this.st;
     if (st.busy || now < st.nextAttemptAt) return;
     if (st.loaded && st.undo.length === 0) return;
@@ -194,16 +201,16 @@ export class IntentKeeper {
         }
         if (st.loaded) return;
         const stored = await store.load();
-        if (!master.mastering(session)) return;
+        if (!this.o.roles.masters(session)) return;
         const r = restoreIntent(
-          master.state(),
+          this.o.replica.state,
           stored,
           () => this.o.newId("instance") as InstanceId,
         );
         await store.apply(r.writes);
-        if (!master.mastering(session)) return;
-        for (const e of r.events) master.emit(e);
-        master.emit({ type: "IntentRestored" });
+        if (!this.o.roles.masters(session)) return;
+        for (const e of r.events) this.o.publish(e);
+        this.o.publish({ type: "IntentRestored" });
         st.loaded = true;
         st.failingSince = undefined;
         st.delayMs = INTENT_RETRY_MS;

@@ -2,7 +2,9 @@ import { describe, expect, it } from "vitest";
 import { createLogger } from "@ic/log";
 import { FakeClock } from "@ic/protocol";
 import type { HeartbeatMessage } from "@ic/protocol";
+import { emptyState } from "@ic/protocol";
 import { Membership } from "./membership.ts";
+import { AgentStream } from "./stream.ts";
 
 const log = createLogger({ enabled: false });
 
@@ -28,6 +30,7 @@ function hb(peer: string, startedAt = 1): HeartbeatMessage {
 /** A membership whose nodePing requests answer with `answers` in turn (an Error: the request fails). */
 function membership(answers: ({ peer_key: string; started_at: number } | Error)[] = []) {
   const clock = new FakeClock(1_000);
+  const stream = new AgentStream();
   const asked: string[] = [];
   const bus = {
     origin: "self-conn",
@@ -44,8 +47,9 @@ function membership(answers: ({ peer_key: string; started_at: number } | Error)[
     livenessTimeoutMs: 3000,
     probe: { tries: 3, timeoutMs: 10, gapMs: 0 },
     log,
+    stream,
   });
-  return { m, clock, asked };
+  return { m, clock, asked, stream };
 }
 
 describe("Membership", () => {
@@ -71,6 +75,27 @@ describe("Membership", () => {
     clock.set(clock.now() + silentMs);
     expect(m.live().map((p) => p.heartbeat.peer_key)).toEqual(live ? ["p-a"] : []);
   });
+
+  it.each([
+    ["another peer", "p-a", false],
+    ["no peer", undefined, true],
+    ["this node itself", "p-self", true],
+  ] as const)(
+    "an applied NodeLeft that took out %s marks it gone: live after %s",
+    (_, left, live) => {
+      const { m, stream } = membership();
+      m.heard(hb("p-a"), "conn-a");
+      m.heard(hb("p-self"), "conn-self");
+      const ev = {
+        index: 2,
+        session_id: "s-1",
+        at: 0,
+        event: { type: "NodeLeft", node_id: "n", reason: "x" },
+      };
+      stream.publish("applied", { ev: ev as never, state: emptyState(), left });
+      expect(m.live().some((p) => p.heartbeat.peer_key === (left ?? "p-a"))).toBe(live);
+    },
+  );
 
   it("a peer heard again after it was marked gone is live again; a long-silent one is forgotten", () => {
     const { m, clock } = membership();

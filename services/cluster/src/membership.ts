@@ -7,6 +7,7 @@ import type { Logger } from "@ic/log";
 import type { Clock, Heartbeat, HeartbeatMessage } from "@ic/protocol";
 import type { HeardPeer } from "@ic/state";
 import { resolveLinks } from "./link-report.ts";
+import type { AgentStream } from "./stream.ts";
 
 export interface PeerView {
   readonly heartbeat: Heartbeat;
@@ -47,6 +48,8 @@ export interface MembershipOptions {
   readonly livenessTimeoutMs: number;
   readonly probe?: ProbeSettings | undefined;
   readonly log: Logger;
+  /** The replica's applied events: a peer the master declared gone (NodeLeft) counts as gone here. */
+  readonly stream: Pick<AgentStream, "subscribe">;
 }
 
 export class Membership {
@@ -54,7 +57,12 @@ export class Membership {
   private readonly refusedAt = new Map<string, number>();
   private readonly probing = new Set<string>();
 
-  constructor(private readonly o: MembershipOptions) {}
+  constructor(private readonly o: MembershipOptions) {
+    // Until it is heard again: an election right after must not carry it into the new session.
+    o.stream.subscribe("applied", ({ left }) => {
+      if (left !== undefined && left !== o.selfKey) this.markLost(left);
+    });
+  }
 
   /** A peer as last heard, by its peer key (self included; live or not). */
   get(peerKey: string): PeerView | undefined {

@@ -1,46 +1,42 @@
 // This node's replica of the control state: events applied in index order through the pure
 // apply() (@ic/state), those ahead of a gap buffered, and gaps and catch-up fetched from the master in
 // bounded pages or snapshot parts (replica-sync.ts). The master applies what it emits through it too.
+// Each event applied and snapshot installed goes out on the agent's stream (stream.ts).
 import type { Bus } from "@ic/bus";
 import type { Logger } from "@ic/log";
 import { emptyState } from "@ic/protocol";
-import type { ControlState, IndexedEvent, SessionId } from "@ic/protocol";
+import type { ControlState, IndexedEvent } from "@ic/protocol";
 import { apply, OutOfOrderEvent } from "@ic/state";
-import type { Peer } from "@ic/state";
 import { SnapshotAssembler } from "./replica-sync.ts";
+import type { Roles } from "./roles.ts";
+import type { AgentStream } from "./stream.ts";
 
 /** Requests one catch-up may take before it yields to the next trigger (a bound, never reached in practice). */
 const MAX_SYNC_ROUNDS = 10_000;
 /** Events buffered ahead of a gap while a sync is out; beyond it they are fetched by the sync. */
 const MAX_PENDING = 10_000;
 
-/** What the replica asks of the agent that holds it. */
-export interface ReplicaHost {
-  /** The session this node is in, and its master. */
-  session(): { readonly session_id: SessionId; readonly master: Peer } | null;
-  /** The master applies what it emits and never syncs. */
-  isMaster(): boolean;
-  originOf(peerKey: string): string | undefined;
-  /** After an event was applied; `left` is the peer a NodeLeft named. */
-  applied(ev: IndexedEvent, left: string | undefined): void;
-  /** After the replica was replaced by the master's snapshot. */
-  snapshotInstalled(state: ControlState): void;
+/** What the replica reads of this node's role: the session it is in, and whether it masters it. */
+export type ReplicaRoles = Readonly<Pick<Roles, "current" | "isMaster">>;
+
+export interface ReplicaOptions {
+  readonly roles: ReplicaRoles;
+  /** Which connection a peer speaks from (membership.ts): catch-up asks the master's. */
+  readonly origins: { originOf(peerKey: string): string | undefined };
+  /** Where it says what it applied (`applied`) and installed (`snapshot`). */
+  readonly stream: Pick<AgentStream, "publish">;
+  readonly bus: Pick<Bus, "request">;
+  readonly log: Logger;
 }
 
 export class Replica {
   private _state: ControlState = emptyState();
   private readonly pending = new Map<number, IndexedEvent>();
   private syncing = false;
-  private readonly h: ReplicaHost;
+  private readonly roles: ReplicaRoles;
 
-  constructor(
-    private readonly o: {
-      readonly host: ReplicaHost;
-      readonly bus: Pick<Bus, "request">;
-      readonly log: Logger;
-    },
-  ) {
-    this.h = o.host;
+  constructor(private readonly o: ReplicaOptions) {
+    this.roles = o.roles;
   }
 
   get state(): ControlState {
@@ -49,7 +45,7 @@ export class Replica {
 
   /** True when the replica holds the state of the session this node is in. */
   get synced(): boolean {
-    const cur = this.h.session();
+    const cur = this.roles.current;
     return cur !== null && this._state.session?.session_id === cur.session_id;
   }
 
@@ -98,7 +94,7 @@ export class Replica {
       }
       throw e;
     }
-    this.h.applied(ev, left);
+    this.o.stream.publish("applied", { ev, state: this._state, left });
   }
 
   /**
@@ -106,11 +102,11 @@ export class Replica {
    * snapshot part) per request, until the replica reaches the index the master reported.
    */
   async sync(fromIndex: number): Promise<void> {
-    if (this.syncing || !this.h.session() || this.h.isMaster()) return;
+    if (this.syncing || !this.roles.current || this.roles.isMaster) return;
     this.syncing = true;
-    const current = this.h.session()!;
+    const current = this.roles.current!;
     const session = current.session_id;
-    const masterOrigin = this.h.originOf(current.master.peer_key);
+    const masterOrigin = this.o.origins.originOf(current.master.peer_key);
     const snapshot = new SnapshotAssembler();
     try {
       if (masterOrigin === undefined) throw new Error("the master has not been heard yet");
@@ -121,7 +117,7 @@ export class Replica {
           { session_id: session, from_index: from, ...this.snapshotWanted(snapshot) },
           { timeoutMs: 2000, suffix: session, from: masterOrigin },
         );
-        if (this.h.session()?.session_id !== session) return;
+        if (this.roles.current?.session_id !== session) return;
         if (!reply.ok) {
           this.o.log.warn({ error: reply.error }, "sync refused");
           return;
@@ -156,7 +152,7 @@ export class Replica {
     } finally {
       this.syncing = false;
     }
-    if (this.h.session() && !this.synced) setTimeout(() => void this.sync(1), 200).unref();
+    if (this.roles.current && !this.synced) setTimeout(() => void this.sync(1), 200).unref();
   }
 
   private snapshotWanted(a: SnapshotAssembler): { snapshot?: { index: number; part: number } } {
@@ -167,6 +163,6 @@ export class Replica {
   /** Replaces the replica with the master's snapshot (a compacted or long gap). */
   private installSnapshot(state: ControlState): void {
     this._state = state;
-    this.h.snapshotInstalled(state);
+    this.o.stream.publish("snapshot", state);
   }
 }

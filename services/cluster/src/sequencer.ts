@@ -35,18 +35,25 @@ import type { IdKind, TaskBounds } from "@ic/state";
 import { afterAttempt, capacityView, retryDue } from "./deployment-retry.ts";
 import type { RetryEntry } from "./deployment-retry.ts";
 import { IntentKeeper } from "./intent-keeper.ts";
-import type { IntentMaster } from "./intent-keeper.ts";
 import { heardAt } from "./membership.ts";
 import type { PeerView } from "./membership.ts";
+import type { Replica } from "./replica.ts";
+import type { AgentStream } from "./stream.ts";
 
-/** What the sequencer asks of the agent it runs in. */
-export interface SequencerPort extends Pick<IntentMaster, "mastering" | "state" | "emit"> {
-  livePeers(): PeerView[];
-  peer(peerKey: string): PeerView | undefined;
+/** The peers the sequencer decides with: who is live, and how each was last heard. */
+export interface SequencerPeers {
+  live(): PeerView[];
+  get(peerKey: string): PeerView | undefined;
 }
 
 export interface SequencerOptions {
-  readonly master: SequencerPort;
+  /** The state it decides against (the master's own replica). */
+  readonly replica: Pick<Replica, "state">;
+  /** Sequences an event: indexed, applied to the replica, recorded and sent (master-role.ts). */
+  readonly publish: (event: ControlEvent) => void;
+  readonly peers: SequencerPeers;
+  /** A failed task leaves the table when its event is applied. */
+  readonly stream: Pick<AgentStream, "subscribe">;
   readonly selfKey: string;
   readonly livenessTimeoutMs: number;
   readonly clock: Pick<Clock, "now">;
@@ -70,6 +77,9 @@ export class Sequencer {
   constructor(private readonly o: SequencerOptions) {
     this.tasks = new TaskTable({ ...DEFAULT_TASK_BOUNDS, ...o.taskBounds });
     this.intents = o.intents;
+    o.stream.subscribe("applied", ({ ev }) => {
+      if (ev.event.type === "TaskFailed") this.tasks.end(ev.event.task_id);
+    });
   }
 
   /** Chat tasks open now. */
@@ -81,11 +91,6 @@ export class Sequencer {
   clear(): void {
     this.tasks.clear();
     this.tokenWindows.clear();
-  }
-
-  /** An event this master emitted (a failed task leaves the table). */
-  emitted(event: ControlEvent): void {
-    if (event.type === "TaskFailed") this.tasks.end(event.task_id);
   }
 
   /** Every tick: joins and departures, lost deployments, expired tasks, the intent store. */
@@ -124,8 +129,8 @@ export class Sequencer {
 
   /** The pure decision against this replica, at `now`. */
   decide(from: NodeId, cmd: Command, ids: (kind: IdKind) => string, now = this.o.clock.now()) {
-    const live = () => this.o.master.livePeers().map((p) => p.heartbeat);
-    return decide(this.o.master.state(), cmd, {
+    const live = () => this.o.peers.live().map((p) => p.heartbeat);
+    return decide(this.o.replica.state, cmd, {
       from,
       // Read only by the placement re-check: not gathered for the chat path's task commands.
       get reports() {
@@ -153,10 +158,10 @@ export class Sequencer {
       if (d.opened.token !== undefined) this.tokenWindows.request(d.opened.token, now);
     }
     if (d.ended) this.endTask(d.ended, d.usedTokens, now);
-    for (const e of d.events) this.o.master.emit(e);
+    for (const e of d.events) this.o.publish(e);
     return {
       ok: true,
-      index: this.o.master.state().index,
+      index: this.o.replica.state.index,
       ...(d.opened ? { task_id: d.opened.task_id } : {}),
     };
   }
@@ -168,29 +173,29 @@ export class Sequencer {
   }
 
   private superviseMembers(now: number, departures: boolean, session: SessionId): void {
-    const state = this.o.master.state();
+    const state = this.o.replica.state;
     // Joins: live peers that adopted this session but are not members yet.
-    for (const p of this.o.master.livePeers()) {
+    for (const p of this.o.peers.live()) {
       const hb = p.heartbeat;
       if (hb.session_id !== session) continue;
       const id = nodeIdFor(session, hb.peer_key);
       if (!state.members[id])
-        this.o.master.emit({ type: "NodeJoined", member: memberFor(session, hb, now) });
+        this.o.publish({ type: "NodeJoined", member: memberFor(session, hb, now) });
     }
     // Departures: members silent past the liveness timeout. Their in-flight tasks fail first.
     if (!departures) return;
-    for (const m of Object.values(this.o.master.state().members)) {
+    for (const m of Object.values(this.o.replica.state.members)) {
       if (m.peer_key === this.o.selfKey) continue;
-      const p = this.o.master.peer(m.peer_key);
+      const p = this.o.peers.get(m.peer_key);
       if (p && now - heardAt(p) <= this.o.livenessTimeoutMs) continue;
       const reason = p?.lostAt !== undefined ? "connection lost" : "heartbeat timeout";
       const lost = new Set(
-        Object.values(this.o.master.state().instances)
+        Object.values(this.o.replica.state.instances)
           .filter((i) => i.assignments.some((a) => a.node_id === m.node_id))
           .map((i) => i.instance_id),
       );
       for (const t of this.tasks.onInstances(lost)) {
-        this.o.master.emit({
+        this.o.publish({
           type: "TaskFailed",
           task_id: t.task_id,
           reason: `node ${m.name} (${m.node_id}) was lost`,
@@ -199,7 +204,7 @@ export class Sequencer {
       // What the departed node's gateway held ended with it (its clients were connected there).
       this.tasks.dropGateway(m.node_id);
       this.o.log.warn({ node: m.name, node_id: m.node_id }, `node lost (${reason})`);
-      this.o.master.emit({ type: "NodeLeft", node_id: m.node_id, reason });
+      this.o.publish({ type: "NodeLeft", node_id: m.node_id, reason });
     }
   }
 
@@ -208,7 +213,7 @@ export class Sequencer {
    * deployment placed on a node it has not failed on (reconcile), or given up.
    */
   private removeFailing(now: number): void {
-    for (const f of failingInstances(this.o.master.state(), now)) {
+    for (const f of failingInstances(this.o.replica.state, now)) {
       this.o.log.warn(
         {
           deployment: f.deployment_id,
@@ -218,18 +223,18 @@ export class Sequencer {
         },
         "deployment failing: its instance failed to run; trying another node",
       );
-      this.o.master.emit({
+      this.o.publish({
         type: "DeploymentFailing",
         deployment_id: f.deployment_id,
         failure: f.failure,
       });
       for (const t of this.tasks.onInstances(new Set([f.instance_id])))
-        this.o.master.emit({
+        this.o.publish({
           type: "TaskFailed",
           task_id: t.task_id,
           reason: `the instance failed to run: ${f.failure.error}`,
         });
-      this.o.master.emit({
+      this.o.publish({
         type: "InstanceDeleted",
         instance_id: f.instance_id,
         reason: `failed to run on ${f.failure.node_name}: ${f.failure.error}`,
@@ -244,8 +249,8 @@ export class Sequencer {
    */
   private reconcileDeployments(now: number): void {
     this.removeFailing(now);
-    const state = this.o.master.state();
-    const reports = this.o.master.livePeers().map((p) => p.heartbeat);
+    const state = this.o.replica.state;
+    const reports = this.o.peers.live().map((p) => p.heartbeat);
     // Lost deployments, and those on a draining node (placed elsewhere before it leaves).
     const lost = [...lostDeployments(state), ...evacuatingDeployments(state, reports)];
     if (lost.length === 0) {
@@ -268,7 +273,7 @@ export class Sequencer {
       if (a.kind === "fail") {
         this.o.log.error({ deployment: a.deployment_id, reason: a.reason }, "deployment failed");
         this.retries.delete(a.deployment_id);
-        this.o.master.emit({
+        this.o.publish({
           type: "DeploymentFailed",
           deployment_id: a.deployment_id,
           reason: a.reason,
@@ -279,7 +284,7 @@ export class Sequencer {
           "deployment placed again",
         );
         this.retries.delete(a.deployment_id);
-        this.o.master.emit({
+        this.o.publish({
           type: "InstancePlaced",
           instance: a.instance,
           deployment_id: a.deployment_id,
@@ -290,7 +295,7 @@ export class Sequencer {
           { deployment: a.deployment_id, code: a.refusal.code, message: a.refusal.message },
           "deployment pending",
         );
-        this.o.master.emit({
+        this.o.publish({
           type: "DeploymentPending",
           deployment_id: a.deployment_id,
           refusal: a.refusal,
