@@ -12,6 +12,10 @@ import type { ChatOptions } from "./routes/chat.ts";
 import { clusterRoutes } from "./routes/cluster.ts";
 import { placementRoutes } from "./routes/placement.ts";
 import { RequestLoad } from "./request-load.ts";
+import { ConfigSchema } from "@ic/config";
+
+/** The cluster section's defaults, read from the schema that defines them (config's `cluster`). */
+const CLUSTER_DEFAULTS = ConfigSchema.shape.cluster.parse({});
 
 export interface GatewayOptions {
   readonly cluster: ClusterView;
@@ -23,7 +27,7 @@ export interface GatewayOptions {
   readonly drain?: () => void;
   /** Per-request observer of the chat path (tracing, metrics). */
   readonly observeChat?: ChatOptions["observe"];
-  /** How long POST /place_instance waits for topology and memory (spec: 15 s). */
+  /** How long POST /place_instance waits for topology and memory (`cluster.info_pending_wait_ms`). */
   readonly infoPendingWaitMs?: number;
   /** Runner context size, for the KV-cache part of the memory model. */
   readonly contextSize?: number;
@@ -37,7 +41,7 @@ export interface GatewayOptions {
   readonly onChatMigration?: ChatOptions["onMigration"];
   /** The cluster's resumable streams (the node fills it from the bus); absent: this gateway's own. */
   readonly streams?: ChatOptions["streams"];
-  /** GET /state/stream sends a document at least this often (default 2000 ms). */
+  /** GET /state/stream sends a document at least this often (default `cluster.heartbeat_ms`). */
   readonly stateStreamPeriodMs?: number;
   /** This gateway's requests in flight, shared with the node's heartbeat (`outstanding`). */
   readonly load?: RequestLoad;
@@ -65,12 +69,12 @@ function gatewayRoutes(app: Hono, o: GatewayOptions): void {
     restart: o.restart ?? (() => log.warn("restart requested but not supported by this launcher")),
     drain: o.drain ?? (() => log.warn("drain requested but not supported by this launcher")),
     load,
-    ...(o.stateStreamPeriodMs ? { streamPeriodMs: o.stateStreamPeriodMs } : {}),
+    streamPeriodMs: o.stateStreamPeriodMs ?? CLUSTER_DEFAULTS.heartbeat_ms,
   });
   placementRoutes(app, {
     cluster: o.cluster,
     log,
-    infoPendingWaitMs: o.infoPendingWaitMs ?? 15_000,
+    infoPendingWaitMs: o.infoPendingWaitMs ?? CLUSTER_DEFAULTS.info_pending_wait_ms,
     now: o.now ?? Date.now,
     ...(o.contextSize ? { memory: { contextSize: o.contextSize } } : {}),
   });

@@ -16,8 +16,8 @@ export interface ClusterRouteOptions {
   readonly restart: () => void;
   /** Drain and stop this node (as on SIGTERM). */
   readonly drain: () => void;
-  /** GET /state/stream: a document at least this often (default 2000 ms, the heartbeat period). */
-  readonly streamPeriodMs?: number;
+  /** GET /state/stream: a document at least this often (the heartbeat period). */
+  readonly streamPeriodMs: number;
   /** This gateway's requests in flight (`tasks_open`, per-instance `outstanding`). */
   readonly load?: RequestLoad;
 }
@@ -51,7 +51,7 @@ export function clusterRoutes(app: Hono, o: ClusterRouteOptions): void {
       );
     open++;
     const links = q.data.links === "1";
-    const period = o.streamPeriodMs ?? 2000;
+    const period = o.streamPeriodMs;
     c.header("x-accel-buffering", "no");
     c.header("cache-control", "no-store");
     return streamSSE(c, async (stream) => {

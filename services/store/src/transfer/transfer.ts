@@ -25,6 +25,7 @@ import {
 } from "./slab-worker.ts";
 import { isErrno, partFile } from "../paths.ts";
 import { SlabPipeline } from "./slab-pipeline.ts";
+import { ConfigSchema } from "@ic/config";
 
 export const TRANSFER_FAILURES = ["transfer", "integrity", "aborted"] as const;
 export type TransferFailure = (typeof TRANSFER_FAILURES)[number];
@@ -61,8 +62,13 @@ export interface OpenedStream {
 /** Opens the remote file at `offset`; a source that cannot do ranges answers with offset 0. */
 export type OpenAt = (offset: number, signal: AbortSignal) => Promise<OpenedStream>;
 
-/** How long a transfer waits for the source's next byte (or its answer) before it fails: 30 s. */
-export const DEFAULT_TRANSFER_IDLE_MS = 30_000;
+/**
+ * How long a transfer waits for the source's next byte (or its answer) before it fails, unless the
+ * caller says: `model_store.transfer_idle_timeout_ms`'s default, read from the schema that defines it.
+ */
+export const DEFAULT_TRANSFER_IDLE_MS = ConfigSchema.shape.model_store.parse(
+  {},
+).transfer_idle_timeout_ms;
 
 export interface TransferOutcome {
   readonly sha256: string;
