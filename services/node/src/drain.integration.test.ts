@@ -12,6 +12,7 @@ import {
   placeAndWait,
   seedStore,
   startHostCluster,
+  waitFor,
   waitForConvergence,
 } from "@ic/testkit";
 import type { HostCluster } from "@ic/testkit";
@@ -51,6 +52,9 @@ afterAll(async () => {
   await cluster?.[Symbol.asyncDispose]();
 });
 
+/** Requests answered (or failed) so far, by every client. */
+let completed = 0;
+
 /** One client sending request after request (streaming and not, in turn) until `until` resolves. */
 async function client(node: NodeProcess, until: Promise<void>, model = modelId, maxTokens = 120) {
   const outcomes: { ok: boolean; status: number; detail: string }[] = [];
@@ -76,6 +80,7 @@ async function client(node: NodeProcess, until: Promise<void>, model = modelId, 
     } catch (e) {
       outcomes.push({ ok: false, status: 0, detail: String(e) });
     }
+    completed++;
   }
   return outcomes;
 }
@@ -116,8 +121,13 @@ describe("drain", () => {
     watching = false;
     await watchHealth;
 
-    // The load goes on through node-2's instance; then the clients stop.
+    // The load goes on through node-2's instance (2 s, and at least 8 more answers); then it stops.
+    const after = completed;
     await new Promise((r) => setTimeout(r, 2000));
+    await waitFor(async () => (completed >= after + 8 ? true : undefined), {
+      timeoutMs: 30_000,
+      what: "8 answers after the drain",
+    });
     stopLoad();
     const outcomes = (await Promise.all(clients)).flat();
     const failed = outcomes.filter((o) => !o.ok);
