@@ -1,7 +1,8 @@
 // What an instance is for: one kind per instance (generate, embed or rerank), and one table that says,
 // per kind, how its engine is started, which API paths it serves and how people see it. The gateway
 // routes by this table, the worker starts engines by it, the CLI and dashboard show it: a fourth kind
-// is one row here (plus the schema of its endpoint's body).
+// is one row here, the schema of its endpoint's body, and that endpoint's row in the gateway's
+// ENDPOINTS (with its OpenAPI operation, which a test asks for).
 import { z } from "zod";
 
 export const INSTANCE_KINDS = ["generate", "embed", "rerank"] as const;
@@ -17,6 +18,8 @@ export interface InstanceKindInfo {
   readonly label: string;
   /** What it serves, in words (help texts, errors). */
   readonly serves: string;
+  /** Its capability in Ollama's words (GET /v1/models lists a model's `capabilities`). */
+  readonly capability: string;
 }
 
 export const INSTANCE_KIND_TABLE: Readonly<Record<InstanceKind, InstanceKindInfo>> = {
@@ -32,6 +35,7 @@ export const INSTANCE_KIND_TABLE: Readonly<Record<InstanceKind, InstanceKindInfo
     ],
     label: "generate",
     serves: "chat, completions, Responses and Anthropic Messages",
+    capability: "completion",
   },
   embed: {
     // OpenAI's /v1/embeddings needs a pooled vector per input (not `none`).
@@ -39,12 +43,14 @@ export const INSTANCE_KIND_TABLE: Readonly<Record<InstanceKind, InstanceKindInfo
     paths: ["/v1/embeddings"],
     label: "embed",
     serves: "/v1/embeddings",
+    capability: "embedding",
   },
   rerank: {
     engineArgs: () => ["--reranking"],
     paths: ["/v1/rerank", "/v1/reranking", "/rerank", "/reranking"],
     label: "rerank",
     serves: "/v1/rerank",
+    capability: "rerank",
   },
 };
 

@@ -3,16 +3,10 @@
 // instances, its context length (as `context_length` and vLLM's `max_model_len`), and its
 // capabilities in Ollama's words (completion, tools, vision, embedding, rerank).
 import type { Hono } from "hono";
-import { INSTANCE_KINDS, kindOf } from "@ic/protocol";
-import type { ClusterView, ControlState, InstanceKind, ModelEntry } from "@ic/protocol";
+import { INSTANCE_KIND_TABLE, INSTANCE_KINDS, kindOf } from "@ic/protocol";
+import type { ClusterView, ControlState, ModelEntry } from "@ic/protocol";
 import { mayUseModel, modelForbidden, requestToken } from "@ic/http";
 import { notServableError, readiness, readyInstances, readyModels } from "../readiness.ts";
-
-const CAPABILITY: Record<InstanceKind, string> = {
-  generate: "completion",
-  embed: "embedding",
-  rerank: "rerank",
-};
 
 /** The entry of a model with ready instances (pure: from the state alone). */
 export function modelEntry(state: ControlState, id: string): ModelEntry {
@@ -29,7 +23,7 @@ export function modelEntry(state: ControlState, id: string): ModelEntry {
       : model?.context_length
         ? model.context_length
         : undefined;
-  const capabilities = kinds.map((k) => CAPABILITY[k]);
+  const capabilities = kinds.map((k) => INSTANCE_KIND_TABLE[k].capability);
   if (has.has("generate")) {
     if (model?.tools) capabilities.push("tools");
     if (model?.mmproj) capabilities.push("vision");
