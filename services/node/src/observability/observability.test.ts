@@ -28,8 +28,6 @@ import type {
 import { TelemetryCollector } from "@ic/worker";
 import { pullMetrics, stagingMetrics } from "@ic/store";
 import type { StagedEntry } from "@ic/store";
-import { eventLogMetrics } from "@ic/eventlog";
-import type { EventLogUsage } from "@ic/eventlog";
 import { kvCacheUse, NodeMetrics } from "./metrics.ts";
 import { parseExposition } from "./prom-text.ts";
 import type { LocalRunnerView, MetricsSources } from "./metrics.ts";
@@ -393,15 +391,15 @@ describe("GET /metrics", () => {
     expect(models).toEqual(["unknown"]);
   });
 
-  it("has the node's gauges: memory, GPUs, disk, runners by state, staging and its traffic, event-log mode, telemetry queue", async () => {
+  it("has the node's gauges: memory, GPUs, disk, runners by state, telemetry queue, and the staging metrics its component declares", async () => {
     const c = await collector();
     const runners: LocalRunnerView[] = [
       { instance_id: INST, rank: 0, state: "RunnerReady", endpoint: engine.url },
       { instance_id: "i-2", rank: 1, state: "RunnerWarmingUp" },
     ];
     const m = new NodeMetrics(sources(cluster(), runners, c));
-    // The store's and the event log's own metrics, declared in the node's registry as their
-    // components declare them (Component.metrics).
+    // The store's own metrics, declared in the node's registry as its component declares them
+    // (Component.metrics), get the node's labels (each service's metrics have their own tests).
     const staged = [{ bytes: 1234 }] as StagedEntry[];
     stagingMetrics(m.registry, {
       staging: () => ({
@@ -409,9 +407,6 @@ describe("GET /metrics", () => {
         counters: { from_store_bytes: 300, from_peers_bytes: 700 },
       }),
       peerServe: { bytes_served: 900, range_requests: 3 },
-    });
-    eventLogMetrics(m.registry, {
-      usage: () => ({ mode: "counting-only", active_bytes: 90, archive_bytes: 9 }) as EventLogUsage,
     });
     const fams = parsePrometheusTextFormat(await m.render());
     expect(valueOf(fams, "ic_node_memory_free_bytes", { node: "node-a" })).toBe(48e9);
@@ -426,12 +421,9 @@ describe("GET /metrics", () => {
     expect(valueOf(fams, "ic_node_runners", { state: "RunnerFailed" })).toBe(0);
     expect(valueOf(fams, "ic_node_staging_bytes", { node: "node-a" })).toBe(1234);
     expect(valueOf(fams, "ic_node_staged_models")).toBe(1);
-    expect(valueOf(fams, "ic_node_event_log_bytes")).toBe(99);
     expect(valueOf(fams, "ic_staging_received_bytes_total", { source: "store" })).toBe(300);
     expect(valueOf(fams, "ic_staging_received_bytes_total", { source: "peers" })).toBe(700);
     expect(valueOf(fams, "ic_staging_served_to_peers_bytes_total")).toBe(900);
-    expect(valueOf(fams, "ic_node_event_log_mode", { mode: "counting-only" })).toBe(1);
-    expect(valueOf(fams, "ic_node_event_log_mode", { mode: "normal" })).toBe(0);
     expect(
       valueOf(fams, "ic_telemetry_samples_total", { kind: "readings", outcome: "admitted" }),
     ).toBe(1);
