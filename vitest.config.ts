@@ -44,7 +44,7 @@ export default defineConfig({
         test: {
           name: "chaos",
           sequence: { groupOrder: 2 },
-          include: ["services/*/src/**/*.chaos.test.ts"],
+          include: ["services/*/src/**/*.chaos.test.ts", "tests/**/*.chaos.test.ts"],
           exclude: ["**/node_modules/**"],
           testTimeout: 180_000,
           hookTimeout: 180_000,

@@ -85,7 +85,7 @@ function whereTimeGoes(k: KillFigures): string {
   interval that had already passed. A frozen host (a stopped process, a hung kernel) is the same case:
   no socket closes.
 - **No false loss under load.** A drop alone never removes a node: only a drop whose every probe fails
-  does. Under load nothing drops, and \`services/node/src/load.integration.test.ts\` (3 hosts, engines
+  does. Under load nothing drops, and \`tests/cluster/load.integration.test.ts\` (3 hosts, engines
   saturating both cores) still asserts that no node is declared lost.
 
 `;

@@ -3,7 +3,7 @@
 // request's outcome with the phase it fell in, node processes that ended on their own (crashes),
 // the largest bus message and each node's memory (sampled from /metrics), the events the masters
 // sequenced, and how long the deployments took to serve again after each restart.
-// Used by the chaos test (services/node/src/chaos/soak.chaos.test.ts, short) and bench/soak (long).
+// Used by the chaos test (tests/chaos/soak.chaos.test.ts, short) and bench/soak (long).
 import type { HostCluster, NodeProcess } from "./cluster.ts";
 import { waitFor } from "./ports.ts";
 

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePorts, seedStore, waitFor } from "@ic/testkit";
 import { trustClusterCa } from "@ic/tls";
 
-const ROOT = resolve(import.meta.dirname, "../../..");
+const ROOT = resolve(import.meta.dirname, "../..");
 const PROJECT = "ic-compose-test";
 const MODEL = "test/compose-tiny";
 const SECRETS = join(ROOT, "deploy", "secrets");

@@ -13,7 +13,7 @@ import { describe, expect, it, onTestFailed } from "vitest";
 import { seedStore, startHostCluster, waitFor, waitForConvergence } from "@ic/testkit";
 
 const BROKEN = "test/broken-llama";
-const IC = fileURLToPath(new URL("../../cli/bin/ic.mjs", import.meta.url));
+const IC = fileURLToPath(new URL("../../services/cli/bin/ic.mjs", import.meta.url));
 
 interface Doc {
   nodeHealth: { node_name: string; code: string; message: string; model_id?: string }[];
