@@ -174,6 +174,7 @@ async function compose<C extends NodeCluster>(
     load: local.chatLoad,
     routes: {
       events: local.events,
+      telemetry: local.telemetryPart,
       reload: { name: "reload", routes: () => routesOf((a) => reloadRoutes(a, reloader)) },
       ...services,
       cluster: clusterPart,
@@ -212,23 +213,23 @@ async function startLocal<C extends NodeCluster>(scope: Scope<C>) {
       onTlsProbe: (r) => deps.security.engineTls(r),
     }),
   );
-  const telemetry = (
-    await stack.start(
-      telemetryComponent(cfg.node, {
-        log,
-        engine: () => engine.info(),
-        modelsPath: cfg.node_cache_path,
-        heartbeatMs: cfg.cluster.heartbeat_ms,
-        bus: deps.bus,
-        peerKey,
-        peers: () =>
-          scope.otherPeers().map((p) => ({
-            peer_key: p.heartbeat.peer_key,
-            api_url: p.heartbeat.api_url,
-          })),
-      }),
-    )
-  ).collector;
+  const telemetryPart = await stack.start(
+    telemetryComponent(cfg.node, {
+      log,
+      engine: () => engine.info(),
+      modelsPath: cfg.node_cache_path,
+      heartbeatMs: cfg.cluster.heartbeat_ms,
+      bus: deps.bus,
+      peerKey,
+      name: scope.name,
+      peers: () =>
+        scope.otherPeers().map((p) => ({
+          peer_key: p.heartbeat.peer_key,
+          api_url: p.heartbeat.api_url,
+        })),
+    }),
+  );
+  const telemetry = telemetryPart.collector;
   const loop = new LoopMonitor();
   await stack.start({
     name: "loop-monitor",
@@ -256,7 +257,7 @@ async function startLocal<C extends NodeCluster>(scope: Scope<C>) {
       };
     },
   });
-  return { events, engine, telemetry, chatLoad };
+  return { events, engine, telemetry, telemetryPart, chatLoad };
 }
 
 /** The store host (with store_path) and this node's staging of model copies. */
@@ -315,7 +316,7 @@ async function startServices<C extends NodeCluster>(
 ) {
   const { cfg, deps, stack, name, peers } = scope;
   const { log, bus, peerKey, hooks = {} } = deps;
-  const { telemetry, stager, settings } = parts;
+  const { stager, settings } = parts;
   const eventLog = parts.events.eventLog;
   const tracing = await stack.start(tracingComponent(cfg.tracing, { log, node: name, peers }));
   const observability = await stack.start(
@@ -326,8 +327,6 @@ async function startServices<C extends NodeCluster>(
         peerKey,
         cluster: agent,
         log: log.child({ component: "metrics" }),
-        telemetry: () => telemetry.telemetry,
-        telemetryDiagnostics: () => telemetry.diagnostics({ node: name, peer_key: peerKey }),
         runners: () => worker()?.runners() ?? [],
         engineHeaders: parts.engineHeaders,
         bus: () => bus.sendStats,

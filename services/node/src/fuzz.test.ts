@@ -91,7 +91,7 @@ import type {
 } from "@ic/protocol";
 import { LiveStagingSettings } from "@ic/staging";
 import { ChromeTraceSchema, TraceStatsSchema, Tracing, tracingComponent } from "@ic/tracing";
-import { TelemetryCollector } from "@ic/worker";
+import { TelemetryCollector, telemetryRoutes } from "@ic/worker";
 import { observabilityComponent } from "./observability/component.ts";
 import { nodeApi } from "./node-api.ts";
 import { watchRoutes } from "./peer-watch.ts";
@@ -2930,8 +2930,6 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
         peerKey: "p-self",
         cluster,
         log,
-        telemetry: () => collector.telemetry,
-        telemetryDiagnostics: () => collector.diagnostics({ node: "self", peer_key: "p-self" }),
         runners: () => [
           { instance_id: "i-ready", rank: 0, state: "RunnerReady", endpoint: "http://127.0.0.1:1" },
         ],
@@ -2964,6 +2962,10 @@ describe("fuzz: every endpoint of the node HTTP API", () => {
         tokens: kind === "tokens" ? API_TOKENS : [],
         routes: {
           events,
+          telemetry: {
+            name: "telemetry",
+            routes: () => telemetryRoutes(collector, { node: "self", peer_key: "p-self" }),
+          },
           observability,
           tracing: tracingPart,
           store,

@@ -17,6 +17,8 @@ import { openApiRoutes } from "./openapi.ts";
 /** The routed components, by name (absent: a node without that part, e.g. no store host). */
 export interface NodeRoutes {
   readonly events: Component;
+  /** GET /v1/diagnostics/telemetry. */
+  readonly telemetry: Component;
   readonly reload?: Component | undefined;
   readonly observability: ObservabilityComponent;
   readonly tracing: Component & {
@@ -47,6 +49,7 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
   const r = o.routes;
   const routed: readonly (Component | undefined)[] = [
     r.events,
+    r.telemetry,
     r.reload,
     r.observability,
     r.tracing,

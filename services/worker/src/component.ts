@@ -1,9 +1,11 @@
 // The worker's parts of a node as components: the engine (found and asked what it can do), the
 // telemetry path (readings, link measurements, what each heartbeat carries) and the worker itself
-// (the runners of the instances assigned here). Each takes its config section whole.
+// (the runners of the instances assigned here). Each takes its config section whole and declares
+// its metrics (metrics.ts).
 import type { Bus } from "@ic/bus";
 import type { Config } from "@ic/config";
 import { engineCacheRoot, locateEngine, probeSplitSupport, probeTls } from "@ic/engine";
+import { routesOf } from "@ic/http";
 import type { Component } from "@ic/http";
 import type { Logger } from "@ic/log";
 import { GiB } from "@ic/protocol";
@@ -11,6 +13,7 @@ import type { EngineInfo } from "@ic/protocol";
 import { LinkProber } from "./links.ts";
 import type { LinkTarget } from "./links.ts";
 import type { ClusterPort, Stager } from "./ports.ts";
+import { runnerMetrics, telemetryMetrics } from "./metrics.ts";
 import { TelemetryCollector } from "./telemetry.ts";
 
 import { Worker } from "./worker.ts";
@@ -74,7 +77,8 @@ export interface TelemetryComponent extends Component {
 
 /**
  * Readings of this node and its links to the peers, handed to each heartbeat through the bounded
- * queue, and marked published when this node's own heartbeat comes back over the bus.
+ * queue, and marked published when this node's own heartbeat comes back over the bus; the path's
+ * counters at GET /v1/diagnostics/telemetry and in /metrics.
  */
 export function telemetryComponent(
   node: Pick<Config["node"], "backend" | "memory_limit_gb">,
@@ -85,6 +89,8 @@ export function telemetryComponent(
     readonly heartbeatMs: number;
     readonly bus: Pick<Bus, "subscribe">;
     readonly peerKey: string;
+    /** This node's name (the diagnostics say whose they are). */
+    readonly name: string;
     /** The live peers to measure links to (this node excluded). */
     readonly peers: () => readonly LinkTarget[];
   },
@@ -118,7 +124,25 @@ export function telemetryComponent(
       await collector.stop();
     },
     heartbeat: () => collector.heartbeatPart(),
+    routes: () => telemetryRoutes(collector, { node: o.name, peer_key: o.peerKey }),
+    metrics: (registry) =>
+      telemetryMetrics(registry, {
+        get telemetry() {
+          return collector.telemetry;
+        },
+        diagnostics: () => collector.diagnostics({ node: o.name, peer_key: o.peerKey }),
+      }),
   };
+}
+
+/** GET /v1/diagnostics/telemetry: the telemetry path's counters of this node. */
+export function telemetryRoutes(
+  collector: Pick<TelemetryCollector, "diagnostics">,
+  who: { readonly node: string; readonly peer_key: string },
+): ReturnType<typeof routesOf> {
+  return routesOf((app) =>
+    app.get("/v1/diagnostics/telemetry", (c) => c.json(collector.diagnostics(who))),
+  );
 }
 
 export interface WorkerComponent extends Component {
@@ -159,5 +183,6 @@ export function workerComponent(
     start: () => worker.start(),
     stop: () => worker.stop(),
     heartbeat: () => ({ runners: worker.runners(), health: worker.health() }),
+    metrics: (registry) => runnerMetrics(registry, () => worker.runnerViews()),
   };
 }

@@ -15,8 +15,11 @@ export { freeTcpPort } from "./net.ts";
 export {
   engineComponent,
   telemetryComponent,
+  telemetryRoutes,
   workerComponent,
   type EngineComponent,
   type TelemetryComponent,
   type WorkerComponent,
 } from "./component.ts";
+export { runnerMetrics, telemetryMetrics } from "./metrics.ts";
+export type { RunnerView, TelemetrySource } from "./metrics.ts";

@@ -4,6 +4,8 @@ import { emptyState } from "@ic/protocol";
 import type { Command, InstanceId, ModelId, ModelRecord, NodeId, Runner } from "@ic/protocol";
 import { silentLogger } from "@ic/log";
 import type { ClusterPort, StagingProgress } from "./ports.ts";
+import { Registry } from "prom-client";
+import { runnerMetrics } from "./metrics.ts";
 import { Worker } from "./worker.ts";
 
 const model: ModelRecord = {
@@ -117,6 +119,22 @@ describe("Worker runner reports", () => {
         progress: { staged_bytes: 400_000, total_bytes: 1_000_000, started_at: 10_000 },
       });
       expect(w.reports().every((r) => r.warmup_started_at === undefined)).toBe(true);
+    } finally {
+      await w.worker.stop();
+    }
+  });
+
+  it("gives its metrics the staging runner's progress and restarts (what /metrics scrapes)", async () => {
+    const w = await stagingWorker();
+    try {
+      w.progress(250_000);
+      const registry = new Registry();
+      runnerMetrics(registry, () => w.worker.runnerViews());
+      const text = await registry.metrics();
+      const labels = '{model="demo/tiny",ic_instance="i-a",rank="0"}';
+      expect(text).toContain(`ic_runner_staged_bytes${labels} 250000`);
+      expect(text).toContain(`ic_runner_stage_total_bytes${labels} 1000000`);
+      expect(text).toContain(`ic_runner_restarts${labels} 0`);
     } finally {
       await w.worker.stop();
     }

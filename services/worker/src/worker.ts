@@ -25,6 +25,7 @@ import { applyStatus, runnerContext, runnerOf, slotHealth, stagingStart } from "
 import type { Slot, SlotStatus } from "./slot.ts";
 import type { RunnerAction, SlotView } from "./plan.ts";
 import { join } from "node:path";
+import type { RunnerView } from "./metrics.ts";
 
 export interface WorkerOptions {
   readonly cluster: ClusterPort;
@@ -95,6 +96,21 @@ export class Worker implements AsyncDisposable {
       rank: s.rank,
       state: s.state,
       ...(s.endpoint ? { endpoint: s.endpoint } : {}),
+    }));
+  }
+
+  /** Local runners as their metrics see them: restarts, warm-up start, staging progress. */
+  runnerViews(): RunnerView[] {
+    return [...this.slots.values()].map((s) => ({
+      instance_id: s.instance.instance_id,
+      model_id: s.instance.model_id,
+      rank: s.rank,
+      state: s.state,
+      restarts: s.restarts,
+      ...(s.state === "RunnerStaging" && s.progress ? { progress: s.progress } : {}),
+      ...(s.state === "RunnerWarmingUp" && s.warmupStartedAt !== undefined
+        ? { warmup_started_at: s.warmupStartedAt }
+        : {}),
     }));
   }
 

@@ -76,7 +76,6 @@ export function observabilityComponent(
           cluster: sources.cluster,
           bus,
           log: sources.log,
-          telemetry: { diagnostics: () => sources.telemetryDiagnostics() },
           metrics,
           logTail,
           runnerLogs,

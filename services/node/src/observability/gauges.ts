@@ -1,26 +1,17 @@
 // The gauges and counters /metrics reads at each scrape (prom-client collects them from the
-// sources): this node's process, its readings and GPUs, its runners, its storage, its telemetry path,
-// and the cluster's view (registered on the master's registry only).
+// sources): this node's identity, bus and process guard, and the cluster's view (registered on the
+// master's registry only).
 import { Counter, Gauge } from "prom-client";
 import type { Registry } from "prom-client";
-import type { Telemetry } from "@ic/protocol";
 import { RUNNER_STATES } from "@ic/protocol";
-import type { LocalRunnerView, MetricsSources } from "./metrics.ts";
+import type { MetricsSources } from "./metrics.ts";
 
-const TELEMETRY_OUTCOMES = [
-  "offered",
-  "admitted",
-  "rejected",
-  "coalesced",
-  "dropped",
-  "published",
-] as const;
-
-/** Every node gauge: its readings, runners, telemetry path, and the process. */
+/**
+ * The node's own gauges: who it is, its bus connection and its process guard. (Readings, runners and
+ * the telemetry path are the worker's components' metrics: services/worker/src/metrics.ts.)
+ */
 export function nodeGauges(registry: Registry, o: MetricsSources): void {
-  readingGauges(registry, o);
-  runnerGauges(registry, o);
-  telemetryPathGauges(registry, o);
+  identityGauge(registry, o);
   processGauges(registry, o);
 }
 
@@ -77,167 +68,16 @@ function processGauges(registry: Registry, o: MetricsSources): void {
   });
 }
 
-/** This node: who it is, its memory, disk and GPUs as telemetry last read them. */
-function readingGauges(registry: Registry, o: MetricsSources): void {
-  const registers = [registry];
-  const telemetryOf = o.telemetry;
+/** This node: who it is and whether it is the master. */
+function identityGauge(registry: Registry, o: MetricsSources): void {
   new Gauge({
     name: "ic_node_info",
     help: "This node (value 1): its peer key and whether it is the master.",
     labelNames: ["peer_key", "is_master"],
-    registers,
+    registers: [registry],
     collect() {
       this.reset();
       this.set({ peer_key: o.peerKey, is_master: String(o.cluster.isMaster) }, 1);
-    },
-  });
-  const fromTelemetry = (name: string, help: string, read: (t: Telemetry) => number | null) =>
-    new Gauge({
-      name,
-      help,
-      registers,
-      collect() {
-        this.reset();
-        const t = telemetryOf();
-        const v = t ? read(t) : null;
-        if (v !== null) this.set(v);
-      },
-    });
-  fromTelemetry(
-    "ic_node_memory_total_bytes",
-    "Memory this node offers to placement (RAM, or VRAM where the engine serves on GPU).",
-    (t) => t.memory_total_bytes,
-  );
-  fromTelemetry(
-    "ic_node_memory_free_bytes",
-    "Memory available to a new runner.",
-    (t) => t.memory_free_bytes,
-  );
-  fromTelemetry(
-    "ic_node_disk_free_bytes",
-    "Free space on the models volume.",
-    (t) => t.disk_free_bytes,
-  );
-  fromTelemetry("ic_node_gpus", "GPUs this node sees.", (t) => t.gpus.length);
-  const gpuGauge = (name: string, help: string, pick: "vram_total_bytes" | "vram_free_bytes") =>
-    new Gauge({
-      name,
-      help,
-      labelNames: ["gpu", "vendor", "gpu_model"],
-      registers,
-      collect() {
-        this.reset();
-        const t = telemetryOf();
-        t?.gpus.forEach((g, i) => {
-          const v = g[pick];
-          if (v !== null) this.set({ gpu: String(i), vendor: g.vendor, gpu_model: g.model }, v);
-        });
-      },
-    });
-  gpuGauge("ic_node_gpu_memory_total_bytes", "VRAM of each GPU.", "vram_total_bytes");
-  gpuGauge("ic_node_gpu_memory_free_bytes", "Free VRAM of each GPU.", "vram_free_bytes");
-}
-
-/** The runners of this node: by state, and each one's restarts, warm-up and staging progress. */
-function runnerGauges(registry: Registry, o: MetricsSources): void {
-  const registers = [registry];
-  new Gauge({
-    name: "ic_node_runners",
-    help: "Runners on this node by state.",
-    labelNames: ["state"],
-    registers,
-    collect() {
-      this.reset();
-      const runners = o.runners();
-      for (const state of RUNNER_STATES)
-        this.set({ state }, runners.filter((r) => r.state === state).length);
-    },
-  });
-  // Per runner of this node; `ic_instance`, not `instance`: Prometheus gives `instance` to the
-  // scrape target, and a scraped `instance` label would be renamed `exported_instance`.
-  const runnerLabels = ["model", "ic_instance", "rank"] as const;
-  const perRunner = (
-    name: string,
-    help: string,
-    value: (r: LocalRunnerView, now: number) => number | undefined,
-  ) =>
-    new Gauge({
-      name,
-      help,
-      labelNames: runnerLabels,
-      registers,
-      collect() {
-        this.reset();
-        const instances = o.cluster.snapshot().instances;
-        const now = Date.now();
-        for (const r of o.runners()) {
-          const v = value(r, now);
-          if (v === undefined) continue;
-          const model = instances[r.instance_id]?.model_id ?? "unknown";
-          this.set({ model, ic_instance: r.instance_id, rank: String(r.rank) }, v);
-        }
-      },
-    });
-  perRunner(
-    "ic_runner_restarts",
-    "Times each runner's engine process was restarted after it exited.",
-    (r) => r.restarts ?? 0,
-  );
-  perRunner(
-    "ic_runner_warmup_seconds",
-    "How long a warming-up runner's current start has taken so far (absent once it is ready).",
-    (r, now) =>
-      r.state === "RunnerWarmingUp" && r.warmup_started_at !== undefined
-        ? Math.max(0, (now - r.warmup_started_at) / 1000)
-        : undefined,
-  );
-  perRunner(
-    "ic_runner_staged_bytes",
-    "A staging runner's model bytes on local disk so far.",
-    (r) => (r.state === "RunnerStaging" ? r.progress?.staged_bytes : undefined),
-  );
-  perRunner(
-    "ic_runner_stage_total_bytes",
-    "A staging runner's model size (what staged_bytes reaches).",
-    (r) => (r.state === "RunnerStaging" ? r.progress?.total_bytes : undefined),
-  );
-}
-
-/** The telemetry path's counters (GET /v1/diagnostics/telemetry has them all). */
-function telemetryPathGauges(registry: Registry, o: MetricsSources): void {
-  const registers = [registry];
-  // The telemetry path's counters (GET /v1/diagnostics/telemetry has them all).
-  new Counter({
-    name: "ic_telemetry_samples_total",
-    help: "Telemetry samples by kind and outcome on their way into heartbeats.",
-    labelNames: ["kind", "outcome"],
-    registers,
-    collect() {
-      this.reset();
-      for (const [kind, k] of Object.entries(o.telemetryDiagnostics().kinds))
-        for (const outcome of TELEMETRY_OUTCOMES) this.inc({ kind, outcome }, k[outcome]);
-    },
-  });
-  new Gauge({
-    name: "ic_telemetry_queue_depth",
-    help: "Telemetry samples waiting for the next heartbeat.",
-    registers,
-    collect() {
-      this.reset();
-      this.set(o.telemetryDiagnostics().queue.depth);
-    },
-  });
-  new Gauge({
-    name: "ic_telemetry_publish_latency_seconds",
-    help: "Admission of a telemetry sample to its heartbeat seen back on the bus, over the recent window.",
-    labelNames: ["quantile"],
-    registers,
-    collect() {
-      this.reset();
-      const l = o.telemetryDiagnostics().publish.latency;
-      if (l.p50_ms !== null) this.set({ quantile: "0.5" }, l.p50_ms / 1000);
-      if (l.p99_ms !== null) this.set({ quantile: "0.99" }, l.p99_ms / 1000);
-      if (l.max_ms !== null) this.set({ quantile: "1" }, l.max_ms / 1000);
     },
   });
 }

@@ -1,6 +1,6 @@
-// GET /metrics: this node in the Prometheus text format (prom-client). Node gauges (memory, GPUs,
-// disk, runners by state, the telemetry queue), what each component declares in the node's registry
-// (Component.metrics: staging, the event log, the store host's pulls), chat request counters
+// GET /metrics: this node in the Prometheus text format (prom-client). The node's own gauges, what
+// each component declares in the node's registry (Component.metrics: readings, runners and the
+// telemetry path, staging, the event log, the store host's pulls), chat request counters
 // and histograms by model and status (fed by a ChatObserver), on the master the cluster gauges, and
 // every local llama-server's own /metrics re-exported with model, instance and rank labels.
 // Label values are bounded: a chat request for a model the cluster does not know is labelled
@@ -9,24 +9,19 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom
 import type { ChatEvent, ChatObserver, ChatRequestSeen, EngineTimings } from "@ic/protocol";
 import type { ClusterView } from "@ic/protocol";
 import type { Logger } from "@ic/log";
-import type { RunnerState, Telemetry, TelemetryDiagnostics } from "@ic/protocol";
+import type { RunnerState } from "@ic/protocol";
 import type { BusSendStats } from "@ic/bus";
 import { mergeFamilies, parseExposition, renderFamilies } from "./prom-text.ts";
 import type { PromFamily } from "./prom-text.ts";
 import type { RequestOutcome } from "./series.ts";
 import { clusterGauges, nodeGauges } from "./gauges.ts";
 
-/** A runner of this node, as the worker reports it. */
+/** A runner of this node, as the worker reports it (its engine's /metrics are re-exported). */
 export interface LocalRunnerView {
   readonly instance_id: string;
   readonly rank: number;
   readonly state: RunnerState;
   readonly endpoint?: string;
-  readonly restarts?: number;
-  /** While staging: bytes on local disk so far, of the total. */
-  readonly progress?: { readonly staged_bytes: number; readonly total_bytes: number };
-  /** While warming up: when the current start began (ms). */
-  readonly warmup_started_at?: number;
 }
 
 export interface MetricsSources {
@@ -34,8 +29,6 @@ export interface MetricsSources {
   readonly peerKey: string;
   readonly cluster: ClusterView;
   readonly log: Logger;
-  readonly telemetry: () => Telemetry | null;
-  readonly telemetryDiagnostics: () => TelemetryDiagnostics;
   readonly runners: () => readonly LocalRunnerView[];
   /** Headers for an instance's llama-server (its API key). */
   readonly engineHeaders: (instanceId: string) => Record<string, string>;

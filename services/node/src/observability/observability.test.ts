@@ -25,7 +25,7 @@ import type {
   SessionId,
   Telemetry,
 } from "@ic/protocol";
-import { TelemetryCollector } from "@ic/worker";
+import { runnerMetrics, TelemetryCollector, telemetryMetrics, telemetryRoutes } from "@ic/worker";
 import { pullMetrics, stagingMetrics } from "@ic/store";
 import type { StagedEntry } from "@ic/store";
 import { kvCacheUse, NodeMetrics } from "./metrics.ts";
@@ -173,18 +173,12 @@ llamacpp:requests_processing 1
   return out;
 }
 
-function sources(
-  view: ClusterView,
-  runners: LocalRunnerView[],
-  c: TelemetryCollector,
-): MetricsSources {
+function sources(view: ClusterView, runners: LocalRunnerView[]): MetricsSources {
   return {
     name: "node-a",
     peerKey: "p-a",
     cluster: view,
     log: silentLogger(),
-    telemetry: () => c.telemetry,
-    telemetryDiagnostics: () => c.diagnostics({ node: "node-a", peer_key: "p-a" }),
     runners: () => runners,
     engineHeaders: (id) => ({ authorization: `Bearer key-${id}` }),
     scrapeTimeoutMs: 1000,
@@ -300,8 +294,7 @@ describe("GET /metrics", () => {
   });
 
   it("parses as Prometheus text; request counters, latencies and tokens move with chat requests", async () => {
-    const c = await collector();
-    const m = new NodeMetrics(sources(cluster(), [], c));
+    const m = new NodeMetrics(sources(cluster(), []));
     const before = parsePrometheusTextFormat(await m.render());
     expect(valueOf(before, "ic_chat_requests_in_flight")).toBe(0);
     expect(family(before, "ic_chat_requests_total").metrics).toEqual([]);
@@ -367,7 +360,7 @@ describe("GET /metrics", () => {
   });
 
   it("labels a chat for a model named like Object.prototype's keys `unknown`", async () => {
-    const m = new NodeMetrics(sources(cluster(), [], await collector()));
+    const m = new NodeMetrics(sources(cluster(), []));
     for (const model of ["constructor", "toString", "__proto__"]) {
       const obs = m.observe({
         commandId: `c-${model}`,
@@ -391,15 +384,19 @@ describe("GET /metrics", () => {
     expect(models).toEqual(["unknown"]);
   });
 
-  it("has the node's gauges: memory, GPUs, disk, runners by state, telemetry queue, and the staging metrics its component declares", async () => {
+  it("has what the components declare in its registry, with the node's labels: readings, runners by state, the telemetry path, staging", async () => {
     const c = await collector();
-    const runners: LocalRunnerView[] = [
-      { instance_id: INST, rank: 0, state: "RunnerReady", endpoint: engine.url },
-      { instance_id: "i-2", rank: 1, state: "RunnerWarmingUp" },
-    ];
-    const m = new NodeMetrics(sources(cluster(), runners, c));
-    // The store's own metrics, declared in the node's registry as its component declares them
-    // (Component.metrics), get the node's labels (each service's metrics have their own tests).
+    const m = new NodeMetrics(sources(cluster(), []));
+    // The worker's and the store's metrics, declared in the node's registry as their components
+    // declare them (Component.metrics), get the node's labels (each has its own tests too).
+    telemetryMetrics(m.registry, {
+      telemetry: c.telemetry,
+      diagnostics: () => c.diagnostics({ node: "node-a", peer_key: "p-a" }),
+    });
+    runnerMetrics(m.registry, () => [
+      { instance_id: INST, model_id: MODEL, rank: 0, state: "RunnerReady", restarts: 0 },
+      { instance_id: "i-2", model_id: MODEL, rank: 1, state: "RunnerWarmingUp", restarts: 0 },
+    ]);
     const staged = [{ bytes: 1234 }] as StagedEntry[];
     stagingMetrics(m.registry, {
       staging: () => ({
@@ -432,7 +429,6 @@ describe("GET /metrics", () => {
   });
 
   it("re-exports each local llama-server's metrics with model, ic_instance and rank labels", async () => {
-    const c = await collector();
     const runners: LocalRunnerView[] = [
       { instance_id: INST, rank: 0, state: "RunnerReady", endpoint: engine.url },
       // A rank-0 engine that does not answer: scrape_up 0, the rest of the page unaffected.
@@ -441,7 +437,7 @@ describe("GET /metrics", () => {
       { instance_id: "i-3", rank: 0, state: "RunnerWarmingUp", endpoint: engine.url },
       { instance_id: INST, rank: 1, state: "RunnerReady", endpoint: "127.0.0.1:5000" },
     ];
-    const m = new NodeMetrics(sources(cluster(), runners, c));
+    const m = new NodeMetrics(sources(cluster(), runners));
     const fams = parsePrometheusTextFormat(await m.render());
     // `ic_instance`: Prometheus keeps `instance` for the scrape target.
     const labels = { model: MODEL, ic_instance: INST, rank: "0", node: "node-a" };
@@ -461,19 +457,7 @@ describe("GET /metrics", () => {
     expect(engine.scrapes).toBe(n + 1);
   });
 
-  it("has each runner's restarts, warm-up so far and staging progress, and the store host's pulls", async () => {
-    const c = await collector();
-    const now = Date.now();
-    const runners: LocalRunnerView[] = [
-      { instance_id: INST, rank: 0, state: "RunnerReady", restarts: 2 },
-      { instance_id: "i-w", rank: 0, state: "RunnerWarmingUp", warmup_started_at: now - 5000 },
-      {
-        instance_id: "i-s",
-        rank: 0,
-        state: "RunnerStaging",
-        progress: { staged_bytes: 300, total_bytes: 1000 },
-      },
-    ];
+  it("has the store host's pulls, as its component declares them", async () => {
     const pulls = [
       {
         model_id: "acme/x",
@@ -482,27 +466,16 @@ describe("GET /metrics", () => {
         bytes_total: 100,
       },
     ] as unknown as Pull[];
-    const m = new NodeMetrics(sources(cluster(), runners, c));
+    const m = new NodeMetrics(sources(cluster(), []));
     pullMetrics(m.registry, { list: () => pulls });
     const fams = parsePrometheusTextFormat(await m.render());
-    expect(
-      valueOf(fams, "ic_runner_restarts", { model: MODEL, ic_instance: INST, rank: "0" }),
-    ).toBe(2);
-    expect(valueOf(fams, "ic_runner_restarts", { ic_instance: "i-w", model: "unknown" })).toBe(0);
-    const warm = valueOf(fams, "ic_runner_warmup_seconds", { ic_instance: "i-w" });
-    expect(warm).toBeGreaterThanOrEqual(5);
-    expect(warm).toBeLessThan(60);
-    expect(family(fams, "ic_runner_warmup_seconds").metrics).toHaveLength(1);
-    expect(valueOf(fams, "ic_runner_staged_bytes", { ic_instance: "i-s" })).toBe(300);
-    expect(valueOf(fams, "ic_runner_stage_total_bytes", { ic_instance: "i-s" })).toBe(1000);
     expect(valueOf(fams, "ic_store_pull_bytes", { model: "acme/x", state: "running" })).toBe(42);
     expect(valueOf(fams, "ic_store_pull_total_bytes", { model: "acme/x" })).toBe(100);
   });
 
   it("has the cluster gauges on the master only", async () => {
-    const c = await collector();
     const master = parsePrometheusTextFormat(
-      await new NodeMetrics(sources(cluster(true), [], c)).render(),
+      await new NodeMetrics(sources(cluster(true), [])).render(),
     );
     expect(valueOf(master, "ic_cluster_members")).toBe(2);
     expect(valueOf(master, "ic_cluster_instances", { ready: "true" })).toBe(1);
@@ -514,7 +487,7 @@ describe("GET /metrics", () => {
     );
     expect(valueOf(master, "ic_cluster_session_started_seconds")).toBe(1_700_000_000);
     const follower = parsePrometheusTextFormat(
-      await new NodeMetrics(sources(cluster(false), [], c)).render(),
+      await new NodeMetrics(sources(cluster(false), [])).render(),
     );
     expect(follower.some((f) => f.name.startsWith("ic_cluster_"))).toBe(false);
   });
@@ -553,7 +526,7 @@ describe("the observability routes", () => {
         return readRunnerLog(remote, msg);
       }) as never,
     };
-    const metrics = new NodeMetrics(sources(view, [], c));
+    const metrics = new NodeMetrics(sources(view, []));
     const auth = {
       tokens: [
         { name: "reader", token: TOKENS.read, scopes: ["read" as const] },
@@ -569,13 +542,13 @@ describe("the observability routes", () => {
               cluster: view,
               bus,
               log: silentLogger(),
-              telemetry: c,
               metrics,
               logTail: tail,
               runnerLogs: { peerKey: "p-a", name: "node-a", runnerLogDir: localDir },
             }),
           ),
       },
+      { routes: () => telemetryRoutes(c, { node: "node-a", peer_key: "p-a" }) },
     ]);
     const get = (path: string, token = TOKENS.read, init: RequestInit = {}) =>
       a.request(path, { ...init, headers: { authorization: `Bearer ${token}` } });

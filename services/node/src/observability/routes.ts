@@ -1,11 +1,10 @@
-// The observability endpoints of a node, registered on the gateway's app as one extension:
-// GET /metrics, GET /v1/diagnostics/telemetry, GET /logs and GET /instances/{id}/logs.
+// The observability endpoints of a node (the observability component's routes): GET /metrics,
+// GET /logs and GET /instances/{id}/logs.
 // Every one is a read of this node's own state (runner logs: of the node holding the rank).
 import type { Hono } from "hono";
 import type { Bus } from "@ic/bus";
 import type { ClusterView } from "@ic/protocol";
 import type { Logger, LogTail } from "@ic/log";
-import type { TelemetryDiagnostics } from "@ic/protocol";
 import type { NodeMetrics } from "./metrics.ts";
 import { nodeLogRoutes } from "./node-logs.ts";
 import { runnerLogRoutes } from "./runner-logs.ts";
@@ -16,18 +15,12 @@ export interface ObservabilityOptions {
   readonly cluster: ClusterView;
   readonly bus: Pick<Bus, "request">;
   readonly log: Logger;
-  readonly telemetry: {
-    diagnostics(who: { node: string; peer_key: string }): TelemetryDiagnostics;
-  };
   readonly metrics: Pick<NodeMetrics, "render" | "contentType">;
   readonly logTail: LogTail;
   readonly runnerLogs: RunnerLogSource;
 }
 
 export function observabilityRoutes(app: Hono, o: ObservabilityOptions): void {
-  app.get("/v1/diagnostics/telemetry", (c) =>
-    c.json(o.telemetry.diagnostics({ node: o.name, peer_key: o.cluster.peerKey })),
-  );
   app.get("/metrics", async (c) =>
     c.body(await o.metrics.render(), 200, { "content-type": o.metrics.contentType }),
   );
