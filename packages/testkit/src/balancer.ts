@@ -2,8 +2,12 @@
 // nginx, HAProxy): it sends to the nodes whose GET /health answered 200 at its last check (every
 // `checkMs`), round robin, and sends a request to another node only when its connection was
 // refused (nothing was sent: what nginx's proxy_next_upstream does for a POST). Everything else,
-// an error status or a broken stream included, reaches the client as it is.
+// an error status or a broken stream included, reaches the client as it is. It keeps a connection
+// pool of its own, as a balancer does: a node's drain waits for that pool's idle keep-alive
+// connections (the case http-quiesce.ts is for), whatever the test process does with its own.
+import { Agent, fetch as poolFetch } from "undici";
 import type { NodeProcess } from "@ic/launcher";
+import { trustedTls } from "@ic/tls";
 
 export class HealthCheckedBalancer {
   private healthy = new Set<NodeProcess>();
@@ -12,6 +16,8 @@ export class HealthCheckedBalancer {
   private readonly loop: Promise<void>;
   /** Requests sent again to another node because a connection was refused. */
   refused = 0;
+  /** The balancer's own keep-alive pool, trusting the cluster CA as this process does. */
+  private readonly pool = new Agent({ connect: { ...trustedTls() } });
 
   constructor(
     private readonly nodes: readonly NodeProcess[],
@@ -28,7 +34,10 @@ export class HealthCheckedBalancer {
 
   private async check(n: NodeProcess): Promise<boolean> {
     try {
-      const r = await fetch(`${n.apiUrl}/health`, { signal: AbortSignal.timeout(1000) });
+      const r = await poolFetch(`${n.apiUrl}/health`, {
+        signal: AbortSignal.timeout(1000),
+        dispatcher: this.pool,
+      });
       await r.arrayBuffer();
       return r.status === 200;
     } catch {
@@ -39,6 +48,7 @@ export class HealthCheckedBalancer {
   async stop(): Promise<void> {
     this.stopped = true;
     await this.loop;
+    await this.pool.close();
   }
 
   /**
@@ -56,11 +66,13 @@ export class HealthCheckedBalancer {
       const node = healthy[this.turn++ % Math.max(1, healthy.length)] ?? this.nodes[0]!;
       sent?.(node);
       try {
-        return await fetch(`${node.apiUrl}${path}`, {
+        // undici's Response is the one global fetch returns (Node bundles undici).
+        return (await poolFetch(`${node.apiUrl}${path}`, {
           method: "POST",
           headers: { ...node.authHeaders, "content-type": "application/json", ...headers },
           body: JSON.stringify(body),
-        });
+          dispatcher: this.pool,
+        })) as unknown as Response;
       } catch (e) {
         const code = (e as { cause?: { code?: string } }).cause?.code;
         if (code !== "ECONNREFUSED" || tries >= 5) throw e;
