@@ -5,9 +5,9 @@
 // an error status or a broken stream included, reaches the client as it is. It keeps a connection
 // pool of its own, as a balancer does: a node's drain waits for that pool's idle keep-alive
 // connections (the case http-quiesce.ts is for), whatever the test process does with its own.
-import { Agent, fetch as poolFetch } from "undici";
+import { fetch as poolFetch } from "undici";
 import type { NodeProcess } from "@ic/launcher";
-import { trustedTls } from "@ic/tls";
+import { clientPool } from "@ic/tls";
 
 export class HealthCheckedBalancer {
   private healthy = new Set<NodeProcess>();
@@ -17,7 +17,7 @@ export class HealthCheckedBalancer {
   /** Requests sent again to another node because a connection was refused. */
   refused = 0;
   /** The balancer's own keep-alive pool, trusting the cluster CA as this process does. */
-  private readonly pool = new Agent({ connect: { ...trustedTls() } });
+  private readonly pool = clientPool();
 
   constructor(
     private readonly nodes: readonly NodeProcess[],

@@ -17,7 +17,7 @@ let agent: HttpsAgent | undefined;
 /** Makes fetch (undici's global dispatcher) and `clusterHttpsAgent` accept the cluster CA's certificates. */
 export function trustClusterCa(caPem: string): void {
   context = createSecureContext({ ca: [...rootCertificates, caPem] });
-  setGlobalDispatcher(new Agent({ connect: { secureContext: context } }));
+  setGlobalDispatcher(clientPool());
   agent?.destroy();
   agent = undefined;
 }
@@ -30,8 +30,13 @@ export function trustClusterCa(caPem: string): void {
  */
 export function renewClientPool(): void {
   const old = getGlobalDispatcher();
-  setGlobalDispatcher(new Agent(context ? { connect: { secureContext: context } } : {}));
+  setGlobalDispatcher(clientPool());
   old.close().catch(() => undefined);
+}
+
+/** A fetch connection pool (undici) that trusts what this process trusts: fetch's own, or a client's. */
+export function clientPool(): Agent {
+  return new Agent({ connect: trustedTls() });
 }
 
 /**

@@ -126,12 +126,7 @@ export function telemetryComponent(
     heartbeat: () => collector.heartbeatPart(),
     routes: () => telemetryRoutes(collector, { node: o.name, peer_key: o.peerKey }),
     metrics: (registry) =>
-      telemetryMetrics(registry, {
-        get telemetry() {
-          return collector.telemetry;
-        },
-        diagnostics: () => collector.diagnostics({ node: o.name, peer_key: o.peerKey }),
-      }),
+      telemetryMetrics(registry, collector, { node: o.name, peer_key: o.peerKey }),
   };
 }
 

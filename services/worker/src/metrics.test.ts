@@ -63,12 +63,16 @@ describe("telemetryMetrics", () => {
       queue: { depth: 3 },
       publish: { latency: { p50_ms: 20, p99_ms: null, max_ms: 40 } },
     } as unknown as TelemetryDiagnostics;
-    telemetryMetrics(registry, {
-      get telemetry() {
-        return telemetry;
+    telemetryMetrics(
+      registry,
+      {
+        get telemetry() {
+          return telemetry;
+        },
+        diagnostics: () => diagnostics,
       },
-      diagnostics: () => diagnostics,
-    });
+      { node: "node-a", peer_key: "p-a" },
+    );
     expect(await registry.metrics()).not.toContain("ic_node_gpu_memory_free_bytes{");
     telemetry = {
       memory_total_bytes: 64e9,

@@ -15,16 +15,20 @@ const TELEMETRY_OUTCOMES = [
   "published",
 ] as const;
 
-/** What the telemetry metrics read: the last readings, and the path's counters. */
+/** What the telemetry metrics read: the last readings, and the path's counters (the collector). */
 export interface TelemetrySource {
   readonly telemetry: Telemetry | null;
-  diagnostics(): TelemetryDiagnostics;
+  diagnostics(who: { readonly node: string; readonly peer_key: string }): TelemetryDiagnostics;
 }
 
 /** This node's memory, disk and GPUs as telemetry last read them, and the telemetry path. */
-export function telemetryMetrics(registry: Registry, source: TelemetrySource): void {
+export function telemetryMetrics(
+  registry: Registry,
+  source: TelemetrySource,
+  who: { readonly node: string; readonly peer_key: string },
+): void {
   readingGauges(registry, source);
-  telemetryPathGauges(registry, source);
+  telemetryPathGauges(registry, () => source.diagnostics(who));
 }
 
 function readingGauges(registry: Registry, source: TelemetrySource): void {
@@ -76,7 +80,7 @@ function readingGauges(registry: Registry, source: TelemetrySource): void {
 }
 
 /** The telemetry path's counters (GET /v1/diagnostics/telemetry has them all). */
-function telemetryPathGauges(registry: Registry, source: TelemetrySource): void {
+function telemetryPathGauges(registry: Registry, diagnostics: () => TelemetryDiagnostics): void {
   const registers = [registry];
   new Counter({
     name: "ic_telemetry_samples_total",
@@ -85,7 +89,7 @@ function telemetryPathGauges(registry: Registry, source: TelemetrySource): void 
     registers,
     collect() {
       this.reset();
-      for (const [kind, k] of Object.entries(source.diagnostics().kinds))
+      for (const [kind, k] of Object.entries(diagnostics().kinds))
         for (const outcome of TELEMETRY_OUTCOMES) this.inc({ kind, outcome }, k[outcome]);
     },
   });
@@ -95,7 +99,7 @@ function telemetryPathGauges(registry: Registry, source: TelemetrySource): void 
     registers,
     collect() {
       this.reset();
-      this.set(source.diagnostics().queue.depth);
+      this.set(diagnostics().queue.depth);
     },
   });
   new Gauge({
@@ -105,7 +109,7 @@ function telemetryPathGauges(registry: Registry, source: TelemetrySource): void 
     registers,
     collect() {
       this.reset();
-      const l = source.diagnostics().publish.latency;
+      const l = diagnostics().publish.latency;
       if (l.p50_ms !== null) this.set({ quantile: "0.5" }, l.p50_ms / 1000);
       if (l.p99_ms !== null) this.set({ quantile: "0.99" }, l.p99_ms / 1000);
       if (l.max_ms !== null) this.set({ quantile: "1" }, l.max_ms / 1000);

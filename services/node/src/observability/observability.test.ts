@@ -389,10 +389,7 @@ describe("GET /metrics", () => {
     const m = new NodeMetrics(sources(cluster(), []));
     // The worker's and the store's metrics, declared in the node's registry as their components
     // declare them (Component.metrics), get the node's labels (each has its own tests too).
-    telemetryMetrics(m.registry, {
-      telemetry: c.telemetry,
-      diagnostics: () => c.diagnostics({ node: "node-a", peer_key: "p-a" }),
-    });
+    telemetryMetrics(m.registry, c, { node: "node-a", peer_key: "p-a" });
     runnerMetrics(m.registry, () => [
       { instance_id: INST, model_id: MODEL, rank: 0, state: "RunnerReady", restarts: 0 },
       { instance_id: "i-2", model_id: MODEL, rank: 1, state: "RunnerWarmingUp", restarts: 0 },
