@@ -99,6 +99,19 @@ export const ChatSchema = z
     fetch_image_urls: z.boolean().default(false),
     /** With fetch_image_urls: the only hosts images are fetched from (`*.example.com` too); empty: any. */
     image_url_hosts: z.array(z.string().min(1).max(253)).max(256).default([]),
+    /**
+     * A request for a registered model with no instance loads it (docs/capacity.md) instead of
+     * answering 404: the master places it, unloading least recently used idle on-demand instances
+     * for room. A model's model.json `on_demand` overrides this. Set it alike on every node.
+     */
+    on_demand: z.boolean().default(false),
+    /** How long a request waits for the model it loads on demand to become ready. */
+    load_wait_ms: z.number().int().positive().default(120_000),
+    /**
+     * How long an instance loaded on demand stays after its last request (Ollama's keep_alive):
+     * 0 unloads it once its answers are done, -1 never. A model's model.json `keep_alive` overrides it.
+     */
+    keep_alive_ms: z.number().int().min(-1).default(300_000),
   })
   .strict();
 

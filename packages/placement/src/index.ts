@@ -54,3 +54,5 @@ export type {
   Unavailable,
 } from "./cluster.ts";
 export { assignmentsOf } from "./cluster.ts";
+export { planLoad, unloadCandidates } from "./room.ts";
+export type { InstanceUse, LoadPlan, Unload } from "./room.ts";

@@ -43,6 +43,28 @@ export const PoolingSchema = z.enum(["mean", "cls", "last"]);
 export type Pooling = z.infer<typeof PoolingSchema>;
 
 /**
+ * How long an instance loaded on demand stays after its last request (Ollama's `keep_alive`): seconds,
+ * or a duration such as "30s", "5m", "1h"; 0 unloads it once its answer is done, -1 never.
+ */
+export const KeepAliveSchema = z.union([
+  z.number().int().min(-1),
+  z.string().regex(/^(-1|\d+(ms|s|m|h)?)$/, 'seconds, or a duration such as "30s", "5m", "1h"'),
+]);
+
+/** A keep_alive (seconds or a duration) in milliseconds; -1 stays -1 (never unloaded). */
+export function keepAliveMs(v: z.infer<typeof KeepAliveSchema>): number {
+  if (typeof v === "number") return v < 0 ? -1 : v * 1000;
+  if (v === "-1") return -1;
+  const m = /^(\d+)(ms|s|m|h)?$/.exec(v)!;
+  const n = Number(m[1]);
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] ?? "s"]!;
+  return n * unit;
+}
+
+/** A keep_alive in milliseconds as records carry it: -1 never unloads, 0 once the answer is done. */
+export const KeepAliveMsSchema = z.number().int().min(-1);
+
+/**
  * A model directory's optional `model.json`: its companions (a drafter, an MTP sidecar), the pooling
  * of its embedding instances, the GGUF to load. The worker reads it to describe the model; the store
  * host to pull the companions it names.
@@ -52,6 +74,10 @@ export const ModelJsonSchema = z
     drafter: ModelIdSchema.optional(),
     mtp_sidecar: ModelIdSchema.optional(),
     pooling: PoolingSchema.optional(),
+    /** Loaded on its first request when not placed (docs/capacity.md); overrides chat.on_demand. */
+    on_demand: z.boolean().optional(),
+    /** How long its on-demand instances stay idle before they are unloaded (chat.keep_alive_ms). */
+    keep_alive: KeepAliveSchema.optional(),
     file: z
       .string()
       .regex(/^[^/\\]+\.gguf$/)
@@ -87,6 +113,10 @@ export const ModelRecordSchema = z.object({
   /** Multi-token-prediction sidecar repository staged with the model. */
   mtp_sidecar: ModelIdSchema.optional(),
   registered_by: NodeIdSchema.optional(),
+  /** model.json `on_demand`: loaded on its first request (true) or never (false); absent: chat.on_demand. */
+  on_demand: z.boolean().optional(),
+  /** model.json `keep_alive`, in ms: how long its on-demand instances stay idle. */
+  keep_alive_ms: KeepAliveMsSchema.optional(),
   /** Base URL of the store host serving this model's files (manifest + Range downloads). */
   store_url: z.string().optional(),
 });
@@ -218,6 +248,16 @@ export const DeploymentSchema = z.object({
    * instances on distinct nodes (a re-placement avoids the nodes its siblings' instances hold).
    */
   replica_set: z.string().min(1).max(64).optional(),
+  /**
+   * Loaded on demand (a chat request for a model not placed): its instance may be unloaded to make
+   * room for another on-demand load while it has no request in flight (docs/capacity.md).
+   */
+  on_demand: z.literal(true).optional(),
+  /**
+   * Unloaded (the deployment deleted) after its instance had no request for this long; 0: once its
+   * answers are done; absent or -1: never (an operator's placement, unless it asked for one).
+   */
+  keep_alive_ms: KeepAliveMsSchema.optional(),
   /** Exclusions by peer key: node ids are per session, peer keys survive failover. */
   excluded_peer_keys: z.array(z.string()),
   created_at: z.number(),
@@ -327,6 +367,11 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
     type: z.literal("DeploymentDeleted"),
     deployment_id: z.string(),
     reason: z.string(),
+    /**
+     * Why, as metrics count it: an operator's request (absent), idle past its keep_alive, or
+     * unloaded to make room for an on-demand load.
+     */
+    cause: z.enum(["idle", "room"]).optional(),
   }),
   z.object({
     type: z.literal("InstanceDeleted"),
@@ -382,10 +427,32 @@ export const CommandSchema = z.discriminatedUnion("type", [
         /** Before kinds (see InstanceSchema). */
         embeddings: z.boolean().optional(),
         replica_set: z.string().min(1).max(64).optional(),
+        /** Unloaded after this long without a request (absent: never). */
+        keep_alive_ms: KeepAliveMsSchema.optional(),
       })
       .optional(),
   }),
+  /**
+   * A chat request for a registered model with no instance, on demand: the master places it (once,
+   * however many gateways ask), unloading least recently used idle on-demand instances when it does
+   * not fit, or refuses with the placement's typed error.
+   */
+  z.object({
+    type: z.literal("LoadModel"),
+    model_id: ModelIdSchema,
+    kind: InstanceKindSchema.optional(),
+    keep_alive_ms: KeepAliveMsSchema,
+  }),
   z.object({ type: z.literal("DeleteInstance"), instance_id: InstanceIdSchema }),
+  /**
+   * The master's own: an instance idle past its deployment's keep_alive leaves with its deployment
+   * (refused when a request began on it meanwhile).
+   */
+  z.object({
+    type: z.literal("UnloadInstance"),
+    instance_id: InstanceIdSchema,
+    reason: z.string().max(400),
+  }),
   z.object({ type: z.literal("RegisterModel"), model: ModelRecordSchema }),
   z.object({ type: z.literal("DeregisterModel"), model_id: ModelIdSchema }),
   z.object({ type: z.literal("ReportRunner"), runner: RunnerSchema }),

@@ -4,7 +4,7 @@
 // these and the other schemas of this package.
 import { z } from "zod";
 import { InstanceIdSchema, ModelIdSchema } from "./ids.ts";
-import { InstanceSchema, ShardingSchema } from "./cluster.ts";
+import { InstanceSchema, KeepAliveSchema, ShardingSchema } from "./cluster.ts";
 import { InstanceKindSchema } from "./instance-kinds.ts";
 import { PullSchema } from "./store.ts";
 import { ERROR_CODES } from "./errors.ts";
@@ -122,6 +122,11 @@ export const PlaceRequestSchema = z
      * master re-places a lost one away from its siblings. All are placed now, or none is.
      */
     replicas: z.number().int().min(1).max(16).default(1),
+    /**
+     * Unload it after it had no request for this long (Ollama's keep_alive: seconds, or "30s",
+     * "5m", "1h"; 0 once its answers are done). Absent or -1: never (docs/capacity.md).
+     */
+    keep_alive: KeepAliveSchema.optional(),
   })
   .strict();
 export type PlaceRequest = z.infer<typeof PlaceRequestSchema>;
@@ -195,6 +200,11 @@ export const ModelEntrySchema = z.object({
   max_model_len: z.number().int().positive().optional(),
   /** Ollama's words: completion, embedding, rerank, tools, vision. */
   capabilities: z.array(z.string()),
+  /**
+   * Listed because a request loads it (on demand, docs/capacity.md): false while nothing serves it,
+   * true once loaded. Absent for a model an operator placed.
+   */
+  loaded: z.boolean().optional(),
 });
 export type ModelEntry = z.infer<typeof ModelEntrySchema>;
 

@@ -14,6 +14,11 @@ export const DeploymentIntentSchema = DeploymentSchema.pick({
   sharding: true,
   excluded_peer_keys: true,
   created_at: true,
+  kind: true,
+  embeddings: true,
+  replica_set: true,
+  on_demand: true,
+  keep_alive_ms: true,
 });
 export type DeploymentIntent = z.infer<typeof DeploymentIntentSchema>;
 
@@ -40,6 +45,12 @@ export function deploymentIntent(d: Deployment | DeploymentIntent): DeploymentIn
     sharding: d.sharding,
     excluded_peer_keys: d.excluded_peer_keys,
     created_at: d.created_at,
+    // What it serves, its replica set and its on-demand policy come back with it after a restart.
+    ...(d.kind !== undefined ? { kind: d.kind } : {}),
+    ...(d.embeddings !== undefined ? { embeddings: d.embeddings } : {}),
+    ...(d.replica_set !== undefined ? { replica_set: d.replica_set } : {}),
+    ...(d.on_demand !== undefined ? { on_demand: d.on_demand } : {}),
+    ...(d.keep_alive_ms !== undefined ? { keep_alive_ms: d.keep_alive_ms } : {}),
   };
 }
 

@@ -62,6 +62,13 @@ function world(): ControlState {
   return s;
 }
 
+/** `org/other` registered, and d-1 (i-1 on b) loaded on demand, its Pending sibling d-2 gone. */
+function onDemandInTheWay(s: ControlState): void {
+  s.models[other.model_id] = other;
+  s.deployments["d-1"] = { ...s.deployments["d-1"]!, on_demand: true };
+  delete s.deployments["d-2"];
+}
+
 /** The master's open task t-1 on i-1 (its TaskTable; tasks are not in the replicated state). */
 const openTask: Task = {
   task_id: "t-1" as TaskId,
@@ -158,6 +165,62 @@ const rows: Row[] = [
   {
     name: "refuses to delete an instance it never had",
     cmd: { type: "DeleteInstance", instance_id: "i-none" as InstanceId },
+    error: "not_found",
+  },
+  // LoadModel
+  {
+    name: "loads a registered model nothing serves, as an on-demand deployment",
+    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
+    state: (s) => void (s.models[other.model_id] = other),
+    events: ["InstancePlaced", "DeploymentCreated"],
+  },
+  {
+    name: "loads nothing when the model already has a deployment (a concurrent first request)",
+    cmd: { type: "LoadModel", model_id: model.model_id, keep_alive_ms: 0 },
+    events: [],
+  },
+  {
+    name: "refuses to load an unknown model",
+    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
+    error: "model_not_found",
+  },
+  {
+    name: "unloads the idle on-demand instance it needs the room of, then loads",
+    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
+    state: onDemandInTheWay,
+    ctx: { reports: [report("a", 1), report("b")], use: () => ({ open: 0, lastUsedAt: 1 }) },
+    events: ["DeploymentDeleted", "InstanceDeleted", "InstancePlaced", "DeploymentCreated"],
+  },
+  {
+    name: "refuses a load whose only room is held by an instance with requests in flight",
+    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
+    state: onDemandInTheWay,
+    ctx: { reports: [report("a", 1), report("b")], use: () => ({ open: 1, lastUsedAt: 1 }) },
+    error: "insufficient_memory",
+  },
+  {
+    name: "refuses a load whose only room is held by an operator's placement",
+    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
+    state: (s) => void (s.models[other.model_id] = other),
+    ctx: { reports: [report("a", 1), report("b")], use: () => ({ open: 0, lastUsedAt: 1 }) },
+    error: "insufficient_memory",
+  },
+  // UnloadInstance
+  {
+    name: "unloads an idle instance with its deployment",
+    cmd: { type: "UnloadInstance", instance_id: "i-1" as InstanceId, reason: "idle" },
+    ctx: { use: () => ({ open: 0 }) },
+    events: ["DeploymentDeleted", "InstanceDeleted"],
+  },
+  {
+    name: "refuses to unload an instance a request began on meanwhile",
+    cmd: { type: "UnloadInstance", instance_id: "i-1" as InstanceId, reason: "idle" },
+    ctx: { use: () => ({ open: 1 }) },
+    error: "conflict",
+  },
+  {
+    name: "refuses to unload an instance already gone",
+    cmd: { type: "UnloadInstance", instance_id: "i-gone" as InstanceId, reason: "idle" },
     error: "not_found",
   },
   // RegisterModel
@@ -330,6 +393,41 @@ describe("decide", () => {
         status: "Placed",
       },
     });
+  });
+
+  it("an on-demand load: its deployment carries the policy, its unloads the cause and the reason", () => {
+    const s = world();
+    onDemandInTheWay(s);
+    const d = decide(
+      s,
+      { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 30_000 },
+      ctx({ reports: [report("a", 1), report("b")], use: () => ({ open: 0, lastUsedAt: 1 }) }),
+    );
+    if (!d.ok) throw d.error;
+    const [deleted, , placed, created] = d.events;
+    expect(deleted).toMatchObject({ deployment_id: "d-1", cause: "room" });
+    expect(deleted).toHaveProperty("reason", expect.stringContaining("to make room for org/other"));
+    expect(placed).toMatchObject({
+      type: "InstancePlaced",
+      instance: { instance_id: "instance-new", assignments: [{ node_id: "n-b" }] },
+    });
+    expect(created).toMatchObject({
+      type: "DeploymentCreated",
+      deployment: { on_demand: true, keep_alive_ms: 30_000, instance_id: "instance-new" },
+    });
+  });
+
+  it("a load refused only because the room is in use says so, to be asked again", () => {
+    const s = world();
+    onDemandInTheWay(s);
+    const d = decide(
+      s,
+      { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
+      ctx({ reports: [report("a", 1), report("b")], use: () => ({ open: 1, lastUsedAt: 1 }) }),
+    );
+    if (d.ok) throw new Error("accepted");
+    expect(d.error.details).toMatchObject({ in_use_instances: 1 });
+    expect(d.error.retryAfterS).toBe(1);
   });
 
   it("a lost race is refused with the node named and the reservation explained", () => {

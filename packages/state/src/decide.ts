@@ -6,13 +6,14 @@ import type {
   Command,
   ControlEvent,
   ControlState,
+  InstanceId,
   NodeId,
   Task,
   TaskId,
   TokenLimits,
 } from "@ic/protocol";
-import { checkInstance, refusalError } from "@ic/placement";
-import type { MemoryModel, NodeReport } from "@ic/placement";
+import { assignmentsOf, checkInstance, planLoad, refusalError } from "@ic/placement";
+import type { InstanceUse, MemoryModel, NodeReport } from "@ic/placement";
 
 /** What a fresh id is for: the shell prefixes and randomizes it (`d-…`, `t-…`, `i-…`). */
 export type IdKind = "deployment" | "task" | "instance";
@@ -34,6 +35,8 @@ export interface DecideContext {
    * see token-limits.ts). Absent: limits are not checked.
    */
   readonly tokenCheck?: (name: string, limits: TokenLimits) => ServiceError | undefined;
+  /** How each instance is used (the master's task table): what a LoadModel may unload for room. */
+  readonly use?: (instanceId: string) => InstanceUse | undefined;
 }
 
 /**
@@ -109,6 +112,9 @@ function decidePlace(
         sharding: cmd.deployment.sharding,
         ...(kindOf(cmd.deployment) !== "generate" ? { kind: kindOf(cmd.deployment) } : {}),
         ...(cmd.deployment.replica_set ? { replica_set: cmd.deployment.replica_set } : {}),
+        ...(cmd.deployment.keep_alive_ms !== undefined
+          ? { keep_alive_ms: cmd.deployment.keep_alive_ms }
+          : {}),
         excluded_peer_keys: Object.values(s.members)
           .filter((m) => excluded.has(m.node_id))
           .map((m) => m.peer_key),
@@ -154,6 +160,116 @@ function decideDelete(
 }
 
 /**
+ * LoadModel: nothing when the model of that kind already has a deployment that is not given up, or an
+ * instance (concurrent first requests, from any gateway, load it once); else placed as the reconcile
+ * places, after unloading the least recently used idle on-demand instances it needs room from
+ * (@ic/placement planLoad), as an on-demand deployment with its keep_alive; else the refusal.
+ */
+function decideLoad(
+  s: ControlState,
+  cmd: Extract<Command, { type: "LoadModel" }>,
+  ctx: DecideContext,
+): CommandDecision {
+  const model = own(s.models, cmd.model_id);
+  if (!model)
+    return refuse(new ServiceError("model_not_found", `model ${cmd.model_id} is not registered`));
+  const kind = cmd.kind ?? "generate";
+  const serving =
+    Object.values(s.deployments).some(
+      (d) => d.model_id === cmd.model_id && kindOf(d) === kind && d.status !== "Failed",
+    ) || Object.values(s.instances).some((i) => i.model_id === cmd.model_id && kindOf(i) === kind);
+  if (serving) return accept();
+  const plan = planLoad(
+    s,
+    ctx.reports,
+    { model, minNodes: 1, sharding: "Pipeline", ...(ctx.memory ? { memory: ctx.memory } : {}) },
+    (id) => ctx.use?.(id),
+  );
+  if (!plan.ok) {
+    const e = refusalError(plan);
+    if (!plan.busy) return refuse(e);
+    // Room frees once requests in flight end: the gateway asks again within its load wait.
+    return refuse(
+      new ServiceError(e.code, e.message, {
+        details: { ...e.details, in_use_instances: plan.busy },
+        retryAfterS: 1,
+      }),
+    );
+  }
+  const events: ControlEvent[] = [];
+  for (const u of plan.unload) {
+    const reason = `unloaded to make room for ${cmd.model_id} (on-demand, least recently used, idle)`;
+    events.push(
+      { type: "DeploymentDeleted", deployment_id: u.deployment_id, reason, cause: "room" },
+      { type: "InstanceDeleted", instance_id: u.instance_id as InstanceId, reason },
+    );
+  }
+  const gone = new Set(plan.unload.map((u) => u.instance_id));
+  const view = {
+    ...s,
+    instances: Object.fromEntries(Object.entries(s.instances).filter(([id]) => !gone.has(id))),
+  };
+  const instanceId = ctx.newId("instance") as InstanceId;
+  events.push(
+    {
+      type: "InstancePlaced",
+      instance: {
+        instance_id: instanceId,
+        model_id: cmd.model_id,
+        sharding: "Pipeline",
+        ...(kind !== "generate" ? { kind } : {}),
+        context_size: plan.placement.context_size,
+        created_at: ctx.now,
+        assignments: assignmentsOf(view, plan.placement.shares),
+      },
+      reason: `loaded on demand: a request for ${cmd.model_id}`,
+    },
+    {
+      type: "DeploymentCreated",
+      deployment: {
+        deployment_id: ctx.newId("deployment"),
+        model_id: cmd.model_id,
+        min_nodes: 1,
+        sharding: "Pipeline",
+        ...(kind !== "generate" ? { kind } : {}),
+        on_demand: true,
+        keep_alive_ms: cmd.keep_alive_ms,
+        excluded_peer_keys: [],
+        created_at: ctx.now,
+        instance_id: instanceId,
+        status: "Placed",
+      },
+    },
+  );
+  return accept(events);
+}
+
+/** UnloadInstance (the master's idle unload): the instance and its deployment, unless in use now. */
+function decideUnload(
+  s: ControlState,
+  cmd: Extract<Command, { type: "UnloadInstance" }>,
+  ctx: DecideContext,
+): CommandDecision {
+  if (!own(s.instances, cmd.instance_id))
+    return refuse(new ServiceError("not_found", `no instance ${cmd.instance_id}`));
+  if ((ctx.use?.(cmd.instance_id)?.open ?? 0) > 0)
+    return refuse(
+      new ServiceError("conflict", `instance ${cmd.instance_id} has requests in flight`),
+    );
+  return accept([
+    ...Object.values(s.deployments)
+      .filter((d) => d.instance_id === cmd.instance_id)
+      .map((d) => ({
+        type: "DeploymentDeleted" as const,
+        deployment_id: d.deployment_id,
+        reason: cmd.reason,
+        cause: "idle" as const,
+      })),
+    { type: "InstanceDeleted", instance_id: cmd.instance_id, reason: cmd.reason },
+  ]);
+}
+
+/**
  * Every event is decided against `state` as it was before the command: the events of one command
  * never depend on each other's application. Refusals emit nothing.
  */
@@ -164,6 +280,10 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       return decidePlace(s, cmd, ctx);
     case "DeleteInstance":
       return decideDelete(s, cmd, ctx);
+    case "LoadModel":
+      return decideLoad(s, cmd, ctx);
+    case "UnloadInstance":
+      return decideUnload(s, cmd, ctx);
     case "RegisterModel": {
       const prev = own(s.models, cmd.model.model_id);
       if (prev && JSON.stringify(prev) === JSON.stringify(cmd.model)) return accept();

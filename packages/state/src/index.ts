@@ -18,3 +18,5 @@ export type { TaskBounds } from "./tasks.ts";
 export { checkTokenLimits, LIMIT_WINDOW_MS, TokenWindows } from "./token-limits.ts";
 export { amendWrites, intentWrites, RESTORED, restoreIntent } from "./intent.ts";
 export type { Restore } from "./intent.ts";
+export { idleUnloads, instanceUse, InstanceUsage, UNUSED_GRACE_MS } from "./usage.ts";
+export type { IdleUnload } from "./usage.ts";

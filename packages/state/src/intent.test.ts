@@ -37,6 +37,28 @@ describe("intentWrites", () => {
   });
 });
 
+describe("intentWrites: what a deployment is comes back with it", () => {
+  it("keeps its kind, replica set and on-demand policy, not its runtime status", () => {
+    const kept = {
+      kind: "embed" as const,
+      replica_set: "rs-1",
+      on_demand: true as const,
+      keep_alive_ms: 60_000,
+    };
+    const [w] = intentWrites([
+      {
+        type: "DeploymentCreated",
+        deployment: {
+          ...intent("d-1", kept),
+          instance_id: "i-1" as InstanceId,
+          status: "Placed",
+        },
+      },
+    ]);
+    expect(w).toEqual({ op: "put_deployment", deployment: intent("d-1", kept) });
+  });
+});
+
 describe("restoreIntent", () => {
   const ids = (d: string) => `i-restored-${d}` as InstanceId;
 

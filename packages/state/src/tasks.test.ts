@@ -23,6 +23,27 @@ describe("TaskTable", () => {
     expect(t.size).toBe(2);
   });
 
+  it("counts each instance's open tasks through every way a task leaves", () => {
+    const t = new TaskTable({ maxTasks: 3, maxAgeMs: 100 });
+    t.add(task(1, "i-a", "n-1", 0));
+    t.add(task(2, "i-a", "n-2", 50));
+    t.add(task(2, "i-a", "n-2", 50)); // the same task twice counts once
+    t.add(task(3, "i-b", "n-1", 60));
+    expect([t.openOn("i-a"), t.openOn("i-b"), t.openOn("i-c")]).toEqual([2, 1, 0]);
+    expect(t.expire(120)).toBe(1);
+    expect(t.openOn("i-a")).toBe(1);
+    t.dropGateway("n-2" as NodeId);
+    expect(t.openOn("i-a")).toBe(0);
+    t.add(task(4, "i-b", "n-1", 70));
+    t.add(task(5, "i-b", "n-1", 70));
+    t.add(task(6, "i-b", "n-1", 70)); // past maxTasks: task 3 goes
+    expect(t.openOn("i-b")).toBe(3);
+    t.end("t-4" as TaskId);
+    expect(t.openOn("i-b")).toBe(2);
+    t.clear();
+    expect(t.openOn("i-b")).toBe(0);
+  });
+
   it("is bounded by count (the oldest goes) and by age", () => {
     const t = new TaskTable({ maxTasks: 3, maxAgeMs: 100 });
     for (let i = 1; i <= 5; i++) t.add(task(i, "i-a", "n-1", i * 10));

@@ -17,6 +17,8 @@ export class TaskTable {
   private readonly tasks = new Map<TaskId, Task>();
   /** Open tasks per limited token (Task.token): what concurrent_requests counts. */
   private readonly perToken = new Map<string, number>();
+  /** Open tasks per instance: what an unload checks. */
+  private readonly perInstance = new Map<string, number>();
 
   constructor(private readonly bounds: TaskBounds = DEFAULT_TASK_BOUNDS) {}
 
@@ -27,6 +29,7 @@ export class TaskTable {
   add(task: Task): void {
     this.remove(task.task_id);
     this.tasks.set(task.task_id, task);
+    this.perInstance.set(task.instance_id, (this.perInstance.get(task.instance_id) ?? 0) + 1);
     if (task.token !== undefined)
       this.perToken.set(task.token, (this.perToken.get(task.token) ?? 0) + 1);
     while (this.tasks.size > this.bounds.maxTasks) {
@@ -40,6 +43,11 @@ export class TaskTable {
     return this.remove(id);
   }
 
+  /** Open tasks on an instance. */
+  openOn(instanceId: string): number {
+    return this.perInstance.get(instanceId) ?? 0;
+  }
+
   /** Open tasks of a limited token. */
   openFor(token: string): number {
     return this.perToken.get(token) ?? 0;
@@ -49,6 +57,9 @@ export class TaskTable {
     const t = this.tasks.get(id);
     if (!t) return undefined;
     this.tasks.delete(id);
+    const left = (this.perInstance.get(t.instance_id) ?? 1) - 1;
+    if (left > 0) this.perInstance.set(t.instance_id, left);
+    else this.perInstance.delete(t.instance_id);
     if (t.token !== undefined) {
       const n = (this.perToken.get(t.token) ?? 1) - 1;
       if (n > 0) this.perToken.set(t.token, n);
@@ -89,5 +100,6 @@ export class TaskTable {
   clear(): void {
     this.tasks.clear();
     this.perToken.clear();
+    this.perInstance.clear();
   }
 }

@@ -32,6 +32,8 @@ export interface CommandClientOptions {
 const INTENT_COMMANDS: ReadonlySet<Command["type"]> = new Set([
   "PlaceInstance",
   "DeleteInstance",
+  "LoadModel",
+  "UnloadInstance",
   "RegisterModel",
   "DeregisterModel",
 ]);

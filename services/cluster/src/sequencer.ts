@@ -25,6 +25,9 @@ import {
   DEFAULT_TASK_BOUNDS,
   evacuatingDeployments,
   failingInstances,
+  idleUnloads,
+  instanceUse,
+  InstanceUsage,
   lostDeployments,
   nodeIdFor,
   reconcile,
@@ -72,13 +75,19 @@ export class Sequencer {
   private readonly tokenWindows = new TokenWindows();
   /** Per lost deployment: when it was last attempted, the backoff, and the view it was tried on. */
   private readonly retries = new Map<string, RetryEntry>();
+  /** Per instance: last use and requests served (what idle unloads and room for loads read). */
+  private readonly usage = new InstanceUsage();
+  /** Instances whose idle unload is on its way (its intent write may take a while). */
+  private readonly unloading = new Set<string>();
   readonly intents: IntentKeeper | undefined;
 
   constructor(private readonly o: SequencerOptions) {
     this.tasks = new TaskTable({ ...DEFAULT_TASK_BOUNDS, ...o.taskBounds });
     this.intents = o.intents;
     o.stream.subscribe("applied", ({ ev }) => {
-      if (ev.event.type === "TaskFailed") this.tasks.end(ev.event.task_id);
+      if (ev.event.type !== "TaskFailed") return;
+      const t = this.tasks.end(ev.event.task_id);
+      if (t) this.usage.ended(t.instance_id, o.clock.now());
     });
   }
 
@@ -91,12 +100,15 @@ export class Sequencer {
   clear(): void {
     this.tasks.clear();
     this.tokenWindows.clear();
+    this.usage.clear();
+    this.unloading.clear();
   }
 
   /** Every tick: joins and departures, lost deployments, expired tasks, the intent store. */
   supervise(now: number, departures: boolean, session: SessionId): void {
     this.superviseMembers(now, departures, session);
     this.reconcileDeployments(now);
+    this.unloadIdle(now, session);
     this.tasks.expire(now);
     this.intents?.supervise(now, session);
   }
@@ -146,8 +158,32 @@ export class Sequencer {
           { ...this.tokenWindows.totals(name, now), open: this.tasks.openFor(name) },
           (what, limit) => this.tokenWindows.secondsUntilBelow(name, what, limit, now),
         ),
+      use: instanceUse(this.usage, (id) => this.tasks.openOn(id)),
       ...(this.o.memory ? { memory: this.o.memory } : {}),
     });
+  }
+
+  /**
+   * Every tick: instances idle past their deployment's keep_alive are unloaded, each through its
+   * own UnloadInstance command (the deployment's deletion is written to the intent store first; the
+   * decision is made again then, and refused if a request began on it meanwhile).
+   */
+  private unloadIdle(now: number, session: SessionId): void {
+    const state = this.o.replica.state;
+    this.usage.observe(state, now);
+    const open = (id: string) => this.tasks.openOn(id);
+    for (const u of idleUnloads(state, now, this.usage, open)) {
+      if (this.unloading.has(u.instance_id)) continue;
+      this.unloading.add(u.instance_id);
+      const from = nodeIdFor(session, this.o.selfKey);
+      const cmd: Command = { type: "UnloadInstance", instance_id: u.instance_id, reason: u.reason };
+      void Promise.resolve(this.command(session, from, cmd))
+        .then((r) => {
+          if (r.ok) this.o.log.info({ instance: u.instance_id, reason: u.reason }, "unloaded");
+          else this.o.log.debug({ instance: u.instance_id, err: r.error }, "unload refused");
+        })
+        .finally(() => this.unloading.delete(u.instance_id));
+    }
   }
 
   /** Applies an accepted decision: the task table, then the events. */
@@ -155,6 +191,7 @@ export class Sequencer {
     const now = this.o.clock.now();
     if (d.opened) {
       this.tasks.add(d.opened);
+      this.usage.began(d.opened.instance_id, now);
       if (d.opened.token !== undefined) this.tokenWindows.request(d.opened.token, now);
     }
     if (d.ended) this.endTask(d.ended, d.usedTokens, now);
@@ -169,6 +206,7 @@ export class Sequencer {
   /** A task that ended leaves the table; the tokens it used count against its token's minute. */
   private endTask(id: TaskId, tokens: number | undefined, now: number): void {
     const t = this.tasks.end(id);
+    if (t) this.usage.ended(t.instance_id, now);
     if (t?.token !== undefined && tokens) this.tokenWindows.used(t.token, tokens, now);
   }
 

@@ -6,6 +6,8 @@ import type { Logger } from "@ic/log";
 import { createNodeApp, routesOf } from "@ic/http";
 import type { AuthOptions, Component } from "@ic/http";
 import type { ClusterView } from "@ic/protocol";
+import { onDemand } from "./chat/on-demand.ts";
+import { DEFAULT_CHAT_LIMITS } from "./chat/request.ts";
 import { chatRoutes } from "./routes/chat.ts";
 import { modelRoutes } from "./routes/models.ts";
 import type { ChatOptions } from "./routes/chat.ts";
@@ -78,7 +80,10 @@ function gatewayRoutes(app: Hono, o: GatewayOptions): void {
     now: o.now ?? Date.now,
     ...(o.contextSize ? { memory: { contextSize: o.contextSize } } : {}),
   });
-  modelRoutes(app, { cluster: o.cluster });
+  modelRoutes(app, {
+    cluster: o.cluster,
+    onDemand: (m) => onDemand(m, { ...DEFAULT_CHAT_LIMITS, ...o.chat }),
+  });
   chatRoutes(app, {
     cluster: o.cluster,
     log,

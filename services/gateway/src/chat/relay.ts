@@ -226,7 +226,7 @@ class StreamAnswer {
     this.commandId = request.commandId;
     this.obs = request.obs;
     this.current = first;
-    this.sink = openSink(request.c, headers, () => this.current.clientGone());
+    this.sink = request.early ?? openSink(request.c, headers, () => this.current.clientGone());
     this.transcript = request.migrate ? new Transcript() : undefined;
     this.relayFirst(first);
     this.response = this.sink.response;

@@ -1,6 +1,7 @@
 // A chat request's vocabulary and its first step, validate: the endpoints and their body schemas,
 // the request's bounds (the config's chat section), what every try of a request shares, and the
 // content checks llama-server would otherwise answer with a 500.
+import type { Sink } from "./relay.ts";
 import type { Context } from "hono";
 import type { z } from "zod";
 import {
@@ -377,4 +378,9 @@ export interface RequestContext extends ChatCall {
   readonly conversation: { readonly id: string; readonly clientSupplied: boolean } | undefined;
   resumable: boolean;
   clientGone: boolean;
+  /**
+   * A stream whose 200 went out while its model loaded on demand (chat/on-demand.ts): the answer is
+   * written to it, and an error ends it with one error event.
+   */
+  early?: Sink;
 }

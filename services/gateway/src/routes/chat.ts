@@ -42,7 +42,8 @@ import type {
 import type { ApiToken } from "@ic/http";
 import { unroutable, pick, readyOthers, routable } from "../chat/routing.ts";
 import { BeforeFirstByte, RETRY_ON } from "../chat/leg.ts";
-import { attempt } from "../chat/relay.ts";
+import { attempt, errorEvent } from "../chat/relay.ts";
+import { loadOnDemand } from "../chat/on-demand.ts";
 import { StreamDirectory } from "../streams/directory.ts";
 import { inlineRemoteMedia } from "../chat/media.ts";
 
@@ -98,9 +99,35 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
  * client got a byte (docs/api.md, "Retry before the first byte"), within the request's total bound.
  */
 async function handle(ctx: ChatContext, call: ChatCall, endpoint: Endpoint) {
-  const { commandId, obs } = call;
-  const { body, limited } = await validate(call.c, obs, endpoint);
-  const routed = route(ctx, body, endpoint);
+  const { body, limited } = await validate(call.c, call.obs, endpoint);
+  const request = requestContext(ctx, call, { endpoint, body, limited });
+  try {
+    return await tries(ctx, request);
+  } catch (e) {
+    if (!request.early) throw e;
+    return endEarly(request, e);
+  }
+}
+
+/**
+ * Route (loading the model first where on demand applies), then tries on the instance picked, with
+ * one retry elsewhere for a try lost before the client got a byte.
+ */
+async function tries(ctx: ChatContext, request: RequestContext) {
+  const { commandId, obs, body, endpoint } = request;
+  let routed;
+  try {
+    routed = route(ctx, body, endpoint);
+  } catch (e) {
+    // Nothing serves it (404), or it is on its way (model_not_ready): on demand, it loads or is waited for.
+    if (!(
+      e instanceof ServiceError &&
+      (e.code === "model_not_found" || e.code === "model_not_ready")
+    ))
+      throw e;
+    if (!(await loadOnDemand(ctx, request))) throw e;
+    routed = route(ctx, body, endpoint);
+  }
   if (endpoint.kind === "generate")
     await inlineRemoteMedia(body, {
       fetch: ctx.limits.fetch_image_urls,
@@ -108,7 +135,6 @@ async function handle(ctx: ChatContext, call: ChatCall, endpoint: Endpoint) {
       maxBytes: IMAGE_MAX_BYTES,
       timeoutMs: IMAGE_FETCH_TIMEOUT_MS,
     });
-  const request = requestContext(ctx, call, { endpoint, body, limited });
   let live = routed.live;
   const { tried } = request;
   let candidates: readonly ReadyInstance[] = routed.open;
@@ -160,6 +186,29 @@ async function handle(ctx: ChatContext, call: ChatCall, endpoint: Endpoint) {
       candidates = others;
     }
   }
+}
+
+/**
+ * A stream whose 200 went out while its model loaded: the error is its one event (in the stream's
+ * dialect), as for any stream that fails after its first byte.
+ */
+function endEarly(request: RequestContext, e: unknown): Response {
+  const sink = request.early!;
+  const err =
+    e instanceof ServiceError
+      ? e
+      : new ServiceError("internal", "the request failed while loading");
+  sink.write(errorEvent(request.endpoint.style, err));
+  sink.end();
+  request.obs?.event({
+    type: "end",
+    at: preciseNow(),
+    ok: false,
+    status: 200,
+    code: err.code,
+    message: err.message,
+  });
+  return sink.response;
 }
 
 /** Validate: the body against the endpoint's schema, and the token's right to the model. */

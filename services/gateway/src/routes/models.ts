@@ -4,7 +4,7 @@
 // capabilities in Ollama's words (completion, tools, vision, embedding, rerank).
 import type { Hono } from "hono";
 import { INSTANCE_KIND_TABLE, INSTANCE_KINDS, kindOf } from "@ic/protocol";
-import type { ClusterView, ControlState, ModelEntry } from "@ic/protocol";
+import type { ClusterView, ControlState, ModelEntry, ModelRecord } from "@ic/protocol";
 import { mayUseModel, modelForbidden, requestToken } from "@ic/http";
 import { notServableError, readiness, readyInstances, readyModels } from "../readiness.ts";
 
@@ -39,16 +39,55 @@ export function modelEntry(state: ControlState, id: string): ModelEntry {
   };
 }
 
-export function modelRoutes(app: Hono, o: { readonly cluster: ClusterView }): void {
+/**
+ * The entry of an on-demand model: as modelEntry once loaded; before, what a chat request would load
+ * (a generating instance) from the registry's facts.
+ */
+function onDemandEntry(state: ControlState, model: ModelRecord): ModelEntry {
+  if (readyInstances(state, model.model_id).length > 0)
+    return { ...modelEntry(state, model.model_id), loaded: true };
+  return {
+    id: model.model_id,
+    object: "model",
+    created: 0,
+    owned_by: "cluster",
+    kinds: [],
+    ...(model.context_length
+      ? { context_length: model.context_length, max_model_len: model.context_length }
+      : {}),
+    capabilities: [
+      INSTANCE_KIND_TABLE.generate.capability,
+      ...(model.tools ? ["tools"] : []),
+      ...(model.mmproj ? ["vision"] : []),
+    ],
+    loaded: false,
+  };
+}
+
+export interface ModelRoutesOptions {
+  readonly cluster: ClusterView;
+  /** Whether a request loads this model when nothing serves it (chat/on-demand.ts). */
+  readonly onDemand?: (model: ModelRecord) => boolean;
+}
+
+export function modelRoutes(app: Hono, o: ModelRoutesOptions): void {
+  const onDemand = o.onDemand ?? (() => false);
   app.get("/v1/models", (c) => {
-    // Only models with a ready instance (the same test the chat route applies) that the token may use.
+    // Models with a ready instance (the same test the chat route applies) and those a request
+    // loads, that the token may use.
     const token = requestToken(c);
     const state = o.cluster.snapshot();
+    const loadable = Object.values(state.models).filter(onDemand);
+    const ids = new Set(loadable.map((m) => m.model_id as string));
+    const entries = [
+      ...readyModels(state)
+        .filter((id) => !ids.has(id))
+        .map((id) => modelEntry(state, id)),
+      ...loadable.map((m) => onDemandEntry(state, m)),
+    ];
     return c.json({
       object: "list",
-      data: readyModels(state)
-        .filter((id) => mayUseModel(token, id))
-        .map((id) => modelEntry(state, id)),
+      data: entries.filter((e) => mayUseModel(token, e.id)).sort((a, b) => (a.id < b.id ? -1 : 1)),
     });
   });
 
@@ -60,6 +99,8 @@ export function modelRoutes(app: Hono, o: { readonly cluster: ClusterView }): vo
     const token = requestToken(c);
     if (token && !mayUseModel(token, id)) throw modelForbidden(token, id);
     const state = o.cluster.snapshot();
+    const model = state.models[id];
+    if (model && onDemand(model)) return c.json(onDemandEntry(state, model));
     const ready = readiness(state, id, Date.now());
     if (ready.kind !== "ready") throw notServableError(id, ready);
     return c.json(modelEntry(state, id));

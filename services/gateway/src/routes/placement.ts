@@ -5,6 +5,7 @@ import { randomUUID } from "node:crypto";
 import type { Hono } from "hono";
 import {
   InstanceIdSchema,
+  keepAliveMs,
   PlaceRequestSchema,
   PreviewQuerySchema,
   requestedKind,
@@ -193,6 +194,7 @@ async function placeReplicas(
           excluded_nodes: excluded as string[],
           ...(kind !== "generate" ? { kind } : {}),
           ...(set ? { replica_set: set } : {}),
+          ...(req.keep_alive !== undefined ? { keep_alive_ms: keepAliveMs(req.keep_alive) } : {}),
         },
       });
     } catch (e) {

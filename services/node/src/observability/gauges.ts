@@ -13,6 +13,30 @@ import type { MetricsSources } from "./metrics.ts";
 export function nodeGauges(registry: Registry, o: MetricsSources): void {
   identityGauge(registry, o);
   processGauges(registry, o);
+  capacityCounter(registry, o);
+}
+
+/**
+ * Loads and unloads of capacity that follows demand (docs/capacity.md), counted from the replicated
+ * events this node applied: the cluster's decisions since this node started, the same on every node.
+ */
+function capacityCounter(registry: Registry, o: MetricsSources): void {
+  const c = new Counter({
+    name: "ic_capacity_events_total",
+    help: "On-demand loads, and unloads of idle instances (keep_alive) and for room (least recently used).",
+    labelNames: ["action"],
+    registers: [registry],
+  });
+  for (const action of ["load", "unload_idle", "unload_room"]) c.inc({ action }, 0);
+  o.cluster.on({
+    event: ({ event: e }) => {
+      if (e.type === "DeploymentCreated" && e.deployment.on_demand) c.inc({ action: "load" });
+      else if (e.type === "DeploymentDeleted" && e.cause === "idle")
+        c.inc({ action: "unload_idle" });
+      else if (e.type === "DeploymentDeleted" && e.cause === "room")
+        c.inc({ action: "unload_room" });
+    },
+  });
 }
 
 /** Bus sends and the process guard. */

@@ -17,7 +17,9 @@ import type { ChatObserver } from "@ic/protocol";
 import { createLogger, LogTail, silentLogger } from "@ic/log";
 import { emptyState, ServiceError, TelemetryDiagnosticsSchema } from "@ic/protocol";
 import type {
+  ControlEvent,
   ControlState,
+  IndexedEvent,
   InstanceId,
   ModelId,
   NodeId,
@@ -487,6 +489,40 @@ describe("GET /metrics", () => {
       await new NodeMetrics(sources(cluster(false), [])).render(),
     );
     expect(follower.some((f) => f.name.startsWith("ic_cluster_"))).toBe(false);
+  });
+
+  it("counts on-demand loads and unloads by why, from the events every node applies", async () => {
+    const view = cluster(false);
+    let listener: ((ev: IndexedEvent, s: ControlState) => void) | undefined;
+    view.on = (l) => {
+      listener = l.event;
+      return () => {};
+    };
+    const metrics = new NodeMetrics(sources(view, []));
+    const s = view.snapshot();
+    const dep = Object.values(s.deployments)[0]!;
+    const at = (event: ControlEvent, index: number): IndexedEvent => ({
+      index,
+      session_id: S,
+      at: 0,
+      event,
+    });
+    const deleted = (cause?: "idle" | "room"): ControlEvent => ({
+      type: "DeploymentDeleted",
+      deployment_id: "d",
+      reason: "x",
+      ...(cause ? { cause } : {}),
+    });
+    listener!(at({ type: "DeploymentCreated", deployment: { ...dep, on_demand: true } }, 1), s);
+    listener!(at({ type: "DeploymentCreated", deployment: dep }, 2), s);
+    listener!(at(deleted("idle"), 3), s);
+    listener!(at(deleted("room"), 4), s);
+    listener!(at(deleted("room"), 5), s);
+    listener!(at(deleted(), 6), s);
+    const m = parsePrometheusTextFormat(await metrics.render());
+    expect(valueOf(m, "ic_capacity_events_total", { action: "load" })).toBe(1);
+    expect(valueOf(m, "ic_capacity_events_total", { action: "unload_idle" })).toBe(1);
+    expect(valueOf(m, "ic_capacity_events_total", { action: "unload_room" })).toBe(2);
   });
 });
 

@@ -1,4 +1,10 @@
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { writeTinyModel } from "@ic/gguf";
+import { createLogger } from "@ic/log";
+import { readModelDir } from "./registry.ts";
 import { servedGguf } from "./registry.ts";
 
 const sized = (entries: Record<string, number>) => ({
@@ -28,5 +34,17 @@ describe("servedGguf", () => {
   ])("%s", (_what, entries, want) => {
     const { names, sizes } = sized(entries);
     expect(servedGguf(names, sizes)).toBe(want);
+  });
+});
+
+describe("readModelDir", () => {
+  it("carries model.json's on-demand policy into the record, keep_alive in ms", async () => {
+    const root = mkdtempSync(join(tmpdir(), "ic-registry-"));
+    const dir = join(root, "org--m");
+    mkdirSync(dir);
+    await writeTinyModel(join(dir, "m.gguf"));
+    writeFileSync(join(dir, "model.json"), JSON.stringify({ on_demand: true, keep_alive: "2m" }));
+    const r = await readModelDir(root, "org--m", createLogger({ enabled: false }));
+    expect(r).toMatchObject({ model_id: "org/m", on_demand: true, keep_alive_ms: 120_000 });
   });
 });

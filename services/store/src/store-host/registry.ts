@@ -4,7 +4,7 @@ import { readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { z } from "zod";
 import { readGgufHeader } from "@ic/gguf";
-import { ModelJsonSchema, modelIdFromDirName, SPLIT_GGUF } from "@ic/protocol";
+import { keepAliveMs, ModelJsonSchema, modelIdFromDirName, SPLIT_GGUF } from "@ic/protocol";
 import type { ModelRecord } from "@ic/protocol";
 import type { Logger } from "@ic/log";
 
@@ -92,5 +92,7 @@ export async function readModelDir(
     ...(mmproj ? { mmproj } : {}),
     ...(f.templateTakesTools ? { tools: true } : {}),
     ...(meta.pooling ? { pooling: meta.pooling } : {}),
+    ...(meta.on_demand !== undefined ? { on_demand: meta.on_demand } : {}),
+    ...(meta.keep_alive !== undefined ? { keep_alive_ms: keepAliveMs(meta.keep_alive) } : {}),
   };
 }
