@@ -218,6 +218,10 @@ export const ConfigSchema = z
         election_timeout_ms: z.number().int().min(100).default(3000),
         /** How long POST /place_instance waits for topology and memory info (spec: 15 s). */
         info_pending_wait_ms: z.number().int().min(0).default(15000),
+        /** A replica set that follows load grows after its load stayed above its threshold this long. */
+        scale_up_window_ms: z.number().int().min(0).default(10_000),
+        /** ... and shrinks after it was quiet this long (and as long since its last change). */
+        scale_down_window_ms: z.number().int().min(0).default(60_000),
       })
       .strict()
       .prefault({}),

@@ -231,6 +231,23 @@ export const DeploymentRefusalSchema = z.object({
 export type DeploymentRefusal = z.infer<typeof DeploymentRefusalSchema>;
 
 /**
+ * Replicas that follow load (docs/capacity.md): the set grows by one while its requests in flight
+ * stay above `up_at` per ready replica, up to `max_replicas`, and shrinks by one after a quiet
+ * window, down to `min_replicas`.
+ */
+export const ScalePolicySchema = z
+  .object({
+    min_replicas: z.number().int().min(1).max(16),
+    max_replicas: z.number().int().min(1).max(16),
+    /** Requests in flight per ready replica above which the set grows. */
+    up_at: z.number().positive().max(1024),
+  })
+  .refine((p) => p.min_replicas <= p.max_replicas, {
+    message: "min_replicas must not exceed max_replicas",
+  });
+export type ScalePolicy = z.infer<typeof ScalePolicySchema>;
+
+/**
  * The intent behind a placement: kept in the replicated state until DELETE /instance/{id}; when its
  * instance is lost the master places it again (packages/state reconcile) or keeps it Pending.
  */
@@ -248,6 +265,8 @@ export const DeploymentSchema = z.object({
    * instances on distinct nodes (a re-placement avoids the nodes its siblings' instances hold).
    */
   replica_set: z.string().min(1).max(64).optional(),
+  /** Its replica set grows and shrinks with load (every deployment of the set carries it). */
+  scale: ScalePolicySchema.optional(),
   /**
    * Loaded on demand (a chat request for a model not placed): its instance may be unloaded to make
    * room for another on-demand load while it has no request in flight (docs/capacity.md).
@@ -344,7 +363,12 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
     deployment_id: z.string().optional(),
     reason: z.string().optional(),
   }),
-  z.object({ type: z.literal("DeploymentCreated"), deployment: DeploymentSchema }),
+  z.object({
+    type: z.literal("DeploymentCreated"),
+    deployment: DeploymentSchema,
+    /** Why, when the master made it (a replica added for load). */
+    reason: z.string().optional(),
+  }),
   z.object({
     type: z.literal("DeploymentPending"),
     deployment_id: z.string(),
@@ -371,7 +395,7 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
      * Why, as metrics count it: an operator's request (absent), idle past its keep_alive, or
      * unloaded to make room for an on-demand load.
      */
-    cause: z.enum(["idle", "room"]).optional(),
+    cause: z.enum(["idle", "room", "scale_down"]).optional(),
   }),
   z.object({
     type: z.literal("InstanceDeleted"),
@@ -429,6 +453,8 @@ export const CommandSchema = z.discriminatedUnion("type", [
         replica_set: z.string().min(1).max(64).optional(),
         /** Unloaded after this long without a request (absent: never). */
         keep_alive_ms: KeepAliveMsSchema.optional(),
+        /** Its replica set follows load (with replica_set). */
+        scale: ScalePolicySchema.optional(),
       })
       .optional(),
   }),
@@ -448,6 +474,13 @@ export const CommandSchema = z.discriminatedUnion("type", [
    * The master's own: an instance idle past its deployment's keep_alive leaves with its deployment
    * (refused when a request began on it meanwhile).
    */
+  /** The master's own: one replica more or less for a set that follows load, with the reason. */
+  z.object({
+    type: z.literal("ScaleReplicas"),
+    replica_set: z.string().min(1).max(64),
+    direction: z.enum(["up", "down"]),
+    reason: z.string().max(400),
+  }),
   z.object({
     type: z.literal("UnloadInstance"),
     instance_id: InstanceIdSchema,

@@ -127,6 +127,14 @@ export const PlaceRequestSchema = z
      * "5m", "1h"; 0 once its answers are done). Absent or -1: never (docs/capacity.md).
      */
     keep_alive: KeepAliveSchema.optional(),
+    /**
+     * Replicas that follow load (docs/capacity.md): with `max_replicas`, the placement starts with
+     * `min_replicas` (default 1; `replicas` is then ignored) and grows by one while its requests in
+     * flight stay above `scale_up_at` (default 4) per ready replica, shrinking after a quiet window.
+     */
+    min_replicas: z.number().int().min(1).max(16).optional(),
+    max_replicas: z.number().int().min(1).max(16).optional(),
+    scale_up_at: z.number().positive().max(1024).optional(),
   })
   .strict();
 export type PlaceRequest = z.infer<typeof PlaceRequestSchema>;

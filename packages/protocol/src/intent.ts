@@ -17,6 +17,7 @@ export const DeploymentIntentSchema = DeploymentSchema.pick({
   kind: true,
   embeddings: true,
   replica_set: true,
+  scale: true,
   on_demand: true,
   keep_alive_ms: true,
 });
@@ -49,6 +50,7 @@ export function deploymentIntent(d: Deployment | DeploymentIntent): DeploymentIn
     ...(d.kind !== undefined ? { kind: d.kind } : {}),
     ...(d.embeddings !== undefined ? { embeddings: d.embeddings } : {}),
     ...(d.replica_set !== undefined ? { replica_set: d.replica_set } : {}),
+    ...(d.scale !== undefined ? { scale: d.scale } : {}),
     ...(d.on_demand !== undefined ? { on_demand: d.on_demand } : {}),
     ...(d.keep_alive_ms !== undefined ? { keep_alive_ms: d.keep_alive_ms } : {}),
   };

@@ -3,6 +3,7 @@
 import { z } from "zod";
 import {
   DeploymentSchema,
+  ScalePolicySchema,
   InstanceSchema,
   ModelRecordSchema,
   RunnerSchema,
@@ -61,6 +62,23 @@ export const StateDocumentSchema = z.object({
   ),
   /** Placement intents: Placed, or Pending with the typed refusal of the last attempt. */
   deployments: z.array(DeploymentSchema),
+  /**
+   * Replica sets (placements with replicas, or that follow load: docs/capacity.md): how many
+   * replicas they keep now (`target`, one deployment each), how many serve (`ready`), the requests
+   * in flight on them, and their scale policy.
+   */
+  replica_sets: z
+    .array(
+      z.object({
+        replica_set: z.string(),
+        model_id: z.string(),
+        scale: ScalePolicySchema.optional(),
+        target: z.number().int().nonnegative(),
+        ready: z.number().int().nonnegative(),
+        outstanding: z.number().int().nonnegative(),
+      }),
+    )
+    .default([]),
   /** Model pulls of the store host (POST /store/pulls), from its last heartbeat. */
   pulls: z.array(PullSchema),
 });

@@ -1,101 +1,21 @@
 // Table tests of decide: every command type against a small replica, accepted (the events it
 // sequences, in order) or refused (the typed error), with the placement re-check's race refusals.
 import { describe, expect, it } from "vitest";
-import { CommandSchema, runnerKey, ServiceError } from "@ic/protocol";
+import { CommandSchema, ServiceError } from "@ic/protocol";
 import type {
   Command,
   CommandId,
-  ControlState,
   Instance,
   InstanceId,
   ModelId,
   NodeId,
   Runner,
-  Task,
   TaskId,
 } from "@ic/protocol";
 import { decide } from "./decide.ts";
-import { BARE, G, instanceOn as instance, model, replicaWith, report } from "./test-support.ts";
-import type { DecideContext, IdKind } from "./decide.ts";
-
-const other = { ...model, model_id: "org/other" as ModelId };
-
-const runner = (over: Partial<Runner> = {}): Runner => ({
-  instance_id: "i-1" as InstanceId,
-  node_id: "n-b" as NodeId,
-  rank: 0,
-  state: "RunnerStaging",
-  restarts: 0,
-  since: 1,
-  progress: { staged_bytes: 100, total_bytes: 6 * G, started_at: 1 },
-  ...over,
-});
-
-/**
- * Members a and b (10 GB each), model `org/m` registered, instance i-1 on b with runner rank 0
- * staging, deployment d-1 realized by i-1, and deployment d-2 Pending (its
- * instance i-gone lost).
- */
-function world(): ControlState {
-  const s = replicaWith(["a", "b"]);
-  s.index = 7;
-  s.instances["i-1"] = instance("i-1");
-  s.runners[runnerKey("i-1", 0)] = runner();
-  const dep = { model_id: model.model_id, min_nodes: 1, sharding: "Pipeline" as const };
-  s.deployments["d-1"] = {
-    ...dep,
-    deployment_id: "d-1",
-    excluded_peer_keys: [],
-    created_at: 0,
-    instance_id: "i-1" as InstanceId,
-    status: "Placed",
-  };
-  s.deployments["d-2"] = {
-    ...dep,
-    deployment_id: "d-2",
-    excluded_peer_keys: [],
-    created_at: 0,
-    instance_id: "i-gone" as InstanceId,
-    status: "Pending",
-    refusal: { code: "insufficient_memory", message: "no room" },
-  };
-  return s;
-}
-
-/** `org/other` registered, and d-1 (i-1 on b) loaded on demand, its Pending sibling d-2 gone. */
-function onDemandInTheWay(s: ControlState): void {
-  s.models[other.model_id] = other;
-  s.deployments["d-1"] = { ...s.deployments["d-1"]!, on_demand: true };
-  delete s.deployments["d-2"];
-}
-
-/** The master's open task t-1 on i-1 (its TaskTable; tasks are not in the replicated state). */
-const openTask: Task = {
-  task_id: "t-1" as TaskId,
-  command_id: "c-1" as CommandId,
-  model_id: model.model_id,
-  instance_id: "i-1" as InstanceId,
-  gateway_node_id: "n-a" as NodeId,
-  created_at: 0,
-};
-
-const ctx = (over: Partial<DecideContext> = {}): DecideContext => ({
-  from: "n-a" as NodeId,
-  reports: [report("a"), report("b")],
-  now: 42,
-  newId: (kind: IdKind) => `${kind}-new`,
-  memory: BARE,
-  tasksOf: (id) => (id === openTask.instance_id ? [openTask] : []),
-  ...over,
-});
-
-type Row = {
-  name: string;
-  cmd: Command;
-  /** Changes to the standard world before deciding. */
-  state?: (s: ControlState) => void;
-  ctx?: Partial<DecideContext>;
-} & ({ events: string[] } | { error: string });
+import { G, instanceOn as instance, model, report } from "./test-support.ts";
+import { CAPACITY_COMMANDS, ctx, other, runner, world } from "./decide-world.ts";
+import type { Row } from "./decide-world.ts";
 
 const place = (
   i: Instance,
@@ -165,62 +85,6 @@ const rows: Row[] = [
   {
     name: "refuses to delete an instance it never had",
     cmd: { type: "DeleteInstance", instance_id: "i-none" as InstanceId },
-    error: "not_found",
-  },
-  // LoadModel
-  {
-    name: "loads a registered model nothing serves, as an on-demand deployment",
-    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
-    state: (s) => void (s.models[other.model_id] = other),
-    events: ["InstancePlaced", "DeploymentCreated"],
-  },
-  {
-    name: "loads nothing when the model already has a deployment (a concurrent first request)",
-    cmd: { type: "LoadModel", model_id: model.model_id, keep_alive_ms: 0 },
-    events: [],
-  },
-  {
-    name: "refuses to load an unknown model",
-    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
-    error: "model_not_found",
-  },
-  {
-    name: "unloads the idle on-demand instance it needs the room of, then loads",
-    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
-    state: onDemandInTheWay,
-    ctx: { reports: [report("a", 1), report("b")], use: () => ({ open: 0, lastUsedAt: 1 }) },
-    events: ["DeploymentDeleted", "InstanceDeleted", "InstancePlaced", "DeploymentCreated"],
-  },
-  {
-    name: "refuses a load whose only room is held by an instance with requests in flight",
-    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
-    state: onDemandInTheWay,
-    ctx: { reports: [report("a", 1), report("b")], use: () => ({ open: 1, lastUsedAt: 1 }) },
-    error: "insufficient_memory",
-  },
-  {
-    name: "refuses a load whose only room is held by an operator's placement",
-    cmd: { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
-    state: (s) => void (s.models[other.model_id] = other),
-    ctx: { reports: [report("a", 1), report("b")], use: () => ({ open: 0, lastUsedAt: 1 }) },
-    error: "insufficient_memory",
-  },
-  // UnloadInstance
-  {
-    name: "unloads an idle instance with its deployment",
-    cmd: { type: "UnloadInstance", instance_id: "i-1" as InstanceId, reason: "idle" },
-    ctx: { use: () => ({ open: 0 }) },
-    events: ["DeploymentDeleted", "InstanceDeleted"],
-  },
-  {
-    name: "refuses to unload an instance a request began on meanwhile",
-    cmd: { type: "UnloadInstance", instance_id: "i-1" as InstanceId, reason: "idle" },
-    ctx: { use: () => ({ open: 1 }) },
-    error: "conflict",
-  },
-  {
-    name: "refuses to unload an instance already gone",
-    cmd: { type: "UnloadInstance", instance_id: "i-gone" as InstanceId, reason: "idle" },
     error: "not_found",
   },
   // RegisterModel
@@ -365,9 +229,9 @@ describe("decide", () => {
     }
   });
 
-  it("has a row for every command type", () => {
+  it("has a row for every command type (capacity's in decide-capacity.test.ts)", () => {
     const all = CommandSchema.options.map((o) => o.shape.type.value);
-    expect(new Set(rows.map((r) => r.cmd.type))).toEqual(new Set(all));
+    expect(new Set([...rows.map((r) => r.cmd.type), ...CAPACITY_COMMANDS])).toEqual(new Set(all));
   });
 
   it("the deployment keeps exclusions by peer key, the context's id and time", () => {
@@ -393,41 +257,6 @@ describe("decide", () => {
         status: "Placed",
       },
     });
-  });
-
-  it("an on-demand load: its deployment carries the policy, its unloads the cause and the reason", () => {
-    const s = world();
-    onDemandInTheWay(s);
-    const d = decide(
-      s,
-      { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 30_000 },
-      ctx({ reports: [report("a", 1), report("b")], use: () => ({ open: 0, lastUsedAt: 1 }) }),
-    );
-    if (!d.ok) throw d.error;
-    const [deleted, , placed, created] = d.events;
-    expect(deleted).toMatchObject({ deployment_id: "d-1", cause: "room" });
-    expect(deleted).toHaveProperty("reason", expect.stringContaining("to make room for org/other"));
-    expect(placed).toMatchObject({
-      type: "InstancePlaced",
-      instance: { instance_id: "instance-new", assignments: [{ node_id: "n-b" }] },
-    });
-    expect(created).toMatchObject({
-      type: "DeploymentCreated",
-      deployment: { on_demand: true, keep_alive_ms: 30_000, instance_id: "instance-new" },
-    });
-  });
-
-  it("a load refused only because the room is in use says so, to be asked again", () => {
-    const s = world();
-    onDemandInTheWay(s);
-    const d = decide(
-      s,
-      { type: "LoadModel", model_id: other.model_id, keep_alive_ms: 0 },
-      ctx({ reports: [report("a", 1), report("b")], use: () => ({ open: 1, lastUsedAt: 1 }) }),
-    );
-    if (d.ok) throw new Error("accepted");
-    expect(d.error.details).toMatchObject({ in_use_instances: 1 });
-    expect(d.error.retryAfterS).toBe(1);
   });
 
   it("a lost race is refused with the node named and the reservation explained", () => {

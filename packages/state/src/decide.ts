@@ -13,6 +13,7 @@ import type {
   TokenLimits,
 } from "@ic/protocol";
 import { assignmentsOf, checkInstance, planLoad, refusalError } from "@ic/placement";
+import { decideScale } from "./decide-scale.ts";
 import type { InstanceUse, MemoryModel, NodeReport } from "@ic/placement";
 
 /** What a fresh id is for: the shell prefixes and randomizes it (`d-…`, `t-…`, `i-…`). */
@@ -115,6 +116,7 @@ function decidePlace(
         ...(cmd.deployment.keep_alive_ms !== undefined
           ? { keep_alive_ms: cmd.deployment.keep_alive_ms }
           : {}),
+        ...(cmd.deployment.scale ? { scale: cmd.deployment.scale } : {}),
         excluded_peer_keys: Object.values(s.members)
           .filter((m) => excluded.has(m.node_id))
           .map((m) => m.peer_key),
@@ -284,6 +286,8 @@ export function decide(state: ControlState, cmd: Command, ctx: DecideContext): C
       return decideLoad(s, cmd, ctx);
     case "UnloadInstance":
       return decideUnload(s, cmd, ctx);
+    case "ScaleReplicas":
+      return decideScale(s, cmd, ctx);
     case "RegisterModel": {
       const prev = own(s.models, cmd.model.model_id);
       if (prev && JSON.stringify(prev) === JSON.stringify(cmd.model)) return accept();

@@ -11,7 +11,7 @@ import type {
   IntentStore,
   SessionId,
 } from "@ic/protocol";
-import type { TaskBounds } from "@ic/state";
+import type { ScaleWindows, TaskBounds } from "@ic/state";
 import type { LogBounds } from "./master-log.ts";
 import type { ProbeSettings } from "./membership.ts";
 
@@ -46,6 +46,8 @@ export interface AgentOptions {
   readonly syncBudgetBytes?: number;
   /** A follower further behind than this many events is sent a snapshot (default 5000). */
   readonly snapshotGap?: number;
+  /** How long load must stay high (low) before a replica set that follows load grows (shrinks). */
+  readonly scaleWindows?: Partial<ScaleWindows>;
   /** Bounds of the master's open-task table (an end report lost with its gateway expires). */
   readonly taskBounds?: Partial<TaskBounds>;
   /**

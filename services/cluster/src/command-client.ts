@@ -34,6 +34,7 @@ const INTENT_COMMANDS: ReadonlySet<Command["type"]> = new Set([
   "DeleteInstance",
   "LoadModel",
   "UnloadInstance",
+  "ScaleReplicas",
   "RegisterModel",
   "DeregisterModel",
 ]);

@@ -78,6 +78,7 @@ export class MasterRole {
       taskBounds: o.taskBounds,
       memory: o.memory,
       intents,
+      scaleWindows: o.scaleWindows,
     });
     this.masterLog = new MasterLog({ ...DEFAULT_LOG_BOUNDS, ...o.logBounds });
     this.syncServer = new SyncServer(this.masterLog, () => replica.state, {

@@ -29,12 +29,15 @@ import {
   instanceUse,
   InstanceUsage,
   lostDeployments,
+  scaleSets,
+  scaleStep,
+  DEFAULT_SCALE_WINDOWS,
   nodeIdFor,
   reconcile,
   TaskTable,
   TokenWindows,
 } from "@ic/state";
-import type { IdKind, TaskBounds } from "@ic/state";
+import type { IdKind, ScaleMemo, ScaleWindows, TaskBounds } from "@ic/state";
 import { afterAttempt, capacityView, retryDue } from "./deployment-retry.ts";
 import type { RetryEntry } from "./deployment-retry.ts";
 import { IntentKeeper } from "./intent-keeper.ts";
@@ -66,6 +69,8 @@ export interface SequencerOptions {
   readonly memory?: Partial<MemoryModel> | undefined;
   /** The intent store (absent: intent lives only in the replicas). */
   readonly intents?: IntentKeeper | undefined;
+  /** How long load must stay high (low) before a set that follows load grows (shrinks). */
+  readonly scaleWindows?: Partial<ScaleWindows> | undefined;
 }
 
 export class Sequencer {
@@ -79,6 +84,10 @@ export class Sequencer {
   private readonly usage = new InstanceUsage();
   /** Instances whose idle unload is on its way (its intent write may take a while). */
   private readonly unloading = new Set<string>();
+  /** Per replica set that follows load: what the rule saw before (its windows). */
+  private readonly scaleMemos = new Map<string, ScaleMemo>();
+  /** Replica sets whose scaling step is on its way. */
+  private readonly scaling = new Set<string>();
   readonly intents: IntentKeeper | undefined;
 
   constructor(private readonly o: SequencerOptions) {
@@ -102,6 +111,8 @@ export class Sequencer {
     this.tokenWindows.clear();
     this.usage.clear();
     this.unloading.clear();
+    this.scaleMemos.clear();
+    this.scaling.clear();
   }
 
   /** Every tick: joins and departures, lost deployments, expired tasks, the intent store. */
@@ -109,6 +120,7 @@ export class Sequencer {
     this.superviseMembers(now, departures, session);
     this.reconcileDeployments(now);
     this.unloadIdle(now, session);
+    this.followLoad(now, session);
     this.tasks.expire(now);
     this.intents?.supervise(now, session);
   }
@@ -184,6 +196,46 @@ export class Sequencer {
         })
         .finally(() => this.unloading.delete(u.instance_id));
     }
+  }
+
+  /**
+   * Every tick: each replica set with a scale policy grows or shrinks by one when the pure rule
+   * (scaling.ts) says so, through a ScaleReplicas command of its own (written to the intent store
+   * first; decided again then). The load is what every gateway's last heartbeat says it has in
+   * flight (exact when sent; the task table also holds requests whose end report waits up to 250 ms,
+   * which at short requests reads as load that is not there).
+   */
+  private followLoad(now: number, session: SessionId): void {
+    const windows = { ...DEFAULT_SCALE_WINDOWS, ...this.o.scaleWindows };
+    const outstanding = new Map<string, number>();
+    for (const p of this.o.peers.live())
+      for (const [id, n] of Object.entries(p.heartbeat.outstanding ?? {}))
+        outstanding.set(id, (outstanding.get(id) ?? 0) + n);
+    const sets = scaleSets(this.o.replica.state, (id) => outstanding.get(id) ?? 0);
+    const seen = new Set<string>();
+    for (const set of sets) {
+      seen.add(set.replica_set);
+      if (this.scaling.has(set.replica_set)) continue;
+      const step = scaleStep(set, this.scaleMemos.get(set.replica_set) ?? {}, now, windows);
+      this.scaleMemos.set(set.replica_set, step.memo);
+      if (!step.direction) continue;
+      this.scaling.add(set.replica_set);
+      const cmd: Command = {
+        type: "ScaleReplicas",
+        replica_set: set.replica_set,
+        direction: step.direction,
+        reason: step.reason,
+      };
+      void Promise.resolve(this.command(session, nodeIdFor(session, this.o.selfKey), cmd))
+        .then((r) => {
+          const at = { replica_set: set.replica_set, direction: step.direction };
+          if (r.ok) this.o.log.info({ ...at, reason: step.reason }, "replicas follow load");
+          // Refused when its bounds or requests in flight changed meanwhile: the rule looks again.
+          else this.o.log.info({ ...at, err: r.error }, "a scaling step was refused");
+        })
+        .finally(() => this.scaling.delete(set.replica_set));
+    }
+    for (const k of this.scaleMemos.keys()) if (!seen.has(k)) this.scaleMemos.delete(k);
   }
 
   /** Applies an accepted decision: the task table, then the events. */

@@ -89,12 +89,39 @@ export function renderInstances(/** @type {StateDocument} */ doc) {
                 `replica of ${set}, distinct nodes`,
               )
             : null,
+          capacityNote(doc, d),
         ],
         deploymentStatus(d),
       ];
     }),
     "no deployments",
   );
+}
+
+/**
+ * Capacity that follows demand (docs/capacity.md): a set's scale policy with its ready and target
+ * replicas, or a model loaded on demand (or placed with a keep_alive) and when it is unloaded.
+ */
+function capacityNote(/** @type {StateDocument} */ doc, /** @type {DeploymentView} */ d) {
+  const notes = [];
+  if (d.scale) {
+    const set = (doc.replica_sets ?? []).find((r) => r.replica_set === d.replica_set);
+    const now = set ? `: ${set.ready} ready of ${set.target}, ${set.outstanding} in flight` : "";
+    notes.push(
+      `follows load, ${d.scale.min_replicas}-${d.scale.max_replicas} replicas, grows above ${d.scale.up_at} in flight each${now}`,
+    );
+  }
+  const keep = d.keep_alive_ms;
+  if (d.on_demand || (keep !== undefined && keep >= 0)) {
+    const when =
+      keep === undefined || keep < 0
+        ? "never unloaded"
+        : keep === 0
+          ? "unloaded after each answer"
+          : `unloaded after ${Math.round(keep / 1000)} s idle`;
+    notes.push(`${d.on_demand ? "loaded on demand" : "placed"}, ${when}`);
+  }
+  return notes.length > 0 ? h("div", { class: "muted" }, notes.join("; ")) : null;
 }
 
 const DEPLOYMENT_KIND = { Placed: "ok", Pending: "warn", Failing: "bad", Failed: "bad" };

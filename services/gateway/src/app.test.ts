@@ -173,6 +173,41 @@ describe("POST /place_instance", () => {
     expect(c.commands.map((x) => x.type)).toEqual(["PlaceInstance"]);
   });
 
+  it("max_replicas places min_replicas of a set that follows load; bad bounds are refused", async () => {
+    const c = fakeCluster([
+      { name: "a", freeGb: 64 },
+      { name: "b", freeGb: 64 },
+    ]);
+    const a = app(c.view);
+    const r = await post(a, "/place_instance", {
+      model_id: "org/big",
+      min_replicas: 1,
+      max_replicas: 3,
+      keep_alive: "10m",
+    });
+    expect(r.status).toBe(200);
+    expect(c.commands).toMatchObject([
+      {
+        type: "PlaceInstance",
+        deployment: {
+          replica_set: expect.stringMatching(/^rs-/),
+          scale: { min_replicas: 1, max_replicas: 3, up_at: 4 },
+          keep_alive_ms: 600_000,
+        },
+      },
+    ]);
+    const bad = await post(a, "/place_instance", {
+      model_id: "org/big",
+      min_replicas: 3,
+      max_replicas: 2,
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error!.message).toContain("min_replicas (3) exceeds max_replicas (2)");
+    const alone = await post(a, "/place_instance", { model_id: "org/big", scale_up_at: 2 });
+    expect(alone.body.error!.message).toContain("need max_replicas");
+    expect(c.commands).toHaveLength(1);
+  });
+
   it("400 insufficient_memory names the node and gives the GB arithmetic; nothing reaches the master", async () => {
     const c = fakeCluster([
       { name: "small", freeGb: 10 },

@@ -80,6 +80,25 @@ export function stateDocument(
       outstanding: outstanding.get(i.instance_id) ?? 0,
     })),
     deployments: Object.values(s.deployments),
+    replica_sets: replicaSets(s, outstanding),
     pulls: [...live.values()].flatMap((p) => p.heartbeat.pulls ?? []),
   };
+}
+
+/** The replica sets of the state: target (deployments), ready (rank 0 ready), requests in flight. */
+function replicaSets(
+  s: ReturnType<ClusterView["snapshot"]>,
+  outstanding: ReadonlyMap<string, number>,
+): StateDocument["replica_sets"] {
+  const sets = new Map<string, StateDocument["deployments"]>();
+  for (const d of Object.values(s.deployments))
+    if (d.replica_set) sets.set(d.replica_set, [...(sets.get(d.replica_set) ?? []), d]);
+  return [...sets.entries()].map(([replica_set, ds]) => ({
+    replica_set,
+    model_id: ds[0]!.model_id,
+    ...(ds[0]!.scale ? { scale: ds[0]!.scale } : {}),
+    target: ds.length,
+    ready: ds.filter((d) => s.runners[runnerKey(d.instance_id, 0)]?.state === "RunnerReady").length,
+    outstanding: ds.reduce((n, d) => n + (outstanding.get(d.instance_id) ?? 0), 0),
+  }));
 }

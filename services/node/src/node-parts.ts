@@ -150,6 +150,10 @@ export function clusterAgent(
       electionTimeoutMs: cfg.cluster.election_timeout_ms,
     },
     memory: { contextSize: cfg.engine.context_size },
+    scaleWindows: {
+      upMs: cfg.cluster.scale_up_window_ms,
+      downMs: cfg.cluster.scale_down_window_ms,
+    },
     // A task its gateway never reported ended expires once its request's bound has passed.
     taskBounds: { maxAgeMs: cfg.chat.total_timeout_ms + 60_000 },
     // Deployments and registered models, durable across a full restart (JetStream key-value),

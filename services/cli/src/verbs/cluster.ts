@@ -6,6 +6,8 @@ import { intOption } from "../args.ts";
 import type { Parsed } from "../args.ts";
 import { ago, bytes, table } from "../format.ts";
 import { evaluate, gather } from "../doctor.ts";
+import { capacityLines, decisions } from "../capacity.ts";
+import type { EventRecord } from "../capacity.ts";
 import { INSTANCE_KIND_TABLE, kindOf } from "@ic/protocol";
 import { print } from "./common.ts";
 import type { Io, StateDoc } from "./common.ts";
@@ -24,8 +26,23 @@ export function verbStart(p: Parsed): Promise<number> {
   });
 }
 
+/** The last capacity decisions from the event log; none when it cannot be read (a token's scope). */
+async function recentDecisions(c: Client): Promise<string[]> {
+  const read = (type: string) =>
+    c
+      .get<{ records: EventRecord[] }>(`/events?type=${type}&limit=50`)
+      .then((r) => r.records)
+      .catch(() => [] as EventRecord[]);
+  const [created, deleted] = await Promise.all([
+    read("DeploymentCreated"),
+    read("DeploymentDeleted"),
+  ]);
+  return decisions([...created, ...deleted]);
+}
+
 export async function verbStatus(p: Parsed, c: Client, io: Io): Promise<number> {
   const s = await c.get<StateDoc>("/state");
+  const recent = p.json ? [] : await recentDecisions(c);
   print(io, p, s, () => {
     const heard = new Map(s.topology.nodes.map((t) => [t.node_id, t]));
     const nodes = table(
@@ -61,12 +78,14 @@ export async function verbStatus(p: Parsed, c: Client, io: Io): Promise<number> 
     const health = s.nodeHealth.length
       ? s.nodeHealth.map((h) => `${h.severity} ${h.node_name} ${h.code}: ${h.message}`).join("\n")
       : "nodeHealth: nothing to report";
+    const capacity = capacityLines(s, recent);
     return [
       `session ${s.session?.session_id ?? "(none)"}, ${s.node_identities.length} node(s)`,
       "",
       nodes,
       "",
       inst,
+      ...(capacity ? ["", capacity] : []),
       "",
       health,
     ].join("\n");

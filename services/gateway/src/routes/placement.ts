@@ -11,7 +11,14 @@ import {
   requestedKind,
   ServiceError,
 } from "@ic/protocol";
-import type { Instance, InstanceId, InstanceKind, ModelRecord, PlaceRequest } from "@ic/protocol";
+import type {
+  Instance,
+  InstanceId,
+  InstanceKind,
+  ModelRecord,
+  PlaceRequest,
+  ScalePolicy,
+} from "@ic/protocol";
 import type { Logger } from "@ic/log";
 import { parseJson, validationError } from "@ic/http";
 import type { ClusterView } from "@ic/protocol";
@@ -43,6 +50,36 @@ function modelOrThrow(cluster: ClusterView, id: string): ModelRecord {
   return m;
 }
 
+/** Requests in flight per ready replica above which a set that follows load grows (scale_up_at). */
+export const DEFAULT_SCALE_UP_AT = 4;
+
+/**
+ * A request with `max_replicas` follows load: its policy, and `replicas` set to where it starts
+ * (`min_replicas`). `min_replicas` or `scale_up_at` alone is refused, as is min above max.
+ */
+function withScale(req: PlaceRequest): PlaceRequest & { scale?: ScalePolicy } {
+  if (req.max_replicas === undefined) {
+    if (req.min_replicas !== undefined || req.scale_up_at !== undefined)
+      throw new ServiceError(
+        "invalid_request",
+        "request body: min_replicas and scale_up_at need max_replicas (the most replicas the load may grow to)",
+      );
+    return req;
+  }
+  const scale = {
+    min_replicas: req.min_replicas ?? 1,
+    max_replicas: req.max_replicas,
+    up_at: req.scale_up_at ?? DEFAULT_SCALE_UP_AT,
+  };
+  if (scale.min_replicas > scale.max_replicas)
+    throw new ServiceError(
+      "invalid_request",
+      `request body: min_replicas (${scale.min_replicas}) exceeds max_replicas (${scale.max_replicas})`,
+      { details: { min_replicas: scale.min_replicas, max_replicas: scale.max_replicas } },
+    );
+  return { ...req, replicas: scale.min_replicas, scale };
+}
+
 function splitIds(v: string | undefined): string[] {
   return (v ?? "")
     .split(",")
@@ -54,7 +91,7 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
   const { cluster } = o;
 
   app.post("/place_instance", async (c) => {
-    const req = await parseJson(c, PlaceRequestSchema);
+    const req = withScale(await parseJson(c, PlaceRequestSchema));
     const kind = requestedKind(req.kind, req.embeddings);
     if (kind === null)
       throw new ServiceError(
@@ -99,7 +136,11 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
  * POST /place_instance: waits (up to info_pending_wait_ms) for a session and for every live node's
  * memory and links, then places the request's instances or answers the typed refusal.
  */
-async function placeInstance(o: PlacementRouteOptions, req: PlaceRequest, kind: InstanceKind) {
+async function placeInstance(
+  o: PlacementRouteOptions,
+  req: PlaceRequest & { scale?: ScalePolicy },
+  kind: InstanceKind,
+) {
   const { cluster } = o;
   const deadline = o.now() + o.infoPendingWaitMs;
   // Info-pending: wait (up to the limit) for a session and for every live node's memory and links.
@@ -145,7 +186,7 @@ async function placeInstance(o: PlacementRouteOptions, req: PlaceRequest, kind: 
 async function placeReplicas(
   o: PlacementRouteOptions,
   asked: {
-    req: PlaceRequest;
+    req: PlaceRequest & { scale?: ScalePolicy };
     kind: InstanceKind;
     model: ModelRecord;
     excluded: readonly string[];
@@ -153,7 +194,7 @@ async function placeReplicas(
   first: Extract<Decision, { ok: true }>,
 ): Promise<{ index: number; instance: Instance }[]> {
   const { req, kind, model, excluded } = asked;
-  const set = req.replicas > 1 ? `rs-${randomUUID()}` : undefined;
+  const set = req.replicas > 1 || req.scale ? `rs-${randomUUID()}` : undefined;
   const placed: { index: number; instance: Instance }[] = [];
   const used = new Set<string>();
   let decision: Decision = first;
@@ -195,6 +236,7 @@ async function placeReplicas(
           ...(kind !== "generate" ? { kind } : {}),
           ...(set ? { replica_set: set } : {}),
           ...(req.keep_alive !== undefined ? { keep_alive_ms: keepAliveMs(req.keep_alive) } : {}),
+          ...(req.scale ? { scale: req.scale } : {}),
         },
       });
     } catch (e) {

@@ -23,18 +23,18 @@ export function nodeGauges(registry: Registry, o: MetricsSources): void {
 function capacityCounter(registry: Registry, o: MetricsSources): void {
   const c = new Counter({
     name: "ic_capacity_events_total",
-    help: "On-demand loads, and unloads of idle instances (keep_alive) and for room (least recently used).",
+    help: "On-demand loads, unloads of idle instances (keep_alive) and for room (least recently used), and replicas added or removed for load.",
     labelNames: ["action"],
     registers: [registry],
   });
-  for (const action of ["load", "unload_idle", "unload_room"]) c.inc({ action }, 0);
+  const deleted = { idle: "unload_idle", room: "unload_room", scale_down: "scale_down" } as const;
+  for (const action of ["load", "scale_up", ...Object.values(deleted)]) c.inc({ action }, 0);
   o.cluster.on({
     event: ({ event: e }) => {
       if (e.type === "DeploymentCreated" && e.deployment.on_demand) c.inc({ action: "load" });
-      else if (e.type === "DeploymentDeleted" && e.cause === "idle")
-        c.inc({ action: "unload_idle" });
-      else if (e.type === "DeploymentDeleted" && e.cause === "room")
-        c.inc({ action: "unload_room" });
+      else if (e.type === "DeploymentCreated" && e.deployment.scale && e.reason)
+        c.inc({ action: "scale_up" });
+      else if (e.type === "DeploymentDeleted" && e.cause) c.inc({ action: deleted[e.cause] });
     },
   });
 }

@@ -507,7 +507,7 @@ describe("GET /metrics", () => {
       at: 0,
       event,
     });
-    const deleted = (cause?: "idle" | "room"): ControlEvent => ({
+    const deleted = (cause?: "idle" | "room" | "scale_down"): ControlEvent => ({
       type: "DeploymentDeleted",
       deployment_id: "d",
       reason: "x",
@@ -519,10 +519,19 @@ describe("GET /metrics", () => {
     listener!(at(deleted("room"), 4), s);
     listener!(at(deleted("room"), 5), s);
     listener!(at(deleted(), 6), s);
+    const scale = { min_replicas: 1, max_replicas: 3, up_at: 4 };
+    listener!(at({ type: "DeploymentCreated", deployment: { ...dep, scale } }, 7), s);
+    listener!(
+      at({ type: "DeploymentCreated", deployment: { ...dep, scale }, reason: "busy" }, 8),
+      s,
+    );
+    listener!(at(deleted("scale_down"), 9), s);
     const m = parsePrometheusTextFormat(await metrics.render());
     expect(valueOf(m, "ic_capacity_events_total", { action: "load" })).toBe(1);
     expect(valueOf(m, "ic_capacity_events_total", { action: "unload_idle" })).toBe(1);
     expect(valueOf(m, "ic_capacity_events_total", { action: "unload_room" })).toBe(2);
+    expect(valueOf(m, "ic_capacity_events_total", { action: "scale_up" })).toBe(1);
+    expect(valueOf(m, "ic_capacity_events_total", { action: "scale_down" })).toBe(1);
   });
 });
 

@@ -1,0 +1,162 @@
+// Table tests of the rule for replicas that follow load: it grows after load stayed above the
+// threshold for the up window, shrinks after a quiet down window and not within one of its last
+// change, never past its bounds, and decides nothing while a replica is still loading.
+import { describe, expect, it } from "vitest";
+import { runnerKey } from "@ic/protocol";
+import type { ControlState, Deployment, InstanceId, NodeId } from "@ic/protocol";
+import { instanceOn, replicaWith } from "./test-support.ts";
+import { scaleSets, scaleStep } from "./scaling.ts";
+import type { ScaleMemo, ScaleSet } from "./scaling.ts";
+
+const W = { upMs: 1000, downMs: 5000 };
+const policy = { min_replicas: 1, max_replicas: 3, up_at: 4 };
+
+function setOf(n: number, inFlight: number, ready = n): ScaleSet {
+  const deployments = Array.from(
+    { length: n },
+    (_, i) => ({ deployment_id: `d-${i}` }) as Deployment,
+  );
+  return { replica_set: "rs", policy, deployments, ready, inFlight };
+}
+
+interface Case {
+  readonly name: string;
+  readonly set: ScaleSet;
+  readonly memo: ScaleMemo;
+  readonly now: number;
+  readonly want: { direction?: "up" | "down"; memo: ScaleMemo };
+}
+
+const cases: Case[] = [
+  {
+    name: "load above the threshold starts the up window",
+    set: setOf(1, 9),
+    memo: {},
+    now: 100,
+    want: { memo: { aboveSince: 100 } },
+  },
+  {
+    name: "still above within the window: waits",
+    set: setOf(1, 9),
+    memo: { aboveSince: 100 },
+    now: 1099,
+    want: { memo: { aboveSince: 100 } },
+  },
+  {
+    name: "above for the whole window: one more",
+    set: setOf(1, 9),
+    memo: { aboveSince: 100 },
+    now: 1100,
+    want: { direction: "up", memo: { changedAt: 1100 } },
+  },
+  {
+    name: "a dip below the threshold restarts the window",
+    set: setOf(1, 4),
+    memo: { aboveSince: 100 },
+    now: 1100,
+    want: { memo: {} },
+  },
+  {
+    name: "at its most: never more",
+    set: setOf(3, 100),
+    memo: { aboveSince: 0 },
+    now: 10_000,
+    want: { memo: {} },
+  },
+  {
+    name: "a replica still loading: no decision, and the windows start again",
+    set: setOf(2, 50, 1),
+    memo: { aboveSince: 0, changedAt: 50 },
+    now: 10_000,
+    want: { memo: { changedAt: 50 } },
+  },
+  {
+    name: "quiet (one fewer holds half the threshold each): the down window starts",
+    set: setOf(3, 4),
+    memo: {},
+    now: 100,
+    want: { memo: { belowSince: 100 } },
+  },
+  {
+    name: "quiet for the down window, long after its last change: one fewer",
+    set: setOf(3, 4),
+    memo: { belowSince: 100, changedAt: 0 },
+    now: 5100,
+    want: { direction: "down", memo: { changedAt: 5100 } },
+  },
+  {
+    name: "quiet, but its last change was within a down window: waits (no flapping)",
+    set: setOf(3, 0),
+    memo: { belowSince: 100, changedAt: 4000 },
+    now: 8000,
+    want: { memo: { belowSince: 100, changedAt: 4000 } },
+  },
+  {
+    name: "not quiet enough (one fewer would hold more than half the threshold each): stays",
+    set: setOf(3, 5),
+    memo: { belowSince: 100 },
+    now: 100_000,
+    want: { memo: {} },
+  },
+  {
+    name: "at its least: never fewer",
+    set: setOf(1, 0),
+    memo: { belowSince: 0 },
+    now: 100_000,
+    want: { memo: {} },
+  },
+];
+
+describe("scaleStep", () => {
+  for (const c of cases)
+    it(c.name, () => {
+      const step = scaleStep(c.set, c.memo, c.now, W);
+      expect(step.direction).toBe(c.want.direction);
+      expect(step.memo).toEqual(c.want.memo);
+    });
+
+  it("says why, in figures", () => {
+    const up = scaleStep(setOf(1, 9), { aboveSince: 0 }, 1500, W);
+    expect(up.direction && up.reason).toBe(
+      "9 requests in flight on 1 ready replica(s), above 4 each for 1.5 s: one more (at most 3)",
+    );
+    const down = scaleStep(setOf(2, 1), { belowSince: 0 }, 6000, W);
+    expect(down.direction && down.reason).toBe(
+      "1 requests in flight on 2 replicas for 6 s: 1 hold them within half of 4 each; one fewer (at least 1)",
+    );
+  });
+});
+
+describe("scaleSets", () => {
+  it("groups the sets that scale, with their ready replicas and requests in flight", () => {
+    const s: ControlState = replicaWith(["a", "b"]);
+    const dep = (id: string, inst: string, scale = true): Deployment => ({
+      deployment_id: id,
+      model_id: instanceOn("x").model_id,
+      min_nodes: 1,
+      sharding: "Pipeline",
+      replica_set: scale ? "rs-1" : "rs-2",
+      ...(scale ? { scale: policy } : {}),
+      excluded_peer_keys: [],
+      created_at: 0,
+      instance_id: inst as InstanceId,
+      status: "Placed",
+    });
+    s.deployments = {
+      "d-1": dep("d-1", "i-1"),
+      "d-2": dep("d-2", "i-2"),
+      "d-3": dep("d-3", "i-3", false),
+    };
+    s.runners[runnerKey("i-1", 0)] = {
+      instance_id: "i-1" as InstanceId,
+      node_id: "n-a" as NodeId,
+      rank: 0,
+      state: "RunnerReady",
+      restarts: 0,
+      since: 0,
+    };
+    const sets = scaleSets(s, (id) => (id === "i-1" ? 3 : id === "i-2" ? 2 : 7));
+    expect(sets).toMatchObject([{ replica_set: "rs-1", ready: 1, inFlight: 5, policy }]);
+    expect(sets[0]!.deployments.map((d) => d.deployment_id)).toEqual(["d-1", "d-2"]);
+  });
+});

@@ -1,0 +1,99 @@
+// Replicas that follow load (docs/capacity.md): for each replica set with a scale policy, whether to
+// add a replica or remove one now. Pure: the requests in flight (the gateways' heartbeats), the time and
+// what was seen before (the windows) come from the caller; the master's tick is the shell. With
+// hysteresis: it grows while the requests in flight stay above `up_at` per ready replica for the up
+// window, and shrinks only when one replica fewer would hold at most half of `up_at` each, for the
+// down window, and not within a down window of its last change. Nothing is decided while a replica
+// of the set is not ready yet (one that is loading counts toward the target, not the load).
+import { runnerKey } from "@ic/protocol";
+import type { ControlState, Deployment, ScalePolicy } from "@ic/protocol";
+
+export interface ScaleWindows {
+  /** Requests above the threshold for this long add a replica. */
+  readonly upMs: number;
+  /** Quiet for this long (and as long since the last change) removes one. */
+  readonly downMs: number;
+}
+
+export const DEFAULT_SCALE_WINDOWS: ScaleWindows = { upMs: 10_000, downMs: 60_000 };
+
+/** What the rule remembers of a set between ticks. */
+export interface ScaleMemo {
+  readonly aboveSince?: number;
+  readonly belowSince?: number;
+  readonly changedAt?: number;
+}
+
+/** One set as the rule reads it. */
+export interface ScaleSet {
+  readonly replica_set: string;
+  readonly policy: ScalePolicy;
+  readonly deployments: readonly Deployment[];
+  /** Of those, the ones whose instance's rank 0 is ready. */
+  readonly ready: number;
+  /** Requests in flight on the set's instances. */
+  readonly inFlight: number;
+}
+
+export type ScaleStep =
+  | { readonly memo: ScaleMemo; readonly direction?: undefined }
+  | { readonly memo: ScaleMemo; readonly direction: "up" | "down"; readonly reason: string };
+
+/** The replica sets with a scale policy, with their ready count and requests in flight. */
+export function scaleSets(
+  state: ControlState,
+  inFlight: (instanceId: string) => number,
+): ScaleSet[] {
+  const sets = new Map<string, Deployment[]>();
+  for (const d of Object.values(state.deployments))
+    if (d.scale && d.replica_set) sets.set(d.replica_set, [...(sets.get(d.replica_set) ?? []), d]);
+  return [...sets.entries()].map(([replica_set, deployments]) => ({
+    replica_set,
+    policy: deployments[0]!.scale!,
+    deployments,
+    ready: deployments.filter(
+      (d) => state.runners[runnerKey(d.instance_id, 0)]?.state === "RunnerReady",
+    ).length,
+    inFlight: deployments.reduce((s, d) => s + inFlight(d.instance_id), 0),
+  }));
+}
+
+/** The step for one set at `now`, from what was seen before (`memo`). */
+export function scaleStep(
+  set: ScaleSet,
+  memo: ScaleMemo,
+  now: number,
+  w: ScaleWindows = DEFAULT_SCALE_WINDOWS,
+): ScaleStep {
+  const n = set.deployments.length;
+  const { min_replicas: min, max_replicas: max, up_at: upAt } = set.policy;
+  const changed = memo.changedAt !== undefined ? { changedAt: memo.changedAt } : {};
+  // A replica loading (or pending) counts toward the target: no decision until it serves.
+  if (set.ready < n || set.ready === 0) return { memo: changed };
+  const each = set.inFlight / n;
+  if (each > upAt && n < max) {
+    const aboveSince = memo.aboveSince ?? now;
+    if (now - aboveSince < w.upMs) return { memo: { ...changed, aboveSince } };
+    return {
+      memo: { changedAt: now },
+      direction: "up",
+      reason: `${set.inFlight} requests in flight on ${n} ready replica(s), above ${upAt} each for ${secs(now - aboveSince)}: one more (at most ${max})`,
+    };
+  }
+  if (n > min && set.inFlight <= ((n - 1) * upAt) / 2) {
+    const belowSince = memo.belowSince ?? now;
+    const quiet = now - belowSince >= w.downMs;
+    const settled = memo.changedAt === undefined || now - memo.changedAt >= w.downMs;
+    if (!quiet || !settled) return { memo: { ...changed, belowSince } };
+    return {
+      memo: { changedAt: now },
+      direction: "down",
+      reason: `${set.inFlight} requests in flight on ${n} replicas for ${secs(now - belowSince)}: ${n - 1} hold them within half of ${upAt} each; one fewer (at least ${min})`,
+    };
+  }
+  return { memo: changed };
+}
+
+function secs(ms: number): string {
+  return `${Math.round(ms / 100) / 10} s`;
+}

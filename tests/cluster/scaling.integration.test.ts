@@ -1,0 +1,126 @@
+// Replicas that follow load, on 3 hosts with real engines (docs/capacity.md): a placement with
+// max_replicas 3 starts with one replica; a burst (16 requests kept in flight through the three
+// gateways) grows it to 3, each on its own node; a trickle afterwards shrinks it back to 1. Every
+// request of the burst and the trickle is answered: no scaling step fails one.
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { seedStore, startHostCluster, waitFor, waitForConvergence } from "@ic/testkit";
+import type { NodeProcess } from "@ic/testkit";
+
+interface StateDoc {
+  models: { model_id: string }[];
+  instances: {
+    instance_id: string;
+    assignments: { node_id: string }[];
+    runners: { state: string }[];
+  }[];
+  deployments: { deployment_id: string; replica_set?: string; status: string }[];
+}
+interface EventsDoc {
+  records: { type: string; event: { cause?: string; reason?: string } }[];
+}
+
+/** Keeps `concurrency` requests in flight through the nodes in turn until `until()` says stop. */
+async function load(
+  nodes: readonly NodeProcess[],
+  model: string,
+  concurrency: number,
+  until: () => Promise<boolean>,
+): Promise<{ ok: number; failed: string[] }> {
+  const out = { ok: 0, failed: [] as string[] };
+  let stop = false;
+  let k = 0;
+  const worker = async () => {
+    while (!stop) {
+      const n = nodes[k++ % nodes.length]!;
+      const r = await n.post("/v1/chat/completions", {
+        model,
+        messages: [{ role: "user", content: `hello ${k}` }],
+        max_tokens: 48,
+      });
+      const text = await r.text();
+      if (r.status === 200) out.ok++;
+      else out.failed.push(`${r.status} ${text}`);
+    }
+  };
+  const workers = Array.from({ length: concurrency }, worker);
+  await waitFor(async () => ((await until()) ? true : undefined), {
+    timeoutMs: 60_000,
+    intervalMs: 250,
+    what: "the replicas to follow the load",
+  });
+  stop = true;
+  await Promise.all(workers);
+  return out;
+}
+
+describe("replicas that follow load (across hosts)", () => {
+  it("grows from 1 to 3 replicas under a burst and back to 1 in the quiet, failing no request", async () => {
+    const store = mkdtempSync(join(tmpdir(), "ic-store-"));
+    const { modelId } = await seedStore(store);
+    await using cluster = await startHostCluster(3, {
+      config: (i) => ({
+        ...(i === 0 ? { store_path: store } : {}),
+        cluster: { scale_up_window_ms: 1000, scale_down_window_ms: 3000 },
+      }),
+    });
+    const [n1] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
+    await waitForConvergence(cluster.nodes, 3);
+    await waitFor(
+      async () => ((await n1.get<StateDoc>("/state")).models.length > 0 ? true : undefined),
+      { timeoutMs: 20_000, what: "the model registered" },
+    );
+    const placed = await n1.post("/place_instance", {
+      model_id: modelId,
+      min_replicas: 1,
+      max_replicas: 3,
+      scale_up_at: 4,
+    });
+    expect(placed.status, await placed.clone().text()).toBe(200);
+    const replicas = async () => {
+      const s = await n1.get<StateDoc>("/state");
+      const ready = s.instances.filter(
+        (i) => i.runners.length > 0 && i.runners.every((r) => r.state === "RunnerReady"),
+      );
+      return { all: s.deployments.length, ready: ready.length, nodes: s.instances };
+    };
+    await waitFor(async () => ((await replicas()).ready === 1 ? true : undefined), {
+      timeoutMs: 30_000,
+      what: "the first replica ready",
+    });
+
+    // The burst: 16 in flight, above 4 per replica until there are 3 (its most).
+    const burst = await load(
+      cluster.nodes,
+      modelId,
+      16,
+      async () => (await replicas()).ready === 3,
+    );
+    expect(burst.failed).toEqual([]);
+    const grown = await replicas();
+    expect(grown.all).toBe(3);
+    expect(new Set(grown.nodes.map((i) => i.assignments[0]!.node_id)).size).toBe(3);
+
+    // The quiet: one request at a time (within half of 4 per replica for one fewer), down to 1.
+    const trickle = await load(cluster.nodes, modelId, 1, async () => (await replicas()).all === 1);
+    expect(trickle.failed).toEqual([]);
+    expect(trickle.ok).toBeGreaterThan(0);
+
+    // Each step is an event with its reason.
+    const events = await n1.get<EventsDoc>("/events?limit=5000");
+    const ups = events.records.filter(
+      (r) => r.type === "DeploymentCreated" && r.event.reason?.includes("one more"),
+    );
+    const downs = events.records.filter(
+      (r) => r.type === "DeploymentDeleted" && r.event.cause === "scale_down",
+    );
+    expect(ups).toHaveLength(2);
+    expect(ups[0]!.event.reason).toMatch(
+      /^\d+ requests in flight on 1 ready replica\(s\), above 4 each/,
+    );
+    expect(downs).toHaveLength(2);
+    expect(downs[0]!.event.reason).toMatch(/one fewer \(at least 1\)$/);
+  });
+});
