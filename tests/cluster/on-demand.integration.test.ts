@@ -2,7 +2,8 @@
 // models load on their first request. node-2 is the only node with room, for one model at a time:
 // concurrent first requests through three gateways load the model once; alternating requests for two
 // models unload the other (least recently used, idle) and every request is answered; a model whose
-// model.json says keep_alive 0 is unloaded once its answer is done, its memory reserved no more.
+// model.json says keep_alive 0 is unloaded once its answer is done, its memory reserved no more; the
+// previews say beforehand which instance a load would unload.
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -87,6 +88,26 @@ describe("capacity that follows demand (on demand, across hosts)", () => {
     const room = events.records.filter((r) => r.event.cause === "room");
     expect(room).toHaveLength(3);
     expect(room[0]!.event.reason).toContain(`to make room for ${B}`);
+
+    // The previews say what a request for C would do now, as the master decides it.
+    // (B's request may still count as in flight for a moment: its end is reported within 250 ms.)
+    type OnDemandPreview = Previews & {
+      on_demand: { ok: boolean; summary?: string; error?: { message: string } };
+    };
+    const before = await waitFor(
+      async () => {
+        const p = await n2.get<OnDemandPreview>(`/instance/previews?model_id=${C}`);
+        return p.on_demand.ok ? p : undefined;
+      },
+      { timeoutMs: 5000, what: "a preview of loading C" },
+    );
+    expect(before.on_demand).toMatchObject({
+      ok: true,
+      loaded: false,
+      nodes: ["node-2"],
+      summary: `would unload ${B} on node-2`,
+    });
+    expect(await loaded()).toEqual([B]);
 
     // C (keep_alive 0) unloads B for room, answers, and is then unloaded itself: its memory is free.
     expect((await chat(n2, C)).status).toBe(200);

@@ -468,6 +468,8 @@ export const CommandSchema = z.discriminatedUnion("type", [
     model_id: ModelIdSchema,
     kind: InstanceKindSchema.optional(),
     keep_alive_ms: KeepAliveMsSchema,
+    /** Decided and answered with its events, nothing sequenced (what the previews show). */
+    dry_run: z.boolean().optional(),
   }),
   z.object({ type: z.literal("DeleteInstance"), instance_id: InstanceIdSchema }),
   /**
@@ -525,6 +527,8 @@ export const CommandReplySchema = z.discriminatedUnion("ok", [
     ok: z.literal(true),
     index: z.number().int().nonnegative(),
     task_id: TaskIdSchema.optional(),
+    /** A dry run's decision: the events it would sequence (none were). */
+    events: z.array(ControlEventSchema).optional(),
   }),
   z.object({ ok: z.literal(false), error: WireErrorSchema }),
 ]);

@@ -143,6 +143,8 @@ export class Sequencer {
       }
       const d = this.decide(from, cmd, this.o.newId);
       if (!d.ok) return { ok: false, error: toWireError(d.error) };
+      if (cmd.type === "LoadModel" && cmd.dry_run)
+        return { ok: true, index: this.o.replica.state.index, events: d.events };
       if (this.intents && IntentKeeper.changes(d.events))
         return this.intents.persist(sessionId, from, cmd);
       return this.accept(d);

@@ -5,7 +5,7 @@ import type { Hono } from "hono";
 import type { Logger } from "@ic/log";
 import { createNodeApp, routesOf } from "@ic/http";
 import type { AuthOptions, Component } from "@ic/http";
-import type { ClusterView } from "@ic/protocol";
+import type { ClusterView, ModelRecord } from "@ic/protocol";
 import { onDemand } from "./chat/on-demand.ts";
 import { DEFAULT_CHAT_LIMITS } from "./chat/request.ts";
 import { chatRoutes } from "./routes/chat.ts";
@@ -73,7 +73,9 @@ function gatewayRoutes(app: Hono, o: GatewayOptions): void {
     load,
     streamPeriodMs: o.stateStreamPeriodMs ?? CLUSTER_DEFAULTS.heartbeat_ms,
   });
+  const loads = (m: ModelRecord) => onDemand(m, { ...DEFAULT_CHAT_LIMITS, ...o.chat });
   placementRoutes(app, {
+    onDemand: loads,
     cluster: o.cluster,
     log,
     infoPendingWaitMs: o.infoPendingWaitMs ?? CLUSTER_DEFAULTS.info_pending_wait_ms,
@@ -82,7 +84,7 @@ function gatewayRoutes(app: Hono, o: GatewayOptions): void {
   });
   modelRoutes(app, {
     cluster: o.cluster,
-    onDemand: (m) => onDemand(m, { ...DEFAULT_CHAT_LIMITS, ...o.chat }),
+    onDemand: loads,
   });
   chatRoutes(app, {
     cluster: o.cluster,

@@ -10,6 +10,7 @@ import {
   PreviewQuerySchema,
   requestedKind,
   ServiceError,
+  toWireError,
 } from "@ic/protocol";
 import type {
   Instance,
@@ -34,6 +35,47 @@ export interface PlacementRouteOptions {
   readonly infoPendingWaitMs: number;
   readonly now: () => number;
   readonly memory?: Partial<MemoryModel>;
+  /** Whether a request loads this model when nothing serves it (the previews then say how). */
+  readonly onDemand?: (model: ModelRecord) => boolean;
+}
+
+/**
+ * What a request for an on-demand model would do now, as the master decides it (a dry-run
+ * LoadModel): nothing (already loaded), or the nodes it lands on and the instances it unloads for
+ * room ("would unload X on node-2"); or the refusal.
+ */
+async function onDemandPreview(cluster: ClusterView, model: ModelRecord) {
+  const s = cluster.snapshot();
+  const name = (id: string) => s.members[id]?.name ?? id;
+  try {
+    const reply = await cluster.command({
+      type: "LoadModel",
+      model_id: model.model_id,
+      keep_alive_ms: 0,
+      dry_run: true,
+    });
+    const events = reply.events ?? [];
+    const placed = events.find((e) => e.type === "InstancePlaced");
+    if (!placed) return { ok: true as const, loaded: true };
+    const unload = events.flatMap((e) => {
+      if (e.type !== "InstanceDeleted") return [];
+      const inst = s.instances[e.instance_id];
+      const nodes = inst?.assignments.map((a) => name(a.node_id)) ?? [];
+      return [{ instance_id: e.instance_id, model_id: inst?.model_id ?? "", nodes }];
+    });
+    return {
+      ok: true as const,
+      loaded: false,
+      nodes: placed.instance.assignments.map((a) => name(a.node_id)),
+      unload,
+      summary:
+        unload.length === 0
+          ? `would load on ${placed.instance.assignments.map((a) => name(a.node_id)).join(", ")}`
+          : `would unload ${unload.map((u) => `${u.model_id} on ${u.nodes.join("+")}`).join(", ")}`,
+    };
+  } catch (e) {
+    return { ok: false as const, error: toWireError(e) };
+  }
 }
 
 function modelOrThrow(cluster: ClusterView, id: string): ModelRecord {
@@ -102,7 +144,7 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
     return c.json(await placeInstance(o, req, kind), 200);
   });
 
-  app.get("/instance/previews", (c) => {
+  app.get("/instance/previews", async (c) => {
     const parsed = PreviewQuerySchema.safeParse(c.req.query());
     if (!parsed.success) throw validationError(parsed.error, "query");
     const model = modelOrThrow(cluster, parsed.data.model_id);
@@ -112,10 +154,12 @@ export function placementRoutes(app: Hono, o: PlacementRouteOptions): void {
       splitIds(parsed.data.excluded_node_ids),
       "excluded_node_ids",
     );
+    const loads = o.onDemand?.(model) ? { on_demand: await onDemandPreview(cluster, model) } : {};
     return c.json({
       model_id: model.model_id,
       excluded_node_ids: excluded,
       ...previewAll(view, model, excluded, o.memory),
+      ...loads,
     });
   });
 
