@@ -11,6 +11,8 @@
 // Its own flags (pass them through the node's `engine.extra_args`):
 //   --stand-in-tps N   tokens per second per stream (0, the default: every token at once)
 //   --stand-in-text S  the text of each token (default "a")
+//   --stand-in-slots N streams generated at once (0, the default: any number); the others wait in
+//                      order, as llama-server's requests wait for one of its -np slots
 // Everything else llama-server takes is accepted and ignored.
 import { createServer as createHttp } from "node:http";
 import { createServer as createHttps } from "node:https";
@@ -50,6 +52,7 @@ const VALUED = new Set([
   "--rpc",
   "--stand-in-tps",
   "--stand-in-text",
+  "--stand-in-slots",
   "-ngld",
   "--draft-max",
   "--draft-min",
@@ -94,6 +97,26 @@ const fingerprint = "b1-stand-in";
 
 let processing = 0;
 let predicted = 0;
+
+const slots = Number(args["--stand-in-slots"] ?? 0);
+let busy = 0;
+/** Requests waiting for a slot, oldest first. */
+const deferred = [];
+/** Resolves once the request has a slot (at once without a slot limit). */
+function acquire() {
+  if (slots <= 0 || busy < slots) {
+    busy++;
+    return Promise.resolve();
+  }
+  return new Promise((r) => deferred.push(r));
+}
+/** A request's slot is free: the oldest waiting request takes it. */
+function release() {
+  if (slots <= 0) return;
+  const next = deferred.shift();
+  if (next) next();
+  else busy--;
+}
 
 const ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
@@ -170,11 +193,13 @@ async function complete(req, res, chat) {
   const id = `${chat ? "chatcmpl" : "cmpl"}-${idChars()}`;
   const created = Math.floor(Date.now() / 1000);
   const object = chat ? "chat.completion" : "text_completion";
+  await acquire();
   const t0 = performance.now();
   processing++;
   if (!body.stream) {
     const finish = async () => {
       processing--;
+      release();
       predicted += n;
       const text = tokenText.repeat(n);
       const choice = chat
@@ -213,10 +238,12 @@ async function complete(req, res, chat) {
     if (sent < n) {
       closed = true;
       processing--;
+      release();
     }
   });
   const end = () => {
     processing--;
+    release();
     predicted += n;
     const ms = performance.now() - t0;
     const finishDelta = chat ? `"delta":{}` : `"text":""`;
@@ -255,7 +282,7 @@ function metrics() {
     `llamacpp:requests_processing ${processing}`,
     "# HELP llamacpp:requests_deferred Number of requests deferred.",
     "# TYPE llamacpp:requests_deferred gauge",
-    "llamacpp:requests_deferred 0",
+    `llamacpp:requests_deferred ${deferred.length}`,
     "",
   ].join("\n");
 }
