@@ -121,7 +121,7 @@ interface BurstResult {
 }
 
 /** Part 2: the burst on a fixed replica or on one that follows load. */
-async function burst(follow: boolean, standIn: boolean): Promise<BurstResult> {
+async function burst(follow: boolean, standIn: boolean, fixedReplicas = 1): Promise<BurstResult> {
   const store = mkdtempSync(join(tmpdir(), "ic-bench-capacity-"));
   const { modelId } = await seedStore(store);
   await using cluster = await startHostCluster(3, {
@@ -137,16 +137,17 @@ async function burst(follow: boolean, standIn: boolean): Promise<BurstResult> {
   await registered(nodes, 1);
   const body = follow
     ? { model_id: modelId, min_replicas: 1, max_replicas: 3, scale_up_at: 4 }
-    : { model_id: modelId };
+    : { model_id: modelId, replicas: fixedReplicas };
   const placed = await nodes[0].post("/place_instance", body);
   if (placed.status !== 200) throw new Error(`place: ${await placed.text()}`);
-  await waitFor(async () => ((await loaded(nodes[0])) === 1 ? true : undefined), {
+  const start0 = follow ? 1 : fixedReplicas;
+  await waitFor(async () => ((await loaded(nodes[0])) === start0 ? true : undefined), {
     timeoutMs: 30_000,
-    what: "the first replica",
+    what: "the replicas it starts with",
   });
   const ttfts: number[] = [];
   let failed = 0;
-  let replicas = 1;
+  let replicas = start0;
   let k = 0;
   const start = performance.now();
   const until = start + BURST_S * 1000;
@@ -179,7 +180,11 @@ async function main(): Promise<void> {
   const first = await firstToken();
   const runs = {
     standIn: { fixed: await burst(false, true), follow: await burst(true, true) },
-    real: { fixed: await burst(false, false), follow: await burst(true, false) },
+    real: {
+      fixed: await burst(false, false),
+      three: await burst(false, false, 3),
+      follow: await burst(true, false),
+    },
   };
   const warm = p(first.warm, 0.5);
   const row = (what: string, xs: number[]) =>
@@ -214,6 +219,7 @@ async function main(): Promise<void> {
       runs.standIn.follow,
     ),
     burstRow("llama-server (shared cores)", "one fixed replica (the baseline)", runs.real.fixed),
+    burstRow("llama-server (shared cores)", "three fixed replicas", runs.real.three),
     burstRow(
       "llama-server (shared cores)",
       "follows load: 1–3, above 4 per replica for 1 s",
