@@ -25,7 +25,17 @@ function eventTone(type) {
 
 /** The fields of an event worth a glance, as key=value (the whole event is one click away). */
 function eventSummary(ev) {
-  const keys = ["model_id", "instance_id", "node_id", "name", "rank", "state", "reason", "status"];
+  const keys = [
+    "model_id",
+    "instance_id",
+    "node_id",
+    "name",
+    "rank",
+    "state",
+    "cause",
+    "reason",
+    "status",
+  ];
   const parts = [];
   const visit = (o) => {
     for (const [k, v] of Object.entries(o ?? {})) {

@@ -30,11 +30,9 @@ export function keepAliveFor(model: ModelRecord, chat: ChatLimits): number {
   return model.keep_alive_ms ?? chat.keep_alive_ms;
 }
 
-/** LoadModel commands this gateway has on their way, per model and kind: one for a burst. */
-const loading = new Map<string, Promise<unknown>>();
-
 function askToLoad(ctx: ChatContext, model: ModelRecord, kind: InstanceKind): Promise<unknown> {
   const key = `${model.model_id}\u0000${kind}`;
+  const loading = ctx.loads;
   let p = loading.get(key);
   if (!p) {
     p = ctx.o.cluster

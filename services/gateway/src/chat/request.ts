@@ -206,6 +206,8 @@ export interface ChatContext {
   readonly reports: TaskReports;
   readonly limits: ChatLimits;
   readonly streams: StreamDirectory;
+  /** LoadModel commands this gateway has on their way, per model and kind (chat/on-demand.ts). */
+  readonly loads: Map<string, Promise<unknown>>;
 }
 
 export const TIMINGS = Buffer.from('"timings"');

@@ -66,6 +66,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     reports,
     limits: { ...DEFAULT_CHAT_LIMITS, ...o.chat },
     streams: o.streams ?? new StreamDirectory(),
+    loads: new Map(),
   };
   resumeRoutes(app, ctx);
 
