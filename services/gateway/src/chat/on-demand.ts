@@ -89,8 +89,8 @@ export async function loadOnDemand(ctx: ChatContext, request: RequestContext): P
     if (last.kind === "not_ready" && !last.retryable) throw notServableError(body.model, last);
     if (!underWay(ctx, body.model, kind)) {
       try {
+        // Accepted: its events reach this node's replica within a moment; look again after a poll.
         await askToLoad(ctx, model, kind);
-        continue;
       } catch (e) {
         // No room until requests in flight on other on-demand instances end: ask again shortly.
         if (!(e instanceof ServiceError && e.details?.in_use_instances) || Date.now() >= until)
