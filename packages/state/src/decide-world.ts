@@ -13,6 +13,7 @@ import type {
   Task,
   TaskId,
 } from "@ic/protocol";
+import { decide } from "./decide.ts";
 import type { DecideContext, IdKind } from "./decide.ts";
 import { BARE, G, instanceOn as instance, model, replicaWith, report } from "./test-support.ts";
 
@@ -107,3 +108,14 @@ export type Row = {
   state?: (s: ControlState) => void;
   ctx?: Partial<DecideContext>;
 } & ({ events: string[] } | { error: string });
+
+/** Decides a row against the standard world: the state untouched, then its events or its refusal. */
+export function decideRow(row: Row): { got: string | string[]; want: string | string[] } {
+  const s = world();
+  row.state?.(s);
+  const before = JSON.stringify(s);
+  const d = decide(s, row.cmd, ctx(row.ctx));
+  if (JSON.stringify(s) !== before) throw new Error("decide changed the state it was given");
+  const got = d.ok ? d.events.map((e) => e.type) : d.error.code;
+  return { got, want: "error" in row ? row.error : row.events };
+}

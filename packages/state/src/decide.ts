@@ -129,6 +129,17 @@ function decidePlace(
   return accept(events);
 }
 
+/** The DeploymentDeleted of every deployment an instance realizes, with why. */
+function deploymentsDeleted(
+  s: ControlState,
+  instanceId: string,
+  why: { readonly reason: string; readonly cause?: "idle" | "room" | "scale_down" },
+): ControlEvent[] {
+  return Object.values(s.deployments)
+    .filter((d) => d.instance_id === instanceId)
+    .map((d) => ({ type: "DeploymentDeleted", deployment_id: d.deployment_id, ...why }));
+}
+
 /**
  * DeleteInstance: its deployments go (also while Pending, its instance gone), its open tasks fail,
  * then the instance.
@@ -139,13 +150,9 @@ function decideDelete(
   ctx: DecideContext,
 ): CommandDecision {
   // Deleting the instance deletes the intent, also while it is Pending (its instance gone).
-  const events: ControlEvent[] = Object.values(s.deployments)
-    .filter((d) => d.instance_id === cmd.instance_id)
-    .map((d) => ({
-      type: "DeploymentDeleted",
-      deployment_id: d.deployment_id,
-      reason: `instance ${cmd.instance_id} deleted by request`,
-    }));
+  const events = deploymentsDeleted(s, cmd.instance_id, {
+    reason: `instance ${cmd.instance_id} deleted by request`,
+  });
   if (!own(s.instances, cmd.instance_id)) {
     if (events.length > 0) return accept(events);
     return refuse(new ServiceError("not_found", `no instance ${cmd.instance_id}`));
@@ -259,14 +266,7 @@ function decideUnload(
       new ServiceError("conflict", `instance ${cmd.instance_id} has requests in flight`),
     );
   return accept([
-    ...Object.values(s.deployments)
-      .filter((d) => d.instance_id === cmd.instance_id)
-      .map((d) => ({
-        type: "DeploymentDeleted" as const,
-        deployment_id: d.deployment_id,
-        reason: cmd.reason,
-        cause: "idle" as const,
-      })),
+    ...deploymentsDeleted(s, cmd.instance_id, { reason: cmd.reason, cause: "idle" }),
     { type: "InstanceDeleted", instance_id: cmd.instance_id, reason: cmd.reason },
   ]);
 }
