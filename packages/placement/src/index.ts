@@ -43,6 +43,7 @@ export {
   unavailableReason,
 } from "./cluster.ts";
 export type {
+  ClusterPlacement,
   ClusterPlacementResult,
   ClusterPreviewEntry,
   ClusterRefusal,

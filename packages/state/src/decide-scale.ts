@@ -3,7 +3,8 @@
 // decides when (scaling.ts).
 import { kindOf, ServiceError } from "@ic/protocol";
 import type { Command, ControlEvent, ControlState, Deployment, InstanceId } from "@ic/protocol";
-import { assignmentsOf, placeInCluster, refusalError } from "@ic/placement";
+import { placeInCluster, refusalError } from "@ic/placement";
+import { placedInstance } from "./placed.ts";
 import type { CommandDecision, DecideContext } from "./decide.ts";
 import { own } from "./own.ts";
 
@@ -95,19 +96,17 @@ function scaleUp(
     failures: _f,
     ...kept
   } = first;
-  const kind = kindOf(first);
   return accept([
     {
       type: "InstancePlaced",
-      instance: {
+      instance: placedInstance(s, {
         instance_id: instanceId,
         model_id: first.model_id,
         sharding: first.sharding,
-        ...(kind !== "generate" ? { kind } : {}),
-        context_size: r.context_size,
-        created_at: ctx.now,
-        assignments: assignmentsOf(s, r.shares),
-      },
+        kind: kindOf(first),
+        placement: r,
+        now: ctx.now,
+      }),
       reason: cmd.reason,
     },
     {

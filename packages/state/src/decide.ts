@@ -12,7 +12,8 @@ import type {
   TaskId,
   TokenLimits,
 } from "@ic/protocol";
-import { assignmentsOf, checkInstance, planLoad, refusalError } from "@ic/placement";
+import { checkInstance, planLoad, refusalError } from "@ic/placement";
+import { placedInstance, servedOrLoading } from "./placed.ts";
 import { decideScale } from "./decide-scale.ts";
 import type { InstanceUse, MemoryModel, NodeReport } from "@ic/placement";
 
@@ -183,11 +184,7 @@ function decideLoad(
   if (!model)
     return refuse(new ServiceError("model_not_found", `model ${cmd.model_id} is not registered`));
   const kind = cmd.kind ?? "generate";
-  const serving =
-    Object.values(s.deployments).some(
-      (d) => d.model_id === cmd.model_id && kindOf(d) === kind && d.status !== "Failed",
-    ) || Object.values(s.instances).some((i) => i.model_id === cmd.model_id && kindOf(i) === kind);
-  if (serving) return accept();
+  if (servedOrLoading(s, cmd.model_id, kind)) return accept();
   const plan = planLoad(
     s,
     ctx.reports,
@@ -213,24 +210,18 @@ function decideLoad(
       { type: "InstanceDeleted", instance_id: u.instance_id as InstanceId, reason },
     );
   }
-  const gone = new Set(plan.unload.map((u) => u.instance_id));
-  const view = {
-    ...s,
-    instances: Object.fromEntries(Object.entries(s.instances).filter(([id]) => !gone.has(id))),
-  };
   const instanceId = ctx.newId("instance") as InstanceId;
   events.push(
     {
       type: "InstancePlaced",
-      instance: {
+      instance: placedInstance(s, {
         instance_id: instanceId,
         model_id: cmd.model_id,
         sharding: "Pipeline",
-        ...(kind !== "generate" ? { kind } : {}),
-        context_size: plan.placement.context_size,
-        created_at: ctx.now,
-        assignments: assignmentsOf(view, plan.placement.shares),
-      },
+        kind,
+        placement: plan.placement,
+        now: ctx.now,
+      }),
       reason: `loaded on demand: a request for ${cmd.model_id}`,
     },
     {

@@ -20,5 +20,6 @@ export { amendWrites, intentWrites, RESTORED, restoreIntent } from "./intent.ts"
 export type { Restore } from "./intent.ts";
 export { idleUnloads, instanceUse, InstanceUsage, UNUSED_GRACE_MS } from "./usage.ts";
 export type { IdleUnload } from "./usage.ts";
-export { DEFAULT_SCALE_WINDOWS, scaleSets, scaleStep } from "./scaling.ts";
+export { DEFAULT_SCALE_WINDOWS, replicaSets, scaleSets, scaleStep } from "./scaling.ts";
 export type { ScaleMemo, ScaleSet, ScaleStep, ScaleWindows } from "./scaling.ts";
+export { servedOrLoading } from "./placed.ts";

@@ -11,7 +11,8 @@ import type {
   InstanceId,
   ModelId,
 } from "@ic/protocol";
-import { assignmentsOf, placeInCluster } from "@ic/placement";
+import { placeInCluster } from "@ic/placement";
+import { placedInstance } from "./placed.ts";
 import type { MemoryModel, NodeReport } from "@ic/placement";
 
 export type ReconcileAction =
@@ -189,15 +190,14 @@ export function reconcile(
         ...(o.memory ? { memory: o.memory } : {}),
       });
       if (r.ok) {
-        const instance: Instance = {
+        const instance = placedInstance(view, {
           instance_id: o.newInstanceId(),
           model_id: d.model_id as ModelId,
           sharding: d.sharding,
-          ...(kindOf(d) !== "generate" ? { kind: kindOf(d) } : {}),
-          context_size: r.context_size,
-          created_at: o.now,
-          assignments: assignmentsOf(view, r.shares),
-        };
+          kind: kindOf(d),
+          placement: r,
+          now: o.now,
+        });
         out.push({ kind: "place", deployment_id: d.deployment_id, instance, reason });
         view = {
           ...view,

@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { runnerKey } from "@ic/protocol";
 import type { ControlState, Deployment, InstanceId, NodeId } from "@ic/protocol";
 import { instanceOn, replicaWith } from "./test-support.ts";
-import { scaleSets, scaleStep } from "./scaling.ts";
+import { replicaSets, scaleSets, scaleStep } from "./scaling.ts";
 import type { ScaleMemo, ScaleSet } from "./scaling.ts";
 
 const W = { upMs: 1000, downMs: 5000 };
@@ -158,5 +158,13 @@ describe("scaleSets", () => {
     const sets = scaleSets(s, (id) => (id === "i-1" ? 3 : id === "i-2" ? 2 : 7));
     expect(sets).toMatchObject([{ replica_set: "rs-1", ready: 1, inFlight: 5, policy }]);
     expect(sets[0]!.deployments.map((d) => d.deployment_id)).toEqual(["d-1", "d-2"]);
+    // Every set, for GET /state: the one without a policy too.
+    const all = replicaSets(s, () => 1);
+    expect(
+      all.map((r) => [r.replica_set, r.scale?.max_replicas, r.deployments.length, r.inFlight]),
+    ).toEqual([
+      ["rs-1", 3, 2, 2],
+      ["rs-2", undefined, 1, 1],
+    ]);
   });
 });

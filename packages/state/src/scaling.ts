@@ -39,23 +39,45 @@ export type ScaleStep =
   | { readonly memo: ScaleMemo; readonly direction?: undefined }
   | { readonly memo: ScaleMemo; readonly direction: "up" | "down"; readonly reason: string };
 
-/** The replica sets with a scale policy, with their ready count and requests in flight. */
-export function scaleSets(
+/** A replica set as the state holds it (a placement with replicas, or one that follows load). */
+export interface ReplicaSet {
+  readonly replica_set: string;
+  readonly deployments: readonly Deployment[];
+  /** Its scale policy, when it follows load (its first deployment's). */
+  readonly scale: ScalePolicy | undefined;
+  /** Of its deployments, those whose instance's rank 0 is ready. */
+  readonly ready: number;
+  /** Requests in flight on its instances. */
+  readonly inFlight: number;
+}
+
+/** Every replica set, with its ready count and requests in flight (GET /state shows them). */
+export function replicaSets(
   state: ControlState,
   inFlight: (instanceId: string) => number,
-): ScaleSet[] {
+): ReplicaSet[] {
   const sets = new Map<string, Deployment[]>();
   for (const d of Object.values(state.deployments))
-    if (d.scale && d.replica_set) sets.set(d.replica_set, [...(sets.get(d.replica_set) ?? []), d]);
+    if (d.replica_set) sets.set(d.replica_set, [...(sets.get(d.replica_set) ?? []), d]);
   return [...sets.entries()].map(([replica_set, deployments]) => ({
     replica_set,
-    policy: deployments[0]!.scale!,
     deployments,
+    scale: deployments[0]!.scale,
     ready: deployments.filter(
       (d) => state.runners[runnerKey(d.instance_id, 0)]?.state === "RunnerReady",
     ).length,
     inFlight: deployments.reduce((s, d) => s + inFlight(d.instance_id), 0),
   }));
+}
+
+/** The replica sets with a scale policy: what the rule decides for. */
+export function scaleSets(
+  state: ControlState,
+  inFlight: (instanceId: string) => number,
+): ScaleSet[] {
+  return replicaSets(state, inFlight).flatMap(({ scale, ...set }) =>
+    scale ? [{ ...set, policy: scale }] : [],
+  );
 }
 
 /** The step for one set at `now`, from what was seen before (`memo`). */

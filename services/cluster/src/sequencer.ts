@@ -209,11 +209,18 @@ export class Sequencer {
    */
   private followLoad(now: number, session: SessionId): void {
     const windows = { ...DEFAULT_SCALE_WINDOWS, ...this.o.scaleWindows };
-    const outstanding = new Map<string, number>();
-    for (const p of this.o.peers.live())
-      for (const [id, n] of Object.entries(p.heartbeat.outstanding ?? {}))
-        outstanding.set(id, (outstanding.get(id) ?? 0) + n);
-    const sets = scaleSets(this.o.replica.state, (id) => outstanding.get(id) ?? 0);
+    // The heartbeats' sums are gathered only when a set follows load (most clusters have none).
+    let outstanding: Map<string, number> | undefined;
+    const inFlight = (id: string): number => {
+      if (!outstanding) {
+        outstanding = new Map();
+        for (const p of this.o.peers.live())
+          for (const [k, n] of Object.entries(p.heartbeat.outstanding ?? {}))
+            outstanding.set(k, (outstanding.get(k) ?? 0) + n);
+      }
+      return outstanding.get(id) ?? 0;
+    };
+    const sets = scaleSets(this.o.replica.state, inFlight);
     const seen = new Set<string>();
     for (const set of sets) {
       seen.add(set.replica_set);

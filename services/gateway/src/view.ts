@@ -1,5 +1,6 @@
 // Builds the node's view documents from the replica and the heard heartbeats (GET /state, placement input).
 import { runnerKey } from "@ic/protocol";
+import { replicaSets } from "@ic/state";
 import type { StateDocument } from "@ic/protocol";
 import type { ClusterView } from "@ic/protocol";
 import { outstandingByInstance } from "./request-load.ts";
@@ -80,25 +81,23 @@ export function stateDocument(
       outstanding: outstanding.get(i.instance_id) ?? 0,
     })),
     deployments: Object.values(s.deployments),
-    replica_sets: replicaSets(s, outstanding),
+    replica_sets: replicaSetsOf(s, outstanding),
+
     pulls: [...live.values()].flatMap((p) => p.heartbeat.pulls ?? []),
   };
 }
 
-/** The replica sets of the state: target (deployments), ready (rank 0 ready), requests in flight. */
-function replicaSets(
+/** The state's replica sets as GET /state shows them (grouped as the scale rule groups them). */
+function replicaSetsOf(
   s: ReturnType<ClusterView["snapshot"]>,
   outstanding: ReadonlyMap<string, number>,
 ): StateDocument["replica_sets"] {
-  const sets = new Map<string, StateDocument["deployments"]>();
-  for (const d of Object.values(s.deployments))
-    if (d.replica_set) sets.set(d.replica_set, [...(sets.get(d.replica_set) ?? []), d]);
-  return [...sets.entries()].map(([replica_set, ds]) => ({
-    replica_set,
-    model_id: ds[0]!.model_id,
-    ...(ds[0]!.scale ? { scale: ds[0]!.scale } : {}),
-    target: ds.length,
-    ready: ds.filter((d) => s.runners[runnerKey(d.instance_id, 0)]?.state === "RunnerReady").length,
-    outstanding: ds.reduce((n, d) => n + (outstanding.get(d.instance_id) ?? 0), 0),
+  return replicaSets(s, (id) => outstanding.get(id) ?? 0).map((r) => ({
+    replica_set: r.replica_set,
+    model_id: r.deployments[0]!.model_id,
+    ...(r.scale ? { scale: r.scale } : {}),
+    target: r.deployments.length,
+    ready: r.ready,
+    outstanding: r.inFlight,
   }));
 }

@@ -3,7 +3,8 @@
 // waits within chat.load_wait_ms for a ready instance; a stream meanwhile gets its 200 and an SSE
 // comment every LOAD_COMMENT_MS, so clients and proxies see it alive. It then goes on as any request,
 // or fails with the typed error that says why (the placement's refusal, the runner's failure, the wait).
-import { kindOf, ServiceError } from "@ic/protocol";
+import { ServiceError } from "@ic/protocol";
+import { servedOrLoading } from "@ic/state";
 import type { InstanceKind, ModelRecord } from "@ic/protocol";
 import { notServableError, readiness } from "../readiness.ts";
 import type { Readiness } from "../readiness.ts";
@@ -56,16 +57,6 @@ function servable(ctx: ChatContext, modelId: string, endpoint: Endpoint): Readin
   return routable(suited, ctx.o.cluster.livePeers()).length > 0 ? r : { kind: "absent" };
 }
 
-/** Whether the model has an instance or deployment of this kind (a load of it is under way). */
-function underWay(ctx: ChatContext, modelId: string, kind: InstanceKind): boolean {
-  const s = ctx.o.cluster.snapshot();
-  return (
-    Object.values(s.deployments).some(
-      (d) => d.model_id === modelId && kindOf(d) === kind && d.status !== "Failed",
-    ) || Object.values(s.instances).some((i) => i.model_id === modelId && kindOf(i) === kind)
-  );
-}
-
 /**
  * Loads the request's model when on demand applies and nothing serves it (else returns false: the
  * caller answers as the spec says). Resolves once an instance may take the request; a stream has
@@ -87,7 +78,7 @@ export async function loadOnDemand(ctx: ChatContext, request: RequestContext): P
     if (last.kind === "ready") return true;
     // A load that failed everywhere is not asked again here (a new placement or registration is).
     if (last.kind === "not_ready" && !last.retryable) throw notServableError(body.model, last);
-    if (!underWay(ctx, body.model, kind)) {
+    if (!servedOrLoading(ctx.o.cluster.snapshot(), body.model, kind)) {
       try {
         // Accepted: its events reach this node's replica within a moment; look again after a poll.
         await askToLoad(ctx, model, kind);
