@@ -79,11 +79,17 @@ export const ChatSchema = z
      */
     migrate_streams: z.boolean().default(false),
     /**
-     * With several ready instances of a model, the requests of one conversation (same leading
-     * system and first user messages) go to the same instance, whose prompt cache holds their
-     * prefix, while its load stays within 1.25 times the mean or the mean plus 2; off: fewest outstanding requests.
+     * With several ready instances of a model, which one a request goes to while its load stays
+     * within 1.25 times the mean or the mean plus 2. `cache`: the one whose prompt cache holds the
+     * longest part of its prompt, as this gateway learned it from what it sent and the engines'
+     * reuse counts (then as `hash`); `hash`: the first in a ranking by the hash of the conversation's
+     * leading messages, the same on every gateway; `off`: fewest outstanding requests. `true` is
+     * `cache`, `false` is `off`.
      */
-    prefix_routing: z.boolean().default(true),
+    prefix_routing: z
+      .union([z.boolean(), z.enum(["cache", "hash", "off"])])
+      .default("cache")
+      .transform((v) => (v === true ? "cache" : v === false ? "off" : v)),
     /**
      * A stream whose client sent its own `X-Conversation-Id` keeps generating this long after the
      * client's connection drops, for the client to read the rest through any node (GET

@@ -15,6 +15,8 @@ import { clusterRoutes } from "./routes/cluster.ts";
 import { placementRoutes } from "./routes/placement.ts";
 import { RequestLoad } from "./request-load.ts";
 import { ConfigSchema } from "@ic/config";
+import { PromptCacheMap } from "./prompt-cache.ts";
+import { promptCacheMetrics } from "./metrics.ts";
 
 /** The cluster section's defaults, read from the schema that defines them (config's `cluster`). */
 const CLUSTER_DEFAULTS = ConfigSchema.shape.cluster.parse({});
@@ -47,6 +49,8 @@ export interface GatewayOptions {
   readonly stateStreamPeriodMs?: number;
   /** This gateway's requests in flight, shared with the node's heartbeat (`outstanding`). */
   readonly load?: RequestLoad;
+  /** What each instance's prompt cache holds (prefix_routing `cache`); absent: one of its own. */
+  readonly promptCache?: PromptCacheMap;
 }
 
 /** The gateway on a node app of its own (its tests serve it so). */
@@ -56,9 +60,14 @@ export function createGatewayApp(o: GatewayOptions): Hono {
   ]);
 }
 
-/** The gateway as one of a node's components: its routes. */
+/** The gateway as one of a node's components: its routes, and the prompt-cache map's metrics. */
 export function gatewayComponent(o: GatewayOptions): Component {
-  return { name: "gateway", routes: () => routesOf((app) => gatewayRoutes(app, o)) };
+  const promptCache = o.promptCache ?? new PromptCacheMap();
+  return {
+    name: "gateway",
+    routes: () => routesOf((app) => gatewayRoutes(app, { ...o, promptCache })),
+    metrics: (registry) => promptCacheMetrics(registry, promptCache),
+  };
 }
 
 function gatewayRoutes(app: Hono, o: GatewayOptions): void {
@@ -95,5 +104,6 @@ function gatewayRoutes(app: Hono, o: GatewayOptions): void {
     load,
     ...(o.onChatMigration ? { onMigration: o.onChatMigration } : {}),
     ...(o.streams ? { streams: o.streams } : {}),
+    ...(o.promptCache ? { promptCache: o.promptCache } : {}),
   });
 }

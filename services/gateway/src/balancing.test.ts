@@ -171,6 +171,39 @@ describe("chooseInstance with a prefix key (bounded-load rendezvous)", () => {
   });
 });
 
+describe("chooseInstance on the prompt caches (reuse first, then the key's ranking)", () => {
+  const four = [A, B, C, ready("i-d", "p-far", 4)];
+  const pick = (held: Record<string, number>, load: Record<string, number> = {}, key = "k") =>
+    chooseInstance(four, {
+      outstanding: new Map(Object.entries(load)),
+      selfPeerKey: "p-self",
+      rttMs: (p) => rtt[p],
+      prefixKey: key,
+      reuse: (id) => held[id] ?? 0,
+    })?.instance.instance_id;
+
+  it.each([
+    ["the instance holding most of the prompt", { "i-c": 512, "i-a": 128 }, {}, "i-c"],
+    ["past the load bound: the next holding most", { "i-c": 512, "i-a": 128 }, { "i-c": 4 }, "i-a"],
+    ["within the bound, load does not move it", { "i-b": 256 }, { "i-b": 2, "i-a": 0 }, "i-b"],
+  ])("%s", (_, held, load, want) => {
+    expect(pick(held, load)).toBe(want);
+  });
+
+  it("nothing held anywhere, or held alike: the key's rendezvous ranking decides", () => {
+    for (const k of ["a", "b", "c", "d", "e"]) {
+      const hashOnly = chooseInstance(four, {
+        outstanding: new Map(),
+        selfPeerKey: "p-self",
+        rttMs: (p) => rtt[p],
+        prefixKey: k,
+      })?.instance.instance_id;
+      expect(pick({}, {}, k)).toBe(hashOnly);
+      expect(pick({ "i-a": 64, "i-b": 64, "i-c": 64, "i-d": 64 }, {}, k)).toBe(hashOnly);
+    }
+  });
+});
+
 function others(home: string, n: number): Record<string, number> {
   return Object.fromEntries(
     ["i-a", "i-b", "i-c", "i-d"].filter((id) => id !== home).map((id) => [id, n]),

@@ -1,6 +1,7 @@
 // Picks which ready instance of a model serves a request. Without a prefix key: fewest outstanding
 // requests, then the lowest link latency from this node (a local rank 0 counts as 0), then the oldest.
-// With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked by
+// With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked by how
+// much of the prompt their prompt cache holds (prompt-cache.ts, when routing on the cache), then by
 // rendezvous hash of the key and each instance id, the same order on every gateway, and the request
 // goes to the first whose requests in flight from this gateway stay within `loadFactor` times the
 // mean, or the mean plus LOAD_SLACK, whichever is more (counting this request), so a conversation
@@ -34,6 +35,11 @@ export interface BalanceInput {
    * its own share bounds the sum (1.25x the mean, plus LOAD_SLACK per gateway at most).
    */
   readonly boundLoad?: ReadonlyMap<string, number> | undefined;
+  /**
+   * Characters of the request's prompt each instance's prompt cache holds (prompt-cache.ts): the
+   * instances are ranked by it first, then by the rendezvous hash. Absent: the hash alone.
+   */
+  readonly reuse?: ((instanceId: string) => number) | undefined;
   /** Bound of the preferred instance's load, as a multiple of the mean (DEFAULT_LOAD_FACTOR). */
   readonly loadFactor?: number | undefined;
 }
@@ -54,9 +60,14 @@ export function chooseInstance(
       Math.ceil(mean) + LOAD_SLACK,
     );
     const key = o.prefixKey;
+    const reuse = o.reuse ?? (() => 0);
     const ranked = ready
-      .map((r) => ({ r, score: rendezvous(key, r.instance.instance_id) }))
-      .sort((a, b) => (a.score < b.score ? 1 : a.score > b.score ? -1 : 0));
+      .map((r) => ({
+        r,
+        held: reuse(r.instance.instance_id),
+        score: rendezvous(key, r.instance.instance_id),
+      }))
+      .sort((a, b) => b.held - a.held || (a.score < b.score ? 1 : a.score > b.score ? -1 : 0));
     const within = ranked.find((x) => held(x.r) < cap);
     if (within) return within.r;
   }

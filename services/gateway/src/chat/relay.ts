@@ -129,7 +129,7 @@ export async function attempt(
     "x-command-id": commandId,
     "x-instance-id": target.instance.instance_id,
   };
-  if (leg.status !== 200 || !request.body.stream) return answerWhole(request, leg, headers);
+  if (leg.status !== 200 || !request.body.stream) return answerWhole(ctx, request, leg, headers);
   const { conversation } = request;
   if (conversation) {
     headers["x-conversation-id"] = conversation.id;
@@ -151,6 +151,7 @@ export async function attempt(
 
 /** A non-streaming answer, or an engine's refusal (any status but 200), read whole. */
 async function answerWhole(
+  ctx: ChatContext,
   request: RequestContext,
   leg: Leg,
   headers: Record<string, string>,
@@ -181,6 +182,7 @@ async function answerWhole(
   const j = json as { timings?: EngineTimings; usage?: AnyUsage };
   const usage = request.endpoint.usage ? openAiUsage(j.usage) : undefined;
   leg.close(true, countTokens ? tokensUsed(usage, j.timings) : undefined);
+  settlePrediction(ctx, request, leg.instanceId, j.timings);
   if (obs) {
     const at = preciseNow();
     if (j.timings || usage) obs.event({ type: "engine", at, timings: j.timings ?? {}, usage });
@@ -234,7 +236,7 @@ class StreamAnswer {
 
   private relayFirst(first: Leg): void {
     const { obs, request } = this;
-    const track = obs !== undefined || request.countTokens;
+    const track = obs !== undefined || request.countTokens || request.prediction !== undefined;
     let firstChunk = false;
     const named = request.endpoint.style === "anthropic";
     const relay = new SseRelay(this.commandId, named, request.resumable ? 0 : undefined);
@@ -264,7 +266,8 @@ class StreamAnswer {
       return { ...(report ? { report } : {}), tokens: tokensUsed(usage, timings) };
     }
     const { endpoint } = this.request;
-    if ((!this.obs && !this.request.countTokens) || !endpoint.usage) return {};
+    const { countTokens, prediction } = this.request;
+    if ((!this.obs && !countTokens && !prediction) || !endpoint.usage) return {};
     const report =
       endpoint.style === "anthropic"
         ? anthropicReport(this.firstOut, [this.lastOut, this.prevOut])
@@ -281,6 +284,7 @@ class StreamAnswer {
     this.sink.end();
     const { report, tokens } = this.report();
     this.current.close(!err, tokens);
+    if (!err) settlePrediction(this.ctx, this.request, this.current.instanceId, report?.timings);
     const obs = this.obs;
     if (!obs) return;
     if (report) obs.event(report);
@@ -374,7 +378,7 @@ async function openContinuation(
   if (others.length === 0 || clientClosed(c, request)) return void outcome("no_instance");
   // The continuation's engine starts its own byte count: the stream is not readable again.
   request.resumable = false;
-  const target = pick(ctx, others, live, request.prefixKey);
+  const target = pick(ctx, others, live, request);
   const to = target.instance.instance_id;
   request.tried.add(to);
   let leg: Leg;
@@ -445,4 +449,23 @@ export function safeCode(text: string): number {
   } catch {
     return 500;
   }
+}
+
+/**
+ * The engine's own counts (`timings.cache_n` reused of `cache_n + prompt_n` prompt tokens) settle
+ * what the prompt-cache map predicted for the request on that instance (prompt-cache.ts).
+ */
+function settlePrediction(
+  ctx: ChatContext,
+  request: RequestContext,
+  instanceId: string,
+  timings: EngineTimings | undefined,
+): void {
+  const p = request.prediction;
+  if (!p || p.instanceId !== instanceId || timings?.cache_n === undefined) return;
+  request.prediction = undefined;
+  ctx.cache.settle(p, {
+    cached: timings.cache_n,
+    prompt: timings.cache_n + (timings.prompt_n ?? 0),
+  });
 }

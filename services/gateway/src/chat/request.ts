@@ -1,6 +1,8 @@
 // A chat request's vocabulary and its first step, validate: the endpoints and their body schemas,
 // the request's bounds (the config's chat section), what every try of a request shares, and the
 // content checks llama-server would otherwise answer with a 500.
+import type { PromptCacheMap, Prediction } from "../prompt-cache.ts";
+import type { PromptBlocks } from "../prompt-blocks.ts";
 import type { Sink } from "./relay.ts";
 import type { Context } from "hono";
 import type { z } from "zod";
@@ -194,6 +196,8 @@ export interface ChatOptions {
   readonly onMigration?: (m: MigrationReport) => void;
   /** The cluster's resumable streams (streams/directory.ts); absent: this gateway's own only. */
   readonly streams?: StreamDirectory;
+  /** The prompt-cache map (the gateway's metrics read it); absent: one of its own. */
+  readonly promptCache?: PromptCacheMap;
 }
 
 /** Wall-clock ms with sub-ms precision (Chrome traces want microseconds). */
@@ -208,6 +212,8 @@ export interface ChatContext {
   readonly streams: StreamDirectory;
   /** LoadModel commands this gateway has on their way, per model and kind (chat/on-demand.ts). */
   readonly loads: Map<string, Promise<unknown>>;
+  /** What each instance's prompt cache holds, as this gateway learned it (prefix_routing `cache`). */
+  readonly cache: PromptCacheMap;
 }
 
 export const TIMINGS = Buffer.from('"timings"');
@@ -369,6 +375,10 @@ export interface RequestContext extends ChatCall {
   readonly tried: Set<string>;
   /** What the engine's prompt cache could share with this conversation's other requests. */
   readonly prefixKey: string | undefined;
+  /** The prompt's block hashes, when routing on the prompt caches (prefix_routing `cache`). */
+  readonly prompt: PromptBlocks | undefined;
+  /** What the prompt-cache map expected on the instance tried last: the answer settles it. */
+  prediction?: Prediction | undefined;
   /** The name of the token it came with (null: anonymous): a resumed stream must come with it too. */
   readonly token: string | null;
   /**

@@ -35,14 +35,33 @@ export function unroutable(
 }
 
 /**
- * The instance for a request (balancing.ts): its conversation's, within the load bound, or the
- * least-loaded, as this node sees the cluster now.
+ * The instance for a request (balancing.ts): the one whose prompt cache holds most of its prompt,
+ * else its conversation's, within the load bound, or the least-loaded, as this node sees the
+ * cluster now. The prompt is recorded on the instance picked (prompt-cache.ts).
  */
 export function pick(
   ctx: ChatContext,
   instances: readonly ReadyInstance[],
   live: readonly PeerView[],
-  key: string | undefined,
+  request: Pick<RequestContext, "prefixKey" | "prompt" | "prediction">,
+) {
+  const { prompt } = request;
+  const target = choose(ctx, instances, live, request);
+  if (prompt) {
+    request.prediction = ctx.cache.record(target.instance.instance_id, prompt);
+    // An instance deleted since is forgotten (the map holds only instances this gateway used).
+    const present = ctx.o.cluster.snapshot().instances;
+    if (ctx.cache.size > Object.keys(present).length)
+      ctx.cache.retain(new Set(Object.keys(present)));
+  }
+  return target;
+}
+
+function choose(
+  ctx: ChatContext,
+  instances: readonly ReadyInstance[],
+  live: readonly PeerView[],
+  { prefixKey, prompt }: Pick<RequestContext, "prefixKey" | "prompt">,
 ) {
   const cluster = ctx.o.cluster;
   const self = live.find((p) => p.heartbeat.peer_key === cluster.peerKey);
@@ -54,7 +73,8 @@ export function pick(
     ),
     selfPeerKey: cluster.peerKey,
     rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
-    prefixKey: key,
+    prefixKey,
+    reuse: prompt && ((id) => ctx.cache.reuse(id, prompt)),
     boundLoad: ctx.load.local(),
   })!;
 }

@@ -45,7 +45,7 @@ async function gateway(
     name: "t",
     // The tests here count on which instance is tried first (the least loaded, then the oldest);
     // prefix routing has its own tests below.
-    chat: { prefix_routing: false, ...limits },
+    chat: { prefix_routing: "off", ...limits },
     ...(observeChat ? { observeChat } : {}),
     ...extra,
   });
@@ -528,7 +528,7 @@ describe("prefix routing (chat.prefix_routing, on by default)", () => {
   it("every turn of a conversation goes to the same replica; conversations spread over both", async () => {
     const a = await engine(answer);
     const b = await engine(answer);
-    const send = await gateway(twoInstances(a.url, b.url).view, { prefix_routing: true });
+    const send = await gateway(twoInstances(a.url, b.url).view, { prefix_routing: "hash" });
     const homes = new Map<string, Set<string>>();
     for (let c = 0; c < 12; c++) {
       for (let t = 1; t <= 3; t++) {
@@ -548,7 +548,7 @@ describe("prefix routing (chat.prefix_routing, on by default)", () => {
   it("off: requests one after another go to the least loaded, then the oldest (always i-1 here)", async () => {
     const a = await engine(answer);
     const b = await engine(answer);
-    const send = await gateway(twoInstances(a.url, b.url).view, { prefix_routing: false });
+    const send = await gateway(twoInstances(a.url, b.url).view, { prefix_routing: "off" });
     for (let c = 0; c < 6; c++)
       expect((await send({ messages: turns(`city ${c}`, 1) })).status).toBe(200);
     expect(a.bodies).toHaveLength(6);
@@ -1034,7 +1034,7 @@ describe("stream migration (opt-in)", () => {
       cluster: twoInstances(endless.url, second.url).view,
       log: silentLogger(),
       name: "t",
-      chat: { migrate_streams: true, prefix_routing: false },
+      chat: { migrate_streams: true, prefix_routing: "off" },
       onChatMigration: (m) => migrations.push(m),
     });
     const base = await listen(app);

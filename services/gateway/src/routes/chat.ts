@@ -18,6 +18,8 @@ import { ConversationIdSchema, httpStatusFor, kindOf, ServiceError } from "@ic/p
 import type { ChatObserver, CommandId } from "@ic/protocol";
 import { mayUseModel, modelForbidden, parseJson, requestHeader, requestToken } from "@ic/http";
 import { prefixKey } from "../prefix-key.ts";
+import { promptBlocks } from "../prompt-blocks.ts";
+import { PromptCacheMap } from "../prompt-cache.ts";
 import { RequestLoad } from "../request-load.ts";
 import { notServableError, readiness } from "../readiness.ts";
 import type { ReadyInstance } from "../readiness.ts";
@@ -67,6 +69,7 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     limits: { ...DEFAULT_CHAT_LIMITS, ...o.chat },
     streams: o.streams ?? new StreamDirectory(),
     loads: new Map(),
+    cache: o.promptCache ?? new PromptCacheMap(),
   };
   resumeRoutes(app, ctx);
 
@@ -140,7 +143,7 @@ async function tries(ctx: ChatContext, request: RequestContext) {
   const { tried } = request;
   let candidates: readonly ReadyInstance[] = routed.open;
   for (;;) {
-    const target = pick(ctx, candidates, live, request.prefixKey);
+    const target = pick(ctx, candidates, live, request);
     tried.add(target.instance.instance_id);
     try {
       return await attempt(ctx, request, target);
@@ -278,6 +281,7 @@ function requestContext(
 ): RequestContext {
   const { c } = call;
   const conversation = conversationOf(c, endpoint, body);
+  const routing = endpoint.kind === "generate" ? ctx.limits.prefix_routing : "off";
   const field = endpoint.maxTokensField;
   if (field && body[field] === undefined && body.max_completion_tokens === undefined)
     body[field] = ctx.limits.default_max_tokens;
@@ -294,8 +298,8 @@ function requestContext(
       body.stream === true &&
       migrationWanted(requestHeader(c, "x-ic-migrate"), ctx.limits.migrate_streams),
     tried: new Set<string>(),
-    prefixKey:
-      ctx.limits.prefix_routing && endpoint.kind === "generate" ? prefixKey(body) : undefined,
+    prefixKey: routing !== "off" ? prefixKey(body) : undefined,
+    prompt: routing === "cache" ? promptBlocks(body) : undefined,
     token: requestToken(c)?.name ?? null,
     conversation,
     resumable: conversation !== undefined,

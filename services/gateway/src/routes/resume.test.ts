@@ -57,7 +57,7 @@ async function gateway(endpoint: string, limits: Partial<ChatLimits> = {}) {
     log: silentLogger(),
     name: "t",
     auth: { tokens },
-    chat: { prefix_routing: false, ...limits },
+    chat: { prefix_routing: "off", ...limits },
     streams,
   });
   const base = await listen(app);

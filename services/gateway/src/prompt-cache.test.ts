@@ -1,0 +1,102 @@
+import { describe, expect, it } from "vitest";
+import { chainHashes } from "./prompt-blocks.ts";
+import type { PromptBlocks } from "./prompt-blocks.ts";
+import { PromptCacheMap, START_ENTRIES } from "./prompt-cache.ts";
+
+/** Four characters per block here: a prompt of n blocks is n words of four letters. */
+const B = 4;
+const prompt = (text: string): PromptBlocks => ({
+  hashes: chainHashes(text, B),
+  chars: text.length,
+});
+const map = () => new PromptCacheMap(B);
+/** The engine's answer for a byte-level vocabulary: one token per character. */
+const exact = (p: PromptBlocks, cachedChars: number) => ({ cached: cachedChars, prompt: p.chars });
+
+describe("PromptCacheMap: what an instance holds", () => {
+  it.each([
+    ["nothing recorded: nothing held", [], "aaaabbbb", 0],
+    ["its own prompt, whole blocks", ["aaaabbbbcc"], "aaaabbbbcc", 8],
+    ["a later turn: the earlier prompt", ["aaaabbbb"], "aaaabbbbccccdddd", 8],
+    ["a shared system prompt, not the rest", ["aaaabbbbxxxx"], "aaaabbbbyyyy", 8],
+    ["the longest of several", ["aaaa", "aaaabbbbcccc", "aaaabbbb"], "aaaabbbbccccdddd", 12],
+    ["another prompt: nothing", ["zzzzyyyy"], "aaaabbbb", 0],
+  ])("%s", (_, recorded, asked, held) => {
+    const m = map();
+    for (const r of recorded) m.record("i-1", prompt(r));
+    expect(m.reuse("i-1", prompt(asked))).toBe(held);
+    expect(m.reuse("i-2", prompt(asked))).toBe(0);
+  });
+
+  it("a turn replaces the prompt it extends, as the engine's slot does", () => {
+    const m = map();
+    m.record("i-1", prompt("aaaabbbb"));
+    m.record("i-1", prompt("aaaabbbbcccc"));
+    expect(m.accuracy().get("i-1")!.entries).toBe(1);
+  });
+
+  it(`keeps the ${START_ENTRIES} most recent prompts at first, least recent out first`, () => {
+    const m = map();
+    const names = ["aaaa", "bbbb", "cccc", "dddd", "eeee"];
+    for (const n of names) m.record("i-1", prompt(n.repeat(3)));
+    expect(m.reuse("i-1", prompt("aaaa".repeat(3)))).toBe(0);
+    for (const n of names.slice(1)) expect(m.reuse("i-1", prompt(n.repeat(3)))).toBe(12);
+  });
+});
+
+describe("PromptCacheMap: the engine's counts correct it", () => {
+  it("learns characters per token, so predictions come in tokens", () => {
+    const m = map();
+    const p = prompt("aaaabbbbccccdddd");
+    for (let i = 0; i < 20; i++) m.settle(m.record("i-1", p), exact(p, 16));
+    const next = m.record("i-1", p);
+    expect(next.predictedTokens).toBeGreaterThanOrEqual(15);
+    expect(next.predictedTokens).toBeLessThanOrEqual(17);
+  });
+
+  it("a prediction the engine refutes: it keeps one prompt fewer (never under one)", () => {
+    const m = map();
+    const p = prompt("aaaabbbbcccc");
+    m.record("i-1", p);
+    for (let i = 0; i < 10; i++) m.settle(m.record("i-1", p), exact(p, 0));
+    expect(m.accuracy().get("i-1")!.capacity).toBe(1);
+  });
+
+  it("a prompt the map dropped but the engine still held: it keeps one more", () => {
+    const m = map();
+    const first = prompt("aaaa".repeat(3));
+    m.record("i-1", first);
+    for (const n of ["bbbb", "cccc", "dddd", "eeee"]) m.record("i-1", prompt(n.repeat(3)));
+    const p = m.record("i-1", first);
+    expect(p).toMatchObject({ liveBlocks: 0, ghostBlocks: 3 });
+    m.settle(p, exact(first, 12));
+    expect(m.accuracy().get("i-1")!.capacity).toBe(START_ENTRIES + 1);
+  });
+
+  it("an exact prediction changes nothing; the counts add up per instance", () => {
+    const m = map();
+    const a = prompt("aaaabbbb");
+    const b = prompt("aaaabbbbcccc");
+    m.settle(m.record("i-1", a), { cached: 0, prompt: 8 });
+    m.settle(m.record("i-1", b), { cached: 8, prompt: 12 });
+    expect(m.accuracy().get("i-1")).toMatchObject({
+      requests: 2,
+      cachedTokens: 8,
+      promptTokens: 20,
+      capacity: START_ENTRIES,
+    });
+    const acc = m.accuracy().get("i-1")!;
+    expect(acc.errorTokens).toBe(Math.abs(acc.predictedTokens - 8));
+  });
+
+  it("an answer without prompt tokens, or for an instance forgotten, is ignored", () => {
+    const m = map();
+    const p = m.record("i-1", prompt("aaaabbbb"));
+    m.settle(p, { cached: 0, prompt: 0 });
+    expect(m.accuracy().get("i-1")!.requests).toBe(0);
+    m.retain(new Set(["i-2"]));
+    expect(m.size).toBe(0);
+    m.settle(p, exact(prompt("aaaabbbb"), 8));
+    expect(m.accuracy().size).toBe(0);
+  });
+});

@@ -1,0 +1,213 @@
+// What each instance's prompt cache holds, as this gateway has learned it: per instance, the prompts
+// it was sent (their block hashes, prompt-blocks.ts) in least-recently-used order, as many as the
+// engine keeps. Routing asks how much of a new prompt each instance holds (`reuse`); the request is
+// recorded on the instance it goes to (`record`); the engine's answer says how many prompt tokens it
+// really reused (`timings.cache_n`), and `settle` checks the prediction against it:
+// - a prompt the map held but the engine had dropped: the engine keeps fewer prompts than the map
+//   thought (one fewer, at least one);
+// - a prompt the map had already dropped but the engine still held (the map's ghosts, the prompts it
+//   dropped last): the engine keeps more (one more, at most MAX_ENTRIES).
+// llama-server keeps a prompt in its slot and, when the slot moves on, in its host-memory prompt
+// cache (`--cache-ram`), so how many it keeps depends on the model's KV size and the server's flags:
+// learned, not configured. Characters become tokens by the ratio the engine's counts give
+// (prompt tokens over the prompt's characters). Counts of predicted and reused tokens per instance
+// are kept for metrics. Pure (no clock, no I/O), so tables test it.
+import type { PromptBlocks } from "./prompt-blocks.ts";
+import { BLOCK_CHARS } from "./prompt-blocks.ts";
+
+/** Prompts an instance is first assumed to keep: llama-server's automatic slot count. */
+export const START_ENTRIES = 4;
+/** The most prompts the map keeps per instance, whatever the engine seems to hold. */
+export const MAX_ENTRIES = 512;
+/** Characters per token before the engine has answered once (a BPE vocabulary's usual). */
+const START_CHARS_PER_TOKEN = 4;
+
+/** One prompt an instance holds: its chained block hashes. */
+interface Entry {
+  readonly hashes: readonly number[];
+  /** Recency (a counter): the least recent is dropped first. */
+  used: number;
+}
+
+/** A set of prompts with every prefix indexed: hash -> how many entries contain that block. */
+class EntrySet {
+  readonly entries = new Set<Entry>();
+  private readonly blocks = new Map<number, number>();
+
+  /** Blocks of `hashes` held, from the start (a chain hash holds its prefix: binary search). */
+  match(hashes: readonly number[]): number {
+    let lo = 0;
+    let hi = hashes.length;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (this.blocks.has(hashes[mid - 1]!)) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
+
+  add(e: Entry): void {
+    this.entries.add(e);
+    for (const h of e.hashes) this.blocks.set(h, (this.blocks.get(h) ?? 0) + 1);
+  }
+
+  delete(e: Entry): void {
+    if (!this.entries.delete(e)) return;
+    for (const h of e.hashes) {
+      const n = (this.blocks.get(h) ?? 1) - 1;
+      if (n > 0) this.blocks.set(h, n);
+      else this.blocks.delete(h);
+    }
+  }
+
+  /** Entries whose whole prompt begins `hashes` (the prompt extends them). */
+  extendedBy(hashes: readonly number[]): Entry[] {
+    return [...this.entries].filter((e) => {
+      const n = e.hashes.length;
+      return n <= hashes.length && hashes[n - 1] === e.hashes[n - 1];
+    });
+  }
+
+  leastRecent(): Entry | undefined {
+    let oldest: Entry | undefined;
+    for (const e of this.entries) if (!oldest || e.used < oldest.used) oldest = e;
+    return oldest;
+  }
+}
+
+/** What the map expected of a request on one instance, for `settle` to check. */
+export interface Prediction {
+  readonly instanceId: string;
+  /** Blocks the map held (its live entries) and held among its ghosts. */
+  readonly liveBlocks: number;
+  readonly ghostBlocks: number;
+  /** The prompt's characters, and the predicted reused tokens (liveBlocks at the learned ratio). */
+  readonly chars: number;
+  readonly predictedTokens: number;
+}
+
+/** Per instance, what metrics show: predicted against reused prompt tokens. */
+export interface CacheAccuracy {
+  readonly requests: number;
+  readonly predictedTokens: number;
+  readonly cachedTokens: number;
+  readonly promptTokens: number;
+  /** Sum of |predicted - cached| per request: zero only when every prediction was exact. */
+  readonly errorTokens: number;
+  /** Prompts the map now assumes the engine keeps, and holds now. */
+  readonly capacity: number;
+  readonly entries: number;
+}
+
+class InstanceCache {
+  readonly live = new EntrySet();
+  readonly ghosts = new EntrySet();
+  capacity = START_ENTRIES;
+  charsPerToken = START_CHARS_PER_TOKEN;
+  requests = 0;
+  predictedTokens = 0;
+  cachedTokens = 0;
+  promptTokens = 0;
+  errorTokens = 0;
+}
+
+export class PromptCacheMap {
+  private readonly instances = new Map<string, InstanceCache>();
+  private clock = 0;
+
+  constructor(private readonly blockChars = BLOCK_CHARS) {}
+
+  /** Characters of `prompt` that `instanceId`'s cache holds, as far as this map knows. */
+  reuse(instanceId: string, prompt: PromptBlocks): number {
+    const c = this.instances.get(instanceId);
+    return c ? c.live.match(prompt.hashes) * this.blockChars : 0;
+  }
+
+  /**
+   * The request goes to `instanceId`: what it expects reused, and the prompt recorded as the most
+   * recent there (replacing the prompts it extends, as the engine's slot does).
+   */
+  record(instanceId: string, prompt: PromptBlocks): Prediction {
+    const c = this.instanceOf(instanceId);
+    const liveBlocks = c.live.match(prompt.hashes);
+    const ghostBlocks = c.ghosts.match(prompt.hashes);
+    const prediction: Prediction = {
+      instanceId,
+      liveBlocks,
+      ghostBlocks,
+      chars: prompt.chars,
+      predictedTokens: Math.round((liveBlocks * this.blockChars) / c.charsPerToken),
+    };
+    if (prompt.hashes.length === 0) return prediction; // shorter than a block: nothing to share
+    for (const e of c.live.extendedBy(prompt.hashes)) c.live.delete(e);
+    for (const e of c.ghosts.extendedBy(prompt.hashes)) c.ghosts.delete(e);
+    c.live.add({ hashes: prompt.hashes, used: ++this.clock });
+    this.fit(c);
+    return prediction;
+  }
+
+  /**
+   * The engine's answer: `cached` prompt tokens reused of `prompt` in all. Learns the characters per
+   * token, and how many prompts the engine keeps, from where the prediction was wrong.
+   */
+  settle(p: Prediction, engine: { readonly cached: number; readonly prompt: number }): void {
+    const c = this.instances.get(p.instanceId);
+    if (!c || engine.prompt <= 0) return;
+    // Blocks the engine reused, at the ratio before this answer; the first answer sets the ratio.
+    const ratio = p.chars / engine.prompt;
+    if (c.requests === 0) c.charsPerToken = ratio;
+    const reused = (engine.cached * c.charsPerToken) / this.blockChars;
+    c.charsPerToken = 0.8 * c.charsPerToken + 0.2 * ratio;
+    c.requests++;
+    c.predictedTokens += p.predictedTokens;
+    c.cachedTokens += engine.cached;
+    c.promptTokens += engine.prompt;
+    c.errorTokens += Math.abs(p.predictedTokens - engine.cached);
+    if (p.liveBlocks >= 2 && reused < p.liveBlocks / 2) c.capacity = Math.max(1, c.capacity - 1);
+    else if (p.ghostBlocks >= p.liveBlocks + 2 && reused >= (p.liveBlocks + p.ghostBlocks) / 2) {
+      c.capacity = Math.min(MAX_ENTRIES, c.capacity + 1);
+    }
+    this.fit(c);
+  }
+
+  /** Instances the map knows. */
+  get size(): number {
+    return this.instances.size;
+  }
+
+  /** Forgets the instances not in `present` (deleted ones). */
+  retain(present: ReadonlySet<string>): void {
+    for (const id of this.instances.keys()) if (!present.has(id)) this.instances.delete(id);
+  }
+
+  accuracy(): Map<string, CacheAccuracy> {
+    const out = new Map<string, CacheAccuracy>();
+    for (const [id, c] of this.instances)
+      out.set(id, {
+        requests: c.requests,
+        predictedTokens: c.predictedTokens,
+        cachedTokens: c.cachedTokens,
+        promptTokens: c.promptTokens,
+        errorTokens: c.errorTokens,
+        capacity: c.capacity,
+        entries: c.live.entries.size,
+      });
+    return out;
+  }
+
+  private instanceOf(id: string): InstanceCache {
+    let c = this.instances.get(id);
+    if (!c) this.instances.set(id, (c = new InstanceCache()));
+    return c;
+  }
+
+  /** Drops the least recent prompts past the capacity to the ghosts, and ghosts past it for good. */
+  private fit(c: InstanceCache): void {
+    while (c.live.entries.size > c.capacity) {
+      const e = c.live.leastRecent()!;
+      c.live.delete(e);
+      c.ghosts.add(e);
+    }
+    while (c.ghosts.entries.size > c.capacity) c.ghosts.delete(c.ghosts.leastRecent()!);
+  }
+}

@@ -1,0 +1,118 @@
+// Routing on the prompt caches (chat.prefix_routing "cache") through the real chat path, against two
+// scripted engines that keep a prompt cache of their own: each reuses the longest prefix it has seen
+// (by characters, as a byte-level vocabulary would) and reports it in `timings.cache_n`, as
+// llama-server does, in a whole answer or in a stream's last chunk.
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { afterEach, describe, expect, it } from "vitest";
+import { silentLogger } from "@ic/log";
+import { createGatewayApp } from "../app.ts";
+import { PromptCacheMap } from "../prompt-cache.ts";
+import { promptText } from "../prompt-blocks.ts";
+import { closers, engine, listen, MODEL, twoInstances } from "../testing/scripted.ts";
+
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c();
+});
+
+/** An engine with an unbounded prompt cache: cache_n is the longest prefix of a prompt seen before. */
+function caching() {
+  const seen: string[] = [];
+  return (_q: IncomingMessage, res: ServerResponse, raw: string) => {
+    const body = JSON.parse(raw) as { model: string; messages: unknown[]; stream?: boolean };
+    const text = promptText({ model: MODEL, messages: body.messages })!;
+    let cached = 0;
+    for (const s of seen) {
+      let i = 0;
+      while (i < s.length && i < text.length && s[i] === text[i]) i++;
+      cached = Math.max(cached, i);
+    }
+    seen.push(text);
+    const timings = { cache_n: cached, prompt_n: text.length - cached, predicted_n: 1 };
+    if (!body.stream) {
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify({ choices: [{ index: 0, message: { content: "ok" } }], timings }));
+      return;
+    }
+    res.setHeader("content-type", "text/event-stream");
+    res.write(`data: {"choices":[{"index":0,"delta":{"content":"ok"}}]}\n\n`);
+    res.end(
+      `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"timings":${JSON.stringify(timings)}}\n\ndata: [DONE]\n\n`,
+    );
+  };
+}
+
+async function setup(prefixRouting: "cache" | "hash") {
+  const a = await engine(caching());
+  const b = await engine(caching());
+  const promptCache = new PromptCacheMap();
+  const base = await listen(
+    createGatewayApp({
+      cluster: twoInstances(a.url, b.url).view,
+      log: silentLogger(),
+      name: "t",
+      chat: { prefix_routing: prefixRouting },
+      promptCache,
+    }),
+  );
+  const send = async (messages: unknown[], stream = false) => {
+    const r = await fetch(`${base}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: MODEL, messages, stream }),
+    });
+    const text = await r.text();
+    expect(r.status, text).toBe(200);
+    return r.headers.get("x-instance-id");
+  };
+  return { send, promptCache };
+}
+
+const words = "river stone lantern orchard harbor meadow signal copper".split(" ");
+const filler = (seed: number, n: number) => {
+  let s = "";
+  for (let i = 0; s.length < n; i++) s += `${words[(seed * 5 + i * 3) % words.length]} `;
+  return s.slice(0, n);
+};
+
+describe("prefix_routing cache", () => {
+  it("the prompts of a group that shares a long system prompt go where that prompt is cached", async () => {
+    const { send, promptCache } = await setup("cache");
+    const homes = new Map<number, Set<string | null>>();
+    for (let p = 0; p < 4; p++)
+      for (let g = 0; g < 4; g++) {
+        const messages = [
+          { role: "system", content: `Group ${g}. ${filler(g, 2000)}` },
+          { role: "user", content: `Question ${p}: ${filler(100 + p * 4 + g, 200)}` },
+        ];
+        const home = homes.get(g) ?? new Set();
+        home.add(await send(messages, p % 2 === 1));
+        homes.set(g, home);
+      }
+    for (const [g, home] of homes) expect([...home], `group ${g}`).toHaveLength(1);
+    // Both replicas serve: groups spread by the key's ranking before anything is cached.
+    expect(new Set([...homes.values()].map((h) => [...h][0])).size).toBe(2);
+    // Each group's system prompt was computed once; the map's predictions track the engines'.
+    const acc = [...promptCache.accuracy().values()];
+    const sum = (k: "requests" | "predictedTokens" | "cachedTokens" | "errorTokens") =>
+      acc.reduce((n, a) => n + a[k], 0);
+    expect(sum("requests")).toBe(16);
+    expect(sum("cachedTokens")).toBeGreaterThan(12 * 2000);
+    expect(sum("errorTokens")).toBeLessThan(0.25 * sum("cachedTokens"));
+  });
+
+  it("each turn of a conversation goes to the replica holding the turn before, streams too", async () => {
+    const { send } = await setup("cache");
+    for (let c = 0; c < 6; c++) {
+      const messages: { role: string; content: string }[] = [
+        { role: "system", content: "You plan trips." },
+        { role: "user", content: `Trip ${c}. ${filler(c, 800)}` },
+      ];
+      const used = new Set<string | null>();
+      for (let t = 0; t < 4; t++) {
+        used.add(await send(messages, t % 2 === 0));
+        messages.push({ role: "assistant", content: "ok" }, { role: "user", content: `more ${t}` });
+      }
+      expect([...used], `conversation ${c}`).toHaveLength(1);
+    }
+  });
+});
