@@ -16,6 +16,8 @@ export default defineConfig({
             "services/*/src/**/*.test.ts",
             // The GPU check's plan, as a dry run (bench/gpu/plan.ts).
             "bench/gpu/*.test.ts",
+            // The workload generator's shapes and summary (bench/workload).
+            "bench/workload/*.test.ts",
             // The repository's shape: size limits, layering, guides that name what exists.
             "tests/shape/*.test.ts",
           ],

@@ -29,3 +29,20 @@ export const StreamNoticeSchema = z.discriminatedUnion("type", [
 ]);
 export type StreamNotice = z.infer<typeof StreamNoticeSchema>;
 export type StreamStarted = Extract<StreamNotice, { type: "started" }>;
+
+/**
+ * A prompt a gateway sent to an instance (routing on the prompt caches): its whole blocks and the
+ * chained hash of the last one (services/gateway prompt-blocks.ts). The other gateways record it in
+ * their prompt-cache maps, so a conversation whose turns come through several gateways is known to
+ * each of them.
+ */
+export const PromptNoticeSchema = z.object({
+  instance_id: InstanceIdSchema,
+  blocks: z.number().int().min(1).max(1_000_000),
+  last: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+});
+export type PromptNotice = z.infer<typeof PromptNoticeSchema>;
+
+/** The prompts a gateway routed in one turn of its event loop: one bus message, after the sends. */
+export const PromptNoticesSchema = z.object({ prompts: z.array(PromptNoticeSchema).min(1).max(4096) });
+export type PromptNotices = z.infer<typeof PromptNoticesSchema>;

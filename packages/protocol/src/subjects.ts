@@ -13,7 +13,7 @@ import { ModelIdSchema } from "./ids.ts";
 import { WireErrorSchema } from "./errors.ts";
 import { RunnerLogReplySchema, RunnerLogRequestSchema } from "./observability.ts";
 import { PullRequestSchema, PullSchema } from "./store.ts";
-import { StreamNoticeSchema } from "./streams.ts";
+import { PromptNoticesSchema, StreamNoticeSchema } from "./streams.ts";
 
 export const PurgeRequestSchema = z.object({ model_id: ModelIdSchema.optional() });
 export const PurgeReplySchema = z.object({
@@ -93,6 +93,8 @@ export const CATALOG = {
   runnerLog: req("ic.node.runner_log", RunnerLogRequestSchema, RunnerLogReplySchema),
   /** Broadcast by gateways: a resumable stream started, or was resumed (services/gateway streams/). */
   streams: pub("ic.streams", StreamNoticeSchema),
+  /** Broadcast by gateways routing on the prompt caches: the prompts sent to instances. */
+  prompts: pub("ic.prompts", PromptNoticesSchema),
 } as const;
 
 export type Catalog = typeof CATALOG;

@@ -171,7 +171,7 @@ describe("chooseInstance with a prefix key (bounded-load rendezvous)", () => {
   });
 });
 
-describe("chooseInstance on the prompt caches (reuse first, then the key's ranking)", () => {
+describe("chooseInstance on the prompt caches (what is held less the queue, then the key's ranking)", () => {
   const four = [A, B, C, ready("i-d", "p-far", 4)];
   const pick = (held: Record<string, number>, load: Record<string, number> = {}, key = "k") =>
     chooseInstance(four, {
@@ -179,18 +179,38 @@ describe("chooseInstance on the prompt caches (reuse first, then the key's ranki
       selfPeerKey: "p-self",
       rttMs: (p) => rtt[p],
       prefixKey: key,
-      reuse: (id) => held[id] ?? 0,
+      cache: { held: (id) => held[id] ?? 0, promptChars: 512 },
     })?.instance.instance_id;
 
   it.each([
     ["the instance holding most of the prompt", { "i-c": 512, "i-a": 128 }, {}, "i-c"],
     ["past the load bound: the next holding most", { "i-c": 512, "i-a": 128 }, { "i-c": 4 }, "i-a"],
-    ["within the bound, load does not move it", { "i-b": 256 }, { "i-b": 2, "i-a": 0 }, "i-b"],
+    [
+      "the whole prompt held is worth one request more in flight",
+      { "i-b": 500 },
+      { "i-b": 1 },
+      "i-b",
+    ],
   ])("%s", (_, held, load, want) => {
     expect(pick(held, load)).toBe(want);
   });
 
-  it("nothing held anywhere, or held alike: the key's rendezvous ranking decides", () => {
+  it.each([
+    [
+      "the whole prompt held is not worth two requests more in flight",
+      { "i-b": 500 },
+      { "i-b": 2 },
+    ],
+    ["under half of it held is not worth one more", { "i-b": 200 }, { "i-b": 1 }],
+  ])("%s: another instance (no herd on a shared prefix)", (_, held, load) => {
+    expect(pick(held, load)).not.toBe("i-b");
+  });
+
+  it("nothing held: the least loaded, then the key's ranking", () => {
+    expect(pick({}, { "i-a": 1, "i-b": 1, "i-c": 0, "i-d": 1 })).toBe("i-c");
+  });
+
+  it("nothing held anywhere, or held alike, and loads alike: the key's rendezvous ranking decides", () => {
     for (const k of ["a", "b", "c", "d", "e"]) {
       const hashOnly = chooseInstance(four, {
         outstanding: new Map(),

@@ -13,6 +13,12 @@ import type { ReadyInstance } from "./readiness.ts";
 /** How far above the mean load the preferred instance may go before a request moves on (25%). */
 export const DEFAULT_LOAD_FACTOR = 1.25;
 /**
+ * Prompts of prefill one request in flight is taken to cost a request queued behind it: an instance
+ * holding the whole prompt keeps it until it has about two requests more in flight than one holding
+ * none (continuous batching interleaves them; most of a request's time is decoding).
+ */
+export const LOAD_WEIGHT = 0.5;
+/**
  * Requests the preferred instance may hold above the mean in any case: a gateway's own counts are
  * small (a handful in flight), where 1.25x the mean is the mean itself and the luck of which
  * conversations are on this gateway right now would move some every turn.
@@ -36,10 +42,14 @@ export interface BalanceInput {
    */
   readonly boundLoad?: ReadonlyMap<string, number> | undefined;
   /**
-   * Characters of the request's prompt each instance's prompt cache holds (prompt-cache.ts): the
-   * instances are ranked by it first, then by the rendezvous hash. Absent: the hash alone.
+   * The prompt caches (prompt-cache.ts): characters of the request's prompt each instance holds, and
+   * the prompt's length. The instances are ranked by what they hold less LOAD_WEIGHT prompts per
+   * request in flight there (`outstanding`, the cluster's, so that every gateway weighs alike: the
+   * prefill a request saves against the queue it joins), then by the rendezvous hash. Absent: the
+   * hash alone.
    */
-  readonly reuse?: ((instanceId: string) => number) | undefined;
+  readonly cache?:
+    { readonly held: (instanceId: string) => number; readonly promptChars: number } | undefined;
   /** Bound of the preferred instance's load, as a multiple of the mean (DEFAULT_LOAD_FACTOR). */
   readonly loadFactor?: number | undefined;
 }
@@ -60,14 +70,20 @@ export function chooseInstance(
       Math.ceil(mean) + LOAD_SLACK,
     );
     const key = o.prefixKey;
-    const reuse = o.reuse ?? (() => 0);
-    const ranked = ready
-      .map((r) => ({
-        r,
-        held: reuse(r.instance.instance_id),
-        score: rendezvous(key, r.instance.instance_id),
-      }))
-      .sort((a, b) => b.held - a.held || (a.score < b.score ? 1 : a.score > b.score ? -1 : 0));
+    const cache = o.cache;
+    const scored = ready.map((r) => ({
+      r,
+      held: cache?.held(r.instance.instance_id) ?? 0,
+      score: rendezvous(key, r.instance.instance_id),
+    }));
+    // What an instance is worth: the prompt it holds, less a share of the prompt per request queued
+    // (a new conversation goes where the queue is shortest; the gateways learn where from the bus).
+    const value = cache
+      ? (x: (typeof scored)[number]) => x.held - LOAD_WEIGHT * load(x.r) * cache.promptChars
+      : () => 0;
+    const ranked = scored.sort(
+      (a, b) => value(b) - value(a) || (a.score < b.score ? 1 : a.score > b.score ? -1 : 0),
+    );
     const within = ranked.find((x) => held(x.r) < cap);
     if (within) return within.r;
   }

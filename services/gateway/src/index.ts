@@ -10,3 +10,4 @@ export type { UpstreamOptions } from "./upstream.ts";
 export { GATEWAY_OPERATIONS } from "./operations.ts";
 export { engineAuth } from "./engine-auth.ts";
 export { StreamDirectory } from "./streams/directory.ts";
+export { PromptCacheMap } from "./prompt-cache.ts";

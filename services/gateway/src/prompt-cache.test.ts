@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { chainHashes } from "./prompt-blocks.ts";
+import type { PromptNotices } from "@ic/protocol";
 import type { PromptBlocks } from "./prompt-blocks.ts";
 import { PromptCacheMap, START_ENTRIES } from "./prompt-cache.ts";
 
@@ -9,7 +10,7 @@ const prompt = (text: string): PromptBlocks => ({
   hashes: chainHashes(text, B),
   chars: text.length,
 });
-const map = () => new PromptCacheMap(B);
+const map = () => new PromptCacheMap({ blockChars: B });
 /** The engine's answer for a byte-level vocabulary: one token per character. */
 const exact = (p: PromptBlocks, cachedChars: number) => ({ cached: cachedChars, prompt: p.chars });
 
@@ -41,6 +42,36 @@ describe("PromptCacheMap: what an instance holds", () => {
     for (const n of names) m.record("i-1", prompt(n.repeat(3)));
     expect(m.reuse("i-1", prompt("aaaa".repeat(3)))).toBe(0);
     for (const n of names.slice(1)) expect(m.reuse("i-1", prompt(n.repeat(3)))).toBe(12);
+  });
+});
+
+describe("PromptCacheMap: what the other gateways announce", () => {
+  it("a prompt sent by another gateway: a later turn of it matches it whole, then replaces it", async () => {
+    const sent: PromptNotices[] = [];
+    const a = new PromptCacheMap({ blockChars: B, publish: (n) => sent.push(n) });
+    const b = map();
+    const turn1 = prompt("aaaabbbbcccc");
+    a.record("i-1", turn1);
+    a.record("i-2", prompt("xxxxyyyy"));
+    expect(sent).toEqual([]); // once the event loop's turn is over
+    await new Promise((r) => setImmediate(r));
+    expect(sent).toHaveLength(1);
+    expect(sent[0]!.prompts[0]).toEqual({ instance_id: "i-1", blocks: 3, last: turn1.hashes[2] });
+    for (const n of sent) b.receive(n);
+    const turn2 = prompt("aaaabbbbccccdddd");
+    expect(b.reuse("i-1", turn2)).toBe(12);
+    expect(b.reuse("i-1", prompt("aaaabbbbxxxx"))).toBe(0); // only its last block is known
+    b.record("i-1", turn2);
+    expect(b.accuracy().get("i-1")!.entries).toBe(1);
+  });
+
+  it("a prompt shorter than a block is not announced", () => {
+    const sent: unknown[] = [];
+    new PromptCacheMap({ blockChars: B, publish: (n) => sent.push(n) }).record(
+      "i-1",
+      prompt("abc"),
+    );
+    expect(sent).toEqual([]);
   });
 });
 

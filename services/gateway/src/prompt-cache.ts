@@ -11,7 +11,9 @@
 // cache (`--cache-ram`), so how many it keeps depends on the model's KV size and the server's flags:
 // learned, not configured. Characters become tokens by the ratio the engine's counts give
 // (prompt tokens over the prompt's characters). Counts of predicted and reused tokens per instance
-// are kept for metrics. Pure (no clock, no I/O), so tables test it.
+// are kept for metrics. No clock and no I/O (the notices for the other gateways leave through a
+// callback, once per event-loop turn), so tables test it.
+import type { InstanceId, PromptNotice, PromptNotices } from "@ic/protocol";
 import type { PromptBlocks } from "./prompt-blocks.ts";
 import { BLOCK_CHARS } from "./prompt-blocks.ts";
 
@@ -22,9 +24,15 @@ export const MAX_ENTRIES = 512;
 /** Characters per token before the engine has answered once (a BPE vocabulary's usual). */
 const START_CHARS_PER_TOKEN = 4;
 
-/** One prompt an instance holds: its chained block hashes. */
+/**
+ * One prompt an instance holds: its whole blocks and the last one's chained hash, and the hashes
+ * indexed for it (every block of a prompt this gateway sent; only the last of one another gateway
+ * announced).
+ */
 interface Entry {
-  readonly hashes: readonly number[];
+  readonly blocks: number;
+  readonly last: number;
+  readonly indexed: readonly number[];
   /** Recency (a counter): the least recent is dropped first. */
   used: number;
 }
@@ -34,7 +42,11 @@ class EntrySet {
   readonly entries = new Set<Entry>();
   private readonly blocks = new Map<number, number>();
 
-  /** Blocks of `hashes` held, from the start (a chain hash holds its prefix: binary search). */
+  /**
+   * Blocks of `hashes` held, from the start. A chain hash stands for its whole prefix, so the
+   * prompts indexed whole answer a binary search; an announced prompt is indexed by its last block
+   * only, found by looking further from there.
+   */
   match(hashes: readonly number[]): number {
     let lo = 0;
     let hi = hashes.length;
@@ -43,17 +55,18 @@ class EntrySet {
       if (this.blocks.has(hashes[mid - 1]!)) lo = mid;
       else hi = mid - 1;
     }
+    for (let i = hashes.length; i > lo; i--) if (this.blocks.has(hashes[i - 1]!)) return i;
     return lo;
   }
 
   add(e: Entry): void {
     this.entries.add(e);
-    for (const h of e.hashes) this.blocks.set(h, (this.blocks.get(h) ?? 0) + 1);
+    for (const h of e.indexed) this.blocks.set(h, (this.blocks.get(h) ?? 0) + 1);
   }
 
   delete(e: Entry): void {
     if (!this.entries.delete(e)) return;
-    for (const h of e.hashes) {
+    for (const h of e.indexed) {
       const n = (this.blocks.get(h) ?? 1) - 1;
       if (n > 0) this.blocks.set(h, n);
       else this.blocks.delete(h);
@@ -62,10 +75,14 @@ class EntrySet {
 
   /** Entries whose whole prompt begins `hashes` (the prompt extends them). */
   extendedBy(hashes: readonly number[]): Entry[] {
-    return [...this.entries].filter((e) => {
-      const n = e.hashes.length;
-      return n <= hashes.length && hashes[n - 1] === e.hashes[n - 1];
-    });
+    return [...this.entries].filter(
+      (e) => e.blocks <= hashes.length && hashes[e.blocks - 1] === e.last,
+    );
+  }
+
+  /** Entries a prompt of `blocks` blocks ending in `last` extends, as far as `last` tells. */
+  sameAs(blocks: number, last: number): Entry[] {
+    return [...this.entries].filter((e) => e.blocks === blocks && e.last === last);
   }
 
   leastRecent(): Entry | undefined {
@@ -111,11 +128,26 @@ class InstanceCache {
   errorTokens = 0;
 }
 
+export interface PromptCacheOptions {
+  /** Characters per block (prompt-blocks.ts BLOCK_CHARS). */
+  readonly blockChars?: number;
+  /**
+   * Tells the other gateways of the prompts recorded (the bus's `prompts`): those of one turn of the
+   * event loop together, once that turn's requests are on their way.
+   */
+  readonly publish?: (n: PromptNotices) => void;
+}
+
 export class PromptCacheMap {
   private readonly instances = new Map<string, InstanceCache>();
   private clock = 0;
+  private readonly outbox: PromptNotice[] = [];
 
-  constructor(private readonly blockChars = BLOCK_CHARS) {}
+  constructor(private readonly o: PromptCacheOptions = {}) {
+    this.blockChars = o.blockChars ?? BLOCK_CHARS;
+  }
+
+  private readonly blockChars: number;
 
   /** Characters of `prompt` that `instanceId`'s cache holds, as far as this map knows. */
   reuse(instanceId: string, prompt: PromptBlocks): number {
@@ -138,12 +170,40 @@ export class PromptCacheMap {
       chars: prompt.chars,
       predictedTokens: Math.round((liveBlocks * this.blockChars) / c.charsPerToken),
     };
-    if (prompt.hashes.length === 0) return prediction; // shorter than a block: nothing to share
+    const blocks = prompt.hashes.length;
+    if (blocks === 0) return prediction; // shorter than a block: nothing to share
     for (const e of c.live.extendedBy(prompt.hashes)) c.live.delete(e);
     for (const e of c.ghosts.extendedBy(prompt.hashes)) c.ghosts.delete(e);
-    c.live.add({ hashes: prompt.hashes, used: ++this.clock });
+    const last = prompt.hashes[blocks - 1]!;
+    c.live.add({ blocks, last, indexed: prompt.hashes, used: ++this.clock });
     this.fit(c);
+    if (this.o.publish) this.announce({ instance_id: instanceId as InstanceId, blocks, last });
     return prediction;
+  }
+
+  /** Other gateways' prompts (the bus's `prompts`). */
+  receive(batch: PromptNotices): void {
+    for (const n of batch.prompts) this.receiveOne(n);
+  }
+
+  private announce(n: PromptNotice): void {
+    this.outbox.push(n);
+    if (this.outbox.length > 1) return;
+    setImmediate(() => {
+      const prompts = this.outbox.splice(0);
+      this.o.publish!({ prompts });
+    });
+  }
+
+  /**
+   * Another gateway sent a prompt to an instance: recorded as the most recent there, indexed by its
+   * last block (what a later turn of its conversation begins with).
+   */
+  private receiveOne(n: PromptNotice): void {
+    const c = this.instanceOf(n.instance_id);
+    for (const e of c.live.sameAs(n.blocks, n.last)) c.live.delete(e);
+    c.live.add({ blocks: n.blocks, last: n.last, indexed: [n.last], used: ++this.clock });
+    this.fit(c);
   }
 
   /**

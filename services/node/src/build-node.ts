@@ -10,7 +10,7 @@ import type { ClusterSecret, Config, ResolvedTls } from "@ic/config";
 import { stagingFor } from "@ic/config";
 import { dashboardComponent } from "@ic/dashboard";
 import { eventLogComponent } from "@ic/eventlog";
-import { engineAuth, RequestLoad, StreamDirectory } from "@ic/gateway";
+import { engineAuth, PromptCacheMap, RequestLoad, StreamDirectory } from "@ic/gateway";
 import { ComponentStack, routesOf, TokenSet } from "@ic/http";
 import type { Component } from "@ic/http";
 import { processLogTail } from "@ic/log";
@@ -164,6 +164,9 @@ async function compose<C extends NodeCluster>(
   // The cluster's resumable streams: each gateway's own, and the others' from the bus.
   const streams = new StreamDirectory((n) => deps.bus.publish("streams", n));
   deps.bus.subscribe("streams", (n) => streams.receive(n), { ignoreOwn: true });
+  // What each engine's prompt cache holds: this gateway's prompts, and the others' from the bus.
+  const promptCache = new PromptCacheMap({ publish: (n) => deps.bus.publish("prompts", n) });
+  deps.bus.subscribe("prompts", (n) => promptCache.receive(n), { ignoreOwn: true });
   const app = nodeApi(cfg, {
     cluster: agent,
     log,
@@ -171,7 +174,9 @@ async function compose<C extends NodeCluster>(
     tokens: apiTokens,
     engineHeaders,
     streams,
+    promptCache,
     load: local.chatLoad,
+    registry: services.observability.nodeMetrics.registry,
     routes: {
       events: local.events,
       telemetry: local.telemetryPart,

@@ -2,10 +2,11 @@
 // every component's routes mounted in the order they are matched, the gateway first with its
 // settings from the config. buildNode serves it; fuzz.test.ts serves the same composition over a
 // scripted cluster.
+import type { Registry } from "prom-client";
 import type { Hono } from "hono";
 import type { Config } from "@ic/config";
 import { gatewayComponent } from "@ic/gateway";
-import type { RequestLoad, StreamDirectory } from "@ic/gateway";
+import type { PromptCacheMap, RequestLoad, StreamDirectory } from "@ic/gateway";
 import { createNodeApp, routesOf } from "@ic/http";
 import type { ApiToken, Component, TokenSet } from "@ic/http";
 import type { Logger } from "@ic/log";
@@ -42,7 +43,14 @@ export interface NodeApiOptions {
   readonly load?: RequestLoad;
   /** The cluster's resumable streams (absent: this gateway's own only). */
   readonly streams?: StreamDirectory;
+  /** What each instance's prompt cache holds (absent: this gateway's own knowledge only). */
+  readonly promptCache?: PromptCacheMap;
   readonly routes: NodeRoutes;
+  /**
+   * The node's metrics registry: the gateway, made here rather than started on the node's
+   * component stack, declares its metrics in it (the routed components declare theirs when started).
+   */
+  readonly registry?: Registry;
 }
 
 export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
@@ -74,8 +82,10 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
     ...(o.engineHeaders ? { engineHeaders: o.engineHeaders } : {}),
     ...(o.load ? { load: o.load } : {}),
     ...(o.streams ? { streams: o.streams } : {}),
+    ...(o.promptCache ? { promptCache: o.promptCache } : {}),
     observeChat: (req) => combineObservers(observers.map((f) => f(req))),
   });
+  if (o.registry) gateway.metrics?.(o.registry);
   // With tokens configured, peers present the cluster's node token (read scope: store downloads).
   // The set is replaced on a reload (SIGHUP, POST /admin/reload).
   return createNodeApp({ auth: { tokens: o.tokens }, log: o.log }, [gateway, ...routed]);

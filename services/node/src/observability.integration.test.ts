@@ -136,6 +136,14 @@ describe("observability across hosts", () => {
     expect(counter(after.fams, "ic_chat_completion_tokens_total", { model: modelId })).toBe(
       counter(before.fams, "ic_chat_completion_tokens_total", { model: modelId }) + 8,
     );
+    // The gateway's prompt-cache map checked both answers against the engine's own counts.
+    const byInstance = { instance: inst.instance_id };
+    expect(counter(after.fams, "ic_prompt_cache_requests_total", byInstance)).toBe(
+      counter(before.fams, "ic_prompt_cache_requests_total", byInstance) + 2,
+    );
+    expect(counter(after.fams, "ic_prompt_cache_prompt_tokens_total", byInstance)).toBeGreaterThan(
+      counter(before.fams, "ic_prompt_cache_prompt_tokens_total", byInstance),
+    );
     // Bus traffic since the connection opened (heartbeats both ways at least); bytes exceed messages.
     for (const direction of ["in", "out"]) {
       const msgs = counter(after.fams, "ic_bus_messages_total", { direction });

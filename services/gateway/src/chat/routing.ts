@@ -74,7 +74,7 @@ function choose(
     selfPeerKey: cluster.peerKey,
     rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
     prefixKey,
-    reuse: prompt && ((id) => ctx.cache.reuse(id, prompt)),
+    cache: prompt && { held: (id) => ctx.cache.reuse(id, prompt), promptChars: prompt.chars },
     boundLoad: ctx.load.local(),
   })!;
 }
