@@ -44,5 +44,7 @@ export const PromptNoticeSchema = z.object({
 export type PromptNotice = z.infer<typeof PromptNoticeSchema>;
 
 /** The prompts a gateway routed in one turn of its event loop: one bus message, after the sends. */
-export const PromptNoticesSchema = z.object({ prompts: z.array(PromptNoticeSchema).min(1).max(4096) });
+export const PromptNoticesSchema = z.object({
+  prompts: z.array(PromptNoticeSchema).min(1).max(4096),
+});
 export type PromptNotices = z.infer<typeof PromptNoticesSchema>;
