@@ -11,3 +11,4 @@ export { GATEWAY_OPERATIONS } from "./operations.ts";
 export { engineAuth } from "./engine-auth.ts";
 export { StreamDirectory } from "./streams/directory.ts";
 export { PromptCacheMap } from "./prompt-cache.ts";
+export { promptBlocks } from "./prompt-blocks.ts";

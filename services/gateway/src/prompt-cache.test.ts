@@ -34,6 +34,10 @@ describe("PromptCacheMap: what an instance holds", () => {
     m.record("i-1", prompt("aaaabbbb"));
     m.record("i-1", prompt("aaaabbbbcccc"));
     expect(m.accuracy().get("i-1")!.entries).toBe(1);
+    expect(m.reuse("i-1", prompt("aaaabbbbccccdddd"))).toBe(12);
+    // Once it is dropped, none of its blocks is left behind.
+    for (const n of ["eeee", "ffff", "gggg", "hhhh"]) m.record("i-1", prompt(n.repeat(2)));
+    expect(m.reuse("i-1", prompt("aaaabbbbcccc"))).toBe(0);
   });
 
   it(`keeps the ${START_ENTRIES} most recent prompts at first, least recent out first`, () => {

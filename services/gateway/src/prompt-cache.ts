@@ -64,6 +64,16 @@ class EntrySet {
     for (const h of e.indexed) this.blocks.set(h, (this.blocks.get(h) ?? 0) + 1);
   }
 
+  /** `e` in place of `old`, whose blocks (all indexed) begin e's: only e's further blocks are added. */
+  replace(old: Entry, e: Entry): void {
+    this.entries.delete(old);
+    this.entries.add(e);
+    for (let i = old.blocks; i < e.indexed.length; i++) {
+      const h = e.indexed[i]!;
+      this.blocks.set(h, (this.blocks.get(h) ?? 0) + 1);
+    }
+  }
+
   delete(e: Entry): void {
     if (!this.entries.delete(e)) return;
     for (const h of e.indexed) {
@@ -172,10 +182,15 @@ export class PromptCacheMap {
     };
     const blocks = prompt.hashes.length;
     if (blocks === 0) return prediction; // shorter than a block: nothing to share
-    for (const e of c.live.extendedBy(prompt.hashes)) c.live.delete(e);
     for (const e of c.ghosts.extendedBy(prompt.hashes)) c.ghosts.delete(e);
     const last = prompt.hashes[blocks - 1]!;
-    c.live.add({ blocks, last, indexed: prompt.hashes, used: ++this.clock });
+    const entry: Entry = { blocks, last, indexed: prompt.hashes, used: ++this.clock };
+    const extended = c.live.extendedBy(prompt.hashes);
+    // A later turn of a conversation this gateway sent whole: only its new blocks are indexed.
+    const whole = extended.find((e) => e.indexed.length === e.blocks);
+    for (const e of extended) if (e !== whole) c.live.delete(e);
+    if (whole) c.live.replace(whole, entry);
+    else c.live.add(entry);
     this.fit(c);
     if (this.o.publish) this.announce({ instance_id: instanceId as InstanceId, blocks, last });
     return prediction;
