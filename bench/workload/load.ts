@@ -8,7 +8,7 @@
 import { performance } from "node:perf_hooks";
 import { postUpstream } from "@ic/gateway";
 import { hasContent } from "../lib/streaming.ts";
-import { rng } from "./shapes.ts";
+import { mulberry32 } from "@ic/protocol";
 import type { Session } from "./shapes.ts";
 
 export interface Target {
@@ -168,7 +168,7 @@ export async function drive(
   const t0 = performance.now();
   const done: Promise<Sample[]>[] = [];
   if (arrival.kind === "open") {
-    const r = rng(arrival.seed);
+    const r = mulberry32(arrival.seed);
     let at = 0;
     for (let i = 0; i < all.length; i++) {
       const wait = t0 + at - performance.now();

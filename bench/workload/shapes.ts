@@ -6,6 +6,7 @@
 // wide test model's vocabulary makes about 0.75 tokens); output lengths are max_tokens. Deterministic per seed: the
 // same seed gives the same prompts, another seed prompts that share nothing with them (a cold cache).
 // Pure, so tests check the shapes' parameters.
+import { mulberry32 } from "@ic/protocol";
 
 export type ShapeName = "sharegpt" | "shared-prefix" | "multi-turn" | "agent";
 export const SHAPES: readonly ShapeName[] = ["sharegpt", "shared-prefix", "multi-turn", "agent"];
@@ -80,18 +81,6 @@ export interface ShapeParams {
   readonly agent: AgentParams;
 }
 
-/** A small deterministic generator (mulberry32). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** A log-normal draw with mean `mean` and log-σ `sigma` (Box-Muller). */
 export function logNormal(r: () => number, mean: number, sigma: number): number {
   const z = Math.sqrt(-2 * Math.log(1 - r())) * Math.cos(2 * Math.PI * r());
@@ -112,7 +101,7 @@ export function text(r: () => number, chars: number): string {
 
 /** The sessions of `shape` for one run (`p.seed` makes them its own). */
 export function sessions(shape: ShapeName, p: ShapeParams): Session[] {
-  const r = rng(p.seed * 7919 + SHAPES.indexOf(shape));
+  const r = mulberry32(p.seed * 7919 + SHAPES.indexOf(shape));
   const chars = (tokens: number) => Math.max(1, Math.round(tokens * p.charsPerToken));
   switch (shape) {
     case "sharegpt": {
