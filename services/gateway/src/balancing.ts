@@ -1,8 +1,9 @@
 // Picks which ready instance of a model serves a request. Without a prefix key: fewest outstanding
 // requests, then the lowest link latency from this node (a local rank 0 counts as 0), then the oldest.
-// With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked by how
-// much of the prompt their prompt cache holds (prompt-cache.ts, when routing on the cache), then by
-// rendezvous hash of the key and each instance id, the same order on every gateway, and the request
+// With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked (when
+// routing on the caches, prompt-cache.ts) by how much of the prompt their prompt cache holds less
+// half a prompt per request in flight there, then by rendezvous hash of the key and each instance
+// id, the same order on every gateway, and the request
 // goes to the first whose requests in flight from this gateway stay within `loadFactor` times the
 // mean, or the mean plus LOAD_SLACK, whichever is more (counting this request), so a conversation
 // keeps its replica (and its KV cache) while no replica is flooded or starved. Pure, so tables test
