@@ -32,6 +32,21 @@ export function hasContent(ev: string): boolean {
 }
 
 /**
+ * Splits the complete SSE events off `buf` and hands each `data:` one but `[DONE]` to `onData`
+ * (`data: ` included; the gateway's `id: N` line, its engine offset for resumable streams, dropped).
+ * Returns the rest: the start of an event still to come.
+ */
+export function takeDataEvents(buf: string, onData: (ev: string) => void): string {
+  let i;
+  while ((i = buf.indexOf("\n\n")) >= 0) {
+    const ev = buf.slice(0, i).replace(/^id: \d+\n/, "");
+    buf = buf.slice(i + 2);
+    if (ev.startsWith("data: ") && ev !== "data: [DONE]") onData(ev);
+  }
+  return buf;
+}
+
+/**
  * One streaming request through the gateway's own lean node:http client (keep-alive pool, one retry
  * when a pooled connection was closed while idle), the same for every path, so its own cost does not
  * crowd the node off the shared core; TTFT = first SSE chunk with generated content.
@@ -54,27 +69,20 @@ export async function streamOnce(
   let ttft = -1;
   let tokens = 0;
   let buf = "";
-  res.setEncoding("utf8");
-  for await (const chunk of res) {
-    buf += chunk as string;
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      // The gateway's events start with their engine offset (`id: N`, resumable streams).
-      const ev = buf.slice(0, i).replace(/^id: \d+\n/, "");
-      buf = buf.slice(i + 2);
-      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
-      const has = hasContent(ev);
-      if (verify) {
-        const j = JSON.parse(ev.slice(6)) as { choices?: { delta?: { content?: string } }[] };
-        if (Boolean(j.choices?.[0]?.delta?.content) !== has)
-          throw new Error(`content detection disagrees with JSON.parse on: ${ev}`);
-      }
-      if (has) {
-        if (ttft < 0) ttft = performance.now() - t0;
-        tokens++;
-      }
+  const onData = (ev: string) => {
+    const has = hasContent(ev);
+    if (verify) {
+      const j = JSON.parse(ev.slice(6)) as { choices?: { delta?: { content?: string } }[] };
+      if (Boolean(j.choices?.[0]?.delta?.content) !== has)
+        throw new Error(`content detection disagrees with JSON.parse on: ${ev}`);
     }
-  }
+    if (has) {
+      if (ttft < 0) ttft = performance.now() - t0;
+      tokens++;
+    }
+  };
+  res.setEncoding("utf8");
+  for await (const chunk of res) buf = takeDataEvents(buf + (chunk as string), onData);
   if (res.statusCode !== 200) throw new Error(`${base}: ${res.statusCode} ${buf}`);
   return { ttftMs: ttft, tokens };
 }

@@ -7,7 +7,7 @@
 // take the base URLs in turn (a cluster's gateways).
 import { performance } from "node:perf_hooks";
 import { postUpstream } from "@ic/gateway";
-import { hasContent } from "../lib/streaming.ts";
+import { hasContent, takeDataEvents } from "../lib/streaming.ts";
 import { mulberry32 } from "@ic/protocol";
 import type { Session } from "./shapes.ts";
 
@@ -79,34 +79,31 @@ async function streamTurn(
   };
   let last = 0;
   let buf = "";
-  res.setEncoding("utf8");
-  for await (const chunk of res) {
-    buf += chunk as string;
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const ev = buf.slice(0, i).replace(/^id: \d+\n/, "");
-      buf = buf.slice(i + 2);
-      if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
-      if (hasContent(ev)) {
-        const now = performance.now();
-        if (Number.isNaN(a.ttftMs)) a.ttftMs = now - t0;
-        else a.itlMs.push(now - last);
-        last = now;
-        a.tokens++;
-        const j = JSON.parse(ev.slice(6)) as { choices?: { delta?: { content?: string } }[] };
-        a.content += j.choices?.[0]?.delta?.content ?? "";
-      }
-      if (ev.includes(TIMINGS)) {
-        const j = JSON.parse(ev.slice(6)) as {
-          timings?: { cache_n?: number; prompt_n?: number; predicted_n?: number };
-        };
-        a.cached = j.timings?.cache_n ?? 0;
-        a.prompt = (j.timings?.cache_n ?? 0) + (j.timings?.prompt_n ?? 0);
-        if (j.timings?.predicted_n !== undefined) a.tokens = j.timings.predicted_n;
-      }
-      if (ev.includes('"error"')) throw new Error(`stream error: ${ev.slice(0, 300)}`);
+  const onData = (ev: string) => {
+    const content = hasContent(ev);
+    const timed = ev.includes(TIMINGS);
+    if (ev.includes('"error"')) throw new Error(`stream error: ${ev.slice(0, 300)}`);
+    if (!content && !timed) return;
+    const j = JSON.parse(ev.slice(6)) as {
+      choices?: { delta?: { content?: string } }[];
+      timings?: { cache_n?: number; prompt_n?: number; predicted_n?: number };
+    };
+    if (content) {
+      const now = performance.now();
+      if (Number.isNaN(a.ttftMs)) a.ttftMs = now - t0;
+      else a.itlMs.push(now - last);
+      last = now;
+      a.tokens++;
+      a.content += j.choices?.[0]?.delta?.content ?? "";
     }
-  }
+    if (timed) {
+      a.cached = j.timings?.cache_n ?? 0;
+      a.prompt = (j.timings?.cache_n ?? 0) + (j.timings?.prompt_n ?? 0);
+      if (j.timings?.predicted_n !== undefined) a.tokens = j.timings.predicted_n;
+    }
+  };
+  res.setEncoding("utf8");
+  for await (const chunk of res) buf = takeDataEvents(buf + (chunk as string), onData);
   if (res.statusCode !== 200) throw new Error(`${base}: ${res.statusCode} ${buf.slice(0, 300)}`);
   a.e2eMs = performance.now() - t0;
   return a;
