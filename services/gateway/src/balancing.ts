@@ -63,8 +63,8 @@ export function chooseInstance(
   const load = (r: ReadyInstance) => o.outstanding.get(r.instance.instance_id) ?? 0;
   if (o.prefixKey !== undefined && ready.length > 1) {
     const bound = o.boundLoad ?? o.outstanding;
-    const held = (r: ReadyInstance) => bound.get(r.instance.instance_id) ?? 0;
-    const total = ready.reduce((n, r) => n + held(r), 0) + 1;
+    const inFlight = (r: ReadyInstance) => bound.get(r.instance.instance_id) ?? 0;
+    const total = ready.reduce((n, r) => n + inFlight(r), 0) + 1;
     const mean = total / ready.length;
     const cap = Math.max(
       Math.ceil((o.loadFactor ?? DEFAULT_LOAD_FACTOR) * mean),
@@ -85,7 +85,7 @@ export function chooseInstance(
     const ranked = scored.sort(
       (a, b) => value(b) - value(a) || (a.score < b.score ? 1 : a.score > b.score ? -1 : 0),
     );
-    const within = ranked.find((x) => held(x.r) < cap);
+    const within = ranked.find((x) => inFlight(x.r) < cap);
     if (within) return within.r;
   }
   const latency = (r: ReadyInstance) => {

@@ -45,7 +45,7 @@ class EntrySet {
   /**
    * Blocks of `hashes` held, from the start. A chain hash stands for its whole prefix, so the
    * prompts indexed whole answer a binary search; an announced prompt is indexed by its last block
-   * only, found by looking further from there.
+   * only, and matches when `hashes` has that block where the prompt ended.
    */
   match(hashes: readonly number[]): number {
     let lo = 0;
@@ -55,7 +55,9 @@ class EntrySet {
       if (this.blocks.has(hashes[mid - 1]!)) lo = mid;
       else hi = mid - 1;
     }
-    for (let i = hashes.length; i > lo; i--) if (this.blocks.has(hashes[i - 1]!)) return i;
+    for (const e of this.entries)
+      if (e.blocks > lo && e.indexed.length < e.blocks && hashes[e.blocks - 1] === e.last)
+        lo = e.blocks;
     return lo;
   }
 
