@@ -81,8 +81,9 @@ export const ChatSchema = z
     /**
      * With several ready instances of a model, which one a request goes to while its load stays
      * within 1.25 times the mean or the mean plus 2. `cache`: the one whose prompt cache holds the
-     * longest part of its prompt, as this gateway learned it from what it sent and the engines'
-     * reuse counts (then as `hash`); `hash`: the first in a ranking by the hash of the conversation's
+     * longest part of its prompt less half a prompt per request in flight there, as the gateways
+     * learned it from what they sent (shared on the bus) and the engines' reuse counts (ties as
+     * `hash`); `hash`: the first in a ranking by the hash of the conversation's
      * leading messages, the same on every gateway; `off`: fewest outstanding requests. `true` is
      * `cache`, `false` is `off`.
      */

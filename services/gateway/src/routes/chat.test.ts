@@ -504,7 +504,7 @@ describe("a token's models and limits", () => {
   });
 });
 
-describe("prefix routing (chat.prefix_routing, on by default)", () => {
+describe("prefix routing (chat.prefix_routing hash and off)", () => {
   const answer = (_q: IncomingMessage, res: ServerResponse) => {
     res.setHeader("content-type", "application/json");
     res.end(JSON.stringify({ id: ENGINE_ID, choices: [{ index: 0, message: { content: "ok" } }] }));
