@@ -8,7 +8,7 @@ import { servedOrLoading } from "@ic/state";
 import type { InstanceKind, ModelRecord } from "@ic/protocol";
 import { notServableError, readiness } from "../readiness.ts";
 import type { Readiness } from "../readiness.ts";
-import { openSink } from "./relay.ts";
+import { openSink } from "./sink.ts";
 import type { ChatContext, ChatLimits, Endpoint, RequestContext } from "./request.ts";
 import { servesKind } from "./request.ts";
 import { routable } from "./routing.ts";

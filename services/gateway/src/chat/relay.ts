@@ -1,7 +1,6 @@
 // The relay and finish steps: an answer read whole, or a stream forwarded event by event (ids
 // rewritten in place), continued once on another ready instance when it opted in to migration and
 // loses its instance; each ends once, with the task closed and the observer told how.
-import { RESPONSE_ALREADY_SENT } from "@hono/node-server/utils/response";
 import type { Context } from "hono";
 import { anthropicErrorBody, errorBody, ServiceError } from "@ic/protocol";
 import type { ChatEvent, ChatObserver, CommandId, EngineTimings } from "@ic/protocol";
@@ -19,59 +18,13 @@ import type { MigrationOutcome, MigrationReport, StreamSoFar } from "../migratio
 import { anthropicReport, openAiUsage, preciseNow, tokensUsed, engineReport } from "./request.ts";
 import type { AnyUsage, ChatContext, RequestContext, StreamStyle } from "./request.ts";
 import { pick, readyOthers } from "./routing.ts";
+import { openSink } from "./sink.ts";
+import type { Sink } from "./sink.ts";
 import { BeforeFirstByte, RETRY_ON, connectionError, openLeg } from "./leg.ts";
 import type { Leg } from "./leg.ts";
 
 /** How long llama-server keeps a finished stream readable (its STREAM_SESSION_TTL_SECONDS). */
 export const ENGINE_STREAM_TTL_MS = 300_000;
-
-/** The client's end of a stream. */
-export interface Sink {
-  write(b: Buffer): void;
-  end(): void;
-  /** What the route returns: the Node response was written directly, or a web stream. */
-  readonly response: Response;
-}
-
-/**
- * Sends the stream's 200 and headers. Under @hono/node-server the events go straight to the Node
- * response; elsewhere through a web stream, whose cancel is the client going away.
- */
-export function openSink(c: Context, headers: Record<string, string>, onCancel: () => void): Sink {
-  const sseHeaders = {
-    ...headers,
-    "content-type": "text/event-stream",
-    "cache-control": "no-cache",
-    connection: "keep-alive",
-    "x-accel-buffering": "no",
-  };
-  const outgoing = nodePair(c)?.outgoing;
-  if (outgoing) {
-    outgoing.writeHead(200, sseHeaders);
-    outgoing.socket?.setNoDelay(true);
-    return {
-      write: (b) => void outgoing.write(b),
-      end: () => outgoing.end(),
-      response: RESPONSE_ALREADY_SENT,
-    };
-  }
-  let ctl!: ReadableStreamDefaultController<Uint8Array>;
-  const web = new ReadableStream<Uint8Array>({
-    start: (k) => void (ctl = k),
-    cancel: () => onCancel(),
-  });
-  return {
-    write: (b) => ctl.enqueue(b),
-    end: () => {
-      try {
-        ctl.close();
-      } catch {
-        // already closed by a client disconnect
-      }
-    },
-    response: new Response(web, { status: 200, headers: sseHeaders }),
-  };
-}
 
 /** Whether the client has left (its disconnect seen by a leg, or the response already destroyed). */
 export function clientClosed(c: Context, request: RequestContext): boolean {

@@ -3,7 +3,7 @@
 // content checks llama-server would otherwise answer with a 500.
 import type { PromptCacheMap, Prediction } from "../prompt-cache.ts";
 import type { PromptBlocks } from "../prompt-blocks.ts";
-import type { Sink } from "./relay.ts";
+import type { Sink } from "./sink.ts";
 import type { Context } from "hono";
 import type { z } from "zod";
 import {

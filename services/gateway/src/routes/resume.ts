@@ -13,8 +13,9 @@ import { readyInstances } from "../readiness.ts";
 import { engineFailure } from "../engine-errors.ts";
 import { ENDPOINTS } from "../chat/request.ts";
 import type { ChatContext, StreamStyle } from "../chat/request.ts";
-import { errorEvent, openSink } from "../chat/relay.ts";
-import type { Sink } from "../chat/relay.ts";
+import { errorEvent } from "../chat/relay.ts";
+import { openSink } from "../chat/sink.ts";
+import type { Sink } from "../chat/sink.ts";
 import { engineStreamCall } from "../streams/engine-stream.ts";
 import type { EngineStream } from "../streams/engine-stream.ts";
 

@@ -1,0 +1,81 @@
+import { Agent, request } from "node:http";
+import type { AddressInfo } from "node:net";
+import { serve } from "@hono/node-server";
+import { Hono } from "hono";
+import { afterEach, describe, expect, it } from "vitest";
+import { chunkOf, openSink } from "./sink.ts";
+
+describe("chunkOf", () => {
+  it.each([
+    ["one byte", "a", "1\r\na\r\n"],
+    ["an event", "data: x\n\n", "9\r\ndata: x\n\n\r\n"],
+    ["255 bytes", "x".repeat(255), `ff\r\n${"x".repeat(255)}\r\n`],
+    ["4 KiB", "x".repeat(4096), `1000\r\n${"x".repeat(4096)}\r\n`],
+  ])("frames %s as one chunk", (_name, data, framed) => {
+    expect(chunkOf(Buffer.from(data)).toString()).toBe(framed);
+  });
+});
+
+/** A server whose one route streams `events` through openSink; raw HTTP/1.1 bytes are read back. */
+function streamingServer(events: string[]) {
+  const app = new Hono();
+  app.get("/s", (c) => {
+    const sink = openSink(c, { "x-test": "1" }, () => {});
+    for (const e of events) sink.write(Buffer.from(e));
+    sink.end();
+    return sink.response;
+  });
+  const server = serve({ fetch: app.fetch, port: 0, hostname: "127.0.0.1" });
+  return server;
+}
+
+const servers: ReturnType<typeof serve>[] = [];
+afterEach(() => {
+  for (const s of servers.splice(0)) s.close();
+});
+
+describe("openSink under @hono/node-server", () => {
+  it("writes each event as one chunk of a chunked body, ends it, and keeps the connection", async () => {
+    // The empty write is skipped: a chunk of size 0 would end the body early.
+    const server = streamingServer(["data: 1\n\n", "", "data: 22\n\n"]);
+    servers.push(server);
+    await new Promise((r) => server.once("listening", r));
+    const { port } = server.address() as AddressInfo;
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const get = () =>
+      new Promise<{ body: string; te: string | undefined; reused: boolean }>((resolve, reject) => {
+        const req = request({ host: "127.0.0.1", port, path: "/s", agent }, (res) => {
+          let body = "";
+          res.on("data", (c: Buffer) => (body += c.toString()));
+          res.on("end", () =>
+            resolve({ body, te: res.headers["transfer-encoding"], reused: req.reusedSocket }),
+          );
+        });
+        req.on("error", reject);
+        req.end();
+      });
+    const first = await get();
+    expect(first).toEqual({ body: "data: 1\n\ndata: 22\n\n", te: "chunked", reused: false });
+    // The body ended where the framing said: the next request rides the same connection.
+    const second = await get();
+    expect(second).toEqual({ body: "data: 1\n\ndata: 22\n\n", te: "chunked", reused: true });
+    agent.destroy();
+  });
+
+  it("sends HTTP/1.0 clients the events unframed, the connection's end ending the body", async () => {
+    const server = streamingServer(["data: 1\n\n", "data: 2\n\n"]);
+    servers.push(server);
+    await new Promise((r) => server.once("listening", r));
+    const { port } = server.address() as AddressInfo;
+    const { connect } = await import("node:net");
+    const raw = await new Promise<string>((resolve, reject) => {
+      const sock = connect(port, "127.0.0.1", () => sock.write("GET /s HTTP/1.0\r\n\r\n"));
+      let got = "";
+      sock.on("data", (c: Buffer) => (got += c.toString()));
+      sock.on("end", () => resolve(got));
+      sock.on("error", reject);
+    });
+    expect(raw).not.toMatch(/transfer-encoding/i);
+    expect(raw.endsWith("\r\n\r\ndata: 1\n\ndata: 2\n\n")).toBe(true);
+  });
+});
