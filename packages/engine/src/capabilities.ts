@@ -4,7 +4,7 @@
 // model, once per split mode; a mode counts only when the server comes up and answers exactly what
 // the same engine answers with a plain layer split (greedy decoding). Results are cached per engine
 // binary (path, size, mtime) under the engine cache, so a build is probed once per machine.
-import { mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeTinyModel } from "@ic/gguf";
@@ -12,6 +12,7 @@ import { canConnect, freePort, spawnChild } from "@ic/process";
 import type { Child } from "@ic/process";
 import { sleep } from "@ic/protocol";
 import type { EngineInfo, SplitSupport } from "@ic/protocol";
+import { readProbeCache, writeProbeCache } from "./probe-cache.ts";
 
 /** What a probe found for one split mode: supported, and the engine's own words either way. */
 export interface ModeResult {
@@ -41,7 +42,9 @@ export async function probeSplitSupport(
   if (!engine.usable || !engine.server_bin || !engine.rpc_bin)
     return none("the engine is not usable, or has no ggml-rpc-server");
   const key = await binaryKey(engine.server_bin, engine.rpc_bin);
-  const cached = opts.cacheDir ? await readCache(opts.cacheDir, key) : undefined;
+  const cached = opts.cacheDir
+    ? await readProbeCache(opts.cacheDir, CACHE_FILE, key, isSplitSupport)
+    : undefined;
   if (cached) return cached;
   const work = await mkdtemp(join(tmpdir(), "ic-engine-probe-"));
   try {
@@ -86,13 +89,18 @@ export async function probeSplitSupport(
         evidence: `row: ${row.evidence}; tensor: ${tensor.evidence}`,
       };
     }
-    if (opts.cacheDir) await writeCache(opts.cacheDir, key, result);
+    if (opts.cacheDir) await writeProbeCache(opts.cacheDir, CACHE_FILE, key, result);
     return result;
   } catch (e) {
     return none(`probe failed: ${e instanceof Error ? e.message : String(e)}`);
   } finally {
     await rm(work, { recursive: true, force: true });
   }
+}
+
+function isSplitSupport(v: unknown): v is SplitSupport {
+  const s = v as Partial<SplitSupport> | undefined;
+  return typeof s?.row_over_rpc === "boolean" && typeof s.tensor_over_rpc === "boolean";
 }
 
 function none(evidence: string): SplitSupport {
@@ -272,37 +280,4 @@ async function waitListening(ports: readonly number[], deadline: number): Promis
 async function binaryKey(serverBin: string, rpcBin: string): Promise<string> {
   const [a, b] = await Promise.all([stat(serverBin), stat(rpcBin)]);
   return `${CACHE_VERSION}:${serverBin}:${a.size}:${Math.round(a.mtimeMs)}:${rpcBin}:${b.size}:${Math.round(b.mtimeMs)}`;
-}
-
-async function readCache(dir: string, key: string): Promise<SplitSupport | undefined> {
-  try {
-    const doc = JSON.parse(await readFile(join(dir, CACHE_FILE), "utf8")) as Record<
-      string,
-      unknown
-    >;
-    const v = doc[key] as SplitSupport | undefined;
-    return v && typeof v.row_over_rpc === "boolean" && typeof v.tensor_over_rpc === "boolean"
-      ? v
-      : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-async function writeCache(dir: string, key: string, value: SplitSupport): Promise<void> {
-  try {
-    await mkdir(dir, { recursive: true });
-    let doc: Record<string, unknown> = {};
-    try {
-      doc = JSON.parse(await readFile(join(dir, CACHE_FILE), "utf8")) as Record<string, unknown>;
-    } catch {
-      doc = {};
-    }
-    doc[key] = value;
-    const tmp = join(dir, `${CACHE_FILE}.${process.pid}.tmp`);
-    await writeFile(tmp, `${JSON.stringify(doc, null, 2)}\n`);
-    await rename(tmp, join(dir, CACHE_FILE));
-  } catch {
-    // A cache that cannot be written only costs a probe at the next start.
-  }
 }

@@ -5,3 +5,4 @@ export { nodeHealth } from "./health.ts";
 export type { Observations } from "./health.ts";
 export { lastError, probeSplitSupport, probeTls } from "./capabilities.ts";
 export type { ProbeOptions } from "./capabilities.ts";
+export { probeSlotRestore } from "./slot-probe.ts";

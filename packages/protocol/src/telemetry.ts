@@ -88,6 +88,17 @@ export const SplitSupportSchema = z.object({
 });
 export type SplitSupport = z.infer<typeof SplitSupportSchema>;
 
+/**
+ * Whether the engine build moves a conversation's KV cache between servers: a slot saved to a file
+ * on one llama-server, restored into another's and reused there (packages/engine slot-probe.ts),
+ * with the engine's own counts as evidence.
+ */
+export const SlotRestoreSchema = z.object({
+  supported: z.boolean(),
+  evidence: z.string(),
+});
+export type SlotRestore = z.infer<typeof SlotRestoreSchema>;
+
 export const EngineInfoSchema = z.object({
   server_bin: z.string().nullable(),
   rpc_bin: z.string().nullable(),
@@ -98,6 +109,8 @@ export const EngineInfoSchema = z.object({
   overridden: z.boolean(),
   /** What the capability probe found; absent until it ran (or from an older node). */
   split: SplitSupportSchema.optional(),
+  /** What the slot-restore probe found; absent until it ran (or from an older node). */
+  slot_restore: SlotRestoreSchema.optional(),
 });
 export type EngineInfo = z.infer<typeof EngineInfoSchema>;
 

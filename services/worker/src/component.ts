@@ -4,12 +4,18 @@
 // its metrics (metrics.ts).
 import type { Bus } from "@ic/bus";
 import type { Config } from "@ic/config";
-import { engineCacheRoot, locateEngine, probeSplitSupport, probeTls } from "@ic/engine";
+import {
+  engineCacheRoot,
+  locateEngine,
+  probeSlotRestore,
+  probeSplitSupport,
+  probeTls,
+} from "@ic/engine";
 import { routesOf } from "@ic/http";
 import type { Component } from "@ic/http";
 import type { Logger } from "@ic/log";
 import { GiB } from "@ic/protocol";
-import type { EngineInfo } from "@ic/protocol";
+import type { EngineInfo, SlotRestore } from "@ic/protocol";
 import { LinkProber } from "./links.ts";
 import type { LinkTarget } from "./links.ts";
 import type { ClusterPort, Stager } from "./ports.ts";
@@ -62,6 +68,7 @@ export function engineComponent(
       }
       if (!info.usable)
         o.log.warn({ engine: info }, "engine unusable; this node cannot run instances");
+      else info = { ...info, slot_restore: await probeSlots(located.server_bin, o.log) };
     },
     info: () => {
       if (!info) throw new Error("the engine component has not started");
@@ -69,6 +76,23 @@ export function engineComponent(
     },
     tls: () => tls,
   };
+}
+
+/**
+ * Whether this build moves a conversation's KV cache between servers (slot-probe.ts), asked of the
+ * engine once per build (two engine starts with a tiny model, under a second) and bounded: a build
+ * that hangs counts as one that cannot.
+ */
+async function probeSlots(serverBin: string | null, log: Logger): Promise<SlotRestore> {
+  const r = await probeSlotRestore(serverBin, { cacheDir: engineCacheRoot(), timeoutMs: 15_000 });
+  if (r.supported)
+    log.info({ slot_restore: r }, "engine moves KV caches between servers (slot-restore probe)");
+  else
+    log.warn(
+      { slot_restore: r },
+      "engine cannot move KV caches between servers (slot-restore probe)",
+    );
+  return r;
 }
 
 export interface TelemetryComponent extends Component {
