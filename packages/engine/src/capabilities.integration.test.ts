@@ -6,7 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { locateEngine } from "./locate.ts";
-import { lastError, probeSplitSupport, probeTls } from "./capabilities.ts";
+import { probeSplitSupport, probeTls } from "./capabilities.ts";
+import { lastError } from "./loopback-server.ts";
 
 describe("probeSplitSupport", () => {
   it("this build: -sm row cannot split over rpc (its own error line), -sm tensor can and answers as a layer split does; the answer is cached", async () => {

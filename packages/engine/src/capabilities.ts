@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeTinyModel } from "@ic/gguf";
 import { canConnect, freePort, spawnChild } from "@ic/process";
+import { collectOutput, lastError, startLoopbackServer } from "./loopback-server.ts";
 import type { Child } from "@ic/process";
 import { sleep } from "@ic/protocol";
 import type { EngineInfo, SplitSupport } from "@ic/protocol";
@@ -128,10 +129,9 @@ async function runOverRpc(
         spawnChild({ bin: rpcBin, args: ["-H", "127.0.0.1", "-p", String(p)], stderr: "ignore" }),
       );
     await waitListening(rpcPorts, deadline);
-    const port = await freePort();
-    const server = spawnChild({
-      bin: serverBin,
-      args: [
+    const started = await startLoopbackServer(
+      serverBin,
+      [
         "-m",
         model,
         "--rpc",
@@ -146,43 +146,27 @@ async function runOverRpc(
         "256",
         "-np",
         "1",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        String(port),
       ],
-      stdout: "pipe",
-      stderr: "pipe",
+      deadline,
+    );
+    children.push(started.child);
+    if (!started.ok) return { ok: false, evidence: started.evidence };
+    const { base } = started;
+
+    const r = await fetch(`${base}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ ...PROMPT, temperature: 0 }),
+      signal: AbortSignal.timeout(Math.max(1000, deadline - Date.now())),
     });
-    children.push(server);
-    const output = collectOutput(server);
-    const base = `http://127.0.0.1:${port}`;
-    let exited = false;
-    void server.exited.then(() => (exited = true));
-    while (Date.now() < deadline) {
-      if (exited) return { ok: false, evidence: lastError(output()) };
-      const health = await fetch(`${base}/health`, { signal: AbortSignal.timeout(1000) }).catch(
-        () => undefined,
-      );
-      if (health?.status === 200) {
-        const r = await fetch(`${base}/v1/chat/completions`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ ...PROMPT, temperature: 0 }),
-          signal: AbortSignal.timeout(Math.max(1000, deadline - Date.now())),
-        });
-        const body = (await r.json()) as { choices?: { message?: { content?: string } }[] };
-        const text = body.choices?.[0]?.message?.content;
-        if (r.status !== 200 || typeof text !== "string")
-          return {
-            ok: false,
-            evidence: `answered ${r.status}: ${JSON.stringify(body).slice(0, 200)}`,
-          };
-        return { ok: true, text };
-      }
-      await new Promise((res) => setTimeout(res, 100));
-    }
-    return { ok: false, evidence: `no answer within the probe's bound; ${lastError(output())}` };
+    const body = (await r.json()) as { choices?: { message?: { content?: string } }[] };
+    const text = body.choices?.[0]?.message?.content;
+    if (r.status !== 200 || typeof text !== "string")
+      return {
+        ok: false,
+        evidence: `answered ${r.status}: ${JSON.stringify(body).slice(0, 200)}`,
+      };
+    return { ok: true, text };
   } finally {
     await Promise.all(children.map((c) => c.stop(2000)));
   }
@@ -235,37 +219,6 @@ export async function probeTls(
   } finally {
     await rm(work, { recursive: true, force: true });
   }
-}
-
-/** What a child prints on stdout and stderr, kept up to 64 kB: read it with the returned function. */
-function collectOutput(child: Child): () => string {
-  let output = "";
-  const collect = (c: Buffer) => {
-    if (output.length < 64_000) output += c.toString();
-  };
-  child.stdout?.on("data", collect);
-  child.stderr?.on("data", collect);
-  return () => output;
-}
-
-/** llama.cpp error lines that only restate the cause given on an earlier line. */
-const WRAPPERS = [/exiting due to model loading error/, /failed to load model\b/, /^main: exiting/];
-
-/**
- * The line of an engine's output that says what went wrong: the last error line (llama.cpp marks
- * them ` E `, or they say "error") that is not a mere wrapper of an earlier one, without its
- * timestamp; else the last line.
- */
-export function lastError(output: string): string {
-  const strip = (l: string) => l.replace(/^[\d.]+ [A-Z] /, "").trim();
-  const lines = output
-    .split("\n")
-    .map((l) => l.trim())
-    .filter(Boolean);
-  const errors = lines.filter((l) => /^[\d.]+ E |\berror\b/i.test(l)).map(strip);
-  const cause = errors.filter((l) => !WRAPPERS.some((w) => w.test(l))).at(-1);
-  const line = cause ?? errors.at(-1) ?? (lines.length > 0 ? strip(lines.at(-1)!) : "no output");
-  return line.slice(0, 300);
 }
 
 async function waitListening(ports: readonly number[], deadline: number): Promise<void> {

@@ -3,6 +3,7 @@ export { engineCacheRoot, locateEngine, managedBuild } from "./locate.ts";
 export type { LocateOptions, ManagedBuild } from "./locate.ts";
 export { nodeHealth } from "./health.ts";
 export type { Observations } from "./health.ts";
-export { lastError, probeSplitSupport, probeTls } from "./capabilities.ts";
+export { probeSplitSupport, probeTls } from "./capabilities.ts";
+export { lastError } from "./loopback-server.ts";
 export type { ProbeOptions } from "./capabilities.ts";
 export { probeSlotRestore } from "./slot-probe.ts";

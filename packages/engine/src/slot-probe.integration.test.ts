@@ -30,7 +30,7 @@ describe("probeSlotRestore", () => {
     chmodSync(fake, 0o755);
     expect(await probeSlotRestore(fake, { timeoutMs: 10_000 })).toEqual({
       supported: false,
-      evidence: "probe failed: llama-server exited: main: broken build",
+      evidence: "probe failed: llama-server did not serve: main: broken build",
     });
     expect(await probeSlotRestore(null)).toEqual({ supported: false, evidence: "no llama-server" });
   });

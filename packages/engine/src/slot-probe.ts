@@ -9,10 +9,9 @@ import { copyFile, mkdir, mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeTinyModel } from "@ic/gguf";
-import { freePort, spawnChild } from "@ic/process";
 import type { Child } from "@ic/process";
 import type { SlotRestore } from "@ic/protocol";
-import { lastError } from "./capabilities.ts";
+import { startLoopbackServer } from "./loopback-server.ts";
 import { readProbeCache, writeProbeCache } from "./probe-cache.ts";
 
 const CACHE_FILE = "slot-restore.json";
@@ -111,49 +110,11 @@ async function startServer(
   slotDir: string,
   deadline: number,
 ): Promise<{ child: Child; base: string }> {
-  const port = await freePort();
-  const child = spawnChild({
-    bin,
-    args: [
-      "-m",
-      model,
-      "-c",
-      "2048",
-      "-np",
-      "2",
-      "-t",
-      "1",
-      "-fit",
-      "off",
-      "--slot-save-path",
-      slotDir,
-      "--host",
-      "127.0.0.1",
-      "--port",
-      String(port),
-    ],
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  let output = "";
-  const collect = (c: Buffer) => {
-    if (output.length < 64_000) output += c.toString();
-  };
-  child.stdout?.on("data", collect);
-  child.stderr?.on("data", collect);
-  let exited = false;
-  void child.exited.then(() => (exited = true));
-  const base = `http://127.0.0.1:${port}`;
-  while (Date.now() < deadline) {
-    if (exited) throw new Error(`llama-server exited: ${lastError(output)}`);
-    const health = await fetch(`${base}/health`, { signal: AbortSignal.timeout(1000) }).catch(
-      () => undefined,
-    );
-    if (health?.status === 200) return { child, base };
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  await child.stop(1000);
-  throw new Error(`llama-server did not come up within the probe's bound: ${lastError(output)}`);
+  const args = ["-m", model, "-c", "2048", "-np", "2", "-t", "1", "-fit", "off"];
+  const started = await startLoopbackServer(bin, [...args, "--slot-save-path", slotDir], deadline);
+  if (started.ok) return started;
+  await started.child.stop(1000);
+  throw new Error(`llama-server did not serve: ${started.evidence}`);
 }
 
 async function post(url: string, body: unknown, deadline: number): Promise<unknown> {
