@@ -5,7 +5,7 @@ import { Hono } from "hono";
 import { afterEach, describe, expect, it } from "vitest";
 import { openSink } from "./sink.ts";
 
-/** A server whose one route streams `events` through openSink; raw HTTP/1.1 bytes are read back. */
+/** A server whose one route streams `events` through openSink (read back with node:http). */
 function streamingServer(events: string[]) {
   const app = new Hono();
   app.get("/s", (c) => {
@@ -44,7 +44,7 @@ describe("openSink under @hono/node-server", () => {
       });
     const first = await get();
     expect(first).toEqual({ body: "data: 1\n\ndata: 22\n\n", te: "chunked", reused: false });
-    // The body ended where the framing said: the next request rides the same connection.
+    // The body ended where its chunked framing said: the next request rides the same connection.
     const second = await get();
     expect(second).toEqual({ body: "data: 1\n\ndata: 22\n\n", te: "chunked", reused: true });
     agent.destroy();
