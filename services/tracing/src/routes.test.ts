@@ -262,8 +262,6 @@ describe("cluster view", () => {
       if (req.url === "/v1/traces/t-remote/stats") return json(res, 200, statsOf("t-remote"));
       return json(res, 404, errorBody(new ServiceError("not_found", "no trace")));
     });
-    const dead = await peer(() => {});
-    dead.server.close();
     const slow = await peer(() => {}); // never answers
     const refusing = await peer((_req, res) =>
       json(res, 401, errorBody(new ServiceError("unauthorized", "unknown bearer token"))),
@@ -271,6 +269,10 @@ describe("cluster view", () => {
     const old = await peer((req, res) =>
       json(res, 404, errorBody(new ServiceError("not_found", `no route GET ${req.url}`))),
     );
+    // Closed after the others have their ports: a port freed earlier may be given to the next
+    // server at once (the 401 peer answered on it once, where a refused connection was expected).
+    const dead = await peer(() => {});
+    await new Promise((r) => dead.server.close(r));
     peers = [
       { name: "node-2", apiUrl: good.url },
       { name: "node-3", apiUrl: dead.url },
