@@ -45,8 +45,7 @@ export async function startLoopbackServer(
   args: readonly string[],
   deadline: number,
 ): Promise<
-  | { ok: true; child: Child; base: string; output: () => string }
-  | { ok: false; child: Child; evidence: string }
+  { ok: true; child: Child; base: string } | { ok: false; child: Child; evidence: string }
 > {
   const port = await freePort();
   const child = spawnChild({
@@ -64,7 +63,7 @@ export async function startLoopbackServer(
     const health = await fetch(`${base}/health`, { signal: AbortSignal.timeout(1000) }).catch(
       () => undefined,
     );
-    if (health?.status === 200) return { ok: true, child, base, output };
+    if (health?.status === 200) return { ok: true, child, base };
     await new Promise((r) => setTimeout(r, 100));
   }
   return {

@@ -65,9 +65,11 @@ export async function probeSlotRestore(
     const start = async (name: string) => {
       const dir = join(work, name);
       await mkdir(dir);
-      const s = await startServer(serverBin, model, dir, deadline);
+      const args = ["-m", model, "-c", "2048", "-np", "2", "-t", "1", "-fit", "off"];
+      const s = await startLoopbackServer(serverBin, [...args, "--slot-save-path", dir], deadline);
       servers.push(s.child);
-      return { ...s, dir };
+      if (!s.ok) throw new Error(`llama-server did not serve: ${s.evidence}`);
+      return { base: s.base, dir };
     };
     const [a, b] = [await start("a"), await start("b")];
     const first = await chat(a.base, 0, deadline);
@@ -102,19 +104,6 @@ export function verdict(
       evidence: `${what}, but answered ${JSON.stringify(second.text)} where the saving server answered ${JSON.stringify(first.text)}`,
     };
   return { supported: true, evidence: `${what}, same answer` };
-}
-
-async function startServer(
-  bin: string,
-  model: string,
-  slotDir: string,
-  deadline: number,
-): Promise<{ child: Child; base: string }> {
-  const args = ["-m", model, "-c", "2048", "-np", "2", "-t", "1", "-fit", "off"];
-  const started = await startLoopbackServer(bin, [...args, "--slot-save-path", slotDir], deadline);
-  if (started.ok) return started;
-  await started.child.stop(1000);
-  throw new Error(`llama-server did not serve: ${started.evidence}`);
 }
 
 async function post(url: string, body: unknown, deadline: number): Promise<unknown> {
