@@ -9,10 +9,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeTinyModel } from "@ic/gguf";
 import { canConnect, freePort, spawnChild } from "@ic/process";
-import { collectOutput, lastError, startLoopbackServer } from "./loopback-server.ts";
 import type { Child } from "@ic/process";
 import { sleep } from "@ic/protocol";
 import type { EngineInfo, SplitSupport } from "@ic/protocol";
+import { collectOutput, lastError, startLoopbackServer } from "./loopback-server.ts";
 import { readProbeCache, writeProbeCache } from "./probe-cache.ts";
 
 /** What a probe found for one split mode: supported, and the engine's own words either way. */
@@ -152,7 +152,6 @@ async function runOverRpc(
     children.push(started.child);
     if (!started.ok) return { ok: false, evidence: started.evidence };
     const { base } = started;
-
     const r = await fetch(`${base}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
