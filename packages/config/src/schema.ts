@@ -79,6 +79,20 @@ export const ChatSchema = z
      */
     migrate_streams: z.boolean().default(false),
     /**
+     * A migrating stream takes its KV cache along where both engines' probes found they can move
+     * one (docs/api.md, "Stream migration"): the target then prefills only what the cache lacks. And
+     * a stream on a draining node moves, with its cache, once the model is ready elsewhere.
+     */
+    kv_move: z.boolean().default(true),
+    /** Longest one cache move (save, fetch, restore) may take; past it the stream re-prefills. */
+    kv_move_timeout_ms: z.number().int().positive().default(10_000),
+    /** Bytes of caches this gateway moves off one draining node; past it streams re-prefill. */
+    kv_move_drain_budget_bytes: z
+      .number()
+      .int()
+      .positive()
+      .default(32 * 1024 ** 3),
+    /**
      * With several ready instances of a model, which one a request goes to while its load stays
      * within 1.25 times the mean or the mean plus 2. `cache`: the one whose prompt cache holds the
      * longest part of its prompt less half a prompt per request in flight there, as the gateways
@@ -150,8 +164,17 @@ export const EngineSchema = z
      * on an H200 it did not serve a 30 MB F16 model across two ranks.
      */
     experimental_tensor_split: z.boolean().default(false),
-    /** Where each runner's stdout/stderr is written (`<instance>-rank<n>.log`). */
+    /**
+     * Where each runner's stdout/stderr is written (`<instance>-rank<n>.log`); saved KV caches on
+     * their way between nodes are under its `kv/<instance>/`.
+     */
     runner_log_dir: z.string().min(1).default("~/.service/runners"),
+    /** The largest saved KV cache (slot file) this node fetches from another to restore. */
+    kv_move_max_bytes: z
+      .number()
+      .int()
+      .positive()
+      .default(16 * 1024 ** 3),
   })
   .strict()
   .prefault({});

@@ -16,6 +16,7 @@ export type * from "./chat-events.ts";
 export * from "./http-api.ts";
 export * from "./agent-api.ts";
 export * from "./streams.ts";
+export * from "./kv-move.ts";
 export * from "./openapi.ts";
 export * from "./peer-api.ts";
 export type * from "./cluster-view.ts";

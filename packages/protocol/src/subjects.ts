@@ -14,6 +14,12 @@ import { WireErrorSchema } from "./errors.ts";
 import { RunnerLogReplySchema, RunnerLogRequestSchema } from "./observability.ts";
 import { PullRequestSchema, PullSchema } from "./store.ts";
 import { PromptNoticesSchema, StreamNoticeSchema } from "./streams.ts";
+import {
+  KvRestoreReplySchema,
+  KvRestoreRequestSchema,
+  KvSaveReplySchema,
+  KvSaveRequestSchema,
+} from "./kv-move.ts";
 
 export const PurgeRequestSchema = z.object({ model_id: ModelIdSchema.optional() });
 export const PurgeReplySchema = z.object({
@@ -91,6 +97,10 @@ export const CATALOG = {
   storePulls: req("ic.store.pulls", PullRequestSchema, PullReplySchema),
   /** Per node (suffix: peer key): the tail of one of its runners' log files. */
   runnerLog: req("ic.node.runner_log", RunnerLogRequestSchema, RunnerLogReplySchema),
+  /** Per node (suffix: peer key): save the slot that served a stream, for another node to fetch. */
+  kvSave: req("ic.node.kv_save", KvSaveRequestSchema, KvSaveReplySchema),
+  /** Per node (suffix: peer key): fetch a saved slot from its node and restore it into a free slot. */
+  kvRestore: req("ic.node.kv_restore", KvRestoreRequestSchema, KvRestoreReplySchema),
   /** Broadcast by gateways: a resumable stream started, or was resumed (services/gateway streams/). */
   streams: pub("ic.streams", StreamNoticeSchema),
   /** Broadcast by gateways routing on the prompt caches: the prompts sent to instances. */

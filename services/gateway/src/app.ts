@@ -16,7 +16,9 @@ import { placementRoutes } from "./routes/placement.ts";
 import { RequestLoad } from "./request-load.ts";
 import { ConfigSchema } from "@ic/config";
 import { PromptCacheMap } from "./prompt-cache.ts";
-import { promptCacheMetrics } from "./metrics.ts";
+import { kvMoveMetrics, promptCacheMetrics } from "./metrics.ts";
+import { KvMoveStats } from "./chat/handover.ts";
+import type { KvMovePort } from "./chat/handover.ts";
 
 /** The cluster section's defaults, read from the schema that defines them (config's `cluster`). */
 const CLUSTER_DEFAULTS = ConfigSchema.shape.cluster.parse({});
@@ -51,6 +53,8 @@ export interface GatewayOptions {
   readonly load?: RequestLoad;
   /** What each instance's prompt cache holds (prefix_routing `cache`); absent: one of its own. */
   readonly promptCache?: PromptCacheMap;
+  /** How nodes are asked to save and restore slots (chat.kv_move); absent: caches never move. */
+  readonly kvMove?: KvMovePort;
 }
 
 /** The gateway on a node app of its own (its tests serve it so). */
@@ -60,17 +64,21 @@ export function createGatewayApp(o: GatewayOptions): Hono {
   ]);
 }
 
-/** The gateway as one of a node's components: its routes, and the prompt-cache map's metrics. */
+/** The gateway as one of a node's components: its routes, the prompt-cache map's and the cache moves' metrics. */
 export function gatewayComponent(o: GatewayOptions): Component {
   const promptCache = o.promptCache ?? new PromptCacheMap();
+  const kvStats = new KvMoveStats();
   return {
     name: "gateway",
-    routes: () => routesOf((app) => gatewayRoutes(app, { ...o, promptCache })),
-    metrics: (registry) => promptCacheMetrics(registry, promptCache),
+    routes: () => routesOf((app) => gatewayRoutes(app, { ...o, promptCache }, kvStats)),
+    metrics: (registry) => {
+      promptCacheMetrics(registry, promptCache);
+      kvMoveMetrics(registry, kvStats);
+    },
   };
 }
 
-function gatewayRoutes(app: Hono, o: GatewayOptions): void {
+function gatewayRoutes(app: Hono, o: GatewayOptions, kvStats: KvMoveStats): void {
   const log = o.log.child({ component: "gateway" });
   const load = o.load ?? new RequestLoad();
   clusterRoutes(app, {
@@ -105,5 +113,7 @@ function gatewayRoutes(app: Hono, o: GatewayOptions): void {
     ...(o.onChatMigration ? { onMigration: o.onChatMigration } : {}),
     ...(o.streams ? { streams: o.streams } : {}),
     ...(o.promptCache ? { promptCache: o.promptCache } : {}),
+    ...(o.kvMove ? { kvMove: o.kvMove } : {}),
+    kvStats,
   });
 }

@@ -12,3 +12,4 @@ export { engineAuth } from "./engine-auth.ts";
 export { StreamDirectory } from "./streams/directory.ts";
 export { PromptCacheMap } from "./prompt-cache.ts";
 export { promptBlocks } from "./prompt-blocks.ts";
+export type { KvMovePort } from "./chat/handover.ts";

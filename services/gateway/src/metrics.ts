@@ -1,10 +1,13 @@
 // The gateway's own metrics (Component.metrics): how well its prompt-cache map predicts what the
 // engines reuse, per instance. Each reads the map when scraped: the predicted and the reused prompt
 // tokens side by side (their ratio is the map's accuracy over time; the error total shows what the
-// sums hide), and how many prompts the map now assumes each engine keeps.
+// sums hide), and how many prompts the map now assumes each engine keeps. And the KV caches that
+// moved with migrating streams (chat/handover.ts): how many, their bytes, the tokens restored against
+// those the target still prefilled, the time the moves took and the prefill time they spared.
 import { Counter, Gauge } from "prom-client";
 import type { Registry } from "prom-client";
 import type { CacheAccuracy, PromptCacheMap } from "./prompt-cache.ts";
+import type { KvMoveStats } from "./chat/handover.ts";
 
 const COUNTS: readonly [name: string, help: string, read: (a: CacheAccuracy) => number][] = [
   [
@@ -57,4 +60,59 @@ export function promptCacheMetrics(registry: Registry, cache: PromptCacheMap): v
       for (const [instance, a] of cache.accuracy()) this.set({ instance }, a.capacity);
     },
   });
+}
+
+const KV_SUMS: readonly [name: string, help: string, read: (s: KvMoveStats) => number][] = [
+  [
+    "ic_kv_move_bytes_total",
+    "Bytes of KV caches (slot files) this gateway moved between nodes with migrating streams.",
+    (s) => s.bytes,
+  ],
+  [
+    "ic_kv_move_restored_tokens_total",
+    "Tokens of the moved caches the target engines restored (their n_restored).",
+    (s) => s.restoredTokens,
+  ],
+  [
+    "ic_kv_move_prefilled_tokens_total",
+    "Prompt tokens the target engines still computed for the continuations after a restore (timings.prompt_n).",
+    (s) => s.prefilledTokens,
+  ],
+  [
+    "ic_kv_move_seconds_total",
+    "Time the cache moves took (save, fetch, restore), summed.",
+    (s) => s.seconds,
+  ],
+  [
+    "ic_kv_move_saved_seconds_total",
+    "Prefill time the restored tokens spared, at each target's recent prefill rate, less the moves' own time (moves to an instance with no measured rate count 0).",
+    (s) => s.savedSeconds,
+  ],
+];
+
+export function kvMoveMetrics(registry: Registry, stats: KvMoveStats): void {
+  const registers = [registry];
+  new Counter({
+    name: "ic_kv_moves_total",
+    help: "Migrating streams whose KV cache this gateway tried to move, per model, by outcome (moved: restored on the target; failed: the continuation prefilled it).",
+    labelNames: ["model", "outcome"],
+    registers,
+    collect() {
+      this.reset();
+      for (const [model, t] of stats.totals) {
+        this.inc({ model, outcome: "moved" }, t.moves);
+        this.inc({ model, outcome: "failed" }, t.failed);
+      }
+    },
+  });
+  for (const [name, help, read] of KV_SUMS)
+    new Counter({
+      name,
+      help,
+      registers,
+      collect() {
+        this.reset();
+        this.inc(read(stats));
+      },
+    });
 }

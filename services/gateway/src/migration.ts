@@ -202,6 +202,8 @@ export interface ContinuationContext {
   readonly sentTokens: number;
   /** The client asked for a usage event (`stream_options.include_usage`): that one is the last. */
   readonly includeUsage: boolean;
+  /** The stream's KV cache moved with it (`x_ic.kv` of the final event): tokens restored, bytes. */
+  readonly kv?: { readonly restored_tokens: number; readonly bytes: number };
 }
 
 const ROLE_ONLY_KEYS = new Set(["role", "content"]);
@@ -224,7 +226,7 @@ function isRoleOnly(ev: Json): boolean {
  * Rewrites the continuation's complete SSE events: its first role-only event is dropped; every event
  * gets the first answer's id, `created` and `model`; the usage event gets the combined usage; the
  * final event (the usage event when the client asked for one, else the one with a finish_reason)
- * gets `x_ic.migrated_from` beside any x_ic fields it has. Should [DONE] come without such an event,
+ * gets `x_ic.migrated_from` (and `x_ic.kv` when the cache moved) beside any x_ic fields it has. Should [DONE] come without such an event,
  * a chunk with no choices carrying x_ic goes before it.
  */
 export class ContinuationRewriter {
@@ -283,19 +285,25 @@ export class ContinuationRewriter {
         (c) => isObject(c) && c.finish_reason !== null && c.finish_reason !== undefined,
       );
     if (this.o.includeUsage ? hasUsage : finishing) {
-      json.x_ic = { ...(isObject(json.x_ic) ? json.x_ic : {}), migrated_from: this.o.migratedFrom };
+      json.x_ic = { ...(isObject(json.x_ic) ? json.x_ic : {}), ...this.mark() };
       this.marked = true;
     }
     return `data: ${JSON.stringify(json)}\n\n`;
   }
 
+  /** What the final event's x_ic says of the migration. */
+  private mark(): Json {
+    const { migratedFrom, kv } = this.o;
+    return kv ? { migrated_from: migratedFrom, kv } : { migrated_from: migratedFrom };
+  }
+
   private closingEvent(): string {
     this.marked = true;
-    const { id, created, model, migratedFrom } = this.o;
+    const { id, created, model } = this.o;
     const ev: Json = { choices: [], id, object: "chat.completion.chunk" };
     if (created !== undefined) ev.created = created;
     if (model !== undefined) ev.model = model;
-    ev.x_ic = { migrated_from: migratedFrom };
+    ev.x_ic = this.mark();
     return `data: ${JSON.stringify(ev)}\n\n`;
   }
 }

@@ -19,7 +19,7 @@ import type { ClusterView, PeerApis, PeerView } from "@ic/protocol";
 import { LiveStagingSettings, stagingSettings } from "@ic/staging";
 import { createHubSource, storeComponent, storeHostComponent } from "@ic/store";
 import { tracingComponent } from "@ic/tracing";
-import { engineComponent, telemetryComponent, workerComponent } from "@ic/worker";
+import { engineComponent, kvMoveComponent, telemetryComponent, workerComponent } from "@ic/worker";
 import type { Worker } from "@ic/worker";
 import type { ClusterPort } from "@ic/worker";
 import { healthRoutes } from "./health-route.ts";
@@ -175,6 +175,13 @@ async function compose<C extends NodeCluster>(
     engineHeaders,
     streams,
     promptCache,
+    // Slots are saved and restored by the nodes that hold them (worker kv-move.ts), asked on the bus.
+    kvMove: {
+      save: (peer, req) =>
+        deps.bus.request("kvSave", req, { suffix: peer, timeoutMs: req.timeout_ms + 1000 }),
+      restore: (peer, req) =>
+        deps.bus.request("kvRestore", req, { suffix: peer, timeoutMs: req.timeout_ms + 1000 }),
+    },
     load: local.chatLoad,
     registry: services.observability.nodeMetrics.registry,
     routes: {
@@ -359,13 +366,27 @@ async function startServices<C extends NodeCluster>(
       log,
     }),
   );
+  // Moving KV caches between nodes, this node's engines' side (its routes and bus requests).
+  const kvMove = await stack.start(
+    kvMoveComponent({
+      bus,
+      peerKey,
+      engine: (id) => worker()?.kvEngine(id),
+      engineHeaders: { authorization: `Bearer ${scope.engineKey}` },
+      apiUrl: deps.apiUrl,
+      token: cfg.auth.tokens.length === 0 ? undefined : () => deps.secret.token(),
+      maxBytes: cfg.engine.kv_move_max_bytes,
+      extraArgs: cfg.engine.extra_args,
+      log,
+    }),
+  );
   const dashboard = dashboardComponent({
     log,
     file: hooks.configFile,
     nodeName: name,
     live: settings,
   });
-  return { tracing, observability, store, dashboard };
+  return { tracing, observability, store, dashboard, kvMove };
 }
 
 /**

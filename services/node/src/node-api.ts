@@ -6,7 +6,7 @@ import type { Registry } from "prom-client";
 import type { Hono } from "hono";
 import type { Config } from "@ic/config";
 import { gatewayComponent } from "@ic/gateway";
-import type { PromptCacheMap, RequestLoad, StreamDirectory } from "@ic/gateway";
+import type { KvMovePort, PromptCacheMap, RequestLoad, StreamDirectory } from "@ic/gateway";
 import { createNodeApp, routesOf } from "@ic/http";
 import type { ApiToken, Component, TokenSet } from "@ic/http";
 import type { Logger } from "@ic/log";
@@ -30,6 +30,8 @@ export interface NodeRoutes {
   readonly cluster: Component;
   readonly dashboard: Component;
   readonly storeHost?: Component | undefined;
+  /** GET /kv/files/{file}: saved KV caches on their way to another node (@ic/worker kv-move.ts). */
+  readonly kvMove?: Component | undefined;
 }
 
 export interface NodeApiOptions {
@@ -45,6 +47,8 @@ export interface NodeApiOptions {
   readonly streams?: StreamDirectory;
   /** What each instance's prompt cache holds (absent: this gateway's own knowledge only). */
   readonly promptCache?: PromptCacheMap;
+  /** How the gateway asks nodes to save and restore slots (absent: caches never move). */
+  readonly kvMove?: KvMovePort;
   readonly routes: NodeRoutes;
   /**
    * The node's metrics registry: the gateway, made here rather than started on the node's
@@ -66,6 +70,7 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
     { name: "openapi", routes: () => routesOf(openApiRoutes) },
     r.dashboard,
     r.storeHost,
+    r.kvMove,
   ];
   const observers = [r.tracing.tracing.observe, r.observability.observe];
   const gateway = gatewayComponent({
@@ -83,6 +88,7 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
     ...(o.load ? { load: o.load } : {}),
     ...(o.streams ? { streams: o.streams } : {}),
     ...(o.promptCache ? { promptCache: o.promptCache } : {}),
+    ...(o.kvMove ? { kvMove: o.kvMove } : {}),
     observeChat: (req) => combineObservers(observers.map((f) => f(req))),
   });
   if (o.registry) gateway.metrics?.(o.registry);

@@ -19,6 +19,7 @@ import { EVENT_LOG_OPERATIONS } from "@ic/eventlog";
 import { GATEWAY_OPERATIONS } from "@ic/gateway";
 import { STORE_OPERATIONS } from "@ic/store";
 import { TRACING_OPERATIONS } from "@ic/tracing";
+import { KV_MOVE_OPERATIONS } from "@ic/worker";
 import { NodeLogsQuerySchema } from "./observability/node-logs.ts";
 import { RunnerLogsQuerySchema } from "./observability/runner-logs.ts";
 import { SeriesAnswerSchema, SeriesQuerySchema } from "./observability/series.ts";
@@ -117,6 +118,7 @@ export const API_OPERATIONS: readonly ApiOperation[] = [
   ...TRACING_OPERATIONS,
   ...DASHBOARD_OPERATIONS,
   ...NODE_OPERATIONS,
+  ...KV_MOVE_OPERATIONS,
 ];
 
 /** The document, built once per process. */

@@ -33,6 +33,11 @@ export interface ServerArgsInput {
    * rpc devices, else the experimental `tensor` mode (placed only when the operator allowed it).
    */
   readonly tensorMode: "tensor" | "row";
+  /**
+   * The directory slots are saved to and restored from (`--slot-save-path`), where the engine's
+   * probe found it moves KV caches between servers (issue 50); absent: no slot files.
+   */
+  readonly slotDir?: string | undefined;
   /** Serve HTTPS with this certificate and key (PEM files). */
   readonly tls?: { readonly certFile: string; readonly keyFile: string } | undefined;
 }
@@ -62,6 +67,7 @@ export function serverArgs(i: ServerArgsInput): string[] {
   // timings and speculative-decoding statistics -- what the health checklist reads.
   a.push("-fit", "off", "--metrics", "--no-webui", "-lv", "4");
   if (i.tls) a.push("--ssl-key-file", i.tls.keyFile, "--ssl-cert-file", i.tls.certFile);
+  if (i.slotDir) a.push("--slot-save-path", i.slotDir);
   const ranks = i.instance.assignments;
   const gpus = i.localGpus;
   if (ranks.length > 1) {

@@ -23,3 +23,5 @@ export {
 } from "./component.ts";
 export { runnerMetrics, telemetryMetrics } from "./metrics.ts";
 export type { RunnerView, TelemetrySource } from "./metrics.ts";
+export { KvMoves, KV_MOVE_OPERATIONS, kvMoveComponent } from "./kv-move.ts";
+export type { KvEngine, KvMoveOptions } from "./kv-move.ts";

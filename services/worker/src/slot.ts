@@ -23,6 +23,11 @@ export interface Slot {
   progressReportedAt: number;
   /** The engine's last error line while it crash-loops or after it failed. */
   lastError?: string;
+  /**
+   * rank 0 whose engine saves and restores slots (kv-move.ts): its slot directory and the size of
+   * the model file it loaded (a saved cache names both).
+   */
+  kv?: { readonly dir: string; readonly modelBytes: number };
 }
 
 /** Restarts in a row (without becoming ready) from which a runner counts as crash-looping. */

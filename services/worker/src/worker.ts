@@ -24,6 +24,7 @@ import { planRunners, remoteEndpoints } from "./plan.ts";
 import { applyStatus, runnerContext, runnerOf, slotHealth, stagingStart } from "./slot.ts";
 import type { Slot, SlotStatus } from "./slot.ts";
 import type { RunnerAction, SlotView } from "./plan.ts";
+import { mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { RunnerView } from "./metrics.ts";
 
@@ -116,6 +117,19 @@ export class Worker implements AsyncDisposable {
 
   supervisorFor(instanceId: string, rank: number): RunnerSupervisor | undefined {
     return this.slots.get(runnerKey(instanceId, rank))?.supervisor;
+  }
+
+  /**
+   * The local engine of an instance (rank 0, ready) that saves and restores slots (kv-move.ts):
+   * its endpoint, its slot directory, its model and the size of the model file it loaded.
+   */
+  kvEngine(
+    instanceId: string,
+  ): { endpoint: string; dir: string; modelId: ModelId; modelBytes: number } | undefined {
+    const slot = this.slots.get(runnerKey(instanceId, 0));
+    if (!slot?.kv || slot.state !== "RunnerReady" || !slot.endpoint) return undefined;
+    const { dir, modelBytes } = slot.kv;
+    return { endpoint: slot.endpoint, dir, modelId: slot.instance.model_id, modelBytes };
   }
 
   private kick(): void {
@@ -340,6 +354,7 @@ export class Worker implements AsyncDisposable {
       rpc = eps;
     }
     slot.rpc = rpc.join(",");
+    slot.kv = await this.slotFiles(slot, engine, staged);
     const bin = engine.server_bin!;
     const args = serverArgs({
       instance: inst,
@@ -362,6 +377,7 @@ export class Worker implements AsyncDisposable {
       // mode only where the probe found it working and the operator allowed it.
       tensorMode: engine.split?.row_over_rpc ? "row" : "tensor",
       tls: this.o.engineTls,
+      slotDir: slot.kv?.dir,
     });
     // The key goes in the environment (LLAMA_API_KEY), not argv, which `ps` shows to everyone.
     const env: Record<string, string> = this.o.engineKey ? { LLAMA_API_KEY: this.o.engineKey } : {};
@@ -369,6 +385,23 @@ export class Worker implements AsyncDisposable {
     return new RunnerSupervisor({ ...common, role: "server", bin, args, env, tls }, this.log, (s) =>
       this.onStatus(slot, s),
     );
+  }
+
+  /**
+   * Where the engine's probe found it moves KV caches between servers: an empty slot directory for
+   * this instance (`<runner_log_dir>/kv/<instance>`; files of an earlier run are stale) and the size
+   * of the model file, which a saved cache names. Undefined otherwise (no --slot-save-path).
+   */
+  private async slotFiles(
+    slot: Slot,
+    engine: EngineInfo,
+    staged: StagedModel,
+  ): Promise<Slot["kv"]> {
+    if (!engine.slot_restore?.supported) return undefined;
+    const dir = kvDir(this.o.settings.runner_log_dir, slot.instance.instance_id);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    return { dir, modelBytes: (await stat(staged.modelPath)).size };
   }
 
   /**
@@ -453,6 +486,7 @@ export class Worker implements AsyncDisposable {
     slot.abort.abort();
     this.slots.delete(slot.key);
     await slot.supervisor?.stop();
+    if (slot.kv) await rm(slot.kv.dir, { recursive: true, force: true }).catch(() => undefined);
     // The process is gone: its model is no longer in use, so the deactivation pass may evict it.
     this.publishInUse();
     if (slot.rank === 0 && !this.stopped) {
@@ -473,4 +507,9 @@ export class Worker implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
+}
+
+/** An instance's slot directory: saved KV caches on their way to or from another node. */
+export function kvDir(runnerLogDir: string, instanceId: string): string {
+  return join(runnerLogDir, "kv", instanceId);
 }

@@ -75,6 +75,8 @@ export function watchFailure(cluster: ClusterView, instance: Instance, session: 
 /** One request to an engine (a try, or a stream's continuation), once its answer's headers came. */
 export interface Leg {
   readonly instanceId: string;
+  /** The engine's base URL. */
+  readonly endpoint: string;
   readonly upstream: IncomingMessage;
   readonly status: number;
   readonly taskId: TaskId | undefined;
@@ -197,6 +199,7 @@ export async function openLeg(
   bounds.touch();
   return {
     instanceId: target.instance.instance_id,
+    endpoint: target.endpoint,
     upstream,
     status,
     taskId,

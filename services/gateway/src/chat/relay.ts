@@ -3,7 +3,7 @@
 // loses its instance; each ends once, with the task closed and the observer told how.
 import type { Context } from "hono";
 import { anthropicErrorBody, errorBody, ServiceError } from "@ic/protocol";
-import type { ChatEvent, ChatObserver, CommandId, EngineTimings } from "@ic/protocol";
+import type { ChatEvent, ChatObserver, CommandId, EngineTimings, PeerView } from "@ic/protocol";
 import { nodePair } from "@ic/http";
 import { readAll, SseRelay } from "../upstream.ts";
 import type { ReadyInstance } from "../readiness.ts";
@@ -22,6 +22,8 @@ import { openSink } from "./sink.ts";
 import type { Sink } from "./sink.ts";
 import { BeforeFirstByte, RETRY_ON, connectionError, openLeg } from "./leg.ts";
 import type { Leg } from "./leg.ts";
+import { carryCache, handoverTargets } from "./handover.ts";
+import type { CarriedCache, HandoverCandidate } from "./handover.ts";
 
 /** How long llama-server keeps a finished stream readable (its STREAM_SESSION_TTL_SECONDS). */
 export const ENGINE_STREAM_TTL_MS = 300_000;
@@ -152,7 +154,7 @@ async function answerWhole(
  * web stream. A stream that opted in to migration and loses its instance after its first byte goes
  * on, once, on another ready instance (migrate below); else an error ends it with one error event.
  */
-class StreamAnswer {
+class StreamAnswer implements HandoverCandidate {
   readonly response: Response;
   private current: Leg;
   private readonly sink: Sink;
@@ -168,6 +170,11 @@ class StreamAnswer {
   /** Only a request that opted in reads what it relayed (to continue it elsewhere if need be). */
   private readonly transcript: Transcript | undefined;
   private continuation: ContinuationRewriter | undefined;
+  /** The leg being handed over (its node drains): what it still sends is not relayed. */
+  private leaving: Leg | undefined;
+  /** The cache that moved with the stream, counted when it ends. */
+  private carried: CarriedCache | undefined;
+  private unwatch: (() => void) | undefined;
 
   private readonly commandId: CommandId;
   private readonly obs: ChatObserver | undefined;
@@ -185,6 +192,30 @@ class StreamAnswer {
     this.transcript = request.migrate ? new Transcript() : undefined;
     this.relayFirst(first);
     this.response = this.sink.response;
+    // A stream whose cache can move goes elsewhere when its node drains (handover.ts).
+    if (this.transcript && request.kvSeed !== undefined) this.unwatch = ctx.handovers.add(this);
+  }
+
+  /**
+   * A tick of the hand-over watch: when this stream's node is draining and the model is ready off
+   * draining nodes on an engine that restores caches, the stream moves there with its cache.
+   */
+  check(live: readonly PeerView[]): void {
+    if (this.finished || this.leaving || this.continuation || !this.transcript) return;
+    if (this.request.clientGone) return;
+    const source = this.ctx.o.cluster.snapshot().instances[this.current.instanceId];
+    if (!source) return;
+    const targets = handoverTargets(source, readyOthers(this.ctx, this.request, live), live);
+    if (targets.length === 0) return;
+    const leg = this.current;
+    this.leaving = leg;
+    leg.abort.abort(new Error("handed over: its node is draining"));
+    const node = this.ctx.o.cluster.snapshot().members[source.assignments[0]!.node_id]?.name;
+    const err = new ServiceError(
+      "instance_lost",
+      `the stream's node (${node ?? "its node"}) is draining and its continuation elsewhere failed; retry`,
+    );
+    void this.migrate(leg, err, this.transcript.sofar, targets);
   }
 
   private relayFirst(first: Leg): void {
@@ -195,6 +226,7 @@ class StreamAnswer {
     const relay = new SseRelay(this.commandId, named, request.resumable ? 0 : undefined);
     relayLeg(first, relay, request.body.model, {
       write: (out) => {
+        if (this.leaving) return;
         this.sink.write(out);
         if (obs && !firstChunk) obs.event({ type: "first_chunk", at: preciseNow() });
         firstChunk = true;
@@ -232,11 +264,13 @@ class StreamAnswer {
   private finish(err?: ServiceError): void {
     if (this.finished) return;
     this.finished = true;
+    this.unwatch?.();
     if (err) this.sink.write(errorEvent(this.request.endpoint.style, err));
     // The client gets its last bytes before the task bookkeeping runs.
     this.sink.end();
     const { report, tokens } = this.report();
     this.current.close(!err, tokens);
+    if (this.carried) this.countCarried(this.carried, report?.timings);
     if (!err) settlePrediction(this.ctx, this.request, this.current.instanceId, report?.timings);
     const obs = this.obs;
     if (!obs) return;
@@ -252,7 +286,7 @@ class StreamAnswer {
   }
 
   private ended(leg: Leg, err?: ServiceError): void {
-    if (this.finished || leg !== this.current) return;
+    if (this.finished || leg !== this.current || leg === this.leaving) return;
     if (err && !leg.upstream.complete) leg.abort.abort(new Error(`request ended: ${err.code}`));
     const { transcript } = this;
     if (
@@ -269,17 +303,26 @@ class StreamAnswer {
   }
 
   /**
-   * The stream's instance was lost (`err`) after the client got `sofar`: the request, continued
-   * from there, goes on in this stream from another ready instance; else `err` ends it.
+   * The stream's instance was lost (`err`) after the client got `sofar`, or its node drains and
+   * `planned` are where it may go: the request, continued from there, goes on in this stream from
+   * another ready instance (with the stream's KV cache where it can move); else `err` ends it.
    */
-  private async migrate(lost: Leg, err: ServiceError, sofar: StreamSoFar): Promise<void> {
+  private async migrate(
+    lost: Leg,
+    err: ServiceError,
+    sofar: StreamSoFar,
+    planned?: readonly ReadyInstance[],
+  ): Promise<void> {
     const { ctx, commandId, request } = this;
     const { body } = request;
     const outcome = migrationOutcomes(ctx, request, { from: lost.instanceId, err });
     lost.close(false);
-    const next = await openContinuation(ctx, request, sofar, outcome);
+    const from = { instanceId: lost.instanceId, endpoint: lost.endpoint, sofar };
+    this.carried = await carryCache(ctx, request, from, planned);
+    const next = await openContinuation(ctx, request, sofar, outcome, this.carried);
     if (!next) return this.finish(err);
     const { leg, to } = next;
+    const moved = this.carried?.result.ok ? this.carried.result : undefined;
     const rewriter = new ContinuationRewriter({
       id: commandId,
       created: sofar.created,
@@ -287,8 +330,12 @@ class StreamAnswer {
       migratedFrom: lost.instanceId,
       sentTokens: sofar.tokens,
       includeUsage: includesUsage(body),
+      ...(moved
+        ? { kv: { restored_tokens: moved.restored.tokens, bytes: moved.saved.bytes } }
+        : {}),
     });
     this.current = leg;
+    this.leaving = undefined;
     this.continuation = rewriter;
     let relayed = false;
     relayLeg(leg, new SseRelay(commandId), body.model, {
@@ -298,7 +345,14 @@ class StreamAnswer {
         this.sink.write(Buffer.from(text));
         if (relayed) return;
         relayed = true;
-        outcome("migrated", { to, sent_tokens: sofar.tokens, max_tokens: next.maxTokens });
+        outcome("migrated", {
+          to,
+          sent_tokens: sofar.tokens,
+          max_tokens: next.maxTokens,
+          ...(moved
+            ? { kv_restored_tokens: moved.restored.tokens, kv_bytes: moved.saved.bytes }
+            : {}),
+        });
       },
       // A continuation that ends before its first event reached the client: the loss's error.
       ended: (e) => {
@@ -308,35 +362,61 @@ class StreamAnswer {
       },
     });
   }
+
+  /** The moved cache's figures, with what the target still prefilled (its timings), counted once. */
+  private countCarried(c: CarriedCache, timings: EngineTimings | undefined): void {
+    const { result } = c;
+    const r = this.ctx.kv.record(
+      {
+        model: this.request.body.model,
+        outcome: result.ok ? "moved" : "failed",
+        bytes: result.ok ? result.saved.bytes : result.bytes,
+        restoredTokens: result.ok ? result.restored.tokens : 0,
+        prefilledTokens: timings?.prompt_n,
+        seconds: result.seconds,
+      },
+      c.from,
+      c.target.instance.instance_id,
+    );
+    this.ctx.o.log.info(
+      { command: this.commandId, ...r, to: c.target.instance.instance_id },
+      "a stream's KV cache moved with it",
+    );
+  }
 }
 
 /**
  * The continuation of a stream lost after the client got `sofar`: the request continued from
- * there (migration.ts), sent to another ready instance off draining nodes, within the request's
- * total bound, answered with a 200. Undefined (its outcome reported) when there is none.
+ * there (migration.ts), sent to another ready instance off draining nodes (the one its cache moved
+ * to, naming the restored slot), within the request's total bound, answered with a 200. Undefined
+ * (its outcome reported) when there is none.
  */
 async function openContinuation(
   ctx: ChatContext,
   request: RequestContext,
   sofar: StreamSoFar,
   outcome: ReturnType<typeof migrationOutcomes>,
+  carried: CarriedCache | undefined,
 ): Promise<{ leg: Leg; to: string; maxTokens: number | undefined } | undefined> {
-  const { body, c } = request;
-  const plan = continuationRequest(body, sofar);
+  const { c } = request;
+  const plan = continuationRequest(request.body, sofar);
   if (!plan.ok) return void outcome("not_continuable", { why: plan.why });
   if (Date.now() >= request.deadline)
     return void outcome("failed", { why: "the request's total bound has passed" });
   const live = ctx.o.cluster.livePeers();
-  const others = readyOthers(ctx, request, live);
+  const others = carried ? [carried.target] : readyOthers(ctx, request, live);
   if (others.length === 0 || clientClosed(c, request)) return void outcome("no_instance");
   // The continuation's engine starts its own byte count: the stream is not readable again.
   request.resumable = false;
-  const target = pick(ctx, others, live, request);
+  const target = carried ? carried.target : pick(ctx, others, live, request);
   const to = target.instance.instance_id;
   request.tried.add(to);
+  const body = carried?.result.ok
+    ? { ...plan.body, id_slot: carried.result.restored.slot }
+    : plan.body;
   let leg: Leg;
   try {
-    leg = await openLeg(ctx, request, { target, body: plan.body, obs: undefined });
+    leg = await openLeg(ctx, request, { target, body, obs: undefined });
   } catch (e) {
     return void outcome("failed", { to, err: (e as Error).message });
   }
@@ -415,6 +495,7 @@ function settlePrediction(
   timings: EngineTimings | undefined,
 ): void {
   const p = request.prediction;
+  ctx.kv.notePrefill(instanceId, timings);
   if (!p || p.instanceId !== instanceId || timings?.cache_n === undefined) return;
   request.prediction = undefined;
   ctx.cache.settle(p, {

@@ -4,6 +4,7 @@
 import type { PromptCacheMap, Prediction } from "../prompt-cache.ts";
 import type { PromptBlocks } from "../prompt-blocks.ts";
 import type { Sink } from "./sink.ts";
+import type { HandoverWatch, KvMovePort, KvMoveStats } from "./handover.ts";
 import type { Context } from "hono";
 import type { z } from "zod";
 import {
@@ -198,6 +199,10 @@ export interface ChatOptions {
   readonly streams?: StreamDirectory;
   /** The prompt-cache map (the gateway's metrics read it); absent: one of its own. */
   readonly promptCache?: PromptCacheMap;
+  /** How nodes are asked to save and restore slots (chat.kv_move); absent: caches never move. */
+  readonly kvMove?: KvMovePort;
+  /** The cache moves' counts (the gateway's metrics read it); absent: one of its own. */
+  readonly kvStats?: KvMoveStats;
 }
 
 /** Wall-clock ms with sub-ms precision (Chrome traces want microseconds). */
@@ -214,6 +219,9 @@ export interface ChatContext {
   readonly loads: Map<string, Promise<unknown>>;
   /** What each instance's prompt cache holds, as this gateway learned it (prefix_routing `cache`). */
   readonly cache: PromptCacheMap;
+  /** The streams that move with their cache when their node drains (chat/handover.ts). */
+  readonly handovers: HandoverWatch;
+  readonly kv: KvMoveStats;
 }
 
 export const TIMINGS = Buffer.from('"timings"');
@@ -371,6 +379,11 @@ export interface RequestContext extends ChatCall {
   readonly deadline: number;
   /** A chat stream that opted in to migration (chat.migrate_streams or `x-ic-migrate: 1`). */
   readonly migrate: boolean;
+  /**
+   * A migrating stream's sampling seed (chat.kv_move): it names the engine slot that served the
+   * stream, whose KV cache then moves with it (chat/handover.ts). Absent: the cache stays.
+   */
+  readonly kvSeed: number | undefined;
   /** The instances tried so far (a retry or a migration goes to another). */
   readonly tried: Set<string>;
   /** What the engine's prompt cache could share with this conversation's other requests. */

@@ -48,6 +48,7 @@ import { attempt, errorEvent } from "../chat/relay.ts";
 import { loadOnDemand } from "../chat/on-demand.ts";
 import { StreamDirectory } from "../streams/directory.ts";
 import { inlineRemoteMedia } from "../chat/media.ts";
+import { HandoverWatch, KvMoveStats, streamSeed } from "../chat/handover.ts";
 
 /** An image fetched for a request (chat.fetch_image_urls): llama-server's own bounds for it. */
 const IMAGE_MAX_BYTES = 10 * 1024 * 1024;
@@ -70,6 +71,8 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
     streams: o.streams ?? new StreamDirectory(),
     loads: new Map(),
     cache: o.promptCache ?? new PromptCacheMap(),
+    handovers: new HandoverWatch(() => o.cluster.livePeers()),
+    kv: o.kvStats ?? new KvMoveStats(),
   };
   resumeRoutes(app, ctx);
 
@@ -285,6 +288,11 @@ function requestContext(
   const field = endpoint.maxTokensField;
   if (field && body[field] === undefined && body.max_completion_tokens === undefined)
     body[field] = ctx.limits.default_max_tokens;
+  // Stream migration (docs/api.md): chat streams only, when the config or the request asks.
+  const migrate =
+    endpoint.path === "/v1/chat/completions" &&
+    body.stream === true &&
+    migrationWanted(requestHeader(c, "x-ic-migrate"), ctx.limits.migrate_streams);
   return {
     ...call,
     body,
@@ -292,11 +300,8 @@ function requestContext(
     limited,
     countTokens: limited?.limits?.tokens_per_minute !== undefined,
     deadline: Date.now() + ctx.limits.total_timeout_ms,
-    // Stream migration (docs/api.md): chat streams only, when the config or the request asks.
-    migrate:
-      endpoint.path === "/v1/chat/completions" &&
-      body.stream === true &&
-      migrationWanted(requestHeader(c, "x-ic-migrate"), ctx.limits.migrate_streams),
+    migrate,
+    kvSeed: migrate && ctx.limits.kv_move && ctx.o.kvMove ? streamSeed(body) : undefined,
     tried: new Set<string>(),
     prefixKey: routing !== "off" ? prefixKey(body) : undefined,
     prompt: routing === "cache" ? promptBlocks(body) : undefined,
