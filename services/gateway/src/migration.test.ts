@@ -346,6 +346,18 @@ describe("ContinuationRewriter", () => {
     });
   });
 
+  it("a cache that moved with the stream is named in the final event's x_ic, and in the closing chunk", () => {
+    const kv = { restored_tokens: 1688, bytes: 5_212_736 };
+    const r = new ContinuationRewriter({ ...ctx, includeUsage: false, kv });
+    const [fin] = parse(
+      r.rewrite(theirs({ choices: [{ index: 0, delta: {}, finish_reason: "length" }] })),
+    );
+    expect(fin).toMatchObject({ x_ic: { migrated_from: "i-1", kv } });
+    const bare = new ContinuationRewriter({ ...ctx, includeUsage: false, kv });
+    const evs = parse(bare.rewrite("data: [DONE]\n\n"));
+    expect(evs[0]).toMatchObject({ choices: [], x_ic: { migrated_from: "i-1", kv } });
+  });
+
   it("comments and what is not JSON pass unchanged; the role event is dropped only at the start", () => {
     const r = new ContinuationRewriter({ ...ctx, includeUsage: false });
     expect(r.rewrite(": ping\n\n")).toBe(": ping\n\n");

@@ -11,6 +11,7 @@ import { stagingFor } from "@ic/config";
 import { dashboardComponent } from "@ic/dashboard";
 import { eventLogComponent } from "@ic/eventlog";
 import { engineAuth, PromptCacheMap, RequestLoad, StreamDirectory } from "@ic/gateway";
+import type { KvMovePort } from "@ic/gateway";
 import { ComponentStack, routesOf, TokenSet } from "@ic/http";
 import type { Component } from "@ic/http";
 import { processLogTail } from "@ic/log";
@@ -175,13 +176,7 @@ async function compose<C extends NodeCluster>(
     engineHeaders,
     streams,
     promptCache,
-    // Slots are saved and restored by the nodes that hold them (worker kv-move.ts), asked on the bus.
-    kvMove: {
-      save: (peer, req) =>
-        deps.bus.request("kvSave", req, { suffix: peer, timeoutMs: req.timeout_ms + 1000 }),
-      restore: (peer, req) =>
-        deps.bus.request("kvRestore", req, { suffix: peer, timeoutMs: req.timeout_ms + 1000 }),
-    },
+    kvMove: kvMovePort(deps.bus),
     load: local.chatLoad,
     registry: services.observability.nodeMetrics.registry,
     routes: {
@@ -270,6 +265,16 @@ async function startLocal<C extends NodeCluster>(scope: Scope<C>) {
     },
   });
   return { events, engine, telemetry, telemetryPart, chatLoad };
+}
+
+/** Slots are saved and restored by the nodes that hold them (worker kv-move.ts), asked on the bus. */
+function kvMovePort(bus: Pick<Bus, "request">): KvMovePort {
+  return {
+    save: (peer, req) =>
+      bus.request("kvSave", req, { suffix: peer, timeoutMs: req.timeout_ms + 1000 }),
+    restore: (peer, req) =>
+      bus.request("kvRestore", req, { suffix: peer, timeoutMs: req.timeout_ms + 1000 }),
+  };
 }
 
 /** The store host (with store_path) and this node's staging of model copies. */

@@ -103,6 +103,13 @@ describe("serverArgs", () => {
     });
     expect(a.join(" ")).toContain("--ssl-key-file /s/n.key --ssl-cert-file /s/n.crt");
   });
+  it("where the engine moves KV caches: the instance's slot directory (none otherwise)", () => {
+    const one = { ...base, instance: instance(1, "Pipeline", [4]), totalLayers: 4 };
+    expect(serverArgs({ ...one, slotDir: "/r/kv/i-1" }).join(" ")).toContain(
+      "--slot-save-path /r/kv/i-1",
+    );
+    expect(serverArgs(one)).not.toContain("--slot-save-path");
+  });
   it("Pipeline over rpc on a CPU rank 0: remote layers offloaded in rank order, rank 0 keeps its own", () => {
     const a = serverArgs({
       ...base,

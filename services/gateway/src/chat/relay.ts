@@ -319,7 +319,10 @@ class StreamAnswer implements HandoverCandidate {
     lost.close(false);
     const from = { instanceId: lost.instanceId, endpoint: lost.endpoint, sofar };
     this.carried = await carryCache(ctx, request, from, planned);
-    const next = await openContinuation(ctx, request, sofar, outcome, this.carried);
+    const next = await openContinuation(ctx, request, sofar, {
+      outcome,
+      carried: this.carried,
+    });
     if (!next) return this.finish(err);
     const { leg, to } = next;
     const moved = this.carried?.result.ok ? this.carried.result : undefined;
@@ -395,8 +398,14 @@ async function openContinuation(
   ctx: ChatContext,
   request: RequestContext,
   sofar: StreamSoFar,
-  outcome: ReturnType<typeof migrationOutcomes>,
-  carried: CarriedCache | undefined,
+  {
+    outcome,
+    carried,
+  }: {
+    readonly outcome: ReturnType<typeof migrationOutcomes>;
+    /** The cache moved ahead of it: the continuation goes where it went, naming its slot. */
+    readonly carried: CarriedCache | undefined;
+  },
 ): Promise<{ leg: Leg; to: string; maxTokens: number | undefined } | undefined> {
   const { c } = request;
   const plan = continuationRequest(request.body, sofar);
