@@ -319,6 +319,8 @@ export async function seedStore(
     tools?: boolean;
     /** A vision projector beside it (`tiny-llama-mmproj.gguf`): the model takes images. */
     mmproj?: boolean;
+    /** The model's trained context (the slow model's is 16384, the other's its generator's). */
+    contextLength?: number;
   } = {},
 ): Promise<{ store: string; modelId: string; drafterId?: string }> {
   const { writeTinyModel, writeTinyProjector } = await import("@ic/gguf");
@@ -344,6 +346,7 @@ export async function seedStore(
     ...shape,
     ...(opts.layers ? { nLayer: opts.layers } : {}),
     ...(opts.tools ? { tools: true } : {}),
+    ...(opts.contextLength ? { contextLength: opts.contextLength } : {}),
   });
   if (opts.mmproj)
     await writeTinyProjector(join(dir, "tiny-llama-mmproj.gguf"), {

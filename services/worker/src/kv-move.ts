@@ -29,6 +29,9 @@ import type { ApiOperation, ModelId } from "@ic/protocol";
 /** Saved files the target has not fetched are removed after this long. */
 export const FILE_TTL_MS = 120_000;
 
+/** Slot files are read in chunks of this size (they run to gigabytes; 64 KiB chunks cost CPU). */
+const READ_CHUNK = 1024 * 1024;
+
 /** The local engine of an instance that saves and restores slots (Worker.kvEngine). */
 export interface KvEngine {
   readonly endpoint: string;
@@ -133,7 +136,7 @@ export class KvMoves {
     const held = name.success ? this.files.get(name.data) : undefined;
     if (!name.success || !held) throw new ServiceError("not_found", "no such slot file here");
     this.files.delete(name.data);
-    const body = createReadStream(held.path);
+    const body = createReadStream(held.path, { highWaterMark: READ_CHUNK });
     // Served once: the file goes when it has been read (or failed to be).
     body.on("close", () => void rm(held.path, { force: true }));
     return new Response(Readable.toWeb(body) as ReadableStream, {
@@ -356,7 +359,7 @@ export const KV_MOVE_OPERATIONS: readonly ApiOperation[] = [
 /** A file's size and sha256 (hex), read once. */
 async function digestFile(path: string): Promise<{ bytes: number; sha256: string }> {
   const hash = createHash("sha256");
-  await pipeline(createReadStream(path), hash);
+  await pipeline(createReadStream(path, { highWaterMark: READ_CHUNK }), hash);
   return { bytes: (await stat(path)).size, sha256: hash.digest("hex") };
 }
 

@@ -381,9 +381,16 @@ class StreamAnswer implements HandoverCandidate {
       c.from,
       c.target.instance.instance_id,
     );
+    const parts = result.ok
+      ? {
+          save_ms: result.saved.save_ms,
+          fetch_ms: result.restored.fetch_ms,
+          restore_ms: result.restored.restore_ms,
+        }
+      : { why: result.why };
     this.ctx.o.log.info(
-      { command: this.commandId, ...r, to: c.target.instance.instance_id },
-      "a stream's KV cache moved with it",
+      { command: this.commandId, ...r, ...parts, to: c.target.instance.instance_id },
+      result.ok ? "a stream's KV cache moved with it" : "a stream's KV cache did not move with it",
     );
   }
 }
