@@ -142,4 +142,85 @@ describe("the cache follows the conversation", () => {
       `kv move: ${kv.restored_tokens} tokens (${kv.bytes} bytes) restored; the continuation reused ${t.cache_n} and computed ${t.prompt_n} of ${context}\n`,
     );
   }, 180_000);
+
+  it("a drained node's warm conversations go to the replica taking them: their next turns reuse the history there", async () => {
+    const { store, modelId } = await seedStore(mkdtempSync(join(tmpdir(), "ic-kv-warm-")), {
+      modelId: "kv/warm",
+      slow: true,
+    });
+    await using cluster = await startHostCluster(3, {
+      config: (i) => ({
+        node: { drain_timeout_ms: 60_000 },
+        engine: { context_size: 8192, extra_args: ["-np", "2", "-t", "1"] },
+        ...(i === 0 ? { store_path: store } : {}),
+      }),
+    });
+    const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
+    await waitForConvergence(cluster.nodes, 3);
+    const doc = await n1.get<StateDoc>("/state");
+    const id = (name: string) => doc.node_identities.find((n) => n.name === name)!.node_id;
+    const placed = await placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1")] });
+    const holder = placed.assignments[0]!.node_id === id("node-2") ? n2 : n3;
+    const ask = async (node: NodeProcess, messages: unknown[]) => {
+      const r = await node.post("/v1/chat/completions", {
+        model: modelId,
+        messages,
+        max_tokens: 8,
+        temperature: 0,
+      });
+      const body = await r.text();
+      expect(r.status, body).toBe(200);
+      const a = JSON.parse(body) as {
+        choices: { message: { content: string } }[];
+        timings: { cache_n: number; prompt_n: number };
+      };
+      return { instance: r.headers.get("x-instance-id")!, ...a };
+    };
+    // Three conversations on the holder's two slots: the oldest (c) is no longer in a slot.
+    const convs = ["c", "a", "b"].map((name, k) => [
+      { role: "system", content: `Conversation ${name}. ${history.slice(k * 7)}` },
+      { role: "user", content: `Tell me about ${name}: ${history.slice(k * 11)}` },
+    ]);
+    const first = [];
+    for (const m of convs) first.push(await ask(n1, m));
+    expect(first.map((f) => f.instance)).toEqual([
+      placed.instance_id,
+      placed.instance_id,
+      placed.instance_id,
+    ]);
+
+    // The drain: the replica starts elsewhere; once nothing is in flight, the holder moves its
+    // warm conversations there (as many as the replica's engine has slots) and stops.
+    expect((await holder.post("/admin/drain", {})).status).toBe(202);
+    await expect.poll(() => holder.running, { timeout: 60_000, interval: 250 }).toBe(false);
+    const moves = holder.logLines.filter((l) => l.includes("a warm conversation's KV cache moved"));
+    expect(moves, holder.logLines.filter((l) => l.includes("KV cache")).join("\n")).toHaveLength(2);
+    expect(holder.logLines.find((l) => l.includes('"msg":"drained"'))).toContain(
+      '"outcome":"idle"',
+    );
+
+    // Next turns, through node-2's gateway: a and b reuse their whole history on the new replica,
+    // c (not moved) computes it again.
+    const next = [];
+    for (const [k, m] of convs.entries())
+      next.push(
+        await ask(n2, [
+          ...m,
+          { role: "assistant", content: first[k]!.choices[0]!.message.content },
+          { role: "user", content: "And then?" },
+        ]),
+      );
+    const replica = next[0]!.instance;
+    expect(replica).not.toBe(placed.instance_id);
+    for (const [k, n] of next.entries()) {
+      const history = first[k]!.timings.prompt_n + first[k]!.timings.cache_n;
+      if (k === 0) expect(n.timings.cache_n, "c was not moved").toBeLessThan(history / 10);
+      else expect(n.timings.cache_n, `conversation ${k}`).toBeGreaterThanOrEqual(history * 0.9);
+    }
+    expect(slotFiles(holder)).toEqual([]);
+    expect(slotFiles(n2 === holder ? n3 : n2)).toEqual([]);
+    process.stdout.write(
+      `warm hand-off: next turns reused ${next.map((n) => n.timings.cache_n).join(", ")} of ${first.map((f) => f.timings.prompt_n + f.timings.cache_n).join(", ")} (c, a, b)\n`,
+    );
+  }, 180_000);
 });

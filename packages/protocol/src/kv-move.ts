@@ -65,6 +65,8 @@ export type KvRestoreRequest = z.infer<typeof KvRestoreRequestSchema>;
 /** The cache restored into `slot` of the target's engine: the continuation names it (`id_slot`). */
 export const KvRestoredSchema = z.object({
   slot: z.number().int().nonnegative(),
+  /** The target engine's slots in all (how many caches it can hold at once). */
+  slots: z.number().int().positive(),
   tokens: z.number().int().nonnegative(),
   fetch_ms: z.number().nonnegative(),
   restore_ms: z.number().nonnegative(),

@@ -40,6 +40,8 @@ export const PromptNoticeSchema = z.object({
   instance_id: InstanceIdSchema,
   blocks: z.number().int().min(1).max(1_000_000),
   last: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+  /** The request's sampling seed, which names the engine slot that holds the prompt (kv-move.ts). */
+  seed: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER).optional(),
 });
 export type PromptNotice = z.infer<typeof PromptNoticeSchema>;
 

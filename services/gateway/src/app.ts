@@ -55,6 +55,8 @@ export interface GatewayOptions {
   readonly promptCache?: PromptCacheMap;
   /** How nodes are asked to save and restore slots (chat.kv_move); absent: caches never move. */
   readonly kvMove?: KvMovePort;
+  /** The cache moves' counts (the node's warm hand-off counts its moves here too); absent: its own. */
+  readonly kvStats?: KvMoveStats;
 }
 
 /** The gateway on a node app of its own (its tests serve it so). */
@@ -67,7 +69,7 @@ export function createGatewayApp(o: GatewayOptions): Hono {
 /** The gateway as one of a node's components: its routes, the prompt-cache map's and the cache moves' metrics. */
 export function gatewayComponent(o: GatewayOptions): Component {
   const promptCache = o.promptCache ?? new PromptCacheMap();
-  const kvStats = new KvMoveStats();
+  const kvStats = o.kvStats ?? new KvMoveStats();
   return {
     name: "gateway",
     routes: () => routesOf((app) => gatewayRoutes(app, { ...o, promptCache }, kvStats)),

@@ -12,4 +12,7 @@ export { engineAuth } from "./engine-auth.ts";
 export { StreamDirectory } from "./streams/directory.ts";
 export { PromptCacheMap } from "./prompt-cache.ts";
 export { promptBlocks } from "./prompt-blocks.ts";
+export { KvMoveStats } from "./chat/handover.ts";
 export type { KvMovePort } from "./chat/handover.ts";
+export { handOffWarm } from "./chat/warm-handoff.ts";
+export type { WarmHandOffResult } from "./chat/warm-handoff.ts";

@@ -79,6 +79,33 @@ describe("PromptCacheMap: what the other gateways announce", () => {
   });
 });
 
+describe("PromptCacheMap: warm conversations that move", () => {
+  it("lists the prompts that name their slot, newest first; a moved one is held and told on its new instance", async () => {
+    const sent: PromptNotices[] = [];
+    const m = new PromptCacheMap({ blockChars: B, publish: (n) => sent.push(n) });
+    m.record("i-1", prompt("aaaabbbb"), 11);
+    m.record("i-1", prompt("ccccdddd"));
+    m.record("i-1", prompt("eeeeffff"), 13);
+    // Another gateway's prompt, with its seed.
+    m.receive({ prompts: [{ instance_id: "i-1" as never, blocks: 2, last: 99, seed: 17 }] });
+    const warm = m.warmest("i-1");
+    expect(warm.map((w) => w.seed)).toEqual([17, 13, 11]);
+    expect(m.warmest("i-2")).toEqual([]);
+    await new Promise((r) => setImmediate(r));
+    expect(sent.flatMap((n) => n.prompts).map((p) => p.seed)).toEqual([11, undefined, 13]);
+
+    m.moved("i-2", warm[2]!);
+    expect(m.reuse("i-2", prompt("aaaabbbbcccc"))).toBe(8);
+    await new Promise((r) => setImmediate(r));
+    expect(sent.at(-1)!.prompts).toEqual([
+      { instance_id: "i-2", blocks: 2, last: warm[2]!.last, seed: 11 },
+    ]);
+    // Moved twice to the same instance: held once.
+    m.moved("i-2", warm[2]!);
+    expect(m.accuracy().get("i-2")!.entries).toBe(1);
+  });
+});
+
 describe("PromptCacheMap: the engine's counts correct it", () => {
   it("learns characters per token, so predictions come in tokens", () => {
     const m = map();

@@ -35,6 +35,8 @@ interface Entry {
   readonly indexed: readonly number[];
   /** Recency (a counter): the least recent is dropped first. */
   used: number;
+  /** The sampling seed of the request that sent it, which names the slot holding it (kv moves). */
+  readonly seed?: number | undefined;
 }
 
 /** A set of prompts with every prefix indexed: hash -> how many entries contain that block. */
@@ -104,6 +106,14 @@ class EntrySet {
   }
 }
 
+/** A prompt an instance holds, with the seed that names its slot. */
+export interface WarmPrompt {
+  readonly blocks: number;
+  readonly last: number;
+  readonly indexed: readonly number[];
+  readonly seed: number;
+}
+
 /** What the map expected of a request on one instance, for `settle` to check. */
 export interface Prediction {
   readonly instanceId: string;
@@ -171,7 +181,7 @@ export class PromptCacheMap {
    * The request goes to `instanceId`: what it expects reused, and the prompt recorded as the most
    * recent there (replacing the prompts it extends, as the engine's slot does).
    */
-  record(instanceId: string, prompt: PromptBlocks): Prediction {
+  record(instanceId: string, prompt: PromptBlocks, seed?: number): Prediction {
     const c = this.instanceOf(instanceId);
     const liveBlocks = c.live.match(prompt.hashes);
     const ghostBlocks = c.ghosts.match(prompt.hashes);
@@ -186,7 +196,7 @@ export class PromptCacheMap {
     if (blocks === 0) return prediction; // shorter than a block: nothing to share
     for (const e of c.ghosts.extendedBy(prompt.hashes)) c.ghosts.delete(e);
     const last = prompt.hashes[blocks - 1]!;
-    const entry: Entry = { blocks, last, indexed: prompt.hashes, used: ++this.clock };
+    const entry: Entry = { blocks, last, indexed: prompt.hashes, used: ++this.clock, seed };
     const extended = c.live.extendedBy(prompt.hashes);
     // A later turn of a conversation this gateway sent whole: only its new blocks are indexed.
     const whole = extended.find((e) => e.indexed.length === e.blocks);
@@ -194,8 +204,45 @@ export class PromptCacheMap {
     if (whole) c.live.replace(whole, entry);
     else c.live.add(entry);
     this.fit(c);
-    if (this.o.publish) this.announce({ instance_id: instanceId as InstanceId, blocks, last });
+    if (this.o.publish)
+      this.announce({
+        instance_id: instanceId as InstanceId,
+        blocks,
+        last,
+        ...(seed === undefined ? {} : { seed }),
+      });
     return prediction;
+  }
+
+  /**
+   * The prompts an instance holds that name their slot (a seed), most recent first, as many as the
+   * map assumes the engine keeps: the conversations a drain moves elsewhere (chat/warm-handoff.ts).
+   */
+  warmest(instanceId: string): WarmPrompt[] {
+    const c = this.instances.get(instanceId);
+    if (!c) return [];
+    return [...c.live.entries]
+      .filter((e): e is Entry & { seed: number } => e.seed !== undefined)
+      .sort((a, b) => b.used - a.used)
+      .map(({ blocks, last, indexed, seed }) => ({ blocks, last, indexed, seed }));
+  }
+
+  /**
+   * A prompt's cache was restored on `instanceId` (moved from a draining node): recorded there as
+   * its most recent prompt, and told to the other gateways, so routing sends its next turn there.
+   */
+  moved(instanceId: string, p: WarmPrompt): void {
+    const c = this.instanceOf(instanceId);
+    for (const e of c.live.sameAs(p.blocks, p.last)) c.live.delete(e);
+    c.live.add({ ...p, used: ++this.clock });
+    this.fit(c);
+    if (this.o.publish)
+      this.announce({
+        instance_id: instanceId as InstanceId,
+        blocks: p.blocks,
+        last: p.last,
+        seed: p.seed,
+      });
   }
 
   /** Other gateways' prompts (the bus's `prompts`). */
@@ -219,7 +266,13 @@ export class PromptCacheMap {
   private receiveOne(n: PromptNotice): void {
     const c = this.instanceOf(n.instance_id);
     for (const e of c.live.sameAs(n.blocks, n.last)) c.live.delete(e);
-    c.live.add({ blocks: n.blocks, last: n.last, indexed: [n.last], used: ++this.clock });
+    c.live.add({
+      blocks: n.blocks,
+      last: n.last,
+      indexed: [n.last],
+      used: ++this.clock,
+      seed: n.seed,
+    });
     this.fit(c);
   }
 

@@ -10,8 +10,15 @@ import type { ClusterSecret, Config, ResolvedTls } from "@ic/config";
 import { stagingFor } from "@ic/config";
 import { dashboardComponent } from "@ic/dashboard";
 import { eventLogComponent } from "@ic/eventlog";
-import { engineAuth, PromptCacheMap, RequestLoad, StreamDirectory } from "@ic/gateway";
-import type { KvMovePort } from "@ic/gateway";
+import {
+  engineAuth,
+  handOffWarm,
+  KvMoveStats,
+  PromptCacheMap,
+  RequestLoad,
+  StreamDirectory,
+} from "@ic/gateway";
+import type { KvMovePort, WarmHandOffResult } from "@ic/gateway";
 import { ComponentStack, routesOf, TokenSet } from "@ic/http";
 import type { Component } from "@ic/http";
 import { processLogTail } from "@ic/log";
@@ -88,6 +95,10 @@ export interface BuiltNode<C extends NodeCluster> {
   readonly engineHeaders: (instanceId: string) => Record<string, string>;
   readonly reloader: ConfigReloader;
   readonly stager: StoreStager;
+  /** Cache moves this node is the source of, still to be fetched (a drain waits for them). */
+  readonly kvPending: () => number;
+  /** A drain's last step: the warm conversations' caches go to the replicas taking them. */
+  readonly warmHandOff: (deadline: number) => Promise<WarmHandOffResult>;
 }
 
 /**
@@ -162,12 +173,7 @@ async function compose<C extends NodeCluster>(
     () => worker,
   );
   const clusterPart = clusterComponent(scope, agent);
-  // The cluster's resumable streams: each gateway's own, and the others' from the bus.
-  const streams = new StreamDirectory((n) => deps.bus.publish("streams", n));
-  deps.bus.subscribe("streams", (n) => streams.receive(n), { ignoreOwn: true });
-  // What each engine's prompt cache holds: this gateway's prompts, and the others' from the bus.
-  const promptCache = new PromptCacheMap({ publish: (n) => deps.bus.publish("prompts", n) });
-  deps.bus.subscribe("prompts", (n) => promptCache.receive(n), { ignoreOwn: true });
+  const { streams, promptCache, kv } = gatewayShared(deps.bus);
   const app = nodeApi(cfg, {
     cluster: agent,
     log,
@@ -176,7 +182,8 @@ async function compose<C extends NodeCluster>(
     engineHeaders,
     streams,
     promptCache,
-    kvMove: kvMovePort(deps.bus),
+    kvMove: kv.port,
+    kvStats: kv.stats,
     load: local.chatLoad,
     registry: services.observability.nodeMetrics.registry,
     routes: {
@@ -201,6 +208,9 @@ async function compose<C extends NodeCluster>(
     engineHeaders,
     reloader,
     stager: storage.stager,
+    kvPending: () => services.kvMove.moves.pending(),
+    warmHandOff: (deadline) =>
+      handOffWarm({ cluster: agent, cache: promptCache, limits: cfg.chat, log, ...kv }, deadline),
   };
 }
 
@@ -267,7 +277,22 @@ async function startLocal<C extends NodeCluster>(scope: Scope<C>) {
   return { events, engine, telemetry, telemetryPart, chatLoad };
 }
 
-/** Slots are saved and restored by the nodes that hold them (worker kv-move.ts), asked on the bus. */
+/** What the gateway shares with the other gateways over the bus, and with the node's drain. */
+function gatewayShared(bus: NodeDeps<NodeCluster>["bus"]) {
+  // The cluster's resumable streams: each gateway's own, and the others' from the bus.
+  const streams = new StreamDirectory((n) => bus.publish("streams", n));
+  bus.subscribe("streams", (n) => streams.receive(n), { ignoreOwn: true });
+  // What each engine's prompt cache holds: this gateway's prompts, and the others' from the bus.
+  const promptCache = new PromptCacheMap({ publish: (n) => bus.publish("prompts", n) });
+  bus.subscribe("prompts", (n) => promptCache.receive(n), { ignoreOwn: true });
+  const kv = { port: kvMovePort(bus), stats: new KvMoveStats() };
+  return { streams, promptCache, kv };
+}
+
+/**
+ * Caches move with migrating streams and, on a drain, with the warm conversations: slots are saved
+ * and restored by the nodes that hold them (worker kv-move.ts), asked on the bus.
+ */
 function kvMovePort(bus: Pick<Bus, "request">): KvMovePort {
   return {
     save: (peer, req) =>

@@ -2,7 +2,14 @@ import { describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
 import { Drain, engineBusy } from "./drain.ts";
 
-function drain(counts: number[], o: { instances?: boolean; timeoutMs?: number } = {}) {
+function drain(
+  counts: number[],
+  o: {
+    instances?: boolean;
+    timeoutMs?: number;
+    handOff?: (deadline: number) => Promise<unknown>;
+  } = {},
+) {
   const seen: string[] = [];
   let i = 0;
   const d = new Drain({
@@ -15,6 +22,7 @@ function drain(counts: number[], o: { instances?: boolean; timeoutMs?: number } 
     settleMs: 20,
     pollMs: 10,
     timeoutMs: o.timeoutMs ?? 5000,
+    ...(o.handOff ? { handOff: o.handOff } : {}),
     log: silentLogger(),
   });
   return { d, seen };
@@ -53,6 +61,45 @@ describe("Drain", () => {
     const r = await p;
     expect(r.outcome).toBe("cut_short");
     expect(r.waitedMs).toBeLessThan(1000);
+  });
+});
+
+describe("Drain: the hand-off before it stops", () => {
+  it("runs once nothing is in flight, with the drain's deadline, and the drain waits for it", async () => {
+    const calls: number[] = [];
+    const t0 = Date.now();
+    const { d, seen } = drain([1, 0], {
+      handOff: async (deadline) => {
+        calls.push(deadline);
+        seen.push("hand-off");
+        await new Promise((r) => setTimeout(r, 30));
+      },
+    });
+    const r = await d.run();
+    expect(r.outcome).toBe("idle");
+    expect(seen).toEqual(["announce", "busy", "busy", "hand-off"]);
+    expect(calls[0]).toBeGreaterThanOrEqual(t0 + 5000);
+    expect(r.waitedMs).toBeGreaterThanOrEqual(30);
+  });
+
+  it("is not run when the drain times out, and one that outlasts the deadline is left behind", async () => {
+    let ran = false;
+    const timedOut = drain([3], { timeoutMs: 60, handOff: async () => void (ran = true) });
+    expect((await timedOut.d.run()).outcome).toBe("timeout");
+    expect(ran).toBe(false);
+    const slow = drain([0], { timeoutMs: 100, handOff: () => new Promise(() => {}) });
+    const r = await slow.d.run();
+    expect(r.outcome).toBe("idle");
+    expect(r.waitedMs).toBeLessThan(1000);
+  });
+
+  it("a hand-off that fails does not fail the drain; a second signal cuts it short", async () => {
+    const failing = drain([0], { handOff: () => Promise.reject(new Error("no responders")) });
+    expect((await failing.d.run()).outcome).toBe("idle");
+    const hanging = drain([0], { handOff: () => new Promise(() => {}) });
+    const p = hanging.d.run();
+    setTimeout(() => hanging.d.cancel(), 80);
+    expect((await p).waitedMs).toBeLessThan(1000);
   });
 });
 

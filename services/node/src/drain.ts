@@ -15,6 +15,11 @@ export interface DrainOptions {
   readonly announce: () => void;
   /** How long gateways get to hear of it before the engines' counts are trusted. */
   readonly settleMs: number;
+  /**
+   * Once nothing is in flight, before the node stops: what it hands over (warm conversations'
+   * caches), given the drain's deadline; a hand-off still running at the deadline is left behind.
+   */
+  readonly handOff?: (deadline: number) => Promise<unknown>;
   readonly timeoutMs: number;
   readonly pollMs?: number;
   readonly log: Logger;
@@ -46,6 +51,27 @@ export class Drain {
     this.cut?.();
   }
 
+  /** The hand-off, within the deadline (a second SIGTERM cuts it short too); it never throws. */
+  private async handOff(deadline: number): Promise<void> {
+    const f = this.o.handOff;
+    if (!f) return;
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, Math.max(0, deadline - Date.now()));
+      this.cut = () => resolve();
+    });
+    try {
+      await Promise.race([
+        f(deadline).catch((e: unknown) =>
+          this.o.log.warn({ err: (e as Error).message }, "draining: the hand-off failed"),
+        ),
+        bound,
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   private async drain(): Promise<DrainResult> {
     const started = Date.now();
     const o = this.o;
@@ -65,7 +91,10 @@ export class Drain {
     for (;;) {
       if (this.cutShort) return { waitedMs: Date.now() - started, left, outcome: "cut_short" };
       left = await o.busy();
-      if (left === 0) return { waitedMs: Date.now() - started, left, outcome: "idle" };
+      if (left === 0) {
+        await this.handOff(deadline);
+        return { waitedMs: Date.now() - started, left, outcome: "idle" };
+      }
       if (Date.now() >= deadline)
         return { waitedMs: Date.now() - started, left, outcome: "timeout" };
       o.log.info({ in_flight: left }, "draining: waiting for requests in flight to end");
@@ -95,6 +124,10 @@ export interface NodeDrainSources {
   readonly relaying: () => Iterable<number>;
   readonly engineHeaders: (instanceId: string) => Record<string, string>;
   readonly timeoutMs: number;
+  /** Cache moves this node is the source of, which a target still has to fetch from it. */
+  readonly kvPending?: () => number;
+  /** Its gateway moves the warm conversations of its instances elsewhere (before it stops). */
+  readonly handOff?: (deadline: number) => Promise<unknown>;
   readonly log: Logger;
 }
 
@@ -165,6 +198,9 @@ export function nodeDrain(o: NodeDrainSources): Drain {
   // settle period after the last deployment became ready elsewhere.
   const settleMs = 500;
   let movedAt: number | undefined;
+  // An engine whose stream a gateway has just stopped to move it elsewhere reads idle a moment
+  // before the gateway asks this node to save its slot: idle counts once it has lasted settleMs.
+  let busyAt = 0;
   return new Drain({
     announce: () => agent.publishHeartbeat(),
     hasInstances: () => mine().length > 0 || relaying() > 0,
@@ -174,10 +210,14 @@ export function nodeDrain(o: NodeDrainSources): Drain {
       else if (here.size > 0) movedAt ??= Date.now();
       const settling = movedAt !== undefined && Date.now() - movedAt < settleMs ? 1 : 0;
       const counts = await Promise.all(mine().map((i) => engineRequests(i.instance_id)));
-      return counts.reduce((a, b) => a + b, 0) + relaying() + moving + settling;
+      const working = counts.reduce((a, b) => a + b, 0) + relaying() + (o.kvPending?.() ?? 0);
+      if (working > 0) busyAt = Date.now();
+      const quieting = working === 0 && busyAt > 0 && Date.now() - busyAt < settleMs ? 1 : 0;
+      return working + moving + settling + quieting;
     },
     settleMs,
     timeoutMs: o.timeoutMs,
+    ...(o.handOff ? { handOff: o.handOff } : {}),
     log: o.log,
   });
 }

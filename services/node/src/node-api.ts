@@ -6,7 +6,13 @@ import type { Registry } from "prom-client";
 import type { Hono } from "hono";
 import type { Config } from "@ic/config";
 import { gatewayComponent } from "@ic/gateway";
-import type { KvMovePort, PromptCacheMap, RequestLoad, StreamDirectory } from "@ic/gateway";
+import type {
+  KvMovePort,
+  KvMoveStats,
+  PromptCacheMap,
+  RequestLoad,
+  StreamDirectory,
+} from "@ic/gateway";
 import { createNodeApp, routesOf } from "@ic/http";
 import type { ApiToken, Component, TokenSet } from "@ic/http";
 import type { Logger } from "@ic/log";
@@ -49,6 +55,7 @@ export interface NodeApiOptions {
   readonly promptCache?: PromptCacheMap;
   /** How the gateway asks nodes to save and restore slots (absent: caches never move). */
   readonly kvMove?: KvMovePort;
+  readonly kvStats?: KvMoveStats;
   readonly routes: NodeRoutes;
   /**
    * The node's metrics registry: the gateway, made here rather than started on the node's
@@ -89,6 +96,7 @@ export function nodeApi(cfg: Config, o: NodeApiOptions): Hono {
     ...(o.streams ? { streams: o.streams } : {}),
     ...(o.promptCache ? { promptCache: o.promptCache } : {}),
     ...(o.kvMove ? { kvMove: o.kvMove } : {}),
+    ...(o.kvStats ? { kvStats: o.kvStats } : {}),
     observeChat: (req) => combineObservers(observers.map((f) => f(req))),
   });
   if (o.registry) gateway.metrics?.(o.registry);

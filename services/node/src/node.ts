@@ -152,6 +152,8 @@ export class Node implements AsyncDisposable {
       relaying: () => built.chatLoad.local().values(),
       engineHeaders: built.engineHeaders,
       timeoutMs: this.o.config.node.drain_timeout_ms,
+      handOff: built.warmHandOff,
+      kvPending: built.kvPending,
       log,
     });
     const [r] = await Promise.all([this.drainer.run(), handOff]);

@@ -19,6 +19,7 @@ import {
   flagsDigest,
   freeSlot,
   KvMoves,
+  PENDING_MS,
   shapeMismatch,
   slotOfSeed,
 } from "./kv-move.ts";
@@ -253,6 +254,18 @@ describe("KvMoves", () => {
     expect(
       await a.save({ instance_id: "i-2" as InstanceId, seed: 7, timeout_ms: 5000 }),
     ).toMatchObject({ ok: false, error: { code: "not_found" } });
+  });
+
+  it("counts a saved file as pending until a target fetched it (a drain waits for it), for PENDING_MS at most", async () => {
+    const { a, b, save } = await pair();
+    expect(a.pending()).toBe(0);
+    const saved = await save();
+    expect(a.pending()).toBe(1);
+    expect(a.pending(Date.now() + PENDING_MS)).toBe(0);
+    expect(await b.restore({ instance_id: instance, saved, timeout_ms: 5000 })).toMatchObject({
+      ok: true,
+    });
+    await expect.poll(() => a.pending()).toBe(0);
   });
 
   it("serves files to the node token only, and sweeps those nobody fetched", async () => {

@@ -14,6 +14,7 @@ import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { KvFileNameSchema, ServiceError, toWireError } from "@ic/protocol";
 import type {
   KvCacheShape,
+  KvRestored,
   KvRestoreReply,
   KvRestoreRequest,
   KvSaved,
@@ -29,7 +30,7 @@ import type { ApiOperation, ModelId } from "@ic/protocol";
 /** Saved files the target has not fetched are removed after this long. */
 export const FILE_TTL_MS = 120_000;
 
-/** Slot files are read in chunks of this size (they run to gigabytes; 64 KiB chunks cost CPU). */
+/** Slot files are read and written in runs of this size (they run to gigabytes; small ones cost CPU). */
 const READ_CHUNK = 1024 * 1024;
 
 /** The local engine of an instance that saves and restores slots (Worker.kvEngine). */
@@ -98,21 +99,40 @@ export function flagsDigest(extraArgs: readonly string[]): string {
   return createHash("sha256").update(JSON.stringify(extraArgs)).digest("hex");
 }
 
+/** A file saved here counts toward a drain's wait this long while its target has not fetched it. */
+export const PENDING_MS = 15_000;
+
 export class KvMoves {
   /** Files saved here and not yet fetched: name → path and when it was saved. */
   private readonly files = new Map<string, { path: string; at: number }>();
   private readonly flags: string;
+  /** Saves running and files being served now. */
+  private busy = 0;
 
   constructor(private readonly o: KvMoveOptions) {
     this.flags = flagsDigest(o.extraArgs);
   }
 
+  /**
+   * Moves this node is part of as their source: saves running, files being served, and files saved
+   * within PENDING_MS that no target fetched yet. A draining node waits for them (it must still
+   * answer the fetch) before it stops.
+   */
+  pending(now = Date.now()): number {
+    let n = this.busy;
+    for (const f of this.files.values()) if (now - f.at < PENDING_MS) n++;
+    return n;
+  }
+
   /** The source side: saves the slot that served the stream with `seed`. Never throws. */
   async save(req: KvSaveRequest): Promise<KvSaveReply> {
+    this.busy++;
     try {
       return { ok: true, saved: await this.saveSlot(req) };
     } catch (e) {
       return { ok: false, error: toWireError(asServiceError(e, "saving the slot")) };
+    } finally {
+      this.busy--;
     }
   }
 
@@ -138,7 +158,11 @@ export class KvMoves {
     this.files.delete(name.data);
     const body = createReadStream(held.path, { highWaterMark: READ_CHUNK });
     // Served once: the file goes when it has been read (or failed to be).
-    body.on("close", () => void rm(held.path, { force: true }));
+    this.busy++;
+    body.on("close", () => {
+      this.busy--;
+      void rm(held.path, { force: true });
+    });
     return new Response(Readable.toWeb(body) as ReadableStream, {
       headers: { "content-type": "application/octet-stream" },
     });
@@ -182,12 +206,7 @@ export class KvMoves {
     };
   }
 
-  private async restoreSlot(req: KvRestoreRequest): Promise<{
-    slot: number;
-    tokens: number;
-    fetch_ms: number;
-    restore_ms: number;
-  }> {
+  private async restoreSlot(req: KvRestoreRequest): Promise<KvRestored> {
     const { saved } = req;
     const engine = this.engineOf(req.instance_id);
     const deadline = Date.now() + req.timeout_ms;
@@ -214,6 +233,7 @@ export class KvMoves {
       );
       return {
         slot: target.id,
+        slots: slots.length,
         tokens: r.n_restored ?? 0,
         fetch_ms: fetchMs,
         restore_ms: r.timings?.restore_ms ?? 0,
@@ -238,13 +258,25 @@ export class KvMoves {
       );
     const hash = createHash("sha256");
     let bytes = 0;
+    // TLS hands the body over in records of 16 KiB: written as they come, a file of gigabytes
+    // costs a disk write each; they go to the file in runs of READ_CHUNK.
+    let run: Buffer[] = [];
+    let runBytes = 0;
     const bound = new Transform({
       transform(chunk: Buffer, _enc, done) {
         bytes += chunk.length;
         if (bytes > saved.bytes)
           return done(new ServiceError("download_failed", "the slot file is longer than said"));
         hash.update(chunk);
-        done(null, chunk);
+        run.push(chunk);
+        runBytes += chunk.length;
+        if (runBytes < READ_CHUNK) return done();
+        const out = Buffer.concat(run, runBytes);
+        [run, runBytes] = [[], 0];
+        done(null, out);
+      },
+      flush(done) {
+        done(null, runBytes > 0 ? Buffer.concat(run, runBytes) : undefined);
       },
     });
     await pipeline(
@@ -365,8 +397,13 @@ async function digestFile(path: string): Promise<{ bytes: number; sha256: string
 
 function asServiceError(e: unknown, doing: string): ServiceError {
   if (e instanceof ServiceError) return e;
-  const err = e as Error;
+  const err = e as Error & { cause?: { message?: string; code?: string } };
   if (err.name === "TimeoutError")
     return new ServiceError("upstream_timeout", `${doing} took longer than its bound`);
-  return new ServiceError("internal", `${doing} failed: ${err.message}`);
+  // fetch's own error says only "fetch failed": the reason is its cause (ECONNREFUSED, a reset).
+  const cause = err.cause?.code ?? err.cause?.message;
+  return new ServiceError(
+    "internal",
+    `${doing} failed: ${err.message}${cause ? ` (${cause})` : ""}`,
+  );
 }

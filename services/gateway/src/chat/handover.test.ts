@@ -15,7 +15,7 @@ import {
   handoverTargets,
   KvMoveStats,
   moveCache,
-  streamSeed,
+  requestSeed,
 } from "./handover.ts";
 import type { KvMovePort } from "./handover.ts";
 
@@ -44,10 +44,10 @@ function peer(key: string, o: { draining?: boolean; moves?: boolean } = {}): Pee
   };
 }
 
-describe("streamSeed", () => {
+describe("requestSeed", () => {
   it("draws a seed for a request without one, and sends it", () => {
     const body: Record<string, unknown> = {};
-    const seed = streamSeed(body);
+    const seed = requestSeed(body);
     expect(seed).toBeTypeOf("number");
     expect(body.seed).toBe(seed);
   });
@@ -58,7 +58,7 @@ describe("streamSeed", () => {
     { seed: "7", want: undefined },
   ])("keeps the client's seed $seed (usable: $want)", ({ seed, want }) => {
     const body: Record<string, unknown> = { seed };
-    expect(streamSeed(body)).toBe(want);
+    expect(requestSeed(body)).toBe(want);
     expect(body.seed).toBe(seed);
   });
 });
@@ -146,7 +146,7 @@ function port(save: KvSaveReply, restore: KvRestoreReply) {
 describe("moveCache", () => {
   const from = { instanceId: "src" as Instance["instance_id"], peerKey: "p1" };
   const to = inst("dst", ["p2", "p3"]);
-  const restored = { slot: 1, tokens: 1700, fetch_ms: 4, restore_ms: 2 };
+  const restored = { slot: 1, slots: 2, tokens: 1700, fetch_ms: 4, restore_ms: 2 };
   const error = { code: "upstream_failed" as const, message: "the engine's /slots: 500" };
   const move = { from, to, seed: 9, timeoutMs: 5000, budget: 10_000 };
 

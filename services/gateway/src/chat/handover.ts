@@ -31,8 +31,8 @@ export interface KvMovePort {
   restore(peerKey: string, req: KvRestoreRequest): Promise<KvRestoreReply>;
 }
 
-/** The seed a migratable stream is sent with: the client's, else one the gateway draws. */
-export function streamSeed(body: Record<string, unknown>): number | undefined {
+/** The seed a request is sent with (where caches move): the client's, else one the gateway draws. */
+export function requestSeed(body: Record<string, unknown>): number | undefined {
   const seed = body.seed;
   if (seed === undefined || seed === null) {
     // As random as the engine's own default, and it names the slot that serves the stream.
@@ -81,7 +81,14 @@ export type KvMoveResult =
       readonly restored: KvRestored;
       readonly seconds: number;
     }
-  | { readonly ok: false; readonly why: string; readonly bytes: number; readonly seconds: number };
+  | {
+      readonly ok: false;
+      readonly why: string;
+      readonly bytes: number;
+      readonly seconds: number;
+      /** The file was larger than what was left of the budget (later moves will not fit either). */
+      readonly overBudget?: true;
+    };
 
 /**
  * Saves the stream's slot on `from` (rank 0's node of the source instance), and restores it on
@@ -101,11 +108,12 @@ export async function moveCache(
   const started = performance.now();
   const left = () => Math.max(1, Math.round(move.timeoutMs - (performance.now() - started)));
   const seconds = () => (performance.now() - started) / 1000;
-  const failed = (why: string, bytes = 0): KvMoveResult => ({
+  const failed = (why: string, bytes = 0, overBudget?: true): KvMoveResult => ({
     ok: false,
     why,
     bytes,
     seconds: seconds(),
+    ...(overBudget ? { overBudget } : {}),
   });
   const toPeer = rank0Peer(move.to);
   if (!toPeer) return failed("the target has no rank 0");
@@ -120,6 +128,7 @@ export async function moveCache(
       return failed(
         `the slot file (${s.saved.bytes} bytes) is over what is left of the drain's budget (${move.budget})`,
         0,
+        true,
       );
     const r = await port.restore(toPeer, {
       instance_id: move.to.instance.instance_id,

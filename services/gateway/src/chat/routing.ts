@@ -43,12 +43,12 @@ export function pick(
   ctx: ChatContext,
   instances: readonly ReadyInstance[],
   live: readonly PeerView[],
-  request: Pick<RequestContext, "prefixKey" | "prompt" | "prediction">,
+  request: Pick<RequestContext, "prefixKey" | "prompt" | "prediction" | "kvSeed">,
 ) {
   const { prompt } = request;
   const target = choose(ctx, instances, live, request);
   if (prompt) {
-    request.prediction = ctx.cache.record(target.instance.instance_id, prompt);
+    request.prediction = ctx.cache.record(target.instance.instance_id, prompt, request.kvSeed);
     // An instance deleted since is forgotten (the map holds only instances this gateway used).
     const present = ctx.o.cluster.snapshot().instances;
     if (ctx.cache.size > Object.keys(present).length)

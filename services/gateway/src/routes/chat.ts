@@ -48,7 +48,7 @@ import { attempt, errorEvent } from "../chat/relay.ts";
 import { loadOnDemand } from "../chat/on-demand.ts";
 import { StreamDirectory } from "../streams/directory.ts";
 import { inlineRemoteMedia } from "../chat/media.ts";
-import { HandoverWatch, KvMoveStats, streamSeed } from "../chat/handover.ts";
+import { HandoverWatch, KvMoveStats, requestSeed } from "../chat/handover.ts";
 
 /** An image fetched for a request (chat.fetch_image_urls): llama-server's own bounds for it. */
 const IMAGE_MAX_BYTES = 10 * 1024 * 1024;
@@ -301,7 +301,7 @@ function requestContext(
     countTokens: limited?.limits?.tokens_per_minute !== undefined,
     deadline: Date.now() + ctx.limits.total_timeout_ms,
     migrate,
-    kvSeed: migrate && ctx.limits.kv_move && ctx.o.kvMove ? streamSeed(body) : undefined,
+    kvSeed: kvSeedOf(ctx, endpoint, body, migrate || routing === "cache"),
     tried: new Set<string>(),
     prefixKey: routing !== "off" ? prefixKey(body) : undefined,
     prompt: routing === "cache" ? promptBlocks(body) : undefined,
@@ -310,6 +310,22 @@ function requestContext(
     resumable: conversation !== undefined,
     clientGone: false,
   };
+}
+
+/**
+ * The seed that names the engine slot a chat request is served in, where caches move
+ * (chat.kv_move): a migratable stream's (its cache goes with it), and a request routed on the
+ * prompt caches (a drain moves its conversation's cache to the replica taking it). Other endpoints
+ * keep their bodies as sent.
+ */
+function kvSeedOf(
+  ctx: ChatContext,
+  endpoint: Endpoint,
+  body: InferenceRequest,
+  wanted: boolean,
+): number | undefined {
+  if (!wanted || !ctx.limits.kv_move || !ctx.o.kvMove) return undefined;
+  return endpoint.path === "/v1/chat/completions" ? requestSeed(body) : undefined;
 }
 
 /**
