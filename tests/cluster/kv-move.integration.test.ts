@@ -160,7 +160,7 @@ describe("the cache follows the conversation", () => {
     const doc = await n1.get<StateDoc>("/state");
     const id = (name: string) => doc.node_identities.find((n) => n.name === name)!.node_id;
     const placed = await placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1")] });
-    const holder = placed.assignments[0]!.node_id === id("node-2") ? n2 : n3;
+    const [holder, other] = placed.assignments[0]!.node_id === id("node-2") ? [n2, n3] : [n3, n2];
     const ask = async (node: NodeProcess, messages: unknown[]) => {
       const r = await node.post("/v1/chat/completions", {
         model: modelId,
@@ -199,17 +199,16 @@ describe("the cache follows the conversation", () => {
       '"outcome":"idle"',
     );
 
-    // Next turns, through node-2's gateway: a and b reuse their whole history on the new replica,
-    // c (not moved) computes it again.
-    const next = [];
-    for (const [k, m] of convs.entries())
-      next.push(
-        await ask(n2, [
-          ...m,
-          { role: "assistant", content: first[k]!.choices[0]!.message.content },
-          { role: "user", content: "And then?" },
-        ]),
-      );
+    // Next turns, through the other node's gateway: a and b reuse their whole history on the new replica,
+    // c (not moved) computes it again. c goes last: as a new prompt it takes the least recently
+    // used of the replica's two slots, which holds one of the others.
+    const next: Awaited<ReturnType<typeof ask>>[] = [];
+    for (const k of [1, 2, 0])
+      next[k] = await ask(other, [
+        ...convs[k]!,
+        { role: "assistant", content: first[k]!.choices[0]!.message.content },
+        { role: "user", content: "And then?" },
+      ]);
     const replica = next[0]!.instance;
     expect(replica).not.toBe(placed.instance_id);
     for (const [k, n] of next.entries()) {
@@ -218,7 +217,7 @@ describe("the cache follows the conversation", () => {
       else expect(n.timings.cache_n, `conversation ${k}`).toBeGreaterThanOrEqual(history * 0.9);
     }
     expect(slotFiles(holder)).toEqual([]);
-    expect(slotFiles(n2 === holder ? n3 : n2)).toEqual([]);
+    expect(slotFiles(other)).toEqual([]);
     process.stdout.write(
       `warm hand-off: next turns reused ${next.map((n) => n.timings.cache_n).join(", ")} of ${first.map((f) => f.timings.prompt_n + f.timings.cache_n).join(", ")} (c, a, b)\n`,
     );

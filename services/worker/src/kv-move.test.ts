@@ -65,9 +65,24 @@ describe("freeSlot", () => {
       slots: [slot(0, { is_processing: true })],
       want: undefined,
     },
-  ])("$what", ({ slots, want }) => {
-    expect(freeSlot(slots)?.id).toBe(want);
-  });
+    {
+      what: "not one a cache was restored into lately, while another is idle",
+      slots: [slot(0), slot(1, { n_prompt_tokens: 300 })],
+      avoid: [0],
+      want: 1,
+    },
+    {
+      what: "one restored into lately when it is the only idle one",
+      slots: [slot(0), slot(1, { is_processing: true })],
+      avoid: [0],
+      want: 0,
+    },
+  ])(
+    "$what",
+    ({ slots, avoid, want }: { slots: EngineSlot[]; avoid?: number[]; want?: number }) => {
+      expect(freeSlot(slots, new Set(avoid ?? []))?.id).toBe(want);
+    },
+  );
 });
 
 describe("shapeMismatch", () => {

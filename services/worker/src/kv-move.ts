@@ -72,14 +72,22 @@ export function slotOfSeed(slots: readonly EngineSlot[], seed: number): EngineSl
 }
 
 /**
- * The slot a restored cache goes to: an idle one, the one holding least (its cache is the
- * cheapest to lose); undefined when every slot is busy.
+ * The slot a restored cache goes to: an idle one, not one a cache was restored into lately (`avoid`:
+ * /slots does not count a restored cache in `n_prompt_tokens`), the one holding least (its cache is
+ * the cheapest to lose); undefined when every slot is busy.
  */
-export function freeSlot(slots: readonly EngineSlot[]): EngineSlot | undefined {
+export function freeSlot(
+  slots: readonly EngineSlot[],
+  avoid: ReadonlySet<number> = new Set(),
+): EngineSlot | undefined {
+  const rank = (s: EngineSlot) => (avoid.has(s.id) ? 1 : 0);
   return slots
     .filter((s) => !s.is_processing)
-    .sort((a, b) => (a.n_prompt_tokens ?? 0) - (b.n_prompt_tokens ?? 0))[0];
+    .sort((a, b) => rank(a) - rank(b) || (a.n_prompt_tokens ?? 0) - (b.n_prompt_tokens ?? 0))[0];
 }
+
+/** A slot a cache was restored into is not chosen for the next restore for this long. */
+export const RESTORED_MS = 300_000;
 
 /** Why a saved cache cannot go into an engine of `local` shape (undefined: it can). */
 export function shapeMismatch(saved: KvCacheShape, local: KvCacheShape): string | undefined {
@@ -108,6 +116,8 @@ export class KvMoves {
   private readonly flags: string;
   /** Saves running and files being served now. */
   private busy = 0;
+  /** Per engine endpoint, the slots caches were restored into lately, and when. */
+  private readonly restoredInto = new Map<string, Map<number, number>>();
 
   constructor(private readonly o: KvMoveOptions) {
     this.flags = flagsDigest(o.extraArgs);
@@ -216,7 +226,9 @@ export class KvMoves {
         `the slot file is ${saved.bytes} bytes, over this node's bound of ${this.o.maxBytes}`,
       );
     const slots = await this.slots(engine, deadline);
-    const target = freeSlot(slots);
+    const lately = this.restoredInto.get(engine.endpoint) ?? new Map<number, number>();
+    for (const [id, at] of lately) if (Date.now() - at >= RESTORED_MS) lately.delete(id);
+    const target = freeSlot(slots, new Set(lately.keys()));
     if (!target) throw new ServiceError("unavailable", "every slot of the engine is busy");
     const why = shapeMismatch(saved.shape, this.shapeOf(engine, target));
     if (why) throw new ServiceError("conflict", why);
@@ -231,6 +243,11 @@ export class KvMoves {
         { filename: saved.file },
         deadline,
       );
+      lately.set(target.id, Date.now());
+      if (!this.restoredInto.has(engine.endpoint)) {
+        if (this.restoredInto.size >= 64) this.restoredInto.clear();
+        this.restoredInto.set(engine.endpoint, lately);
+      }
       return {
         slot: target.id,
         slots: slots.length,
