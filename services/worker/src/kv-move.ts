@@ -197,13 +197,21 @@ export class KvMoves {
     const file = `kv-${randomBytes(16).toString("hex")}.bin`;
     const path = join(engine.dir, file);
     // A slot still generating is saved once its task has stopped (the gateway stopped reading it).
-    const r = await this.engineCall<{ n_saved?: number; timings?: { save_ms?: number } }>(
-      engine,
-      `/slots/${slot.id}?action=save`,
-      { filename: file },
-      deadline,
-    );
-    const { bytes, sha256 } = await digestFile(path);
+    let r: { n_saved?: number; timings?: { save_ms?: number } };
+    let digest: { bytes: number; sha256: string };
+    try {
+      r = await this.engineCall(
+        engine,
+        `/slots/${slot.id}?action=save`,
+        { filename: file },
+        deadline,
+      );
+      digest = await digestFile(path);
+    } catch (e) {
+      await rm(path, { force: true }); // what a save cut short left
+      throw e;
+    }
+    const { bytes, sha256 } = digest;
     this.files.set(file, { path, at: Date.now() });
     return {
       file,

@@ -1,11 +1,11 @@
-// A stream's KV cache follows it (issue 50; docs/api.md "Stream migration"). Two moments use it:
-// a migrating stream whose source engine still answers (its node is draining), and the hand-over
-// itself: a stream that opted in to migration, on a node that started draining, moves to a ready
-// instance off draining nodes as soon as there is one, instead of holding the drain until it ends.
-// Either way the source node saves the stream's slot (found by the sampling seed the gateway gave
-// the request), the target node fetches and restores it (worker kv-move.ts), and the continuation
-// names that slot (`id_slot`), so the target prefills only what the cache lacks. Everything here
-// applies only where both engines' probes found they move caches; else streams behave as before.
+// A stream's KV cache follows it (issue 50; docs/api.md "Stream migration"): a stream that opted in
+// to migration, on a node that started draining, moves to a ready instance off draining nodes as
+// soon as there is one, instead of holding the drain until it ends. The source node saves the
+// stream's slot (found by the sampling seed the gateway gave the request), the target node fetches
+// and restores it (worker kv-move.ts), and the continuation names that slot (`id_slot`), so the
+// target prefills only what the cache lacks. A stream that lost its engine re-prefills as before:
+// the cache went with the engine. Everything here applies only where both engines' probes found
+// they move caches; else streams behave as before.
 import { randomInt } from "node:crypto";
 import type {
   EngineTimings,
@@ -150,11 +150,11 @@ export interface CarriedCache {
 }
 
 /**
- * Moves a migrating stream's cache from `lostInstanceId` (whose rank-0 node is live and moves
- * caches) to the instance the continuation will go to: one of `planned` (a hand-over), else of the
- * model's other ready instances, picked as a request is. Undefined where no cache can move (the
- * gateway has no port, the stream no seed, the source node is gone, no target restores caches, the
- * answer cannot be continued): the continuation then goes wherever it would have.
+ * Moves a handed-over stream's cache from `lost` (its instance, whose rank-0 node is live and moves
+ * caches) to the instance the continuation will go to: one of `planned`, else of the model's other
+ * ready instances, picked as a request is. Undefined where no cache can move (the gateway has no
+ * port, the stream no seed, the source node is gone, no target restores caches, the answer cannot
+ * be continued): the continuation then goes wherever it would have.
  */
 export async function carryCache(
   ctx: ChatContext,

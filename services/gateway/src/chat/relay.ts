@@ -202,7 +202,12 @@ class StreamAnswer implements HandoverCandidate {
    */
   check(live: readonly PeerView[]): void {
     if (this.finished || this.leaving || this.continuation || !this.transcript) return;
-    if (this.request.clientGone) return;
+    // A stream that could not go on elsewhere (a tool call, its finish sent) stays where it is.
+    if (
+      this.request.clientGone ||
+      !continuationRequest(this.request.body, this.transcript.sofar).ok
+    )
+      return;
     const source = this.ctx.o.cluster.snapshot().instances[this.current.instanceId];
     if (!source) return;
     const targets = handoverTargets(source, readyOthers(this.ctx, this.request, live), live);
@@ -317,8 +322,9 @@ class StreamAnswer implements HandoverCandidate {
     const { body } = request;
     const outcome = migrationOutcomes(ctx, request, { from: lost.instanceId, err });
     lost.close(false);
+    // Only a hand-over's source still answers: a lost engine's cache went with it.
     const from = { instanceId: lost.instanceId, endpoint: lost.endpoint, sofar };
-    this.carried = await carryCache(ctx, request, from, planned);
+    this.carried = planned ? await carryCache(ctx, request, from, planned) : undefined;
     const next = await openContinuation(ctx, request, sofar, {
       outcome,
       carried: this.carried,
