@@ -48,27 +48,42 @@ async function metric(node: NodeProcess, name: string, match = ""): Promise<numb
     .reduce((s, l) => s + Number(l.split(" ").at(-1)), 0);
 }
 
+/**
+ * 3 hosts (two llama-server slots of 4096 tokens each, one thread) and the wide model placed off
+ * node-1 (the client's gateway): on node-2 or node-3 (`holder`), its replacement on the other.
+ */
+async function heldOffNode1(modelId: string) {
+  const { store } = await seedStore(mkdtempSync(join(tmpdir(), "ic-kv-move-")), {
+    modelId,
+    slow: true,
+  });
+  const cluster = await startHostCluster(3, {
+    config: (i) => ({
+      node: { drain_timeout_ms: 60_000 },
+      engine: { context_size: 8192, extra_args: ["-np", "2", "-t", "1"] },
+      ...(i === 0 ? { store_path: store } : {}),
+    }),
+  });
+  const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
+  await waitForConvergence(cluster.nodes, 3);
+  const doc = await n1.get<StateDoc>("/state");
+  const id = (name: string) => doc.node_identities.find((n) => n.name === name)!.node_id;
+  const placed = await placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1")] });
+  const [holder, other] = placed.assignments[0]!.node_id === id("node-2") ? [n2, n3] : [n3, n2];
+  return {
+    n1,
+    holder,
+    other,
+    placed,
+    modelId,
+    [Symbol.asyncDispose]: () => cluster[Symbol.asyncDispose](),
+  };
+}
+
 describe("the cache follows the conversation", () => {
   it("a stream on a draining node moves with its KV cache: the other node restores it and prefills at most a tenth", async () => {
-    const { store, modelId } = await seedStore(mkdtempSync(join(tmpdir(), "ic-kv-move-")), {
-      modelId: "kv/wide",
-      slow: true,
-    });
-    await using cluster = await startHostCluster(3, {
-      config: (i) => ({
-        node: { drain_timeout_ms: 60_000 },
-        engine: { context_size: 8192, extra_args: ["-np", "2", "-t", "1"] },
-        ...(i === 0 ? { store_path: store } : {}),
-      }),
-    });
-    const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
-    await waitForConvergence(cluster.nodes, 3);
-    const doc = await n1.get<StateDoc>("/state");
-    const id = (name: string) => doc.node_identities.find((n) => n.name === name)!.node_id;
-    // Off node-1 (the client's gateway): on node-2 or node-3, its replacement on the other.
-    const placed = await placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1")] });
-    const holderId = placed.assignments[0]!.node_id;
-    const [holder, other] = holderId === id("node-2") ? [n2, n3] : [n3, n2];
+    await using c = await heldOffNode1("kv/wide");
+    const { n1, holder, other, placed, modelId } = c;
 
     const res = await fetch(`${n1.apiUrl}/v1/chat/completions`, {
       method: "POST",
@@ -144,23 +159,8 @@ describe("the cache follows the conversation", () => {
   }, 180_000);
 
   it("a drained node's warm conversations go to the replica taking them: their next turns reuse the history there", async () => {
-    const { store, modelId } = await seedStore(mkdtempSync(join(tmpdir(), "ic-kv-warm-")), {
-      modelId: "kv/warm",
-      slow: true,
-    });
-    await using cluster = await startHostCluster(3, {
-      config: (i) => ({
-        node: { drain_timeout_ms: 60_000 },
-        engine: { context_size: 8192, extra_args: ["-np", "2", "-t", "1"] },
-        ...(i === 0 ? { store_path: store } : {}),
-      }),
-    });
-    const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
-    await waitForConvergence(cluster.nodes, 3);
-    const doc = await n1.get<StateDoc>("/state");
-    const id = (name: string) => doc.node_identities.find((n) => n.name === name)!.node_id;
-    const placed = await placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1")] });
-    const [holder, other] = placed.assignments[0]!.node_id === id("node-2") ? [n2, n3] : [n3, n2];
+    await using c = await heldOffNode1("kv/warm");
+    const { n1, holder, other, placed, modelId } = c;
     const ask = async (node: NodeProcess, messages: unknown[]) => {
       const r = await node.post("/v1/chat/completions", {
         model: modelId,
