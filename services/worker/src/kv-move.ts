@@ -6,7 +6,7 @@
 // restore it into a free slot and remove it. Files nobody fetched go after FILE_TTL_MS.
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream, createWriteStream } from "node:fs";
-import { rename, rm, stat } from "node:fs/promises";
+import { mkdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { Readable, Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
@@ -29,6 +29,22 @@ import type { ApiOperation, ModelId } from "@ic/protocol";
 
 /** Saved files the target has not fetched are removed after this long. */
 export const FILE_TTL_MS = 120_000;
+
+/**
+ * An instance's slot directory (`<runner_log_dir>/kv/<instance>`: saved KV caches on their way to
+ * or from another node), emptied for a new engine (files of an earlier run are stale), and the size
+ * of the model file the engine loads, which a saved cache names.
+ */
+export async function slotDirFor(
+  runnerLogDir: string,
+  instanceId: string,
+  modelPath: string,
+): Promise<{ dir: string; modelBytes: number }> {
+  const dir = join(runnerLogDir, "kv", instanceId);
+  await rm(dir, { recursive: true, force: true });
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  return { dir, modelBytes: (await stat(modelPath)).size };
+}
 
 /** Slot files are read and written in runs of this size (they run to gigabytes; small ones cost CPU). */
 const READ_CHUNK = 1024 * 1024;

@@ -24,9 +24,10 @@ import { planRunners, remoteEndpoints } from "./plan.ts";
 import { applyStatus, runnerContext, runnerOf, slotHealth, stagingStart } from "./slot.ts";
 import type { Slot, SlotStatus } from "./slot.ts";
 import type { RunnerAction, SlotView } from "./plan.ts";
-import { mkdir, rm, stat } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { RunnerView } from "./metrics.ts";
+import { slotDirFor } from "./kv-move.ts";
 
 export interface WorkerOptions {
   readonly cluster: ClusterPort;
@@ -354,7 +355,10 @@ export class Worker implements AsyncDisposable {
       rpc = eps;
     }
     slot.rpc = rpc.join(",");
-    slot.kv = await this.slotFiles(slot, engine, staged);
+    // Where the engine's probe found it moves KV caches between servers: a slot directory.
+    slot.kv = engine.slot_restore?.supported
+      ? await slotDirFor(this.o.settings.runner_log_dir, inst.instance_id, staged.modelPath)
+      : undefined;
     const bin = engine.server_bin!;
     const args = serverArgs({
       instance: inst,
@@ -385,23 +389,6 @@ export class Worker implements AsyncDisposable {
     return new RunnerSupervisor({ ...common, role: "server", bin, args, env, tls }, this.log, (s) =>
       this.onStatus(slot, s),
     );
-  }
-
-  /**
-   * Where the engine's probe found it moves KV caches between servers: an empty slot directory for
-   * this instance (`<runner_log_dir>/kv/<instance>`; files of an earlier run are stale) and the size
-   * of the model file, which a saved cache names. Undefined otherwise (no --slot-save-path).
-   */
-  private async slotFiles(
-    slot: Slot,
-    engine: EngineInfo,
-    staged: StagedModel,
-  ): Promise<Slot["kv"]> {
-    if (!engine.slot_restore?.supported) return undefined;
-    const dir = kvDir(this.o.settings.runner_log_dir, slot.instance.instance_id);
-    await rm(dir, { recursive: true, force: true });
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    return { dir, modelBytes: (await stat(staged.modelPath)).size };
   }
 
   /**
@@ -507,9 +494,4 @@ export class Worker implements AsyncDisposable {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
-}
-
-/** An instance's slot directory: saved KV caches on their way to or from another node. */
-export function kvDir(runnerLogDir: string, instanceId: string): string {
-  return join(runnerLogDir, "kv", instanceId);
 }

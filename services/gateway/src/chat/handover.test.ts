@@ -1,14 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type {
-  Instance,
-  KvRestoreReply,
-  KvSaved,
-  KvSaveReply,
-  ModelId,
-  PeerView,
-  SlotRestore,
-} from "@ic/protocol";
-import type { ReadyInstance } from "../readiness.ts";
+import type { Instance, KvRestoreReply, KvSaved, KvSaveReply, ModelId } from "@ic/protocol";
+import { livePeer, readyInstance } from "../testing/views.ts";
 import {
   HANDOVER_CHECK_MS,
   HandoverWatch,
@@ -19,30 +11,8 @@ import {
 } from "./handover.ts";
 import type { KvMovePort } from "./handover.ts";
 
-/** A ready instance with one rank per peer key, rank 0 first. */
-function inst(id: string, peers: string[]): ReadyInstance {
-  return {
-    endpoint: `http://${id}`,
-    instance: {
-      instance_id: id,
-      assignments: peers.map((p, rank) => ({ rank, peer_key: p, node_id: `n-${p}` })),
-    } as unknown as Instance,
-  };
-}
-
-/** A live peer: draining or not, its engine moving caches or not. */
-function peer(key: string, o: { draining?: boolean; moves?: boolean } = {}): PeerView {
-  const slot_restore: SlotRestore | undefined =
-    o.moves === undefined ? undefined : { supported: o.moves, evidence: "test" };
-  return {
-    heartbeat: {
-      peer_key: key,
-      draining: o.draining ?? false,
-      telemetry: { engine: { slot_restore } },
-    } as unknown as PeerView["heartbeat"],
-    lastHeard: 0,
-  };
-}
+const inst = readyInstance;
+const peer = livePeer;
 
 describe("requestSeed", () => {
   it("draws a seed for a request without one, and sends it", () => {

@@ -19,10 +19,8 @@ import type {
   PeerView,
 } from "@ic/protocol";
 import type { ReadyInstance } from "../readiness.ts";
-import { continuationRequest } from "../migration.ts";
-import type { StreamSoFar } from "../migration.ts";
 import type { ChatContext, RequestContext } from "./request.ts";
-import { pick, readyOthers } from "./routing.ts";
+import { pick } from "./routing.ts";
 import { engineStreamCall } from "../streams/engine-stream.ts";
 
 /** How a gateway asks nodes to save and restore slots (the node sends these on the bus). */
@@ -151,28 +149,26 @@ export interface CarriedCache {
 
 /**
  * Moves a handed-over stream's cache from `lost` (its instance, whose rank-0 node is live and moves
- * caches) to the instance the continuation will go to: one of `planned`, else of the model's other
- * ready instances, picked as a request is. Undefined where no cache can move (the gateway has no
- * port, the stream no seed, the source node is gone, no target restores caches, the answer cannot
- * be continued): the continuation then goes wherever it would have.
+ * caches) to the instance the continuation will go to: one of `planned`, picked as a request is.
+ * The hand-over checked the stream can go on. Undefined where no cache can move (the gateway has no
+ * port, the stream no seed, the source node is gone, no target restores caches): the continuation
+ * then goes wherever it would have.
  */
 export async function carryCache(
   ctx: ChatContext,
   request: RequestContext,
-  lost: { readonly instanceId: string; readonly endpoint: string; readonly sofar: StreamSoFar },
-  planned?: readonly ReadyInstance[],
+  lost: { readonly instanceId: string; readonly endpoint: string },
+  planned: readonly ReadyInstance[],
 ): Promise<CarriedCache | undefined> {
   const port = ctx.o.kvMove;
   const seed = request.kvSeed;
-  if (!port || seed === undefined || !continuationRequest(request.body, lost.sofar).ok) return;
+  if (!port || seed === undefined) return;
   const live = ctx.o.cluster.livePeers();
   const peers = new Map(live.map((p) => [p.heartbeat.peer_key, p]));
   const source = ctx.o.cluster.snapshot().instances[lost.instanceId];
   const peerKey = source?.assignments.find((a) => a.rank === 0)?.peer_key;
   if (!source || !peerKey || !movesCaches(peers.get(peerKey))) return;
-  const targets = (planned ?? readyOthers(ctx, request, live)).filter((i) =>
-    movesCaches(peers.get(rank0Peer(i) ?? "")),
-  );
+  const targets = planned.filter((i) => movesCaches(peers.get(rank0Peer(i) ?? "")));
   if (targets.length === 0) return;
   const target = pick(ctx, targets, live, request);
   const from = { instanceId: source.instance_id, peerKey };
@@ -227,6 +223,48 @@ export interface KvMoveReport {
   readonly seconds: number;
   /** The prefill the restored tokens spared, at the target's recent prefill rate, less the move. */
   readonly savedSeconds: number | undefined;
+}
+
+/** A move's result as the metrics count it (`prefilledTokens`: what the target still computed). */
+export function moveReport(
+  model: string,
+  result: KvMoveResult,
+  prefilledTokens: number | undefined,
+): Omit<KvMoveReport, "savedSeconds"> {
+  return {
+    model,
+    outcome: result.ok ? "moved" : "failed",
+    bytes: result.ok ? result.saved.bytes : result.bytes,
+    restoredTokens: result.ok ? result.restored.tokens : 0,
+    prefilledTokens,
+    seconds: result.seconds,
+  };
+}
+
+/**
+ * A handed-over stream ended: its cache move is counted, with what the target still prefilled
+ * (the continuation's timings), and logged with its parts.
+ */
+export function reportCarried(
+  ctx: ChatContext,
+  request: Pick<RequestContext, "body" | "commandId">,
+  c: CarriedCache,
+  timings: EngineTimings | undefined,
+): void {
+  const { result } = c;
+  const to = c.target.instance.instance_id;
+  const r = ctx.kv.record(moveReport(request.body.model, result, timings?.prompt_n), c.from, to);
+  const parts = result.ok
+    ? {
+        save_ms: result.saved.save_ms,
+        fetch_ms: result.restored.fetch_ms,
+        restore_ms: result.restored.restore_ms,
+      }
+    : { why: result.why };
+  ctx.o.log.info(
+    { command: request.commandId, ...r, ...parts, to },
+    result.ok ? "a stream's KV cache moved with it" : "a stream's KV cache did not move with it",
+  );
 }
 
 /** Per instance: prompt tokens per second of recent answers that prefilled at least this many. */

@@ -22,7 +22,7 @@ import { openSink } from "./sink.ts";
 import type { Sink } from "./sink.ts";
 import { BeforeFirstByte, RETRY_ON, connectionError, openLeg } from "./leg.ts";
 import type { Leg } from "./leg.ts";
-import { carryCache, handoverTargets } from "./handover.ts";
+import { carryCache, handoverTargets, reportCarried } from "./handover.ts";
 import type { CarriedCache, HandoverCandidate } from "./handover.ts";
 
 /** How long llama-server keeps a finished stream readable (its STREAM_SESSION_TTL_SECONDS). */
@@ -208,14 +208,15 @@ class StreamAnswer implements HandoverCandidate {
       !continuationRequest(this.request.body, this.transcript.sofar).ok
     )
       return;
-    const source = this.ctx.o.cluster.snapshot().instances[this.current.instanceId];
+    const snap = this.ctx.o.cluster.snapshot();
+    const source = snap.instances[this.current.instanceId];
     if (!source) return;
     const targets = handoverTargets(source, readyOthers(this.ctx, this.request, live), live);
     if (targets.length === 0) return;
     const leg = this.current;
     this.leaving = leg;
     leg.abort.abort(new Error("handed over: its node is draining"));
-    const node = this.ctx.o.cluster.snapshot().members[source.assignments[0]!.node_id]?.name;
+    const node = snap.members[source.assignments[0]!.node_id]?.name;
     const err = new ServiceError(
       "instance_lost",
       `the stream's node (${node ?? "its node"}) is draining and its continuation elsewhere failed; retry`,
@@ -275,7 +276,7 @@ class StreamAnswer implements HandoverCandidate {
     this.sink.end();
     const { report, tokens } = this.report();
     this.current.close(!err, tokens);
-    if (this.carried) this.countCarried(this.carried, report?.timings);
+    if (this.carried) reportCarried(this.ctx, this.request, this.carried, report?.timings);
     if (!err) settlePrediction(this.ctx, this.request, this.current.instanceId, report?.timings);
     const obs = this.obs;
     if (!obs) return;
@@ -323,8 +324,7 @@ class StreamAnswer implements HandoverCandidate {
     const outcome = migrationOutcomes(ctx, request, { from: lost.instanceId, err });
     lost.close(false);
     // Only a hand-over's source still answers: a lost engine's cache went with it.
-    const from = { instanceId: lost.instanceId, endpoint: lost.endpoint, sofar };
-    this.carried = planned ? await carryCache(ctx, request, from, planned) : undefined;
+    this.carried = planned ? await carryCache(ctx, request, lost, planned) : undefined;
     const next = await openContinuation(ctx, request, sofar, {
       outcome,
       carried: this.carried,
@@ -370,34 +370,6 @@ class StreamAnswer implements HandoverCandidate {
         this.ended(leg, err);
       },
     });
-  }
-
-  /** The moved cache's figures, with what the target still prefilled (its timings), counted once. */
-  private countCarried(c: CarriedCache, timings: EngineTimings | undefined): void {
-    const { result } = c;
-    const r = this.ctx.kv.record(
-      {
-        model: this.request.body.model,
-        outcome: result.ok ? "moved" : "failed",
-        bytes: result.ok ? result.saved.bytes : result.bytes,
-        restoredTokens: result.ok ? result.restored.tokens : 0,
-        prefilledTokens: timings?.prompt_n,
-        seconds: result.seconds,
-      },
-      c.from,
-      c.target.instance.instance_id,
-    );
-    const parts = result.ok
-      ? {
-          save_ms: result.saved.save_ms,
-          fetch_ms: result.restored.fetch_ms,
-          restore_ms: result.restored.restore_ms,
-        }
-      : { why: result.why };
-    this.ctx.o.log.info(
-      { command: this.commandId, ...r, ...parts, to: c.target.instance.instance_id },
-      result.ok ? "a stream's KV cache moved with it" : "a stream's KV cache did not move with it",
-    );
   }
 }
 

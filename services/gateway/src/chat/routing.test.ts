@@ -1,22 +1,9 @@
 import { describe, expect, it } from "vitest";
-import type { Instance, PeerView } from "@ic/protocol";
-import type { ReadyInstance } from "../readiness.ts";
+import { livePeer, readyInstance } from "../testing/views.ts";
 import { routable } from "./routing.ts";
 
-/** A ready instance with one rank per peer key, rank 0 first. */
-function inst(id: string, peers: string[]): ReadyInstance {
-  return {
-    endpoint: `http://${id}`,
-    instance: {
-      instance_id: id,
-      assignments: peers.map((p, rank) => ({ rank, peer_key: p, node_id: `n-${p}` })),
-    } as unknown as Instance,
-  };
-}
-
-function peer(key: string, draining = false): PeerView {
-  return { heartbeat: { peer_key: key, draining } as PeerView["heartbeat"], lastHeard: 0 };
-}
+const inst = readyInstance;
+const peer = (key: string, draining = false) => livePeer(key, { draining });
 
 describe("routable (make before break)", () => {
   const a = inst("a", ["p1"]);

@@ -7,8 +7,8 @@ import type {
   KvRestoreRequest,
   KvSaved,
   KvSaveRequest,
-  PeerView,
 } from "@ic/protocol";
+import { livePeer } from "../testing/views.ts";
 import { chainHashes } from "../prompt-blocks.ts";
 import { PromptCacheMap } from "../prompt-cache.ts";
 import { KvMoveStats } from "./handover.ts";
@@ -34,16 +34,7 @@ function state(instances: Record<string, string>): ControlState {
   return s;
 }
 
-function peer(key: string, draining = false): PeerView {
-  return {
-    heartbeat: {
-      peer_key: key,
-      draining,
-      telemetry: { engine: { slot_restore: { supported: true, evidence: "" } } },
-    } as unknown as PeerView["heartbeat"],
-    lastHeard: 0,
-  };
-}
+const peer = (key: string, draining = false) => livePeer(key, { draining, moves: true });
 
 const saved = (seed: number): KvSaved => ({
   file: `kv-${String(seed).padStart(32, "0")}.bin`,

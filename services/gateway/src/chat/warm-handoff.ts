@@ -12,7 +12,7 @@ import type { PromptCacheMap } from "../prompt-cache.ts";
 import { readyInstances } from "../readiness.ts";
 import type { ChatLimits } from "./request.ts";
 import { routable } from "./routing.ts";
-import { handoverTargets, moveCache } from "./handover.ts";
+import { handoverTargets, moveCache, moveReport } from "./handover.ts";
 import type { KvMovePort, KvMoveStats } from "./handover.ts";
 
 export interface WarmHandOffOptions {
@@ -77,18 +77,7 @@ export async function handOffWarm(
         budget,
       });
       const toId = to.instance.instance_id;
-      o.stats.record(
-        {
-          model: source.model_id,
-          outcome: r.ok ? "moved" : "failed",
-          bytes: r.ok ? r.saved.bytes : r.bytes,
-          restoredTokens: r.ok ? r.restored.tokens : 0,
-          prefilledTokens: undefined,
-          seconds: r.seconds,
-        },
-        from,
-        toId,
-      );
+      o.stats.record(moveReport(source.model_id, r, undefined), from, toId);
       if (!r.ok) {
         result.failed++;
         if (r.overBudget) break;
