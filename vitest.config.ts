@@ -1,5 +1,7 @@
 // Three test projects, run in this order: unit tests beside the code (and the fuzz suites), integration
-// tests with real processes, and the chaos suite (kill -9 under load on real clusters).
+// tests with real processes, and the chaos suite (kill -9 under load on real clusters). How many
+// files run side by side is a root option in vitest 3.2 (`maxWorkers`; a project's
+// `fileParallelism` is not read), so `npm test` passes it per command: package.json's `check`.
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
@@ -37,7 +39,6 @@ export default defineConfig({
           exclude: ["**/node_modules/**", "**/*.chaos.test.ts"],
           testTimeout: 120_000,
           hookTimeout: 120_000,
-          fileParallelism: false,
           pool: "forks",
         },
       },
@@ -50,7 +51,6 @@ export default defineConfig({
           exclude: ["**/node_modules/**"],
           testTimeout: 180_000,
           hookTimeout: 180_000,
-          fileParallelism: false,
           pool: "forks",
         },
       },

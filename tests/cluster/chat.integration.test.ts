@@ -112,7 +112,7 @@ describe("chat completions on a 1-node cluster", () => {
     const endpoint = s.instances
       .find((i) => i.instance_id === placed.instance_id)!
       .runners.find((r) => r.rank === 0)!.endpoint!;
-    const key = engineKeyOf(new URL(endpoint).port);
+    const key = engineKeyOf(new URL(endpoint).port, new URL(endpoint).hostname);
     const direct = (await (
       await fetch(`${endpoint}/v1/embeddings`, {
         method: "POST",
@@ -153,7 +153,7 @@ describe("chat completions on a 1-node cluster", () => {
     }>("/state");
     const inst = s.instances.find((i) => i.model_id === modelId && !i.embeddings)!;
     const endpoint = inst.runners.find((r) => r.rank === 0)!.endpoint!;
-    const key = engineKeyOf(new URL(endpoint).port);
+    const key = engineKeyOf(new URL(endpoint).port, new URL(endpoint).hostname);
     const gateway = new OpenAI({ baseURL: `${node.apiUrl}/v1`, apiKey: "unused" });
     const direct = new OpenAI({ baseURL: `${endpoint}/v1`, apiKey: key });
     const chat = {
@@ -271,7 +271,7 @@ describe("chat completions on a 1-node cluster", () => {
     const instance = state.instances.find((i) => i.model_id === slowModelId)!;
     const endpoint = instance.runners.find((r) => r.rank === 0)!.endpoint!;
     // Only gateways talk to engines: the test reads the engine's key off its process.
-    const key = engineKeyOf(new URL(endpoint).port);
+    const key = engineKeyOf(new URL(endpoint).port, new URL(endpoint).hostname);
     expect((await fetch(`${endpoint}/metrics`)).status).toBe(401);
     const metric = async (name: string): Promise<number> => {
       const text = await (

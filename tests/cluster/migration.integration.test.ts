@@ -107,7 +107,7 @@ describe("stream migration", () => {
         killedAt === undefined &&
         chunks.filter((c) => c.data.includes('"content":"')).length >= 5
       ) {
-        process.kill(enginePidOf(new URL(endpoint).port), "SIGKILL");
+        process.kill(enginePidOf(new URL(endpoint).port, new URL(endpoint).hostname), "SIGKILL");
         killedAt = performance.now();
       }
     }

@@ -29,21 +29,19 @@ export function argAfter(argv: readonly string[], flag: string): string | undefi
 }
 
 /**
- * The pid of the llama-server listening on `port` (and on `host`, an address, when given: lab hosts
- * may use the same port). Throws when no such process runs.
+ * The pid of the llama-server listening on `host` (an address) and `port`: lab hosts, and test files
+ * running side by side, may use the same port. Throws when no such process runs.
  */
-export function enginePidOf(port: number | string, host?: string): number {
+export function enginePidOf(port: number | string, host: string): number {
   const found = processesOf("llama-server").find(
-    ({ argv }) =>
-      argAfter(argv, "--port") === String(port) &&
-      (host === undefined || argAfter(argv, "--host") === host),
+    ({ argv }) => argAfter(argv, "--port") === String(port) && argAfter(argv, "--host") === host,
   );
-  if (!found) throw new Error(`no llama-server on port ${port}${host ? ` at ${host}` : ""}`);
+  if (!found) throw new Error(`no llama-server on port ${port} at ${host}`);
   return found.pid;
 }
 
-/** The API key of the llama-server on `port` (and `host`). Throws when it has none. */
-export function engineKeyOf(port: number | string, host?: string): string {
+/** The API key of the llama-server on `host` and `port`. Throws when it has none. */
+export function engineKeyOf(port: number | string, host: string): string {
   const pid = enginePidOf(port, host);
   const env = readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
   const key = env.find((e) => e.startsWith("LLAMA_API_KEY="))?.slice("LLAMA_API_KEY=".length);
