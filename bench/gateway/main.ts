@@ -177,7 +177,7 @@ function pathsAndHops(
   const port = new URL(direct).port;
   const key = STAND_IN_MODE
     ? standInsOn([new URL(direct).hostname]).find((e) => e.port === Number(port))?.key
-    : engineKeyOf(port);
+    : engineKeyOf(port, new URL(direct).hostname);
   const engineAuth = { authorization: `Bearer ${key}` };
   const paths = [
     {
