@@ -105,6 +105,10 @@ function build(engine) {
     IMAGE,
     "--build-arg",
     `BASE_IMAGE=${base}`,
+    // The build's downloads (Debian packages, the npm registry) go out as the host's do: on a
+    // bridge the build may not reach the host's resolver (podman's netavark here: EAI_AGAIN).
+    "--network",
+    "host",
   ];
   const ca = extraCa();
   if (ca) {

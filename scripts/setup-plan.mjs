@@ -48,6 +48,10 @@ const CONTAINER_TOOLS = [
   ["runc", "runc"],
   ["podman-compose", "podman-compose"],
   ["debootstrap", "debootstrap"],
+  // The network backend whose DNS lets the nodes find each other by service name (node-2:6222).
+  // Without them podman falls back to CNI, which has none: every node stays a cluster of one.
+  ["/usr/lib/podman/netavark", "netavark"],
+  ["/usr/lib/podman/aardvark-dns", "aardvark-dns"],
 ];
 /** The test of deploy/inference-cluster.service (`systemd-analyze verify`). */
 const SYSTEMD_ANALYZE = ["systemd-analyze", "systemd"];
@@ -110,14 +114,21 @@ export function icLinkDir(mode, env, isRoot, home) {
 
 /**
  * /etc/containers/containers.conf for podman where it has none: runc (crun fails on kernels with
- * hybrid cgroups), cgroupfs (no systemd as the cgroup manager needed) and no default ulimits (a
- * container host may refuse podman's default RLIMIT_NOFILE). Harmless where crun would have worked.
+ * hybrid cgroups), cgroupfs (no systemd as the cgroup manager needed), no default ulimits (a
+ * container host may refuse podman's default RLIMIT_NOFILE) and netavark as the network backend
+ * (its DNS resolves the compose services' names; podman picks CNI, without DNS, once a CNI network
+ * exists). Harmless where crun would have worked. Setup rewrites a file that starts with
+ * CONTAINERS_CONF_MARK and differs (an older setup's), and leaves any other alone.
  */
-export const CONTAINERS_CONF = `# Written by inference-cluster's scripts/setup.mjs because there was none (docs/operations.md,
-# "Docker Compose"): runc and cgroupfs work on hosts with hybrid cgroups or without systemd.
+export const CONTAINERS_CONF_MARK = "# Written by inference-cluster's scripts/setup.mjs";
+export const CONTAINERS_CONF = `${CONTAINERS_CONF_MARK} because there was none (docs/operations.md,
+# "Docker Compose"): runc and cgroupfs work on hosts with hybrid cgroups or without systemd, and
+# netavark's DNS lets containers find each other by name.
 [containers]
 default_ulimits = []
 [engine]
 cgroup_manager = "cgroupfs"
 runtime = "runc"
+[network]
+network_backend = "netavark"
 `;

@@ -17,7 +17,13 @@ import { homedir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureEngine } from "./build-engine.mjs";
-import { CONTAINERS_CONF, icLinkDir, setupPlan, USAGE } from "./setup-plan.mjs";
+import {
+  CONTAINERS_CONF,
+  CONTAINERS_CONF_MARK,
+  icLinkDir,
+  setupPlan,
+  USAGE,
+} from "./setup-plan.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 let plan;
@@ -67,13 +73,15 @@ if (missing.length > 0) {
   );
 }
 
-// 1b. podman's settings where the host has none (setup-plan.mjs CONTAINERS_CONF).
+// 1b. podman's settings where the host has none, or has an older setup's (setup-plan.mjs CONTAINERS_CONF).
 const containersConf = "/etc/containers/containers.conf";
-if (plan.containersConf && has("podman") && !existsSync(containersConf)) {
+const confNow = existsSync(containersConf) ? readFileSync(containersConf, "utf8") : undefined;
+const ownConf = confNow === undefined || confNow.startsWith(CONTAINERS_CONF_MARK);
+if (plan.containersConf && has("podman") && ownConf && confNow !== CONTAINERS_CONF) {
   try {
     mkdirSync(dirname(containersConf), { recursive: true });
     writeFileSync(containersConf, CONTAINERS_CONF);
-    log(`wrote ${containersConf} (runc, cgroupfs, no default ulimits)`);
+    log(`wrote ${containersConf} (runc, cgroupfs, no default ulimits, netavark)`);
   } catch (e) {
     log(`could not write ${containersConf}: ${e instanceof Error ? e.message : String(e)}`);
   }

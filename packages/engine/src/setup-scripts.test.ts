@@ -40,7 +40,7 @@ describe("icLinkDir: where setup links the ic command", () => {
 
 /** What the engine build needs; what the compose test and compose.mjs need (setup-plan.mjs). */
 const BUILD = ["cmake", "g++", "git", "libssl-dev"];
-const CONTAINERS = ["podman", "runc", "podman-compose", "debootstrap"];
+const CONTAINERS = ["podman", "runc", "podman-compose", "debootstrap", "netavark", "aardvark-dns"];
 
 describe("setupPlan: what each use installs", () => {
   it.each([
