@@ -45,6 +45,9 @@ afterAll(async () => {
   await cluster?.[Symbol.asyncDispose]();
 });
 
+/** Requests answered (or failed) so far, by every client. */
+let completed = 0;
+
 /** One client sending request after request (streaming and not, in turn) until `until` resolves. */
 async function client(lb: HealthCheckedBalancer, until: Promise<void>) {
   const outcomes: { ok: boolean; stream: boolean; status: number; detail: string }[] = [];
@@ -72,6 +75,7 @@ async function client(lb: HealthCheckedBalancer, until: Promise<void>) {
         detail: `${String(e)} (${cause?.code ?? ""} ${cause?.message ?? ""}) at ${new Date().toISOString()}`,
       });
     }
+    completed++;
   }
   return outcomes;
 }
@@ -120,19 +124,21 @@ describe("maintenance", () => {
       const order = [...nodes].sort(
         (a, b) => Number(b.spec.name === masterName) - Number(a.spec.name === masterName),
       );
-      const restarts: { node: string; stopMs: number; wasMaster: boolean }[] = [];
+      const restarts: { node: string; stopMs: number; wasMaster: boolean; answers: number }[] = [];
       for (const n of order) {
         const others = nodes.filter((x) => x !== n);
         const wasMaster = (await state(others[0]!)).node_identities.find(
           (x) => x.name === n.spec.name,
         )!.is_master;
         const t0 = Date.now();
+        const answered = completed;
         await n.stop(40_000, to);
-        restarts.push({ node: n.spec.name, stopMs: Date.now() - t0, wasMaster });
+        const stopMs = Date.now() - t0;
         await n.start();
         await waitForConvergence(nodes, 3, 30_000);
         await twoReady(nodes);
         await new Promise((r) => setTimeout(r, 1500));
+        restarts.push({ node: n.spec.name, stopMs, wasMaster, answers: completed - answered });
       }
 
       stopLoad();
@@ -144,12 +150,16 @@ describe("maintenance", () => {
         `maintenance: ${outcomes.length} requests (${outcomes.filter((o) => o.stream).length} streaming), ` +
           `${failed.length} failed, ${lb.refused} connection(s) refused and sent elsewhere; restarts ` +
           restarts
-            .map((r) => `${r.node}${r.wasMaster ? " (master)" : ""} ${r.stopMs} ms`)
+            .map(
+              (r) =>
+                `${r.node}${r.wasMaster ? " (master)" : ""} ${r.stopMs} ms (${r.answers} answers meanwhile)`,
+            )
             .join(", ") +
           "\n",
       );
       expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
-      expect(outcomes.length).toBeGreaterThan(20);
+      // The load ran through every restart, however slow the machine (each answer takes seconds).
+      for (const r of restarts) expect(r.answers, r.node).toBeGreaterThan(0);
       expect(restarts[0]!.wasMaster).toBe(true);
       // One session throughout: the masters handed it off rather than losing it.
       expect(after.session!.session_id).toBe(session);
