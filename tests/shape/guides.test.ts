@@ -25,6 +25,7 @@ const OUTSIDE_CODE: ReadonlyMap<string, string> = new Map([
   ["parseSafetensorsMetadata", "a function of @huggingface/hub"],
   ["checkJs", "a TypeScript compiler option"],
   ["maxWorkers", "a vitest option (npm test passes it on the command line)"],
+  ["fileParallelism", "a vitest option the projects' config no longer sets"],
 ]);
 
 const show = (ms: readonly Mention[]) => ms.map((m) => `${m.where}:${m.line} ${m.name}`);
