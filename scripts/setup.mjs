@@ -73,7 +73,8 @@ if (missing.length > 0) {
   );
 }
 
-// 1b. podman's settings where the host has none, or has an older setup's (setup-plan.mjs CONTAINERS_CONF).
+// 1b. podman's settings where the host has none, or has an older setup's (setup-plan.mjs
+// CONTAINERS_CONF).
 const containersConf = "/etc/containers/containers.conf";
 const confNow = existsSync(containersConf) ? readFileSync(containersConf, "utf8") : undefined;
 const ownConf = confNow === undefined || confNow.startsWith(CONTAINERS_CONF_MARK);
