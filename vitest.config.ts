@@ -1,17 +1,20 @@
-// Three test projects, run in this order: unit tests beside the code (and the fuzz suites), integration
-// tests with real processes, and the chaos suite (kill -9 under load on real clusters). How many
-// files run side by side is a root option in vitest 3.2 (`maxWorkers`; a project's
-// `fileParallelism` is not read), so `npm test` passes it per command: package.json's `check`.
+// Three test projects: unit tests beside the code (and the fuzz suites), integration tests with real
+// processes, and the chaos suite (kill -9 under load on real clusters). The unit project runs first;
+// integration and chaos files share one pool, longest first (tests/sequencer.ts). How many files
+// run side by side is a root option in vitest 3.2 (`maxWorkers`; a project's `fileParallelism` is
+// not read), so `npm test` passes it per command: package.json's `check`.
 import { defineConfig } from "vitest/config";
+import { LongestFirst } from "./tests/sequencer.ts";
 
 export default defineConfig({
   test: {
+    sequence: { sequencer: LongestFirst },
     projects: [
       {
         test: {
           name: "unit",
-          // Projects run one after another: the CPU-bound fuzz suites, the real-process suites and
-          // the chaos suite would otherwise share two cores and skew each other's timing bounds.
+          // Before the real-process files: the CPU-bound fuzz suites would otherwise share the two
+          // cores with them and skew their timing bounds.
           sequence: { groupOrder: 0 },
           include: [
             "packages/*/src/**/*.test.ts",
@@ -44,9 +47,11 @@ export default defineConfig({
       },
       {
         // kill -9 of every kind of process under load, on real clusters across network namespaces.
+        // Same group as integration: its files take the next free worker rather than waiting until
+        // every integration file has ended.
         test: {
           name: "chaos",
-          sequence: { groupOrder: 2 },
+          sequence: { groupOrder: 1 },
           include: ["services/*/src/**/*.chaos.test.ts", "tests/**/*.chaos.test.ts"],
           exclude: ["**/node_modules/**"],
           testTimeout: 180_000,

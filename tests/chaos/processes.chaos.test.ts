@@ -321,7 +321,9 @@ describe("chaos: kill -9 under load on 3 hosts", () => {
           body: JSON.stringify({
             model,
             messages: [{ role: "user", content: "Write a very long story about the sea." }],
-            max_tokens: 1000,
+            // Long enough that the kill lands mid-generation (it follows the fourth task by one
+            // state read); each request is then generated again in full on the other instance.
+            max_tokens: 300,
           }),
         }).then(async (r) => ({ status: r.status, text: (await r.text()).slice(0, 300) })),
       );
