@@ -134,6 +134,7 @@ describe("a stream whose gateway dies", () => {
       process.stdout.write(
         `killed after ${killAfter} events: first resumed token ${firstAfter - killedAt} ms after the kill\n`,
       );
+      if (killAfter === 1) continue; // the last round: no next round needs node-1 back
       // node-1 back for the next round, and routing: a restarted gateway knows the instance only
       // once the new master's state reaches it (until then the model is a 404 there).
       await node1.start();

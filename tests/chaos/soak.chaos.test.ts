@@ -59,13 +59,13 @@ describe("soak: steady traffic through restarts", () => {
       sampleMs: 2000,
       note: (l) => process.stderr.write(`[soak] ${l}\n`),
       phases: [
-        { kind: "load", seconds: 10 },
+        { kind: "load", seconds: 5 },
         { kind: "rolling" },
-        { kind: "load", seconds: 5 },
+        { kind: "load", seconds: 3 },
         { kind: "full", signal: "SIGTERM" },
-        { kind: "load", seconds: 5 },
+        { kind: "load", seconds: 3 },
         { kind: "full", signal: "SIGKILL" },
-        { kind: "load", seconds: 10 },
+        { kind: "load", seconds: 5 },
       ],
     });
     const t = tally(report);

@@ -50,8 +50,8 @@ describe("chaos: the store host dies during staging", () => {
           : undefined,
       { timeoutMs: 20_000, what: "model registered by the store host" },
     );
-    // ~30 MB over 12 Mbit/s: staging takes about 20 s.
-    await cluster.lab.limitBandwidth("node-3", { rateMbit: 12 });
+    // ~30 MB over 24 Mbit/s: staging takes about 10 s, the kill comes at 4 MB.
+    await cluster.lab.limitBandwidth("node-3", { rateMbit: 24 });
     const doc = await n1.get<StateDoc>("/state");
     const exclude = doc.node_identities.filter((x) => x.name !== "node-3").map((x) => x.node_id);
     const placed = await n1.post("/place_instance", {

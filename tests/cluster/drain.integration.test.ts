@@ -58,7 +58,7 @@ afterAll(async () => {
 let completed = 0;
 
 /** One client sending request after request (streaming and not, in turn) until `until` resolves. */
-async function client(node: NodeProcess, until: Promise<void>, model = modelId, maxTokens = 120) {
+async function client(node: NodeProcess, until: Promise<void>, model = modelId, maxTokens = 60) {
   const outcomes: { ok: boolean; status: number; detail: string }[] = [];
   let done = false;
   void until.then(() => (done = true));
@@ -92,8 +92,10 @@ describe("drain", () => {
     const [n1, n2, n3] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
     const doc = await n1.get<StateDoc>("/state");
     const id = (name: string) => doc.node_identities.find((n) => n.name === name)!.node_id;
-    await placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1"), id("node-3")] });
-    await placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1"), id("node-2")] });
+    await Promise.all([
+      placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1"), id("node-3")] }),
+      placeAndWait(n1, { model_id: modelId, excluded_nodes: [id("node-1"), id("node-2")] }),
+    ]);
 
     let stopLoad!: () => void;
     const until = new Promise<void>((r) => (stopLoad = r));
@@ -123,10 +125,9 @@ describe("drain", () => {
     watching = false;
     await watchHealth;
 
-    // The load goes on through node-2's instance (2 s, and at least 4 more answers, 9 in all);
-    // then it stops. An answer of 120 tokens takes seconds when other suites share the cores.
+    // The load goes on through node-2's instance (at least 4 more answers, 9 in all); then it
+    // stops. An answer of 60 tokens takes seconds when other suites share the cores.
     const after = completed;
-    await new Promise((r) => setTimeout(r, 2000));
     await waitFor(async () => (completed >= Math.max(after + 4, 9) ? true : undefined), {
       timeoutMs: 90_000,
       what: "4 answers after the drain",

@@ -38,12 +38,14 @@ describe("control plane under request load", () => {
     await waitForConvergence(nodes, 3);
     const doc = await nodes[0]!.get<StateDoc>("/state");
     // One instance per node, so every host runs an engine.
-    for (const n of nodes) {
-      const others = doc.node_identities
-        .filter((x) => x.name !== n.spec.name)
-        .map((x) => x.node_id);
-      await placeAndWait(nodes[0]!, { model_id: modelId, min_nodes: 1, excluded_nodes: others });
-    }
+    await Promise.all(
+      nodes.map((n) => {
+        const others = doc.node_identities
+          .filter((x) => x.name !== n.spec.name)
+          .map((x) => x.node_id);
+        return placeAndWait(nodes[0]!, { model_id: modelId, min_nodes: 1, excluded_nodes: others });
+      }),
+    );
     const seqBefore = await lastSeq(nodes[0]!);
 
     const until = Date.now() + LOAD_MS;

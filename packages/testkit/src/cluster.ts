@@ -69,6 +69,17 @@ export interface LocalCluster extends AsyncDisposable {
   stop(): Promise<void>;
 }
 
+/**
+ * The end of a test's cluster: kill -9 of each node's process group (node, nats-server, runners), as
+ * a power cut. A graceful stop of every node at once drains each into a cluster that is going away
+ * too (up to 3 s waiting for deployments to move, up to 6 s for connections to close, then the 5 s
+ * grace): about 4 s per cluster that no test asserts anything about. A test that is about a stop
+ * calls `stop()` itself.
+ */
+function killForTeardown(nodes: readonly NodeProcess[]): void {
+  for (const n of nodes) n.kill("SIGKILL");
+}
+
 /** Starts `n` nodes on loopback, each with its own nats-server routed to all the others. */
 export async function startCluster(
   n: number,
@@ -101,6 +112,7 @@ export async function startCluster(
       await Promise.all(nodes.map((x) => x.stop(5000)));
     },
     [Symbol.asyncDispose]: async () => {
+      killForTeardown(nodes);
       await Promise.all(nodes.map((x) => x[Symbol.asyncDispose]()));
     },
   };
@@ -234,6 +246,7 @@ function hostClusterHandle(parts: {
       await Promise.all(nodes.map((x) => x.stop(5000)));
     },
     [Symbol.asyncDispose]: async () => {
+      killForTeardown(nodes);
       await Promise.all(nodes.map((x) => x[Symbol.asyncDispose]()));
       await Promise.all(relays.map((r) => r.close()));
       await lab.dispose();
