@@ -18,6 +18,7 @@ import { makeClusterCerts } from "./certs.ts";
 import type { ClusterCerts } from "./certs.ts";
 
 export {
+  buildBundle,
   deepMerge,
   newClusterSecret,
   NodeProcess,

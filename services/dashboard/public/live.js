@@ -9,6 +9,7 @@ import { renderInstances } from "./instances.js";
 import { renderModels, renderPulls } from "./models.js";
 import { refreshEvents } from "./logs.js";
 import { refreshStorage } from "./storage.js";
+import { refreshPlayModels } from "./playground.js";
 
 /** @typedef {import("./state.js").StateDocument} StateDocument */
 
@@ -104,7 +105,10 @@ function renderSelectors(/** @type {StateDocument} */ doc) {
 let followTimer = null;
 let followAt = 0;
 
-/** After a change of the replica: the event log and storage again, at most once a second. */
+/**
+ * After a change of the replica: the event log, storage and the playground's ready models again, at
+ * most once a second (a model that turns ready is offered at once, not at the next 10 s refresh).
+ */
 function scheduleFollowUps() {
   if (followTimer) return;
   const wait = Math.max(0, followAt + 1000 - Date.now());
@@ -113,5 +117,6 @@ function scheduleFollowUps() {
     followAt = Date.now();
     void refreshEvents();
     void refreshStorage();
+    void refreshPlayModels();
   }, wait);
 }

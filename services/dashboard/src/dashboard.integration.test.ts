@@ -57,7 +57,11 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
     await seedStore(seeded.store, { modelId: BROKEN, unloadable: true });
     cluster = await startHostCluster(2, {
       // node-1 declares a CUDA backend it does not have: a nodeHealth warning for the page to show.
-      config: (i) => (i === 0 ? { store_path: seeded.store, node: { backend: "cuda" } } : {}),
+      // The model that cannot load is given up after its restarts: short backoffs between them.
+      config: (i) => ({
+        engine: { restart_backoff_ms: 20 },
+        ...(i === 0 ? { store_path: seeded.store, node: { backend: "cuda" } } : {}),
+      }),
       startOnly: [],
     });
     n2 = cluster.nodes[1]!;
