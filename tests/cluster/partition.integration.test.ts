@@ -176,6 +176,21 @@ async function place(
   };
 }
 
+/**
+ * `place` as a client does on the side that has the intent store's quorum: a `no_quorum` answer is
+ * retryable, and right after a cut that took a store replica away JetStream may still be electing
+ * the bucket's new leader among the others (seconds; longer on a loaded machine). At most 30 s.
+ */
+async function placeWithQuorum(via: NodeProcess, target: Host, model: string) {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const r = await place(via, target, model);
+    if (r.code !== "no_quorum" || Date.now() > deadline) return r;
+    note(`place through ${via.spec.name}: no_quorum yet, again`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
 interface StreamEnd {
   status: number;
   chunks: number;
@@ -371,7 +386,7 @@ describe("network partitions of a 4-node cluster", () => {
     expect(await chat(n4, SLOW)).toEqual({ status: 200 });
     expect(await chat(n4, TINY)).toEqual({ status: 404, code: "model_not_ready" });
     // Only the side with a quorum of the intent store places; the other refuses, retryable.
-    const placedMajority = await place(n3, "node-2", TINY);
+    const placedMajority = await placeWithQuorum(n3, "node-2", TINY);
     const placedMinority = await place(n4, "node-4", SLOW);
     note(
       `placed while cut: majority ${JSON.stringify(placedMajority)}, minority ${JSON.stringify(placedMinority)}`,
@@ -456,7 +471,7 @@ describe("network partitions of a 4-node cluster", () => {
     }
     expect(await chat(n1, SLOW)).toEqual({ status: 200 });
     expect(await chat(n1, TINY)).toEqual({ status: 404, code: "model_not_ready" });
-    const placedMajority = await place(n4, "node-2", TINY);
+    const placedMajority = await placeWithQuorum(n4, "node-2", TINY);
     const placedMinority = await place(n1, "node-1", SLOW);
     note(
       `placed while cut: majority ${JSON.stringify(placedMajority)}, minority ${JSON.stringify(placedMinority)}`,
