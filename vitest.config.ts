@@ -9,6 +9,11 @@ import { LongestFirst } from "./tests/sequencer.ts";
 export default defineConfig({
   test: {
     sequence: { sequencer: LongestFirst },
+    // One module graph per worker, not one per file: importing each file's graph afresh was most of
+    // the unit project's time (collect 73 s and prepare 20 s against 102 s of tests: 122 s, and
+    // 54 s this way), and ~2 s per integration file. Files restore what they change (timers, env).
+    // A pool option, so it is set here for every project (a project's `isolate` is not read).
+    poolOptions: { forks: { isolate: false } },
     projects: [
       {
         test: {
@@ -28,10 +33,6 @@ export default defineConfig({
           ],
           exclude: ["**/*.integration.test.ts", "**/*.chaos.test.ts", "**/node_modules/**"],
           testTimeout: 20_000,
-          // One module graph per worker, not one per file: importing each file's graph afresh was
-          // most of the project's time (collect 73 s + prepare 20 s against 102 s of tests; the
-          // project took 122 s, and 54 s this way). Files restore what they change (timers, env).
-          isolate: false,
         },
       },
       {
@@ -47,8 +48,6 @@ export default defineConfig({
           testTimeout: 120_000,
           hookTimeout: 120_000,
           pool: "forks",
-          // As in unit: importing the testkit and the services afresh for each file cost ~2 s each.
-          isolate: false,
         },
       },
       {
@@ -63,7 +62,6 @@ export default defineConfig({
           testTimeout: 180_000,
           hookTimeout: 180_000,
           pool: "forks",
-          isolate: false,
         },
       },
     ],
