@@ -33,7 +33,7 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it, onTestFailed } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import {
   placeAndWait,
   seedStore,
@@ -58,6 +58,7 @@ interface StateDoc {
     assignments: { node_id: string; rank: number }[];
     runners: { rank: number; state: string }[];
   }[];
+  deployments: { instance_id: string }[];
 }
 
 interface ErrorBody {
@@ -335,9 +336,44 @@ async function expectDeploymentsKept(cluster: HostCluster, instances: string[]):
     for (const id of instances) expect(d.deployments.map((x) => x.instance_id)).toContain(id);
 }
 
+/**
+ * Back to the lab as startLab left it: every link up, one session, no instance and no deployment
+ * (deleted as a client would, again until none is left).
+ */
+async function reset(cluster: HostCluster): Promise<void> {
+  for (const a of ALL) for (const b of ALL) if (a < b) await cluster.lab.healPair(a, b);
+  const n1 = cluster.nodes[0]!;
+  await waitFor(
+    async () => {
+      const docs = await Promise.all(cluster.nodes.map(state));
+      const ids = new Set(
+        docs.flatMap((d) => [
+          ...d.instances.map((i) => i.instance_id),
+          ...d.deployments.map((x) => x.instance_id),
+        ]),
+      );
+      if (ids.size === 0) return true;
+      for (const id of ids)
+        await fetch(`${n1.apiUrl}/instance/${id}`, { method: "DELETE", headers: n1.authHeaders });
+      return undefined;
+    },
+    { timeoutMs: 60_000, intervalMs: 1000, what: "no instance and no deployment left" },
+  );
+  note("reset: every link up, no instance");
+}
+
 describe("network partitions of a 4-node cluster", () => {
+  // One lab for both scenarios: a 4-host lab takes 25-40 s to start on a loaded machine. The first
+  // ends healed in one session under node-1, where the second starts once its instances are gone.
+  let cluster: HostCluster;
+  beforeAll(async () => {
+    cluster = await startLab();
+  }, 180_000);
+  afterAll(async () => {
+    await cluster?.[Symbol.asyncDispose]();
+  });
+
   it("a non-master cut off alone elects itself; at the heal it rejoins the majority's session", async () => {
-    await using cluster = await startLab();
     const docs = await converged(cluster);
     const [n1, n2, n3, n4] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess, NodeProcess];
     const s1 = docs[0]!.session!.session_id;
@@ -420,7 +456,7 @@ describe("network partitions of a 4-node cluster", () => {
   }, 900_000);
 
   it("the master cut off alone keeps its session; the majority elects a new one, which wins the heal", async () => {
-    await using cluster = await startLab();
+    await reset(cluster);
     const docs = await converged(cluster);
     const [n1, n2, n3, n4] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess, NodeProcess];
     const s1 = docs[0]!.session!.session_id;
