@@ -37,7 +37,7 @@ const USAGE = `usage: node scripts/compose.mjs <verb> [--engine docker|podman] [
   build   build the image (${IMAGE}) only; with no registry reachable, first a local base image
           (scripts/container-base.mjs: Debian bookworm + Node from the npm registry)
   health  run each node's health check now and print the result
-  stop    stop the nodes (SIGTERM: each drains, up to ${STOP_GRACE_S} s)
+  stop    stop the nodes, all at once (SIGTERM: each drains, up to ${STOP_GRACE_S} s)
   down    stop and remove the containers and network; the named volumes (state, models) stay,
           unless --volumes (then every node's state and the models volume go too)
   ps      the containers and their state
@@ -236,6 +236,20 @@ async function waitHealthy(engine, timeoutS) {
   }
 }
 
+/**
+ * Every node's container stopped at once (SIGTERM: each drains), as `docker compose stop` does.
+ * podman-compose 1.0 stops them one after another: each draining node would hand its deployments to
+ * a node about to stop too, a cascade of placements, stagings and loads that serve nobody.
+ */
+function stopNodes(engine, cmd, base) {
+  if (engine !== "podman") {
+    run(cmd, [...base, "stop", "-t", String(STOP_GRACE_S)]);
+    return;
+  }
+  const containers = NODES.map((n) => containerName(engine, n));
+  run("podman", ["stop", "--ignore", "-t", String(STOP_GRACE_S), ...containers]);
+}
+
 async function main() {
   const argv = process.argv.slice(2);
   const verb = argv[0];
@@ -276,9 +290,10 @@ async function main() {
       process.stdout.write(`${JSON.stringify(health(engine))}\n`);
       return 0;
     case "stop":
-      run(cmd, [...base, "stop", "-t", String(STOP_GRACE_S)]);
+      stopNodes(engine, cmd, base);
       return 0;
     case "down": {
+      stopNodes(engine, cmd, base);
       const volumes = argv.includes("--volumes");
       // podman-compose 1.0 removes volumes one at a time with a 1 s pause after each: they go in
       // one podman call below instead.

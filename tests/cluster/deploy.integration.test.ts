@@ -195,6 +195,8 @@ describe("the shipped configuration across three hosts", () => {
         { timeoutMs: 90_000, intervalMs: 500, what: "the deployment serving again after down/up" },
       );
     } finally {
+      // The end of the test, not a stop it is about: kill -9, as the testkit's clusters end.
+      for (const n of nodes) n.kill("SIGKILL");
       await Promise.all(nodes.map((n) => n.stop(5000)));
     }
   });
@@ -210,6 +212,8 @@ describe("the shipped configuration across three hosts", () => {
       const docs = await waitForConvergence(nodes, 3, 60_000);
       expect(docs[0]!.node_identities.find((n) => n.is_master)?.name).toBe("node-1");
     } finally {
+      // The end of the test, not a stop it is about: kill -9, as the testkit's clusters end.
+      for (const n of nodes) n.kill("SIGKILL");
       await Promise.all(nodes.map((n) => n.stop(5000)));
     }
   });

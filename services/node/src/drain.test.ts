@@ -1,6 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
-import { Drain, engineBusy } from "./drain.ts";
+import { emptyState } from "@ic/protocol";
+import type { ControlState } from "@ic/protocol";
+import { Drain, engineBusy, nodeDrain } from "./drain.ts";
 
 function drain(
   counts: number[],
@@ -100,6 +102,52 @@ describe("Drain: the hand-off before it stops", () => {
     const p = hanging.d.run();
     setTimeout(() => hanging.d.cancel(), 80);
     expect((await p).waitedMs).toBeLessThan(1000);
+  });
+});
+
+/** A node ("me") whose one deployment runs here; `others` are the session's other members. */
+function holderDrain(others: string[]) {
+  const member = (peer_key: string) => ({
+    node_id: `n-${peer_key}`,
+    peer_key,
+    name: peer_key,
+    api_url: "",
+    host: peer_key,
+    started_at: 0,
+    joined_at: 0,
+  });
+  const state = {
+    ...emptyState(),
+    members: Object.fromEntries(["me", ...others].map((k) => [`n-${k}`, member(k)])),
+    instances: { i1: { instance_id: "i1", assignments: [{ peer_key: "me", rank: 0 }] } },
+    deployments: { d1: { deployment_id: "d1", instance_id: "i1", model_id: "m" } },
+  } as unknown as ControlState;
+  return nodeDrain({
+    peerKey: "me",
+    agent: { snapshot: () => state, publishHeartbeat: () => {} },
+    relaying: () => [],
+    engineHeaders: () => ({}),
+    timeoutMs: 10_000,
+    log: silentLogger(),
+  });
+}
+
+describe("nodeDrain: a deployment that stays", () => {
+  it("a node alone in its session does not wait for a move no node can make", async () => {
+    const t0 = Date.now();
+    expect(await holderDrain([]).run()).toMatchObject({ outcome: "idle", left: 0 });
+    expect(Date.now() - t0).toBeLessThan(2500);
+  });
+
+  it("with another member, the master gets its moment to place the deployment there", async () => {
+    const d = holderDrain(["other"]);
+    const first = await Promise.race([
+      d.run().then(() => "ended"),
+      new Promise((r) => setTimeout(() => r("waiting"), 1500)),
+    ]);
+    expect(first).toBe("waiting");
+    d.cancel();
+    expect((await d.run()).outcome).toBe("cut_short");
   });
 });
 

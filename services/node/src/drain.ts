@@ -156,6 +156,8 @@ export function nodeDrain(o: NodeDrainSources): Drain {
   const staying = new Set<string>();
   const movingElsewhere = () => {
     const s = agent.snapshot();
+    // Alone in its session (one node, or the others gone): there is no node to move to.
+    const alone = Object.values(s.members).every((m) => m.peer_key === peerKey);
     let n = 0;
     for (const id of here) {
       const d = s.deployments[id];
@@ -163,7 +165,7 @@ export function nodeDrain(o: NodeDrainSources): Drain {
       if (d && inst?.assignments.some((a) => a.peer_key === peerKey)) {
         // Not placed elsewhere yet: the master gets STAYING_AFTER_MS to do it (waited for, as a
         // move); still pointing here after that, nothing can take it.
-        if (Date.now() - started < STAYING_AFTER_MS) {
+        if (!alone && Date.now() - started < STAYING_AFTER_MS) {
           n++;
           continue;
         }
