@@ -323,7 +323,7 @@ describe("chaos: kill -9 under load on 3 hosts", () => {
             messages: [{ role: "user", content: "Write a very long story about the sea." }],
             // Long enough that the kill lands mid-generation (it follows the fourth task by one
             // state read); each request is then generated again in full on the other instance.
-            max_tokens: 300,
+            max_tokens: 200,
           }),
         }).then(async (r) => ({ status: r.status, text: (await r.text()).slice(0, 300) })),
       );

@@ -1,5 +1,5 @@
 // `npm start`'s entry (cli.ts) and the node's (main.ts) as an operator runs them: real processes.
-import { spawn, spawnSync } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,11 +9,18 @@ import { freePort, REPO_ROOT, startHubEmulator, tinyGgufRepo, waitFor } from "@i
 
 const CLI = join(REPO_ROOT, "packages/launcher/src/cli.ts");
 const MAIN = join(REPO_ROOT, "services/node/src/main.ts");
+/** An entry point run to its end: exit status and both outputs (the tests below run side by side). */
 const run = (file: string, args: string[]) =>
-  spawnSync(process.execPath, ["--import", "tsx", file, ...args], {
-    cwd: REPO_ROOT,
-    encoding: "utf8",
-    timeout: 60_000,
+  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+    execFile(
+      process.execPath,
+      ["--import", "tsx", file, ...args],
+      { cwd: REPO_ROOT, encoding: "utf8", timeout: 60_000 },
+      (err, stdout, stderr) => {
+        const code = (err as { code?: unknown } | null)?.code;
+        resolve({ status: err ? (typeof code === "number" ? code : null) : 0, stdout, stderr });
+      },
+    );
   });
 
 /** `npm start` with `args` as an operator runs it: its output so far, and its exit once it ends. */
@@ -35,9 +42,9 @@ async function npmStart(args: string[]) {
   return { child, output, exited, ready };
 }
 
-describe("the entry points answer before starting anything", () => {
-  it("start --help prints every option and exits 0", () => {
-    const r = run(CLI, ["start", "--help"]);
+describe.concurrent("the entry points answer before starting anything", () => {
+  it("start --help prints every option and exits 0", async () => {
+    const r = await run(CLI, ["start", "--help"]);
     expect(r.status).toBe(0);
     for (const opt of [
       "--nodes",
@@ -57,8 +64,8 @@ describe("the entry points answer before starting anything", () => {
     [["start", "--nodes", "0"], "--nodes must be between 1 and 16"],
     [["start", "--frobnicate"], "Unknown option '--frobnicate'"],
     [["status"], 'unknown command "status"'],
-  ])("%j exits 2 with one line and no stack trace", (args, message) => {
-    const r = run(CLI, args);
+  ])("%j exits 2 with one line and no stack trace", async (args, message) => {
+    const r = await run(CLI, args);
     expect(r.status).toBe(2);
     expect(r.stderr).toContain(message);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
@@ -66,11 +73,13 @@ describe("the entry points answer before starting anything", () => {
     expect(r.stdout).toBe("");
   });
 
-  it("main.ts --help prints its usage and exits 0; an unknown argument exits 2", () => {
-    const help = run(MAIN, ["--help"]);
+  it("main.ts --help prints its usage and exits 0; an unknown argument exits 2", async () => {
+    const [help, bad] = await Promise.all([
+      run(MAIN, ["--help"]),
+      run(MAIN, ["--confg", "x.yaml"]),
+    ]);
     expect(help.status).toBe(0);
     expect(help.stdout).toContain("--config FILE");
-    const bad = run(MAIN, ["--confg", "x.yaml"]);
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain("Unknown option '--confg'");
   });
