@@ -1,7 +1,7 @@
 // Test-only: the `ic` command run as a user runs it, its exit code and both outputs. The code is
 // bin/ic.mjs's (src/main.ts), run from an esbuild bundle built once per test file: through tsx's
-// loader each run takes about a second of CPU before its first line, and the CLI's integration
-// tests run it some 50 times. BIN (tsx, as installed) is what the follower test spawns.
+// loader a run took 0.7 s of CPU, from the bundle 0.35 s, and the CLI's integration tests run it
+// some 50 times. BIN (tsx, as installed) is what the follower test spawns.
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { buildBundle, REPO_ROOT } from "@ic/testkit";
