@@ -10,6 +10,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   countByName,
+  deleteEveryInstance,
   namespaceListeners,
   namespaceProcesses,
   openFdCount,
@@ -245,34 +246,9 @@ describe("chaos: kill -9 under load on 3 hosts", () => {
     return { inst, before: committed(ready) };
   }
 
-  /**
-   * Deletes every instance and deployment of the model, as a client would: a DELETE answered with a
-   * retryable error (the intent store still re-electing after a bus restart) is sent again.
-   */
+  /** Every instance and deployment deleted as a client would, then nothing left over. */
   async function clear(what: string) {
-    const answers: string[] = [];
-    const deleted = waitFor(
-      async () => {
-        const d = await n1.get<StateDoc>("/state");
-        const ids = new Set([
-          ...d.instances.map((i) => i.instance_id),
-          ...d.deployments.map((x) => x.instance_id),
-        ]);
-        if (ids.size === 0) return true;
-        for (const id of ids) {
-          const res = await fetch(`${n1.apiUrl}/instance/${id}`, {
-            method: "DELETE",
-            headers: n1.authHeaders,
-          });
-          if (!res.ok) answers.push(`${res.status} ${await res.text()}`);
-        }
-        return undefined;
-      },
-      { timeoutMs: 30_000, intervalMs: 500, what: "instances and deployments deleted" },
-    );
-    await deleted.catch((e: unknown) => {
-      throw new Error(`${String(e)}; last DELETE answers: ${answers.slice(-3).join(" | ")}`);
-    });
+    await deleteEveryInstance(n1);
     await expectCensus(cluster, base, `clean after ${what}`);
   }
 

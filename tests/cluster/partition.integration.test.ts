@@ -35,6 +35,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import {
+  deleteEveryInstance,
   placeAndWait,
   seedStore,
   startHostCluster,
@@ -58,7 +59,6 @@ interface StateDoc {
     assignments: { node_id: string; rank: number }[];
     runners: { rank: number; state: string }[];
   }[];
-  deployments: { instance_id: string }[];
 }
 
 interface ErrorBody {
@@ -338,27 +338,11 @@ async function expectDeploymentsKept(cluster: HostCluster, instances: string[]):
 
 /**
  * Back to the lab as startLab left it: every link up, one session, no instance and no deployment
- * (deleted as a client would, again until none is left).
+ * on any node (deleted as a client would, again until none is left).
  */
 async function reset(cluster: HostCluster): Promise<void> {
   for (const a of ALL) for (const b of ALL) if (a < b) await cluster.lab.healPair(a, b);
-  const n1 = cluster.nodes[0]!;
-  await waitFor(
-    async () => {
-      const docs = await Promise.all(cluster.nodes.map(state));
-      const ids = new Set(
-        docs.flatMap((d) => [
-          ...d.instances.map((i) => i.instance_id),
-          ...d.deployments.map((x) => x.instance_id),
-        ]),
-      );
-      if (ids.size === 0) return true;
-      for (const id of ids)
-        await fetch(`${n1.apiUrl}/instance/${id}`, { method: "DELETE", headers: n1.authHeaders });
-      return undefined;
-    },
-    { timeoutMs: 60_000, intervalMs: 1000, what: "no instance and no deployment left" },
-  );
+  await deleteEveryInstance(cluster.nodes[0]!, cluster.nodes, 60_000);
   note("reset: every link up, no instance");
 }
 

@@ -443,6 +443,46 @@ interface ReadyState {
 }
 
 /**
+ * Deletes every instance and deployment, as a client would: each id any of `observers` still lists
+ * is deleted through `via`, again until none lists any (a DELETE answered with a retryable error,
+ * the intent store still re-electing, is simply sent again). A timeout names the last refusals.
+ */
+export async function deleteEveryInstance(
+  via: NodeProcess,
+  observers: readonly NodeProcess[] = [via],
+  timeoutMs = 30_000,
+): Promise<void> {
+  interface Listed {
+    instances: { instance_id: string }[];
+    deployments: { instance_id: string }[];
+  }
+  const answers: string[] = [];
+  await waitFor(
+    async () => {
+      const docs = await Promise.all(observers.map((n) => n.get<Listed>("/state")));
+      const ids = new Set(
+        docs.flatMap((d) => [
+          ...d.instances.map((i) => i.instance_id),
+          ...d.deployments.map((x) => x.instance_id),
+        ]),
+      );
+      if (ids.size === 0) return true;
+      for (const id of ids) {
+        const res = await fetch(`${via.apiUrl}/instance/${id}`, {
+          method: "DELETE",
+          headers: via.authHeaders,
+        });
+        if (!res.ok) answers.push(`${res.status} ${await res.text()}`);
+        else await res.arrayBuffer();
+      }
+      return undefined;
+    },
+    { timeoutMs, intervalMs: 500, what: "every instance and deployment deleted" },
+  ).catch((e: unknown) => {
+    throw new Error(`${String(e)}; last DELETE answers: ${answers.slice(-3).join(" | ")}`);
+  });
+}
+/**
  * Waits until `count` instances have their rank 0 RunnerReady, as the first of `nodes` that is
  * running and answers sees it, and returns that /state document. On timeout the message names the
  * runners it saw last.
