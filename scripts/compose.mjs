@@ -125,14 +125,14 @@ function buildInputs(engine, base, ca) {
   });
   if (blobs.status !== 0) return undefined;
   const ids = blobs.stdout.trim().split("\n");
-  const baseId = quiet(engine, ["image", "inspect", "--format", "{{.Id}}", base]).stdout.trim();
-  const h = createHash("sha256").update(`${baseId} ${ca ?? ""}\n`);
+  const h = createHash("sha256").update(`${imageId(engine, base)} ${ca ?? ""}\n`);
   files.forEach((f, i) => h.update(`${statSync(join(ROOT, f)).mode} ${ids[i]} ${f}\n`));
   return h.digest("hex");
 }
 
-function imageId(engine) {
-  return quiet(engine, ["image", "inspect", "--format", "{{.Id}}", IMAGE]).stdout.trim();
+/** The id of an image (the node image unless named); empty when there is none. */
+function imageId(engine, ref = IMAGE) {
+  return quiet(engine, ["image", "inspect", "--format", "{{.Id}}", ref]).stdout.trim();
 }
 
 /** The image, built unless the last build had the same inputs and its image is still there. */
