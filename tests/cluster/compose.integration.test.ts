@@ -164,7 +164,13 @@ describe("the compose cluster (podman)", () => {
   it("down then up: the deployment comes back from the volumes and serves, with no operator action", async () => {
     expect((await compose("down")).status).toBe(0);
     expect((await compose("up", "--timeout-s", "300")).status).toBe(0);
-    expect((await state(1)).deployments.map((d) => d.model_id)).toContain(MODEL);
+    // Healthy is joined to a session; the new master then restores the intent from the bus's
+    // replicated store once its stream has a leader again (about 6 s here).
+    await waitFor(
+      async () =>
+        (await state(1)).deployments.some((d) => d.model_id === MODEL) ? true : undefined,
+      { timeoutMs: 60_000, intervalMs: 500, what: "the deployment restored" },
+    );
     await servesEverywhere(180_000);
   });
 

@@ -1,5 +1,5 @@
 // Front door of the engine package: locating and checking llama.cpp binaries, and capability health.
-export { engineCacheRoot, locateEngine, managedBuild } from "./locate.ts";
+export { engineCacheRoot, locateEngine, managedBuild, probeCacheRoot } from "./locate.ts";
 export type { LocateOptions, ManagedBuild } from "./locate.ts";
 export { nodeHealth } from "./health.ts";
 export type { Observations } from "./health.ts";

@@ -17,6 +17,16 @@ export function engineCacheRoot(env: NodeJS.ProcessEnv = process.env): string {
   return env.ENGINE_CACHE_DIR || join(base, "inference-cluster", "engine");
 }
 
+/**
+ * Where the engine probes keep their verdicts: `ENGINE_PROBE_CACHE_DIR`, else the engine cache. A
+ * deployed engine is read-only to the node (the image, the systemd unit), and a probe whose verdict
+ * cannot be written runs again at every start (seconds of engine starts): those name a directory the
+ * node owns.
+ */
+export function probeCacheRoot(env: NodeJS.ProcessEnv = process.env): string {
+  return env.ENGINE_PROBE_CACHE_DIR || engineCacheRoot(env);
+}
+
 /** The build recorded by scripts/build-engine.mjs, or null when none was made. */
 export function managedBuild(env: NodeJS.ProcessEnv = process.env): ManagedBuild | null {
   const p = join(engineCacheRoot(env), "current.json");

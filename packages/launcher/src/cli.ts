@@ -1,6 +1,9 @@
 // `npm start` = `cli.ts start [options]`: the local cluster (local-cluster.ts). Options are
-// checked before anything starts; `--help` prints them.
-import { parseStartArgs, runLocalCluster, START_USAGE } from "./index.ts";
+// checked before anything starts; `--help` prints them. `cli.ts bundle <dir>` writes the node's
+// bundle there (node-bundle.ts), for the image to run.
+import { resolve } from "node:path";
+import { parseStartArgs, REPO_ROOT, runLocalCluster, START_USAGE } from "./index.ts";
+import { writeNodeBundle } from "./node-bundle.ts";
 
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = argv;
@@ -8,8 +11,14 @@ async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`${START_USAGE}\n`);
     return 0;
   }
+  if (command === "bundle" && rest.length === 1) {
+    process.stdout.write(`${await writeNodeBundle(REPO_ROOT, resolve(rest[0]!))}\n`);
+    return 0;
+  }
   if (command !== undefined && command !== "start") {
-    process.stderr.write(`unknown command "${command}"; the only command is start (see --help)\n`);
+    process.stderr.write(
+      `unknown command "${command}"; the commands are start (see --help) and bundle <dir>\n`,
+    );
     return 2;
   }
   const parsed = parseStartArgs(rest, process.env);

@@ -5,8 +5,8 @@
 import type { Bus } from "@ic/bus";
 import type { Config } from "@ic/config";
 import {
-  engineCacheRoot,
   locateEngine,
+  probeCacheRoot,
   probeSlotRestore,
   probeSplitSupport,
   probeTls,
@@ -56,7 +56,7 @@ export function engineComponent(
         rpcBinOverride: section.rpc_bin,
       });
       // What the engine can split across nodes, asked of the engine (cached per build).
-      const probed = await probeSplitSupport(located, { cacheDir: engineCacheRoot() });
+      const probed = await probeSplitSupport(located, { cacheDir: probeCacheRoot() });
       const split = { ...probed, tensor_opt_in: section.experimental_tensor_split };
       info = { ...located, split };
       o.log.info({ split }, "engine split modes across nodes (capability probe)");
@@ -84,7 +84,7 @@ export function engineComponent(
  * that hangs counts as one that cannot.
  */
 async function probeSlots(serverBin: string | null, log: Logger): Promise<SlotRestore> {
-  const r = await probeSlotRestore(serverBin, { cacheDir: engineCacheRoot(), timeoutMs: 15_000 });
+  const r = await probeSlotRestore(serverBin, { cacheDir: probeCacheRoot(), timeoutMs: 15_000 });
   if (r.supported)
     log.info({ slot_restore: r }, "engine moves KV caches between servers (slot-restore probe)");
   else
