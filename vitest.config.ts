@@ -6,6 +6,14 @@
 import { defineConfig } from "vitest/config";
 import { LongestFirst } from "./tests/sequencer.ts";
 
+/**
+ * The test clusters' engines run one thread each (testkit's prepareNode reads this; benchmarks keep
+ * the engine's own count). A test machine runs several engines on its cores at once, and two
+ * threads each made them contend: the same two files (maintenance and load, side by side) took
+ * 115 s with 24-32 answers during the rolling restarts, and 91 s with 135-157 at one thread.
+ */
+const TEST_ENGINES = { IC_TEST_ENGINE_THREADS: "1" };
+
 export default defineConfig({
   test: {
     sequence: { sequencer: LongestFirst },
@@ -45,6 +53,7 @@ export default defineConfig({
             "tests/**/*.integration.test.ts",
           ],
           exclude: ["**/node_modules/**", "**/*.chaos.test.ts"],
+          env: TEST_ENGINES,
           testTimeout: 120_000,
           hookTimeout: 120_000,
           pool: "forks",
@@ -59,6 +68,7 @@ export default defineConfig({
           sequence: { groupOrder: 1 },
           include: ["services/*/src/**/*.chaos.test.ts", "tests/**/*.chaos.test.ts"],
           exclude: ["**/node_modules/**"],
+          env: TEST_ENGINES,
           testTimeout: 180_000,
           hookTimeout: 180_000,
           pool: "forks",

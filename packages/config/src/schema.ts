@@ -157,6 +157,12 @@ export const EngineSchema = z
      */
     niceness: z.number().int().min(0).max(19).default(10),
     healthy_uptime_ms: z.number().int().min(0).default(60000),
+    /**
+     * CPU threads of each engine process (`-t` of llama-server and ggml-rpc-server). Unset: the
+     * engine's own choice (as many as the machine has cores). Several engines on one machine each
+     * take every core by default; set it to share the cores between them.
+     */
+    threads: z.number().int().min(1).max(1024).optional(),
     extra_args: z.array(z.string()).default([]),
     /**
      * Allows Tensor sharding across nodes through llama.cpp's experimental `-sm tensor` mode where

@@ -43,13 +43,22 @@ export const FAST_CLUSTER = {
 export function prepareNode(spec: NodeSpec): NodeProcess {
   const testDefaults = {
     cluster: FAST_CLUSTER,
-    engine: { context_size: 512, restart_backoff_ms: 200 },
+    engine: { context_size: 512, restart_backoff_ms: 200, ...testEngineThreads() },
     // A test's stop does not wait a minute for generations it left running.
     node: { drain_timeout_ms: 3000 },
     // The dashboard's charts take a sample a second (10 s by default).
     dashboard: { sample_interval_ms: 1000 },
   };
   return prepareLaunchedNode({ ...spec, config: deepMerge(testDefaults, spec.config ?? {}) });
+}
+
+/**
+ * `engine.threads` from IC_TEST_ENGINE_THREADS, which the test suite sets (vitest.config.ts) and the
+ * benchmarks do not: their engines keep the engine's own thread count.
+ */
+function testEngineThreads(): { threads?: number } {
+  const n = Number(process.env.IC_TEST_ENGINE_THREADS);
+  return Number.isInteger(n) && n > 0 ? { threads: n } : {};
 }
 
 /** Merges `patch` (section by section) into a prepared, not yet started node's config file. */

@@ -19,7 +19,7 @@ export interface ServerArgsInput {
   readonly port: number;
   readonly contextSize: number;
   /** The flags of the config's engine section that become arguments (a new flag: read it below). */
-  readonly engine: Pick<EngineSettings, "gpu_layers" | "extra_args">;
+  readonly engine: Pick<EngineSettings, "gpu_layers" | "threads" | "extra_args">;
   readonly totalLayers: number;
   /** host:port of ranks 1..n-1, in rank order. */
   readonly rpcEndpoints: readonly string[];
@@ -123,6 +123,7 @@ export function serverArgs(i: ServerArgsInput): string[] {
   if (i.mmprojPath) a.push("--mmproj", i.mmprojPath);
   // The engine's mode for the instance's kind (an embedding or a reranking engine).
   a.push(...INSTANCE_KIND_TABLE[kindOf(i.instance)].engineArgs(i.pooling));
+  if (i.engine.threads) a.push("-t", String(i.engine.threads));
   a.push(...i.engine.extra_args);
   return a;
 }

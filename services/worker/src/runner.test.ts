@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { EngineSchema } from "@ic/config";
 import { engineEnvironment, logTail, nextRunnerAction } from "./runner.ts";
-import { serverArgs } from "./args.ts";
+import { rpcArgs, serverArgs } from "./args.ts";
 import { runnerContext } from "./slot.ts";
 import type { Instance, InstanceId, ModelId, NodeId } from "@ic/protocol";
 
@@ -215,6 +215,14 @@ describe("serverArgs", () => {
     const r = serverArgs({ ...base, instance: rerank, totalLayers: 4 });
     expect(r).toContain("--reranking");
     expect(r).not.toContain("--embeddings");
+  });
+  it("engine.threads: -t before the operator's extra arguments (which win); unset: no -t", () => {
+    const one = { ...base, instance: instance(1, "Pipeline", [4]), totalLayers: 4 };
+    expect(serverArgs(one)).not.toContain("-t");
+    const engine = EngineSchema.parse({ threads: 3, extra_args: ["-t", "5"] });
+    expect(serverArgs({ ...one, engine }).join(" ")).toMatch(/ -t 3 -t 5$/);
+    expect(rpcArgs("127.0.0.1", 50052, 3).join(" ")).toBe("-H 127.0.0.1 -p 50052 -t 3");
+    expect(rpcArgs("127.0.0.1", 50052, undefined)).not.toContain("-t");
   });
 });
 

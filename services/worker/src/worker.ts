@@ -302,7 +302,12 @@ export class Worker implements AsyncDisposable {
     if (slot.rank > 0) {
       if (!engine.rpc_bin) throw new Error("no ggml-rpc-server binary");
       sup = new RunnerSupervisor(
-        { ...common, role: "rpc", bin: engine.rpc_bin, args: rpcArgs(this.o.host, port) },
+        {
+          ...common,
+          role: "rpc",
+          bin: engine.rpc_bin,
+          args: rpcArgs(this.o.host, port, this.o.settings.threads),
+        },
         this.log,
         (s) => this.onStatus(slot, s),
       );
