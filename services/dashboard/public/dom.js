@@ -1,6 +1,5 @@
 // DOM and formatting helpers: elements built from data as text (never as markup), tables, selects,
-// sizes, durations, times, progress bars and badges. No requests, and no state but what each table
-// shows.
+// sizes, durations, times, progress bars and badges. No state and no requests.
 
 /** An element of index.html by id (any: the page's elements are inputs, dialogs and tables alike). */
 export const $ = (/** @type {string} */ id) => /** @type {any} */ (document.getElementById(id));
@@ -22,16 +21,9 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
-/**
- * What each table shows, as markup: a state update (every heartbeat) that changes nothing in a
- * table leaves its rows in place. Replacing them anyway could take a button away between the
- * mouse's press and release, and the click was lost (the dashboard test's "dismiss", once in CI).
- */
-const shown = new WeakMap();
-
-/** Replaces a table's rows, when they changed: a header row and one row per item. */
+/** Replaces a table's rows: a header row and one row per item. */
 export function table(el, head, rows, empty) {
-  const parts = [
+  el.replaceChildren(
     h(
       "thead",
       null,
@@ -54,11 +46,7 @@ export function table(el, head, rows, empty) {
           )
         : h("tr", null, h("td", { colSpan: head.length, class: "muted" }, empty)),
     ),
-  ];
-  const markup = parts.map((p) => p.outerHTML).join("");
-  if (shown.get(el) === markup) return;
-  shown.set(el, markup);
-  el.replaceChildren(...parts);
+  );
 }
 
 export function bytes(n) {
