@@ -56,7 +56,7 @@ export async function writeNodeBundle(repoRoot: string, dir: string): Promise<st
 
 /**
  * Builds a bundle of `entries` (output name to source path, relative to `repoRoot`; the first is
- * `main`) under node_modules/.cache/`name`, about half a second, unless this exact output is there.
+ * `main`) under node_modules/.cache/`name`, about a second, unless this exact output is there.
  */
 export async function buildBundle(
   repoRoot: string,
