@@ -88,18 +88,19 @@ export async function attempt(
   const { conversation } = request;
   if (conversation) {
     headers["x-conversation-id"] = conversation.id;
-    // After the first bytes are on their way: the notice is no part of the time to first token.
-    const announce = () =>
-      ctx.streams.announce({
-        type: "started",
-        conversation_id: conversation.id,
-        token: request.token,
-        command_id: commandId,
-        instance_id: target.instance.instance_id,
-        path: request.endpoint.path,
-        expires_at: Date.now() + ctx.limits.total_timeout_ms + ENGINE_STREAM_TTL_MS,
-      });
-    setImmediate(announce);
+    // Before the first bytes: a gateway killed right after a client read its first event had not
+    // yet told the others (the notice went out a tick after the answer), and the stream could not
+    // be read again through another node (the resume chaos test, once). A publish is a buffered
+    // write: no wait for the bus.
+    ctx.streams.announce({
+      type: "started",
+      conversation_id: conversation.id,
+      token: request.token,
+      command_id: commandId,
+      instance_id: target.instance.instance_id,
+      path: request.endpoint.path,
+      expires_at: Date.now() + ctx.limits.total_timeout_ms + ENGINE_STREAM_TTL_MS,
+    });
   }
   return new StreamAnswer(ctx, request, leg, headers).response;
 }
