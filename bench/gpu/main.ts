@@ -11,7 +11,7 @@ import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { engineCacheRoot, locateEngine, managedBuild, probeSplitSupport } from "@ic/engine";
+import { locateEngine, managedBuild, probeCacheRoot, probeSplitSupport } from "@ic/engine";
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
 import type { LocalCluster, NodeProcess } from "@ic/testkit";
 import { machineLine, REPO_ROOT, writeSection } from "../lib/report.ts";
@@ -148,7 +148,7 @@ function buildEngine(inv: Inventory, work: string): Built | null {
 /** 2. What the engine can split across nodes; whether Tensor across nodes should be served. */
 async function probeEngine(built: Built): Promise<{ optIn: boolean; tensorAllowed: boolean }> {
   const engine = await locateEngine();
-  const split = await probeSplitSupport(engine, { cacheDir: engineCacheRoot() });
+  const split = await probeSplitSupport(engine, { cacheDir: probeCacheRoot() });
   record("engine-probe", true, [
     `row over rpc: ${split.row_over_rpc}, tensor over rpc: ${split.tensor_over_rpc}`,
     split.evidence,
