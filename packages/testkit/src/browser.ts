@@ -1,7 +1,15 @@
 // Headless Chromium for the GUI tests (the publisher's page, the dashboard): the Debian `chromium`
 // driven by playwright-core, in a throwaway profile, with the page's errors collected.
 import { createHash, X509Certificate } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
@@ -27,15 +35,23 @@ export async function launchChromium(
      * cluster's node certificates. Only these are accepted (Chromium's SPKI pin list), nothing else.
      */
     trustCertFiles?: readonly string[];
+    /**
+     * An argv prefix the browser runs under, e.g. a lab host's `ip netns exec <ns>`. Chromium aborts
+     * its requests (`net::ERR_NETWORK_CHANGED`) whenever an interface of its network namespace
+     * changes, which other test files' labs do all the time in the root one.
+     */
+    wrap?: readonly string[];
   } = {},
 ): Promise<TestBrowser> {
   if (!existsSync(CHROMIUM))
     throw new Error(
       `no Chromium at ${CHROMIUM}: apt-get install -y chromium (or set CHROMIUM_PATH)`,
     );
-  const profile = mkdtempSync(join(tmpdir(), "ic-chromium-"));
+  const dir = mkdtempSync(join(tmpdir(), "ic-chromium-"));
+  const profile = join(dir, "profile");
+  mkdirSync(profile);
   const context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
+    executablePath: o.wrap ? wrapperScript(dir, o.wrap) : CHROMIUM,
     headless: true,
     args: [
       "--headless",
@@ -60,9 +76,21 @@ export async function launchChromium(
   });
   const close = async () => {
     await context.close();
-    rmSync(profile, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true });
   };
   return { context, page, errors, close, [Symbol.asyncDispose]: close };
+}
+
+/**
+ * An executable that runs Chromium under `wrap` with the arguments it is given. `ip netns exec`
+ * execs in place, so the browser keeps the pid and the pipes playwright gave the script.
+ */
+function wrapperScript(dir: string, wrap: readonly string[]): string {
+  const path = join(dir, "chromium");
+  const quote = (a: string) => `'${a.replaceAll("'", `'\\''`)}'`;
+  writeFileSync(path, `#!/bin/sh\nexec ${[...wrap, CHROMIUM].map(quote).join(" ")} "$@"\n`);
+  chmodSync(path, 0o755);
+  return path;
 }
 
 /** The base64 SHA-256 of a certificate's public key (SubjectPublicKeyInfo), as Chromium pins it. */

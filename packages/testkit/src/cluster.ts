@@ -184,18 +184,25 @@ export async function startHostCluster(
     verbose?: boolean;
     /** Node flags of node `i` (e.g. `--cpu-prof` for a benchmark's profile). */
     nodeArgs?: (i: number) => readonly string[];
+    /**
+     * Lab hosts with no node, after the nodes' (e.g. `operator`): a client on its own machine, such
+     * as a browser, which then sees neither the nodes' nor the test machine's interfaces change.
+     */
+    clientHosts?: readonly string[];
   } = {},
 ): Promise<HostCluster> {
-  const lab = await NetLab.create({ hosts: n });
+  const nodeNames = Array.from({ length: n }, (_, i) => `node-${i + 1}`);
+  const lab = await NetLab.create({ hosts: [...nodeNames, ...(opts.clientHosts ?? [])] });
+  const nodeHosts = lab.hosts.slice(0, n);
   const secret = newClusterSecret();
-  const certs = opts.tls === false ? null : hostCerts(lab);
+  const certs = opts.tls === false ? null : hostCerts(lab, nodeHosts);
   const adminToken = `adm_${randomBytes(18).toString("hex")}`;
   const relays: DelayRelay[] = [];
   const nodes: NodeProcess[] = [];
   const cluster = hostClusterHandle({ lab, secret, adminToken, relays, certs, nodes });
   try {
-    for (const [i, h] of lab.hosts.entries()) {
-      const peers = await hostPeers(lab, h, opts.routeDelayMs, relays);
+    for (const [i, h] of nodeHosts.entries()) {
+      const peers = await hostPeers({ lab, nodeHosts, h }, opts.routeDelayMs, relays);
       nodes.push(
         prepareNode({
           name: h.name,
@@ -229,9 +236,9 @@ export async function startHostCluster(
  * Each certificate is valid for the host's name and address, and the root namespace's address
  * (where delay relays listen: a route dialled through one checks the peer's certificate by it).
  */
-function hostCerts(lab: NetLab): ClusterCerts {
+function hostCerts(lab: NetLab, nodeHosts: readonly LabHost[]): ClusterCerts {
   return makeClusterCerts(
-    lab.hosts.map((h) => ({ name: h.name, hosts: [h.name, h.address, lab.rootAddress] })),
+    nodeHosts.map((h) => ({ name: h.name, hosts: [h.name, h.address, lab.rootAddress] })),
   );
 }
 
@@ -265,17 +272,16 @@ function hostClusterHandle(parts: {
 }
 
 /**
- * The route peers of host `h`: every other host by name, or with `delayMs` a delay relay (started
+ * The route peers of host `h`: every other node's host by name, or with `delayMs` a delay relay (started
  * here, added to `relays`) in front of each.
  */
 async function hostPeers(
-  lab: NetLab,
-  h: LabHost,
+  { lab, nodeHosts, h }: { lab: NetLab; nodeHosts: readonly LabHost[]; h: LabHost },
   delayMs: number | undefined,
   relays: DelayRelay[],
 ): Promise<string[]> {
   const peers: string[] = [];
-  for (const other of lab.hosts) {
+  for (const other of nodeHosts) {
     if (other.name === h.name) continue;
     if (delayMs) {
       const relay = await DelayRelay.start({

@@ -1,8 +1,9 @@
 // The dashboard in headless Chromium against a real 2-node cluster on two hosts (network namespaces,
-// bearer tokens, the store on node-1, the page served by node-2): the token prompt, the live state,
-// placement previews with a refusal and a placement from the page, the model ready, a runner log,
-// the event log, a staging setting edited in the page (the YAML file keeps its comments and the node
-// applies it), a purge that empties node-2's staging, and no console or CSP errors throughout.
+// bearer tokens, the store on node-1, the page served by node-2 to a browser on a third host): the
+// token prompt, the live state, placement previews with a refusal and a placement from the page,
+// the model ready, a runner log, the event log, a staging setting edited in the page (the YAML file
+// keeps its comments and the node applies it), a purge that empties node-2's staging, and no console
+// or CSP errors throughout.
 // Screenshots go to test-results/dashboard/ (gitignored).
 import { appendFileSync, mkdtempSync, readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
@@ -63,6 +64,9 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
         ...(i === 0 ? { store_path: seeded.store, node: { backend: "cuda" } } : {}),
       }),
       startOnly: [],
+      // The operator's browser on a machine of its own: the other files' labs come and go in the
+      // root namespace, and Chromium drops its requests when an interface it sees changes.
+      clientHosts: ["operator"],
     });
     n2 = cluster.nodes[1]!;
     // The hub emulator (on this host's loopback), reached by the store host through a relay on the
@@ -89,6 +93,7 @@ describe("dashboard in headless Chromium on a 2-host cluster", () => {
       viewport: { width: 1400, height: 1000 },
       ignoreConsole: /Failed to load resource: .* status of 4\d\d/,
       trustCertFiles: ["node-1", "node-2"].map((n) => cluster.certs!.tlsConfig(n).cert_file),
+      wrap: cluster.lab.wrap("operator"),
     });
     page = browser.page;
     page.on("dialog", (d) => void d.accept());
