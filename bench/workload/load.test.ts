@@ -65,6 +65,11 @@ describe("drive", () => {
       { role: "user", content: "s1 second" },
     ]);
     expect(second.max_tokens).toBe(6);
+    // A session's second turn is sent when its first has been answered, not before.
+    for (const session of [0, 1, 2]) {
+      const [a, b] = samples.filter((x) => x.session === session).sort((x, y) => x.turn - y.turn);
+      expect(b!.sentMs).toBeGreaterThanOrEqual(a!.sentMs + a!.e2eMs);
+    }
   });
 
   it("open loop: sessions start at their arrivals, not when the one before ended", async () => {

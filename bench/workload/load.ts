@@ -24,6 +24,8 @@ export type Arrival =
 export interface Sample {
   readonly session: number;
   readonly turn: number;
+  /** When the request was sent, from the run's start (ms). */
+  readonly sentMs: number;
   readonly ttftMs: number;
   /** Gaps between generated text chunks after the first (ms). */
   readonly itlMs: readonly number[];
@@ -113,7 +115,7 @@ async function streamTurn(
 async function runSession(
   t: Target,
   s: Session,
-  index: number,
+  { index, t0 }: { index: number; t0: number },
   pick: () => string,
 ): Promise<Sample[]> {
   const out: Sample[] = [];
@@ -121,11 +123,13 @@ async function runSession(
   for (let k = 0; k < s.turns.length; k++) {
     const turn = s.turns[k]!;
     messages.push({ role: "user", content: turn.user });
+    const sentMs = performance.now() - t0;
     try {
       const a = await streamTurn(pick(), t, messages, turn.maxTokens);
       out.push({
         session: index,
         turn: k,
+        sentMs,
         ttftMs: a.ttftMs,
         itlMs: a.itlMs,
         e2eMs: a.e2eMs,
@@ -139,6 +143,7 @@ async function runSession(
       out.push({
         session: index,
         turn: k,
+        sentMs,
         ttftMs: NaN,
         itlMs: [],
         e2eMs: NaN,
@@ -170,7 +175,7 @@ export async function drive(
     for (let i = 0; i < all.length; i++) {
       const wait = t0 + at - performance.now();
       if (wait > 0) await new Promise((res) => setTimeout(res, wait));
-      done.push(runSession(t, all[i]!, i, pick));
+      done.push(runSession(t, all[i]!, { index: i, t0 }, pick));
       at += (-Math.log(1 - r()) / arrival.rate) * 1000;
     }
   } else {
@@ -178,7 +183,7 @@ export async function drive(
     const user = async () => {
       const mine: Sample[] = [];
       for (let i = taken++; i < all.length; i = taken++)
-        mine.push(...(await runSession(t, all[i]!, i, pick)));
+        mine.push(...(await runSession(t, all[i]!, { index: i, t0 }, pick)));
       return mine;
     };
     for (let u = 0; u < arrival.users; u++) done.push(user());

@@ -61,6 +61,7 @@ describe("summarizeRun", () => {
   const s = (ttftMs: number, e2eMs: number, tokens: number, cached = 0, prompt = 100): Sample => ({
     session: 0,
     turn: 0,
+    sentMs: 0,
     ttftMs,
     itlMs: Array.from({ length: Math.max(0, tokens - 1) }, () => (e2eMs - ttftMs) / (tokens - 1)),
     e2eMs,
