@@ -42,6 +42,21 @@ export const PromptNoticeSchema = z.object({
   last: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
   /** The request's sampling seed, which names the engine slot that holds the prompt (kv-move.ts). */
   seed: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER).optional(),
+  /**
+   * The chained hashes of the prompt's first 1, 2, 3, 4, 6, 8, 12 ... blocks (below `blocks`): how
+   * much of another prompt it shares, to within a third, in a few hashes whatever its length.
+   */
+  marks: z.array(z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER)).max(64).optional(),
+  /**
+   * The prompt whose slot this one took on the instance (a conversation's earlier turn, or another
+   * prompt of the same system prompt): the receivers drop it as the sender did.
+   */
+  replaces: z
+    .object({
+      blocks: z.number().int().min(1).max(1_000_000),
+      last: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+    })
+    .optional(),
 });
 export type PromptNotice = z.infer<typeof PromptNoticeSchema>;
 

@@ -173,14 +173,53 @@ describe("chooseInstance with a prefix key (bounded-load rendezvous)", () => {
 
 describe("chooseInstance on the prompt caches (what is held less the queue, then the key's ranking)", () => {
   const four = [A, B, C, ready("i-d", "p-far", 4)];
-  const pick = (held: Record<string, number>, load: Record<string, number> = {}, key = "k") =>
+  const pick = (
+    held: Record<string, number>,
+    load: Record<string, number> = {},
+    key = "k",
+    dropped: Record<string, number> = {},
+  ) =>
     chooseInstance(four, {
       outstanding: new Map(Object.entries(load)),
       selfPeerKey: "p-self",
       rttMs: (p) => rtt[p],
       prefixKey: key,
-      cache: { held: (id) => held[id] ?? 0, promptChars: 512 },
+      cache: {
+        held: (id) => held[id] ?? 0,
+        promptChars: 512,
+        displaced: (id) => dropped[id] ?? 0,
+      },
     })?.instance.instance_id;
+
+  it("a new prompt goes where it drops nothing held, before where the key's ranking puts it", () => {
+    const full = { "i-a": 512, "i-b": 512, "i-c": 512, "i-d": 512 };
+    for (const k of ["a", "b", "c", "d", "e"]) {
+      const first = pick({}, {}, k);
+      // Every instance full but one: that one, whatever the key.
+      const room = ["i-a", "i-b", "i-c", "i-d"].find((id) => id !== first)!;
+      expect(pick({}, {}, k, { ...full, [room]: 0 })).toBe(room);
+    }
+  });
+
+  it("between equals, the instance with the most room, before the key's ranking", () => {
+    for (const k of ["a", "b", "c", "d", "e"]) {
+      const first = pick({}, {}, k);
+      const roomy = ["i-a", "i-b", "i-c", "i-d"].find((id) => id !== first)!;
+      const chosen = chooseInstance(four, {
+        outstanding: new Map(),
+        selfPeerKey: "p-self",
+        rttMs: (p) => rtt[p],
+        prefixKey: k,
+        cache: { held: () => 0, promptChars: 512, room: (id) => (id === roomy ? 3 : 1) },
+      })?.instance.instance_id;
+      expect(chosen).toBe(roomy);
+    }
+  });
+
+  it("dropping a held prompt shorter than this one costs less than a request more in flight", () => {
+    expect(pick({}, { "i-a": 1, "i-b": 1, "i-d": 1 }, "k", { "i-c": 400 })).toBe("i-c");
+    expect(pick({}, { "i-a": 1, "i-b": 1, "i-d": 1 }, "k", { "i-c": 700 })).not.toBe("i-c");
+  });
 
   it.each([
     ["the instance holding most of the prompt", { "i-c": 512, "i-a": 128 }, {}, "i-c"],

@@ -2,12 +2,12 @@
 // requests, then the lowest link latency from this node (a local rank 0 counts as 0), then the oldest.
 // With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked (when
 // routing on the caches, prompt-cache.ts) by how much of the prompt their prompt cache holds less
-// half a prompt per request in flight there, then by rendezvous hash of the key and each instance
-// id, the same order on every gateway, and the request
-// goes to the first whose requests in flight from this gateway stay within `loadFactor` times the
-// mean, or the mean plus LOAD_SLACK, whichever is more (counting this request), so a conversation
-// keeps its replica (and its KV cache) while no replica is flooded or starved. Pure, so tables test
-// it.
+// half a prompt per request in flight there and half of what taking the prompt would drop there,
+// then by the prompts each can still take, then by rendezvous hash of the key and each instance id
+// (the same order on every gateway), and the request goes to the first whose requests in flight
+// from this gateway stay within `loadFactor` times the mean, or the mean plus LOAD_SLACK, whichever
+// is more (counting this request), so a conversation keeps its replica (and its KV cache) while no
+// replica is flooded or starved. Pure, so tables test it.
 import { createHash } from "node:crypto";
 import type { ReadyInstance } from "./readiness.ts";
 
@@ -19,6 +19,12 @@ export const DEFAULT_LOAD_FACTOR = 1.25;
  * none (continuous batching interleaves them; most of a request's time is decoding).
  */
 export const LOAD_WEIGHT = 0.5;
+/**
+ * What a held prompt the request would push out of an instance's cache is worth, as a share of its
+ * characters: a group's or a conversation's next request would compute it again, if it comes. So a
+ * new prompt goes where there is room (a replica with a free slot) before where it evicts.
+ */
+export const EVICT_WEIGHT = 0.5;
 /**
  * Requests the preferred instance may hold above the mean in any case: a gateway's own counts are
  * small (a handful in flight), where 1.25x the mean is the mean itself and the luck of which
@@ -50,7 +56,15 @@ export interface BalanceInput {
    * hash alone.
    */
   readonly cache?:
-    { readonly held: (instanceId: string) => number; readonly promptChars: number } | undefined;
+    | {
+        readonly held: (instanceId: string) => number;
+        readonly promptChars: number;
+        /** Characters of held prompts the request would push out there (none: room). */
+        readonly displaced?: (instanceId: string) => number;
+        /** Prompts an instance can take before it drops one: between equals, the roomiest. */
+        readonly room?: (instanceId: string) => number;
+      }
+    | undefined;
   /** Bound of the preferred instance's load, as a multiple of the mean (DEFAULT_LOAD_FACTOR). */
   readonly loadFactor?: number | undefined;
 }
@@ -75,15 +89,22 @@ export function chooseInstance(
     const scored = ready.map((r) => ({
       r,
       held: cache?.held(r.instance.instance_id) ?? 0,
+      dropped: cache?.displaced?.(r.instance.instance_id) ?? 0,
+      room: cache?.room?.(r.instance.instance_id) ?? 0,
       score: rendezvous(key, r.instance.instance_id),
     }));
     // What an instance is worth: the prompt it holds, less a share of the prompt per request queued
-    // (a new conversation goes where the queue is shortest; the gateways learn where from the bus).
+    // (a new conversation goes where the queue is shortest; the gateways learn where from the bus),
+    // less a share of the prompts it would drop for this one.
     const value = cache
-      ? (x: (typeof scored)[number]) => x.held - LOAD_WEIGHT * load(x.r) * cache.promptChars
+      ? (x: (typeof scored)[number]) =>
+          x.held - LOAD_WEIGHT * load(x.r) * cache.promptChars - EVICT_WEIGHT * x.dropped
       : () => 0;
     const ranked = scored.sort(
-      (a, b) => value(b) - value(a) || (a.score < b.score ? 1 : a.score > b.score ? -1 : 0),
+      (a, b) =>
+        value(b) - value(a) ||
+        b.room - a.room ||
+        (a.score < b.score ? 1 : a.score > b.score ? -1 : 0),
     );
     const within = ranked.find((x) => inFlight(x.r) < cap);
     if (within) return within.r;

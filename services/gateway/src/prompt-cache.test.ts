@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { chainHashes } from "./prompt-blocks.ts";
 import type { PromptNotices } from "@ic/protocol";
 import type { PromptBlocks } from "./prompt-blocks.ts";
-import { PromptCacheMap, START_ENTRIES } from "./prompt-cache.ts";
+import { markPositions, PromptCacheMap, START_ENTRIES } from "./prompt-cache.ts";
 
 /** Four characters per block here: a prompt of n blocks is n words of four letters. */
 const B = 4;
@@ -20,7 +20,13 @@ describe("PromptCacheMap: what an instance holds", () => {
     ["its own prompt, whole blocks", ["aaaabbbbcc"], "aaaabbbbcc", 8],
     ["a later turn: the earlier prompt", ["aaaabbbb"], "aaaabbbbccccdddd", 8],
     ["a shared system prompt, not the rest", ["aaaabbbbxxxx"], "aaaabbbbyyyy", 8],
-    ["the longest of several", ["aaaa", "aaaabbbbcccc", "aaaabbbb"], "aaaabbbbccccdddd", 12],
+    ["the longest of several", ["aaaa", "xxxx", "aaaabbbbcccc"], "aaaabbbbccccdddd", 12],
+    [
+      "a shorter prompt of the same beginning took its slot",
+      ["aaaabbbbcccc", "aaaabbbb"],
+      "aaaabbbbcccc",
+      8,
+    ],
     ["another prompt: nothing", ["zzzzyyyy"], "aaaabbbb", 0],
   ])("%s", (_, recorded, asked, held) => {
     const m = map();
@@ -40,6 +46,64 @@ describe("PromptCacheMap: what an instance holds", () => {
     expect(m.reuse("i-1", prompt("aaaabbbbcccc"))).toBe(0);
   });
 
+  it("a prompt takes the slot of the one it begins most alike (over a tenth of it), as llama-server does", () => {
+    const m = map();
+    // Two prompts of one system prompt (aaaabbbb) and one of another: the second of the group
+    // overwrites the first's slot, so the instance holds two prompts, not three.
+    m.record("i-1", prompt("aaaabbbbxxxx"));
+    m.record("i-1", prompt("zzzzyyyy"));
+    m.record("i-1", prompt("aaaabbbbwwww"));
+    expect(m.accuracy().get("i-1")!.entries).toBe(2);
+    expect(m.reuse("i-1", prompt("aaaabbbbxxxx"))).toBe(8);
+    expect(m.reuse("i-1", prompt("aaaabbbbwwww"))).toBe(12);
+    // Sharing one block of twenty (under a tenth): a slot of its own.
+    m.record("i-1", prompt(`aaaa${"q".repeat(76)}`));
+    expect(m.accuracy().get("i-1")!.entries).toBe(3);
+  });
+
+  it("what taking a prompt would drop: nothing while there is room or a slot begins alike, else the least recent", () => {
+    const m = map();
+    const names = ["aaaa", "bbbb", "cccc"];
+    for (const n of names) m.record("i-1", prompt(n.repeat(3)));
+    expect(m.displaced("i-1", prompt("dddd".repeat(2)))).toBe(0); // three of four: room
+    expect(m.displaced("i-2", prompt("dddd".repeat(2)))).toBe(0); // nothing known there
+    m.record("i-1", prompt("dddd".repeat(5)));
+    expect(m.displaced("i-1", prompt("eeee".repeat(2)))).toBe(12); // full: aaaa x3 goes
+    expect(m.displaced("i-1", prompt(`${"dddd".repeat(2)}ffff`))).toBe(0); // dddd's slot
+    expect(m.displaced("i-1", prompt("bbbb".repeat(4)))).toBe(0); // extends bbbb x3
+    expect(m.displaced("i-1", prompt("ee"))).toBe(0); // under a block: nothing recorded
+    expect(m.room("i-1")).toBe(0);
+    // Prompts recorded elsewhere since, more than every cache holds: the idle ones here are stale,
+    // so they leave room and dropping them costs nothing.
+    for (const n of ["kkkk", "llll", "mmmm", "nnnn", "oooo", "pppp", "qqqq", "rrrr", "ssss"])
+      m.record("i-2", prompt(n.repeat(2)));
+    expect(m.room("i-1")).toBe(START_ENTRIES);
+    expect(m.displaced("i-1", prompt("eeee".repeat(2)))).toBe(0);
+  });
+
+  it("a prompt whose request is in flight is not reusable, nor is its slot taken, until it ends", () => {
+    const m = map();
+    const first = prompt("aaaabbbbxxxx");
+    const release = m.inFlight(m.record("i-1", first));
+    // A second prompt of the group while the first is processed: the engine computes it in another
+    // slot, so the map predicts nothing and keeps both.
+    const second = prompt("aaaabbbbwwww");
+    expect(m.reuse("i-1", second)).toBe(0);
+    expect(m.record("i-1", second)).toMatchObject({ liveBlocks: 0 });
+    expect(m.accuracy().get("i-1")!.entries).toBe(2);
+    expect(m.room("i-1")).toBe(START_ENTRIES - 2);
+    release();
+    release(); // once
+    expect(m.reuse("i-1", first)).toBe(12);
+    expect(m.accuracy().get("i-1")!.entries).toBe(2);
+    // A busy slot is not dropped to make room: the idle ones go first.
+    const busy = m.inFlight(m.record("i-1", prompt("ccccdddd")));
+    for (const n of ["eeee", "ffff", "gggg"]) m.record("i-1", prompt(n.repeat(2)));
+    busy();
+    expect(m.reuse("i-1", prompt("ccccdddd"))).toBe(8);
+    expect(m.room("i-2")).toBe(START_ENTRIES);
+  });
+
   it(`keeps the ${START_ENTRIES} most recent prompts at first, least recent out first`, () => {
     const m = map();
     const names = ["aaaa", "bbbb", "cccc", "dddd", "eeee"];
@@ -50,6 +114,20 @@ describe("PromptCacheMap: what an instance holds", () => {
 });
 
 describe("PromptCacheMap: what the other gateways announce", () => {
+  it.each([
+    [1, []],
+    [2, [1]],
+    [4, [1, 2, 3]],
+    [13, [1, 2, 3, 4, 6, 8, 12]],
+    [17, [1, 2, 3, 4, 6, 8, 12, 16]],
+  ])("a prompt of %i blocks is marked at %j", (blocks, want) => {
+    expect(markPositions(blocks)).toEqual(want);
+  });
+
+  it("a notice's marks stay few however long the prompt (the bus schema's 64 at most)", () => {
+    expect(markPositions(1_000_000).length).toBeLessThanOrEqual(40);
+  });
+
   it("a prompt sent by another gateway: a later turn of it matches it whole, then replaces it", async () => {
     const sent: PromptNotices[] = [];
     const a = new PromptCacheMap({ blockChars: B, publish: (n) => sent.push(n) });
@@ -60,13 +138,46 @@ describe("PromptCacheMap: what the other gateways announce", () => {
     expect(sent).toEqual([]); // once the event loop's turn is over
     await new Promise((r) => setImmediate(r));
     expect(sent).toHaveLength(1);
-    expect(sent[0]!.prompts[0]).toEqual({ instance_id: "i-1", blocks: 3, last: turn1.hashes[2] });
+    // Its last block, and its marks: the hashes of its first block and first two.
+    expect(sent[0]!.prompts[0]).toEqual({
+      instance_id: "i-1",
+      blocks: 3,
+      last: turn1.hashes[2],
+      marks: [turn1.hashes[0], turn1.hashes[1]],
+    });
     for (const n of sent) b.receive(n);
     const turn2 = prompt("aaaabbbbccccdddd");
     expect(b.reuse("i-1", turn2)).toBe(12);
-    expect(b.reuse("i-1", prompt("aaaabbbbxxxx"))).toBe(0); // only its last block is known
+    expect(b.reuse("i-1", prompt("aaaabbbbxxxx"))).toBe(8); // its marks
+    expect(b.reuse("i-1", prompt("aaaaxxxxcccc"))).toBe(4);
     b.record("i-1", turn2);
     expect(b.accuracy().get("i-1")!.entries).toBe(1);
+  });
+
+  it("a notice names the prompt whose slot it took: the receiver drops it too", async () => {
+    const sent: PromptNotices[] = [];
+    const a = new PromptCacheMap({ blockChars: B, publish: (n) => sent.push(n) });
+    const fromB: PromptNotices[] = [];
+    const b = new PromptCacheMap({ blockChars: B, publish: (n) => fromB.push(n) });
+    // b sent a group's first prompt, a its second (of the same system prompt, aaaabbbb).
+    const first = prompt("aaaabbbbxxxx");
+    b.record("i-1", first);
+    await new Promise((r) => setImmediate(r));
+    for (const n of fromB) a.receive(n);
+    const second = prompt("aaaabbbbwwww");
+    a.record("i-1", second);
+    expect(a.accuracy().get("i-1")!.entries).toBe(1);
+    await new Promise((r) => setImmediate(r));
+    expect(sent[0]!.prompts[0]).toMatchObject({
+      instance_id: "i-1",
+      blocks: 3,
+      last: second.hashes[2],
+      replaces: { blocks: 3, last: first.hashes[2] },
+    });
+    for (const n of sent) b.receive(n);
+    expect(b.accuracy().get("i-1")!.entries).toBe(1);
+    expect(b.reuse("i-1", first)).toBe(8); // the system prompt, in the second's slot
+    expect(b.reuse("i-1", second)).toBe(12);
   });
 
   it("a prompt shorter than a block is not announced", () => {
@@ -98,7 +209,13 @@ describe("PromptCacheMap: warm conversations that move", () => {
     expect(m.reuse("i-2", prompt("aaaabbbbcccc"))).toBe(8);
     await new Promise((r) => setImmediate(r));
     expect(sent.at(-1)!.prompts).toEqual([
-      { instance_id: "i-2", blocks: 2, last: warm[2]!.last, seed: 11 },
+      {
+        instance_id: "i-2",
+        blocks: 2,
+        last: warm[2]!.last,
+        seed: 11,
+        marks: [warm[2]!.indexed[0]],
+      },
     ]);
     // Moved twice to the same instance: held once.
     m.moved("i-2", warm[2]!);

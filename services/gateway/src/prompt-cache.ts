@@ -1,8 +1,12 @@
 // What each instance's prompt cache holds, as this gateway has learned it: per instance, the prompts
 // it was sent (their block hashes, prompt-blocks.ts) in least-recently-used order, as many as the
-// engine keeps. Routing asks how much of a new prompt each instance holds (`reuse`); the request is
-// recorded on the instance it goes to (`record`); the engine's answer says how many prompt tokens it
-// really reused (`timings.cache_n`), and `settle` checks the prediction against it:
+// engine keeps. Routing asks how much of a new prompt each instance holds (`reuse`) and what it would
+// drop to take it (`displaced`); the request is recorded on the instance it goes to (`record`). As
+// llama-server picks a slot, a prompt replaces the one it shares most of its beginning with (over
+// SLOT_SIMILARITY of it), else it takes the least recent one's place; a slot whose request is in
+// flight from this gateway is busy (`inFlight`), neither reusable nor taken. The engine's answer
+// says how many prompt tokens it really reused (`timings.cache_n`), and `settle` checks the
+// prediction:
 // - a prompt the map held but the engine had dropped: the engine keeps fewer prompts than the map
 //   thought (one fewer, at least one);
 // - a prompt the map had already dropped but the engine still held (the map's ghosts, the prompts it
@@ -23,16 +27,37 @@ export const START_ENTRIES = 4;
 export const MAX_ENTRIES = 512;
 /** Characters per token before the engine has answered once (a BPE vocabulary's usual). */
 const START_CHARS_PER_TOKEN = 4;
+/**
+ * The share of a new prompt a held one must begin alike for the engine to put it in that one's slot
+ * (llama-server's `--slot-prompt-similarity`, 0.1 by default): the held prompt is then replaced.
+ */
+export const SLOT_SIMILARITY = 0.1;
+
+/**
+ * Where a prompt another gateway announces is marked besides its end (block counts 1, 2, 3, 4, 6, 8,
+ * 12, 16, 24 ... below its length): what a receiver learns of how much of another prompt it shares,
+ * to within a third, in a few hashes whatever its length.
+ */
+export function markPositions(blocks: number): number[] {
+  const out: number[] = [];
+  for (let p = 1; p < blocks; p *= 2) {
+    out.push(p);
+    if (p >= 2 && (p * 3) / 2 < blocks) out.push((p * 3) / 2);
+  }
+  return out;
+}
 
 /**
  * One prompt an instance holds: its whole blocks and the last one's chained hash, and the hashes
- * indexed for it (every block of a prompt this gateway sent; only the last of one another gateway
- * announced).
+ * indexed for it: every block of a prompt this gateway sent; the marks and the last block of one
+ * another gateway announced (`at` says where they are).
  */
 interface Entry {
   readonly blocks: number;
   readonly last: number;
   readonly indexed: readonly number[];
+  /** The block counts `indexed` ends at, when not every block is indexed (an announced prompt). */
+  readonly at?: readonly number[] | undefined;
   /** Recency (a counter): the least recent is dropped first. */
   used: number;
   /** The sampling seed of the request that sent it, which names the slot holding it (kv moves). */
@@ -45,9 +70,9 @@ class EntrySet {
   private readonly blocks = new Map<number, number>();
 
   /**
-   * Blocks of `hashes` held, from the start. A chain hash stands for its whole prefix, so the
-   * prompts indexed whole answer a binary search; an announced prompt is indexed by its last block
-   * only, and matches when `hashes` has that block where the prompt ended.
+   * Blocks of `hashes` held, from the start. A chain hash stands for its whole prefix, so a hash
+   * indexed here means that much is held, and the prompts indexed whole answer a binary search; an
+   * announced prompt matches at its marks, or whole when `hashes` has its last block where it ended.
    */
   match(hashes: readonly number[]): number {
     let lo = 0;
@@ -57,9 +82,10 @@ class EntrySet {
       if (this.blocks.has(hashes[mid - 1]!)) lo = mid;
       else hi = mid - 1;
     }
+    for (const p of markPositions(hashes.length + 1))
+      if (p > lo && this.blocks.has(hashes[p - 1]!)) lo = p;
     for (const e of this.entries)
-      if (e.blocks > lo && e.indexed.length < e.blocks && hashes[e.blocks - 1] === e.last)
-        lo = e.blocks;
+      if (e.blocks > lo && e.at && hashes[e.blocks - 1] === e.last) lo = e.blocks;
     return lo;
   }
 
@@ -99,6 +125,20 @@ class EntrySet {
     return [...this.entries].filter((e) => e.blocks === blocks && e.last === last);
   }
 
+  /**
+   * The entry sharing the most leading blocks with `hashes`, over `min` of them: the slot the engine
+   * gives that prompt. An announced entry is known only whole (it shares all its blocks or none).
+   */
+  closest(hashes: readonly number[], min: number): Entry | undefined {
+    let best: Entry | undefined;
+    let bestShared = min;
+    for (const e of this.entries) {
+      const shared = commonBlocks(e, hashes);
+      if (shared > bestShared) [best, bestShared] = [e, shared];
+    }
+    return best;
+  }
+
   leastRecent(): Entry | undefined {
     let oldest: Entry | undefined;
     for (const e of this.entries) if (!oldest || e.used < oldest.used) oldest = e;
@@ -106,11 +146,29 @@ class EntrySet {
   }
 }
 
+/** Leading blocks `e` and a prompt of `hashes` share (chained hashes: a binary search). */
+function commonBlocks(e: Entry, hashes: readonly number[]): number {
+  if (e.at) {
+    for (let i = e.at.length - 1; i >= 0; i--)
+      if (e.at[i]! <= hashes.length && hashes[e.at[i]! - 1] === e.indexed[i]) return e.at[i]!;
+    return 0;
+  }
+  let lo = 0;
+  let hi = Math.min(e.blocks, hashes.length);
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (e.indexed[mid - 1] === hashes[mid - 1]) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 /** A prompt an instance holds, with the seed that names its slot. */
 export interface WarmPrompt {
   readonly blocks: number;
   readonly last: number;
   readonly indexed: readonly number[];
+  readonly at?: readonly number[] | undefined;
   readonly seed: number;
 }
 
@@ -138,8 +196,24 @@ export interface CacheAccuracy {
   readonly entries: number;
 }
 
+/** The hashes at an entry's marks (markPositions), for its notice. */
+function marksOf(e: Pick<Entry, "blocks" | "indexed" | "at">): number[] {
+  return e.at ? e.indexed.slice(0, -1) : markPositions(e.blocks).map((p) => e.indexed[p - 1]!);
+}
+
+/** The held prompt whose slot the engine gives a prompt of `hashes`, when one begins alike. */
+function slotOf(c: InstanceCache, hashes: readonly number[]): Entry | undefined {
+  return c.live.closest(hashes, Math.floor(SLOT_SIMILARITY * hashes.length));
+}
+
 class InstanceCache {
+  /** The prompts in idle slots: what a new request can reuse. */
   readonly live = new EntrySet();
+  /**
+   * Prompts of this gateway's requests in flight: their slots are processing, and llama-server gives
+   * a new request only an idle slot, so what they hold is not reusable until they end.
+   */
+  readonly busy = new Set<Entry>();
   readonly ghosts = new EntrySet();
   capacity = START_ENTRIES;
   charsPerToken = START_CHARS_PER_TOKEN;
@@ -170,6 +244,8 @@ export class PromptCacheMap {
   }
 
   private readonly blockChars: number;
+  /** The entry each prediction recorded, for `inFlight`. */
+  private readonly entryOf = new WeakMap<Prediction, Entry>();
 
   /** Characters of `prompt` that `instanceId`'s cache holds, as far as this map knows. */
   reuse(instanceId: string, prompt: PromptBlocks): number {
@@ -178,8 +254,46 @@ export class PromptCacheMap {
   }
 
   /**
+   * Prompts `instanceId` can take before it drops one in use: its capacity less its busy prompts and
+   * its idle ones still in use (not stale).
+   */
+  room(instanceId: string): number {
+    const c = this.instances.get(instanceId);
+    if (!c) return START_ENTRIES;
+    let inUse = c.busy.size;
+    for (const e of c.live.entries) if (!this.stale(e)) inUse++;
+    return Math.max(0, c.capacity - inUse);
+  }
+
+  /**
+   * A prompt not used while every cache the map knows could have turned over (as many prompts
+   * recorded since as all their capacities): its conversation or group is likely over, so dropping
+   * it costs nothing, and it leaves room.
+   */
+  private stale(e: Entry): boolean {
+    let horizon = 0;
+    for (const c of this.instances.values()) horizon += c.capacity;
+    return this.clock - e.used > horizon;
+  }
+
+  /**
+   * Characters of the prompts `instanceId` would drop to hold `prompt`: none while the prompt takes
+   * the slot of one it begins alike or the instance has room, else its least recent prompt (none
+   * when that one is stale).
+   */
+  displaced(instanceId: string, prompt: PromptBlocks): number {
+    const c = this.instances.get(instanceId);
+    if (!c || prompt.hashes.length === 0 || c.live.entries.size + c.busy.size < c.capacity)
+      return 0;
+    if (slotOf(c, prompt.hashes)) return 0;
+    const oldest = c.live.leastRecent();
+    return oldest && !this.stale(oldest) ? oldest.blocks * this.blockChars : 0;
+  }
+
+  /**
    * The request goes to `instanceId`: what it expects reused, and the prompt recorded as the most
-   * recent there (replacing the prompts it extends, as the engine's slot does).
+   * recent there, in the slot the engine gives it: replacing the prompts it extends, or else the one
+   * it begins alike, or else a new entry (the least recent is dropped past the capacity).
    */
   record(instanceId: string, prompt: PromptBlocks, seed?: number): Prediction {
     const c = this.instanceOf(instanceId);
@@ -199,19 +313,50 @@ export class PromptCacheMap {
     const entry: Entry = { blocks, last, indexed: prompt.hashes, used: ++this.clock, seed };
     const extended = c.live.extendedBy(prompt.hashes);
     // A later turn of a conversation this gateway sent whole: only its new blocks are indexed.
-    const whole = extended.find((e) => e.indexed.length === e.blocks);
+    const whole = extended.find((e) => !e.at);
+    // Else another prompt of the same beginning (a group's system prompt): the engine overwrites its
+    // slot. It may live on in the engine's host-memory cache: a ghost, as a dropped prompt.
+    const alike = extended.length === 0 ? slotOf(c, prompt.hashes) : undefined;
     for (const e of extended) if (e !== whole) c.live.delete(e);
     if (whole) c.live.replace(whole, entry);
-    else c.live.add(entry);
+    else {
+      if (alike) {
+        c.live.delete(alike);
+        c.ghosts.add(alike);
+      }
+      c.live.add(entry);
+    }
     this.fit(c);
+    this.entryOf.set(prediction, entry);
+    const replaced = whole ?? extended[0] ?? alike;
     if (this.o.publish)
       this.announce({
         instance_id: instanceId as InstanceId,
         blocks,
         last,
         ...(seed === undefined ? {} : { seed }),
+        marks: marksOf(entry),
+        ...(replaced ? { replaces: { blocks: replaced.blocks, last: replaced.last } } : {}),
       });
     return prediction;
+  }
+
+  /**
+   * The request of `p` is on its way to the engine: its slot is busy until the returned function is
+   * called (once its leg has closed), and then the most recent (the engine's slot was used last).
+   */
+  inFlight(p: Prediction): () => void {
+    const c = this.instances.get(p.instanceId);
+    const e = this.entryOf.get(p);
+    if (!c || !e || !c.live.entries.has(e)) return () => {};
+    c.live.delete(e);
+    c.busy.add(e);
+    return () => {
+      if (!c.busy.delete(e) || this.instances.get(p.instanceId) !== c) return;
+      e.used = ++this.clock;
+      c.live.add(e);
+      this.fit(c);
+    };
   }
 
   /**
@@ -221,10 +366,10 @@ export class PromptCacheMap {
   warmest(instanceId: string): WarmPrompt[] {
     const c = this.instances.get(instanceId);
     if (!c) return [];
-    return [...c.live.entries]
+    return [...c.live.entries, ...c.busy]
       .filter((e): e is Entry & { seed: number } => e.seed !== undefined)
       .sort((a, b) => b.used - a.used)
-      .map(({ blocks, last, indexed, seed }) => ({ blocks, last, indexed, seed }));
+      .map(({ blocks, last, indexed, at, seed }) => ({ blocks, last, indexed, at, seed }));
   }
 
   /**
@@ -242,6 +387,7 @@ export class PromptCacheMap {
         blocks: p.blocks,
         last: p.last,
         seed: p.seed,
+        marks: marksOf(p),
       });
   }
 
@@ -261,15 +407,23 @@ export class PromptCacheMap {
 
   /**
    * Another gateway sent a prompt to an instance: recorded as the most recent there, indexed by its
-   * last block (what a later turn of its conversation begins with).
+   * last block (what a later turn of its conversation begins with), in place of the prompt whose slot
+   * it took there.
    */
   private receiveOne(n: PromptNotice): void {
     const c = this.instanceOf(n.instance_id);
     for (const e of c.live.sameAs(n.blocks, n.last)) c.live.delete(e);
+    if (n.replaces)
+      for (const e of c.live.sameAs(n.replaces.blocks, n.replaces.last)) {
+        c.live.delete(e);
+        c.ghosts.add(e);
+      }
+    const marks = (n.marks ?? []).slice(0, markPositions(n.blocks).length);
     c.live.add({
       blocks: n.blocks,
       last: n.last,
-      indexed: [n.last],
+      indexed: [...marks, n.last],
+      at: [...markPositions(n.blocks).slice(0, marks.length), n.blocks],
       used: ++this.clock,
       seed: n.seed,
     });
@@ -320,7 +474,7 @@ export class PromptCacheMap {
         promptTokens: c.promptTokens,
         errorTokens: c.errorTokens,
         capacity: c.capacity,
-        entries: c.live.entries.size,
+        entries: c.live.entries.size + c.busy.size,
       });
     return out;
   }
@@ -331,9 +485,12 @@ export class PromptCacheMap {
     return c;
   }
 
-  /** Drops the least recent prompts past the capacity to the ghosts, and ghosts past it for good. */
+  /**
+   * Drops the least recent idle prompts past the capacity (busy slots count, and stay) to the
+   * ghosts, and ghosts past it for good.
+   */
   private fit(c: InstanceCache): void {
-    while (c.live.entries.size > c.capacity) {
+    while (c.live.entries.size > 0 && c.live.entries.size + c.busy.size > c.capacity) {
       const e = c.live.leastRecent()!;
       c.live.delete(e);
       c.ghosts.add(e);

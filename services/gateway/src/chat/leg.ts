@@ -119,6 +119,15 @@ export function connectionError(e: unknown, model: string): ServiceError {
   );
 }
 
+/**
+ * The engine slot of the prompt recorded for `target` (routing.ts `pick`) is busy while the leg is
+ * open: the returned function frees it (prompt-cache.ts `inFlight`).
+ */
+function slotBusy(ctx: ChatContext, request: RequestContext, target: ReadyInstance): () => void {
+  const p = request.prediction;
+  return p?.instanceId === target.instance.instance_id ? ctx.cache.inFlight(p) : () => {};
+}
+
 /** What one leg sends where: the body (the request's, or a continuation's), and who observes it. */
 export interface LegSpec {
   readonly target: ReadyInstance;
@@ -142,6 +151,7 @@ export async function openLeg(
   const cluster = ctx.o.cluster;
   obs?.event(routedEvent(target));
   const endLoad = ctx.load.begin(target.instance.instance_id);
+  const endBusy = slotBusy(ctx, request, target);
   let closeTask: (() => void) | undefined;
   const session = cluster.sessionId;
   let taskId: TaskId | undefined;
@@ -167,6 +177,7 @@ export async function openLeg(
     if (closed) return;
     closed = true;
     endLoad();
+    endBusy();
     closeTask?.();
     watch.off();
     unwatchClient();

@@ -74,7 +74,12 @@ function choose(
     selfPeerKey: cluster.peerKey,
     rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
     prefixKey,
-    cache: prompt && { held: (id) => ctx.cache.reuse(id, prompt), promptChars: prompt.chars },
+    cache: prompt && {
+      held: (id) => ctx.cache.reuse(id, prompt),
+      promptChars: prompt.chars,
+      displaced: (id) => ctx.cache.displaced(id, prompt),
+      room: (id) => ctx.cache.room(id),
+    },
     boundLoad: ctx.load.local(),
   })!;
 }

@@ -41,9 +41,19 @@ function caching() {
   };
 }
 
-async function setup(prefixRouting: "cache" | "hash") {
-  const a = await engine(caching());
-  const b = await engine(caching());
+async function setup(
+  prefixRouting: "cache" | "hash",
+  hold?: (raw: string) => Promise<void> | undefined,
+) {
+  const wrap = (h: ReturnType<typeof caching>) =>
+    hold
+      ? async (q: IncomingMessage, res: ServerResponse, raw: string) => {
+          await hold(raw);
+          h(q, res, raw);
+        }
+      : h;
+  const a = await engine(wrap(caching()));
+  const b = await engine(wrap(caching()));
   const promptCache = new PromptCacheMap();
   const base = await listen(
     createGatewayApp({
@@ -98,6 +108,27 @@ describe("prefix_routing cache", () => {
     expect(sum("requests")).toBe(16);
     expect(sum("cachedTokens")).toBeGreaterThan(12 * 2000);
     expect(sum("errorTokens")).toBeLessThan(0.25 * sum("cachedTokens"));
+  });
+
+  it("a group's prompt sent while the first is still computed goes by load: the busy slot is not reusable", async () => {
+    // The engine answers the first prompt only when told: its slot is busy meanwhile.
+    let release!: () => void;
+    const first = new Promise<void>((r) => (release = r));
+    const { send } = await setup("cache", (raw) =>
+      raw.includes("Question 0") ? first : undefined,
+    );
+    const system = { role: "system", content: `Group 1. ${filler(1, 2000)}` };
+    const ask = (q: number) => [
+      system,
+      { role: "user", content: `Question ${q}: ${filler(q, 200)}` },
+    ];
+    const firstHome = send(ask(0));
+    await new Promise((r) => setTimeout(r, 50));
+    // Nothing reusable anywhere: the least loaded replica, not the first one's.
+    const second = await send(ask(1));
+    release();
+    const home = await firstHome;
+    expect(second).not.toBe(home);
   });
 
   it("each turn of a conversation goes to the replica holding the turn before, streams too", async () => {
