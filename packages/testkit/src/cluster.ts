@@ -272,8 +272,8 @@ function hostClusterHandle(parts: {
 }
 
 /**
- * The route peers of host `h`: every other node's host by name, or with `delayMs` a delay relay (started
- * here, added to `relays`) in front of each.
+ * The route peers of host `h`: every other node's host by name, or with `delayMs` a delay relay
+ * (started here, added to `relays`) in front of each.
  */
 async function hostPeers(
   { lab, nodeHosts, h }: { lab: NetLab; nodeHosts: readonly LabHost[]; h: LabHost },

@@ -127,7 +127,7 @@ class EntrySet {
 
   /**
    * The entry sharing the most leading blocks with `hashes`, over `min` of them: the slot the engine
-   * gives that prompt. An announced entry is known only whole (it shares all its blocks or none).
+   * gives that prompt. An announced entry is known at its marks and its end (commonBlocks).
    */
   closest(hashes: readonly number[], min: number): Entry | undefined {
     let best: Entry | undefined;
@@ -260,20 +260,21 @@ export class PromptCacheMap {
   room(instanceId: string): number {
     const c = this.instances.get(instanceId);
     if (!c) return START_ENTRIES;
+    const oldest = this.clock - this.horizon();
     let inUse = c.busy.size;
-    for (const e of c.live.entries) if (!this.stale(e)) inUse++;
+    for (const e of c.live.entries) if (e.used >= oldest) inUse++;
     return Math.max(0, c.capacity - inUse);
   }
 
   /**
-   * A prompt not used while every cache the map knows could have turned over (as many prompts
-   * recorded since as all their capacities): its conversation or group is likely over, so dropping
-   * it costs nothing, and it leaves room.
+   * Prompts recorded in which every cache the map knows could have turned over (all their
+   * capacities): a prompt not used for longer is stale, its conversation or group likely over, so
+   * dropping it costs nothing, and it leaves room.
    */
-  private stale(e: Entry): boolean {
-    let horizon = 0;
-    for (const c of this.instances.values()) horizon += c.capacity;
-    return this.clock - e.used > horizon;
+  private horizon(): number {
+    let n = 0;
+    for (const c of this.instances.values()) n += c.capacity;
+    return n;
   }
 
   /**
@@ -287,7 +288,8 @@ export class PromptCacheMap {
       return 0;
     if (slotOf(c, prompt.hashes)) return 0;
     const oldest = c.live.leastRecent();
-    return oldest && !this.stale(oldest) ? oldest.blocks * this.blockChars : 0;
+    const stale = !oldest || this.clock - oldest.used > this.horizon();
+    return stale ? 0 : oldest.blocks * this.blockChars;
   }
 
   /**
