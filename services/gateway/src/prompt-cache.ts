@@ -75,13 +75,7 @@ class EntrySet {
    * announced prompt matches at its marks, or whole when `hashes` has its last block where it ended.
    */
   match(hashes: readonly number[]): number {
-    let lo = 0;
-    let hi = hashes.length;
-    while (lo < hi) {
-      const mid = (lo + hi + 1) >> 1;
-      if (this.blocks.has(hashes[mid - 1]!)) lo = mid;
-      else hi = mid - 1;
-    }
+    let lo = longestPrefix(hashes.length, (k) => this.blocks.has(hashes[k - 1]!));
     for (const p of markPositions(hashes.length + 1))
       if (p > lo && this.blocks.has(hashes[p - 1]!)) lo = p;
     for (const e of this.entries)
@@ -153,11 +147,22 @@ function commonBlocks(e: Entry, hashes: readonly number[]): number {
       if (e.at[i]! <= hashes.length && hashes[e.at[i]! - 1] === e.indexed[i]) return e.at[i]!;
     return 0;
   }
+  return longestPrefix(
+    Math.min(e.blocks, hashes.length),
+    (k) => e.indexed[k - 1] === hashes[k - 1],
+  );
+}
+
+/**
+ * The largest k in 0..n for which `held(k)` holds, `held` being true up to some k and false after
+ * (a chain hash stands for its whole prefix): a binary search.
+ */
+function longestPrefix(n: number, held: (k: number) => boolean): number {
   let lo = 0;
-  let hi = Math.min(e.blocks, hashes.length);
+  let hi = n;
   while (lo < hi) {
     const mid = (lo + hi + 1) >> 1;
-    if (e.indexed[mid - 1] === hashes[mid - 1]) lo = mid;
+    if (held(mid)) lo = mid;
     else hi = mid - 1;
   }
   return lo;
@@ -260,21 +265,21 @@ export class PromptCacheMap {
   room(instanceId: string): number {
     const c = this.instances.get(instanceId);
     if (!c) return START_ENTRIES;
-    const oldest = this.clock - this.horizon();
+    const since = this.freshSince();
     let inUse = c.busy.size;
-    for (const e of c.live.entries) if (e.used >= oldest) inUse++;
+    for (const e of c.live.entries) if (e.used >= since) inUse++;
     return Math.max(0, c.capacity - inUse);
   }
 
   /**
-   * Prompts recorded in which every cache the map knows could have turned over (all their
-   * capacities): a prompt not used for longer is stale, its conversation or group likely over, so
-   * dropping it costs nothing, and it leaves room.
+   * The recency (`used`) from which a prompt is still in use: prompts recorded since then are as
+   * many as every cache the map knows holds. A prompt used before is stale, its conversation or
+   * group likely over, so dropping it costs nothing, and it leaves room.
    */
-  private horizon(): number {
-    let n = 0;
-    for (const c of this.instances.values()) n += c.capacity;
-    return n;
+  private freshSince(): number {
+    let horizon = 0;
+    for (const c of this.instances.values()) horizon += c.capacity;
+    return this.clock - horizon;
   }
 
   /**
@@ -288,8 +293,7 @@ export class PromptCacheMap {
       return 0;
     if (slotOf(c, prompt.hashes)) return 0;
     const oldest = c.live.leastRecent();
-    const stale = !oldest || this.clock - oldest.used > this.horizon();
-    return stale ? 0 : oldest.blocks * this.blockChars;
+    return oldest && oldest.used >= this.freshSince() ? oldest.blocks * this.blockChars : 0;
   }
 
   /**
@@ -420,12 +424,13 @@ export class PromptCacheMap {
         c.live.delete(e);
         c.ghosts.add(e);
       }
-    const marks = (n.marks ?? []).slice(0, markPositions(n.blocks).length);
+    const positions = markPositions(n.blocks);
+    const marks = (n.marks ?? []).slice(0, positions.length);
     c.live.add({
       blocks: n.blocks,
       last: n.last,
       indexed: [...marks, n.last],
-      at: [...markPositions(n.blocks).slice(0, marks.length), n.blocks],
+      at: [...positions.slice(0, marks.length), n.blocks],
       used: ++this.clock,
       seed: n.seed,
     });
