@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { locateEngine, managedBuild, probeCacheRoot, probeSplitSupport } from "@ic/engine";
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
+import { splitProbeCommands } from "@ic/worker";
 import type { LocalCluster, NodeProcess } from "@ic/testkit";
 import { machineLine, REPO_ROOT, writeSection } from "../lib/report.ts";
 import { gpuCheckPlan } from "./plan.ts";
@@ -119,6 +120,7 @@ interface StateDoc {
 }
 
 type Built = NonNullable<ReturnType<typeof managedBuild>>;
+type ProbeSettings = Parameters<typeof splitProbeCommands>[0];
 type Runs = (id: CheckId) => boolean;
 type NodeConfig = (i: number) => Record<string, unknown>;
 type Telemetry = StateDoc["topology"]["nodes"][number]["telemetry"];
@@ -146,9 +148,16 @@ function buildEngine(inv: Inventory, work: string): Built | null {
 }
 
 /** 2. What the engine can split across nodes; whether Tensor across nodes should be served. */
-async function probeEngine(built: Built): Promise<{ optIn: boolean; tensorAllowed: boolean }> {
+async function probeEngine(
+  built: Built,
+  settings: ProbeSettings,
+): Promise<{ optIn: boolean; tensorAllowed: boolean }> {
   const engine = await locateEngine();
-  const split = await probeSplitSupport(engine, { cacheDir: probeCacheRoot() });
+  // The node's probe: the runner's command lines with the check's engine settings.
+  const split = await probeSplitSupport(engine, {
+    cacheDir: probeCacheRoot(),
+    commands: splitProbeCommands(settings, engine.backend),
+  });
   record("engine-probe", true, [
     `row over rpc: ${split.row_over_rpc}, tensor over rpc: ${split.tensor_over_rpc}`,
     split.evidence,
@@ -235,8 +244,10 @@ async function tensorAcrossNodes(
   tensorAllowed: boolean,
 ): Promise<void> {
   const before = (await n1.get<StateDoc>("/state")).instances.length;
+  // The wide model: its heads have 64 dimensions, which CUDA's flash attention (required by the
+  // tensor mode) has kernels for; the tiny model's 16 would abort its ranks whatever the split.
   const r = await n1.post("/place_instance", {
-    model_id: MODEL,
+    model_id: WIDE,
     min_nodes: 2,
     sharding: "Tensor",
   });
@@ -255,9 +266,11 @@ async function tensorAcrossNodes(
         if (/listening on/.test(log)) served = (await chat(n1, WIDE)).status === 200;
       }
     }
+    const last = served ? [] : log.split("\n").filter(Boolean).slice(-3);
     record("tensor-across-nodes", r.status === 200 && served, [
       `the probe allows it: place ${r.status}, served ${served}`,
       ...grep(log, /Meta\(\) model buffer|SPLIT_MODE_TENSOR|RPC\d|CUDA0 model buffer/),
+      ...last.map((l) => `last: ${l.slice(0, 200)}`),
     ]);
   } else {
     await new Promise((res) => setTimeout(res, 1000));
@@ -406,14 +419,15 @@ async function main(): Promise<void> {
   const work = mkdtempSync(join(tmpdir(), "gpu-check-"));
   const built = buildEngine(inv, work);
   if (!built) return;
-  const { optIn, tensorAllowed } = await probeEngine(built);
+  const engine = { gpu_layers: 999, context_size: 2048 };
+  const { optIn, tensorAllowed } = await probeEngine(built, { ...engine, extra_args: [] });
 
   const store = mkdtempSync(join(tmpdir(), "gpu-check-store-"));
   await seedStore(store, { modelId: MODEL });
   await seedStore(store, { modelId: WIDE, slow: true });
   const config = (i: number) => ({
     ...(i === 0 ? { store_path: store } : {}),
-    engine: { gpu_layers: 999, context_size: 2048, experimental_tensor_split: optIn },
+    engine: { ...engine, experimental_tensor_split: optIn },
   });
 
   await oneNode(config, inv, runs);

@@ -1,9 +1,12 @@
 // What the engine build can do, asked of the engine itself rather than believed: whether llama-server
 // splits tensors across ggml-rpc devices (other nodes), in its `row` and its `tensor` split modes.
 // The probe starts two ggml-rpc-servers on loopback and llama-server over them with a tiny generated
-// model, once per split mode; a mode counts only when the server comes up and answers exactly what
-// the same engine answers with a plain layer split (greedy decoding). Results are cached per engine
-// binary (path, size, mtime) under the engine cache, so a build is probed once per machine.
+// model, once per split mode, with the command lines a node's runner would start for a three-rank
+// instance (SplitCommands, given by the node); a mode counts only when the server comes up and
+// answers exactly what the same engine answers with a Pipeline (layer) split (greedy decoding).
+// Results are cached per engine binary (path, size, mtime) and command line under the engine cache,
+// so a build is probed once per machine and again when the node's engine flags change.
+import { createHash } from "node:crypto";
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -21,15 +24,47 @@ export interface ModeResult {
   readonly evidence: string;
 }
 
+/** A split the probe runs: `layer` is a Pipeline (the reference), `row` and `tensor` a Tensor split. */
+export type SplitMode = "layer" | "row" | "tensor";
+
+/** The probe's model, as a command line needs it. */
+export interface ProbeModel {
+  readonly path: string;
+  readonly layers: number;
+  readonly contextLength: number;
+}
+
+/**
+ * The command lines the split probe runs: rank 0's llama-server for an instance whose other ranks are
+ * the ggml-rpc-servers at `rpc` (host:port, rank order), listening on 127.0.0.1:`port`, and a rank's
+ * ggml-rpc-server. A node passes its runner's own (services/worker args.ts), so the probe exercises
+ * the flags, context, slots and devices a placement would start; without them, PLAIN_COMMANDS.
+ */
+export interface SplitCommands {
+  server(model: ProbeModel, mode: SplitMode, rpc: readonly string[], port: number): string[];
+  rpc(port: number): string[];
+}
+
+/** The engine's own defaults around a split: what the probe runs when no node says otherwise. */
+const PLAIN_COMMANDS: SplitCommands = {
+  server: (model, mode, rpc, port) => {
+    const a = ["-m", model.path, "--rpc", rpc.join(","), "-sm", mode, "-ngl", "99", "-fit", "off"];
+    return [...a, "-c", "256", "-np", "1", "--host", "127.0.0.1", "--port", String(port)];
+  },
+  rpc: (port) => ["-H", "127.0.0.1", "-p", String(port)],
+};
+
 export interface ProbeOptions {
   /** Whole probe bound (default 60 s: a CUDA engine initializes its device for every process). */
   readonly timeoutMs?: number;
   /** Where the cache file lives (default: none, always probe). */
   readonly cacheDir?: string | undefined;
+  /** The command lines to run (default: the engine's defaults around a split). */
+  readonly commands?: SplitCommands | undefined;
 }
 
 const CACHE_FILE = "capabilities.json";
-const CACHE_VERSION = 3;
+const CACHE_VERSION = 4;
 const PROMPT = { messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 12 };
 
 /**
@@ -42,7 +77,8 @@ export async function probeSplitSupport(
 ): Promise<SplitSupport> {
   if (!engine.usable || !engine.server_bin || !engine.rpc_bin)
     return none("the engine is not usable, or has no ggml-rpc-server");
-  const key = await binaryKey(engine.server_bin, engine.rpc_bin);
+  const commands = opts.commands ?? PLAIN_COMMANDS;
+  const key = `${await binaryKey(engine.server_bin, engine.rpc_bin)}:${fingerprint(commands)}`;
   const cached = opts.cacheDir
     ? await readProbeCache(opts.cacheDir, CACHE_FILE, key, isSplitSupport)
     : undefined;
@@ -53,22 +89,27 @@ export async function probeSplitSupport(
     // Shaped like real models where it matters to the split: F16 weights, grouped-query attention,
     // heads of 64 dimensions (CUDA's flash attention, which -sm tensor requires, has no kernel for the
     // 16-dimension heads of the smallest tiny model: its rpc server aborts).
-    await writeTinyModel(model, {
+    const { facts } = await writeTinyModel(model, {
       nEmbd: 256,
       nHead: 4,
       nHeadKv: 2,
       nFf: 512,
       weightType: "F16",
     });
+    const probeModel = {
+      path: model,
+      layers: facts.blockCount ?? 4,
+      contextLength: facts.contextLength ?? 2048,
+    };
     const deadline = Date.now() + (opts.timeoutMs ?? 60_000);
-    const run = (mode: string) =>
-      runOverRpc({ serverBin: engine.server_bin!, rpcBin: engine.rpc_bin! }, model, mode, deadline);
+    const bins = { serverBin: engine.server_bin, rpcBin: engine.rpc_bin, commands };
+    const run = (mode: SplitMode) => runOverRpc(bins, probeModel, mode, deadline);
     const reference = await run("layer");
     let result: SplitSupport;
     if (!reference.ok) {
       result = none(`the engine's plain layer split over rpc failed: ${reference.evidence}`);
     } else {
-      const verdict = async (mode: string): Promise<ModeResult> => {
+      const verdict = async (mode: SplitMode): Promise<ModeResult> => {
         const r = await run(mode);
         if (!r.ok) return { supported: false, evidence: r.evidence };
         if (r.text !== reference.text)
@@ -108,45 +149,30 @@ function none(evidence: string): SplitSupport {
   return { row_over_rpc: false, tensor_over_rpc: false, tensor_opt_in: false, evidence };
 }
 
-/** The engine's two programs the probe runs: llama-server and ggml-rpc-server. */
+/** The engine's two programs the probe runs, llama-server and ggml-rpc-server, and their commands. */
 interface EngineBins {
   serverBin: string;
   rpcBin: string;
+  commands: SplitCommands;
 }
 
 /** One llama-server over two local rpc servers in `mode`: its greedy answer, or why there is none. */
 async function runOverRpc(
-  { serverBin, rpcBin }: EngineBins,
-  model: string,
-  mode: string,
+  { serverBin, rpcBin, commands }: EngineBins,
+  model: ProbeModel,
+  mode: SplitMode,
   deadline: number,
 ): Promise<{ ok: true; text: string } | { ok: false; evidence: string }> {
   const children: Child[] = [];
   try {
     const rpcPorts = [await freePort(), await freePort()];
     for (const p of rpcPorts)
-      children.push(
-        spawnChild({ bin: rpcBin, args: ["-H", "127.0.0.1", "-p", String(p)], stderr: "ignore" }),
-      );
+      children.push(spawnChild({ bin: rpcBin, args: commands.rpc(p), stderr: "ignore" }));
     await waitListening(rpcPorts, deadline);
+    const rpc = rpcPorts.map((p) => `127.0.0.1:${p}`);
     const started = await startLoopbackServer(
       serverBin,
-      [
-        "-m",
-        model,
-        "--rpc",
-        rpcPorts.map((p) => `127.0.0.1:${p}`).join(","),
-        "-sm",
-        mode,
-        "-ngl",
-        "99",
-        "-fit",
-        "off",
-        "-c",
-        "256",
-        "-np",
-        "1",
-      ],
+      (port) => commands.server(model, mode, rpc, port),
       deadline,
     );
     children.push(started.child);
@@ -227,6 +253,15 @@ async function waitListening(ports: readonly number[], deadline: number): Promis
       await sleep(50);
     }
   }
+}
+
+/** The command lines with placeholders: a change of the node's engine flags probes again. */
+function fingerprint(c: SplitCommands): string {
+  const model = { path: "MODEL", layers: 4, contextLength: 2048 };
+  return createHash("sha256")
+    .update(JSON.stringify([c.server(model, "tensor", ["R1", "R2"], 1), c.rpc(1)]))
+    .digest("hex")
+    .slice(0, 16);
 }
 
 async function binaryKey(serverBin: string, rpcBin: string): Promise<string> {

@@ -5,5 +5,5 @@ export { nodeHealth } from "./health.ts";
 export type { Observations } from "./health.ts";
 export { probeSplitSupport, probeTls } from "./capabilities.ts";
 export { lastError } from "./loopback-server.ts";
-export type { ProbeOptions } from "./capabilities.ts";
+export type { ProbeModel, ProbeOptions, SplitCommands, SplitMode } from "./capabilities.ts";
 export { probeSlotRestore } from "./slot-probe.ts";

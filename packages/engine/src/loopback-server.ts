@@ -36,13 +36,14 @@ export function lastError(output: string): string {
 }
 
 /**
- * Starts `bin` with `args` and `--host 127.0.0.1 --port <free>`; resolves once it serves, or with the
- * engine's own words when it exited or did not come up by `deadline`. The child is returned either
- * way: the caller stops it.
+ * Starts `bin` on a free loopback port: with `args` and `--host 127.0.0.1 --port <free>`, or with
+ * what `args(port)` returns when the caller writes the whole command line itself. Resolves once it
+ * serves, or with the engine's own words when it exited or did not come up by `deadline`. The child
+ * is returned either way: the caller stops it.
  */
 export async function startLoopbackServer(
   bin: string,
-  args: readonly string[],
+  args: readonly string[] | ((port: number) => readonly string[]),
   deadline: number,
 ): Promise<
   { ok: true; child: Child; base: string } | { ok: false; child: Child; evidence: string }
@@ -50,7 +51,10 @@ export async function startLoopbackServer(
   const port = await freePort();
   const child = spawnChild({
     bin,
-    args: [...args, "--host", "127.0.0.1", "--port", String(port)],
+    args:
+      typeof args === "function"
+        ? [...args(port)]
+        : [...args, "--host", "127.0.0.1", "--port", String(port)],
     stdout: "pipe",
     stderr: "pipe",
   });

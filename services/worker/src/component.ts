@@ -17,6 +17,7 @@ import type { Logger } from "@ic/log";
 import { GiB } from "@ic/protocol";
 import type { EngineInfo, SlotRestore } from "@ic/protocol";
 import { LinkProber } from "./links.ts";
+import { splitProbeCommands } from "./probe-commands.ts";
 import type { LinkTarget } from "./links.ts";
 import type { ClusterPort, Stager } from "./ports.ts";
 import { runnerMetrics, telemetryMetrics } from "./metrics.ts";
@@ -55,8 +56,12 @@ export function engineComponent(
         serverBinOverride: section.server_bin,
         rpcBinOverride: section.rpc_bin,
       });
-      // What the engine can split across nodes, asked of the engine (cached per build).
-      const probed = await probeSplitSupport(located, { cacheDir: probeCacheRoot() });
+      // What the engine can split across nodes, asked of the engine with the runner's own command
+      // lines (cached per build and flags).
+      const probed = await probeSplitSupport(located, {
+        cacheDir: probeCacheRoot(),
+        commands: splitProbeCommands(section, located.backend),
+      });
       const split = { ...probed, tensor_opt_in: section.experimental_tensor_split };
       info = { ...located, split };
       o.log.info({ split }, "engine split modes across nodes (capability probe)");

@@ -8,6 +8,7 @@ export type { LinkTarget } from "./links.ts";
 export { RunnerSupervisor, nextRunnerAction } from "./runner.ts";
 export type { RunnerSpec, RunnerStatus, RunOutcome } from "./runner.ts";
 export { rpcArgs, serverArgs } from "./args.ts";
+export { splitProbeCommands } from "./probe-commands.ts";
 export { Worker } from "./worker.ts";
 export type { WorkerOptions } from "./worker.ts";
 export type { ClusterPort, StagedModel, Stager, StagingProgress } from "./ports.ts";
