@@ -241,6 +241,37 @@ describe("PromptCacheMap: the engine's counts correct it", () => {
     expect(m.accuracy().get("i-1")!.capacity).toBe(1);
   });
 
+  it.each([
+    // slots the engine said, capacity after 10 refuted predictions
+    [2, 2],
+    [6, 6],
+    [1, 1],
+  ])(
+    "an engine of %i slots keeps at least that many prompts, whatever the refutations (capacity %i)",
+    (slots, capacity) => {
+      const m = map();
+      const p = prompt("aaaabbbbcccc");
+      m.record("i-1", p);
+      expect(m.knowsSlots("i-1")).toBe(false);
+      m.slots("i-1", slots);
+      expect(m.knowsSlots("i-1")).toBe(true);
+      expect(m.accuracy().get("i-1")!.capacity).toBe(Math.max(START_ENTRIES, slots));
+      for (let i = 0; i < 10; i++) m.settle(m.record("i-1", p), exact(p, 0));
+      expect(m.accuracy().get("i-1")!.capacity).toBe(capacity);
+    },
+  );
+
+  it("the engine's slots hold the map's prompts: a group's prompt is still predicted after refutations elsewhere", () => {
+    const m = map();
+    m.slots("i-1", 4);
+    const groups = ["aaaa", "bbbb", "cccc", "dddd"].map((g) => prompt(g.repeat(4)));
+    for (const g of groups) m.record("i-1", g);
+    // Two refuted predictions (the engine's slot choice differed): the capacity stays 4 ...
+    for (let i = 0; i < 2; i++) m.settle(m.record("i-1", groups[3]!), exact(groups[3]!, 0));
+    // ... so the first group's prompt is still held.
+    expect(m.reuse("i-1", groups[0]!)).toBe(16);
+  });
+
   it("a prompt the map dropped but the engine still held: it keeps one more", () => {
     const m = map();
     const first = prompt("aaaa".repeat(3));

@@ -8,7 +8,7 @@
 // says how many prompt tokens it really reused (`timings.cache_n`), and `settle` checks the
 // prediction:
 // - a prompt the map held but the engine had dropped: the engine keeps fewer prompts than the map
-//   thought (one fewer, at least one);
+//   thought (one fewer, never fewer than the engine's slots once it said how many: engine-slots.ts);
 // - a prompt the map had already dropped but the engine still held (the map's ghosts, the prompts it
 //   dropped last): the engine keeps more (one more, at most MAX_ENTRIES).
 // llama-server keeps a prompt in its slot and, when the slot moves on, in its host-memory prompt
@@ -221,6 +221,8 @@ class InstanceCache {
   readonly busy = new Set<Entry>();
   readonly ghosts = new EntrySet();
   capacity = START_ENTRIES;
+  /** The engine's slot count, once it said (`slots`): the least the capacity can be. */
+  slots: number | undefined;
   charsPerToken = START_CHARS_PER_TOKEN;
   requests = 0;
   predictedTokens = 0;
@@ -454,11 +456,29 @@ export class PromptCacheMap {
     c.cachedTokens += engine.cached;
     c.promptTokens += engine.prompt;
     c.errorTokens += Math.abs(p.predictedTokens - engine.cached);
-    if (p.liveBlocks >= 2 && reused < p.liveBlocks / 2) c.capacity = Math.max(1, c.capacity - 1);
+    if (p.liveBlocks >= 2 && reused < p.liveBlocks / 2)
+      c.capacity = Math.max(c.slots ?? 1, c.capacity - 1);
     else if (p.ghostBlocks >= p.liveBlocks + 2 && reused >= (p.liveBlocks + p.ghostBlocks) / 2) {
       c.capacity = Math.min(MAX_ENTRIES, c.capacity + 1);
     }
     this.fit(c);
+  }
+
+  /**
+   * The engine of `instanceId` has `n` slots (llama-server's `total_slots`). Each idle slot keeps the
+   * last prompt it computed, so the engine holds at least `n` prompts: a prediction that missed
+   * (the map's slot choice is llama-server's, approximately) no longer shrinks the capacity below
+   * them, where it made the map forget prompts the engine still held.
+   */
+  slots(instanceId: string, n: number): void {
+    const c = this.instanceOf(instanceId);
+    c.slots = n;
+    c.capacity = Math.max(c.capacity, n);
+  }
+
+  /** Whether the engine of `instanceId` has said how many slots it has. */
+  knowsSlots(instanceId: string): boolean {
+    return this.instances.get(instanceId)?.slots !== undefined;
   }
 
   /** Instances the map knows. */

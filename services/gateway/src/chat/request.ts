@@ -2,6 +2,7 @@
 // the request's bounds (the config's chat section), what every try of a request shares, and the
 // content checks llama-server would otherwise answer with a 500.
 import type { PromptCacheMap, Prediction } from "../prompt-cache.ts";
+import type { EngineSlots } from "../engine-slots.ts";
 import type { PromptBlocks } from "../prompt-blocks.ts";
 import type { Sink } from "./sink.ts";
 import type { HandoverWatch, KvMovePort, KvMoveStats } from "./handover.ts";
@@ -219,6 +220,8 @@ export interface ChatContext {
   readonly loads: Map<string, Promise<unknown>>;
   /** What each instance's prompt cache holds, as this gateway learned it (prefix_routing `cache`). */
   readonly cache: PromptCacheMap;
+  /** Each engine's slot count, asked of it once: the map's floor (engine-slots.ts). */
+  readonly slots: EngineSlots;
   /** The streams that move with their cache when their node drains (chat/handover.ts). */
   readonly handovers: HandoverWatch;
   readonly kv: KvMoveStats;

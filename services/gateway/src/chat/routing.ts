@@ -49,6 +49,7 @@ export function pick(
   const target = choose(ctx, instances, live, request);
   if (prompt) {
     request.prediction = ctx.cache.record(target.instance.instance_id, prompt, request.kvSeed);
+    ctx.slots.ask(target.instance.instance_id, target.endpoint);
     // An instance deleted since is forgotten (the map holds only instances this gateway used).
     const present = ctx.o.cluster.snapshot().instances;
     if (ctx.cache.size > Object.keys(present).length)

@@ -74,7 +74,7 @@ async function setup(
     expect(r.status, text).toBe(200);
     return r.headers.get("x-instance-id");
   };
-  return { send, promptCache };
+  return { send, promptCache, engines: [a, b] };
 }
 
 const words = "river stone lantern orchard harbor meadow signal copper".split(" ");
@@ -86,7 +86,7 @@ const filler = (seed: number, n: number) => {
 
 describe("prefix_routing cache", () => {
   it("the prompts of a group that shares a long system prompt go where that prompt is cached", async () => {
-    const { send, promptCache } = await setup("cache");
+    const { send, promptCache, engines } = await setup("cache");
     const homes = new Map<number, Set<string | null>>();
     for (let p = 0; p < 4; p++)
       for (let g = 0; g < 4; g++) {
@@ -108,6 +108,10 @@ describe("prefix_routing cache", () => {
     expect(sum("requests")).toBe(16);
     expect(sum("cachedTokens")).toBeGreaterThan(12 * 2000);
     expect(sum("errorTokens")).toBeLessThan(0.25 * sum("cachedTokens"));
+    // Each engine was asked its slot count once (GET /props), in the background.
+    expect(engines.map((e) => e.props.asked)).toEqual([1, 1]);
+    const ids = [...promptCache.accuracy().keys()];
+    expect(ids.map((id) => promptCache.knowsSlots(id))).toEqual([true, true]);
   });
 
   it("a group's prompt sent while the first is still computed goes by load: the busy slot is not reusable", async () => {

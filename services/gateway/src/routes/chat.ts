@@ -20,6 +20,7 @@ import { mayUseModel, modelForbidden, parseJson, requestHeader, requestToken } f
 import { prefixKey } from "../prefix-key.ts";
 import { promptBlocks } from "../prompt-blocks.ts";
 import { PromptCacheMap } from "../prompt-cache.ts";
+import { EngineSlots } from "../engine-slots.ts";
 import { RequestLoad } from "../request-load.ts";
 import { notServableError, readiness } from "../readiness.ts";
 import type { ReadyInstance } from "../readiness.ts";
@@ -63,14 +64,21 @@ export function chatRoutes(app: Hono, o: ChatOptions): void {
   const load = o.load ?? new RequestLoad();
   /** CreateTask per event-loop turn, FinishTask with the next of them (task-reports.ts). */
   const reports = new TaskReports(o.cluster);
+  const limits = { ...DEFAULT_CHAT_LIMITS, ...o.chat };
+  const cache = o.promptCache ?? new PromptCacheMap();
   const ctx: ChatContext = {
     o,
     load,
     reports,
-    limits: { ...DEFAULT_CHAT_LIMITS, ...o.chat },
+    limits,
     streams: o.streams ?? new StreamDirectory(),
     loads: new Map(),
-    cache: o.promptCache ?? new PromptCacheMap(),
+    cache,
+    slots: new EngineSlots({
+      cache,
+      headers: o.engineHeaders,
+      connectTimeoutMs: limits.connect_timeout_ms,
+    }),
     handovers: new HandoverWatch(() => o.cluster.livePeers()),
     kv: o.kvStats ?? new KvMoveStats(),
   };

@@ -28,12 +28,20 @@ export type Handler = (req: IncomingMessage, res: ServerResponse, body: string) 
 /**
  * A scripted llama-server: each test says what it answers to POSTs. Records the bodies it received
  * and their `x-conversation-id`, and the streams cancelled (DELETE /v1/stream, answered 204).
+ * Answers GET /props as llama-server with 4 slots does (the gateway asks it once per instance,
+ * engine-slots.ts), counted in `props`.
  */
 export async function engine(handler: Handler) {
   const bodies: Record<string, unknown>[] = [];
   const conversations: (string | undefined)[] = [];
   const cancelled: string[] = [];
+  const props = { asked: 0 };
   const server = createServer((req, res) => {
+    if (req.method === "GET" && req.url === "/props") {
+      props.asked++;
+      res.writeHead(200, { "content-type": "application/json" }).end('{"total_slots":4}');
+      return;
+    }
     if (req.method === "DELETE") {
       cancelled.push(req.url ?? "");
       res.writeHead(204).end();
@@ -57,6 +65,7 @@ export async function engine(handler: Handler) {
     bodies,
     conversations,
     cancelled,
+    props,
     server,
   };
 }
