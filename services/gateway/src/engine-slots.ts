@@ -4,11 +4,13 @@
 // request's path. An engine that does not say (no /props, an error, a stand-in) is asked again after
 // RETRY_MS, and the map learns without a floor meanwhile.
 import { z } from "zod";
-import { postUpstream, readAll } from "./upstream.ts";
+import { postUpstream, readAll, UpstreamAbort } from "./upstream.ts";
 import type { PromptCacheMap } from "./prompt-cache.ts";
 
 /** How long after an engine did not say before it is asked again. */
 export const RETRY_MS = 60_000;
+/** How long an engine has to answer GET /props. */
+const ANSWER_MS = 10_000;
 /** The instances remembered as asked, at most (deleted instances are never asked again). */
 const MAX_ASKED = 1024;
 
@@ -38,24 +40,31 @@ export class EngineSlots {
     this.asked.set(instanceId, now);
     void this.props(instanceId, endpoint).then(
       (n) => n !== undefined && this.o.cache.slots(instanceId, n),
-      () => {},
     );
   }
 
-  /** The engine's `total_slots`, or undefined when it does not answer with one. */
+  /**
+   * The engine's `total_slots`, or undefined when it does not answer with one within ANSWER_MS (an
+   * engine that takes a request and never answers holds no socket past that).
+   */
   private async props(instanceId: string, endpoint: string): Promise<number | undefined> {
-    const res = await postUpstream(`${endpoint}/props`, "", {
-      method: "GET",
-      headers: this.o.headers?.(instanceId),
-      connectTimeoutMs: this.o.connectTimeoutMs,
-    });
-    const body = await readAll(res);
-    if (res.statusCode !== 200) return undefined;
+    const abort = new UpstreamAbort();
+    const timer = setTimeout(() => abort.abort(new Error("no answer")), ANSWER_MS);
     try {
+      const res = await postUpstream(`${endpoint}/props`, "", {
+        method: "GET",
+        abort,
+        headers: this.o.headers?.(instanceId),
+        connectTimeoutMs: this.o.connectTimeoutMs,
+      });
+      const body = await readAll(res);
+      if (res.statusCode !== 200) return undefined;
       const parsed = PropsSchema.safeParse(JSON.parse(body.toString()));
       return parsed.success ? parsed.data.total_slots : undefined;
     } catch {
       return undefined;
+    } finally {
+      clearTimeout(timer);
     }
   }
 }
