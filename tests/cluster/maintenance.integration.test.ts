@@ -180,7 +180,16 @@ describe("maintenance", () => {
       expect(logged("placed elsewhere before it leaves")).toBe(true);
       // Each stop was one request: the drains ran to their end, none was cut short.
       expect(logged('"outcome":"cut_short"')).toBe(false);
-      if (to === "group") expect(logged("sent to the process group): one stop")).toBe(true);
+      // A group delivery reaches the node twice (its own copy, and the supervisor's forward) unless
+      // the kernel merges the two: a standard signal still pending when the second comes is one.
+      // A parent forking a child, a SIGTERM to their group, the parent forwarding it: the child saw
+      // one signal in 3 of 20 tries on an idle machine and 10 of 20 with both cores busy. So the
+      // node logs the repeat for some restarts only (none of three once in CI), and what proves the
+      // group stop is the checks above: no drain cut short, nothing failed, one session.
+      if (to === "group")
+        process.stderr.write(
+          `maintenance: the repeated stop signal was seen by ${nodes.filter((n) => n.logLines.some((l) => l.includes("sent to the process group): one stop"))).length} of 3 nodes\n`,
+        );
     },
     420_000,
   );
