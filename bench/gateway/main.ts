@@ -19,7 +19,7 @@ import {
 } from "@ic/testkit";
 import type { NodeProcess } from "@ic/testkit";
 import { machineLine, summarize, writeSection } from "../lib/report.ts";
-import { STAND_IN, standInsOn } from "../lib/stand-in.ts";
+import { STAND_IN, standInDevices, standInsOn } from "../lib/stand-in.ts";
 import {
   batch,
   cpuDelta,
@@ -130,7 +130,12 @@ async function startBench(store: string) {
   const { modelId } = await seedStore(store, { slow: wide });
   const env: Record<string, string> = {};
   // pinCores wraps the engine it finds (SERVICE_ENGINE_SERVER_BIN first) to pin it to its core.
-  if (STAND_IN_MODE) process.env.SERVICE_ENGINE_SERVER_BIN = STAND_IN;
+  if (STAND_IN_MODE) {
+    process.env.SERVICE_ENGINE_SERVER_BIN = STAND_IN;
+    // On a GPU machine the stand-in claims its GPUs (a node there refuses a CPU-only engine).
+    const devices = standInDevices();
+    if (devices) env.STAND_IN_DEVICES = devices;
+  }
   const pinning = await pinCores(env);
   const engineArgs = STAND_IN_MODE
     ? ["--stand-in-tps", String(STAND_IN_TPS)]

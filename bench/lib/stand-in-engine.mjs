@@ -74,8 +74,12 @@ function parseArgs(argv) {
 const args = parseArgs(process.argv.slice(2));
 
 if (args["--list-devices"]) {
-  // What a CPU-only llama-server prints: no devices.
-  process.stdout.write("Available devices:\n");
+  // What a CPU-only llama-server prints: no devices. On a machine with a GPU a node refuses a CPU
+  // engine (gpu_serving_disabled), so a benchmark there names the machine's GPUs in
+  // STAND_IN_DEVICES (one per line, as a CUDA llama-server lists them: `CUDA0: <name> (<total> MiB,
+  // <free> MiB free)`), and the stand-in lists them as its own.
+  const devices = (process.env.STAND_IN_DEVICES ?? "").split("\n").filter(Boolean);
+  process.stdout.write(`Available devices:\n${devices.map((d) => `  ${d}\n`).join("")}`);
   process.exit(0);
 }
 if (args["--rpc"]) {

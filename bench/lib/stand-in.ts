@@ -1,11 +1,39 @@
 // The stand-in engine (stand-in-engine.mjs) as benchmarks find it: its path (the node's
 // `engine.server_bin`), and its processes, which run as `node stand-in-engine.mjs ...` and so are
 // not named llama-server.
+import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const STAND_IN = join(dirname(fileURLToPath(import.meta.url)), "stand-in-engine.mjs");
+
+/**
+ * This machine's NVIDIA GPUs as a CUDA llama-server lists them (`--list-devices`), for the stand-in's
+ * STAND_IN_DEVICES: a node on a machine with a GPU refuses a CPU-only engine (gpu_serving_disabled),
+ * so there the stand-in claims the GPUs, and placement counts their VRAM as for a real CUDA build.
+ * Empty without nvidia-smi or a GPU.
+ */
+export function standInDevices(): string {
+  try {
+    const out = execFileSync(
+      "nvidia-smi",
+      ["--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
+      { encoding: "utf8", timeout: 20_000, stdio: ["ignore", "pipe", "ignore"] },
+    );
+    return out
+      .trim()
+      .split("\n")
+      .filter(Boolean)
+      .map((l, i) => {
+        const [name, total, free] = l.split(",").map((x) => x.trim());
+        return `CUDA${i}: ${name} (${total} MiB, ${free} MiB free)`;
+      })
+      .join("\n");
+  } catch {
+    return "";
+  }
+}
 
 function argvOf(pid: number): string[] {
   try {
