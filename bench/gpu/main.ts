@@ -7,7 +7,7 @@
 // bench/gateway. On a CPU machine it runs the CPU points and says why the others were skipped
 // (plan.ts). Writes "## GPU check (bench/gpu)" with the engine's own log lines as evidence.
 // Usage: npm run bench gpu   (GPU_CHECK_BUDGET_S: whole run, default 480; OUT: also copy there)
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,6 +15,7 @@ import { locateEngine, managedBuild, probeCacheRoot, probeSplitSupport } from "@
 import { placeAndWait, seedStore, startCluster, waitForConvergence } from "@ic/testkit";
 import { splitProbeCommands } from "@ic/worker";
 import type { LocalCluster, NodeProcess } from "@ic/testkit";
+import { nvidiaGpus } from "../lib/gpus.ts";
 import { machineLine, REPO_ROOT, writeSection } from "../lib/report.ts";
 import { gpuCheckPlan } from "./plan.ts";
 import type { CheckId, Inventory } from "./plan.ts";
@@ -43,24 +44,7 @@ function inventory(): Inventory {
   for (const d of cuda)
     if (existsSync(join(d, "nvcc")) && !process.env.PATH?.includes(d))
       process.env.PATH = `${process.env.PATH}:${d}`;
-  let gpus: Inventory["gpus"] = [];
-  try {
-    const out = execFileSync(
-      "nvidia-smi",
-      ["--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-      { encoding: "utf8", timeout: 20_000, stdio: ["ignore", "pipe", "ignore"] },
-    );
-    gpus = out
-      .trim()
-      .split("\n")
-      .filter(Boolean)
-      .map((l) => {
-        const [name, mib] = l.split(",").map((x) => x.trim());
-        return { name: name ?? "?", vramMiB: Number(mib) };
-      });
-  } catch {
-    gpus = [];
-  }
+  const gpus = nvidiaGpus().map((g) => ({ name: g.name, vramMiB: g.totalMiB }));
   const nvcc = spawnSync("sh", ["-c", "command -v nvcc"], { encoding: "utf8" }).status === 0;
   return { gpus, nvcc };
 }

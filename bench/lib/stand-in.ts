@@ -1,10 +1,10 @@
 // The stand-in engine (stand-in-engine.mjs) as benchmarks find it: its path (the node's
 // `engine.server_bin`), and its processes, which run as `node stand-in-engine.mjs ...` and so are
 // not named llama-server.
-import { execFileSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { nvidiaGpus } from "./gpus.ts";
 
 export const STAND_IN = join(dirname(fileURLToPath(import.meta.url)), "stand-in-engine.mjs");
 
@@ -15,24 +15,9 @@ export const STAND_IN = join(dirname(fileURLToPath(import.meta.url)), "stand-in-
  * Empty without nvidia-smi or a GPU.
  */
 export function standInDevices(): string {
-  try {
-    const out = execFileSync(
-      "nvidia-smi",
-      ["--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
-      { encoding: "utf8", timeout: 20_000, stdio: ["ignore", "pipe", "ignore"] },
-    );
-    return out
-      .trim()
-      .split("\n")
-      .filter(Boolean)
-      .map((l, i) => {
-        const [name, total, free] = l.split(",").map((x) => x.trim());
-        return `CUDA${i}: ${name} (${total} MiB, ${free} MiB free)`;
-      })
-      .join("\n");
-  } catch {
-    return "";
-  }
+  return nvidiaGpus()
+    .map((g, i) => `CUDA${i}: ${g.name} (${g.totalMiB} MiB, ${g.freeMiB} MiB free)`)
+    .join("\n");
 }
 
 function argvOf(pid: number): string[] {
