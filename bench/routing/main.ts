@@ -1,7 +1,7 @@
-// Routing on the workloads people run (issue 48, item 3): 2 nodes, the wide model with one replica
-// per node, each llama-server on one thread keeping 4 prompts (bench/workload/cluster.ts), and the
-// four shapes of bench/workload, each run open loop through both gateways in turn. Three routing
-// modes, each on a fresh cluster in the same run: `off` (least outstanding requests, the baseline),
+// Routing on the workloads people run (issue 48, item 3): 2 nodes (BENCH_NODES, 2 to 4), the wide
+// model with one replica per node, each llama-server on one thread keeping 4 prompts
+// (bench/workload/cluster.ts), and the four shapes of bench/workload, each run open loop through the
+// gateways in turn. Three routing modes, each on a fresh cluster in the same run: `off` (least outstanding requests, the baseline),
 // `hash` (the leading messages' hash with bounded loads) and `cache` (the gateways' prompt-cache
 // maps). Every mode runs the same prompts (BENCH_RUNS runs, default 5, each with prompts of its own,
 // so each run starts cold). Reports TTFT, goodput and the engines' cache hit rate per shape and mode,
@@ -9,6 +9,7 @@
 // reused tokens (ic_prompt_cache_*). BENCH_SAMPLES=<file> appends every request's figures there as JSON lines.
 // Reports only.
 import { appendFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { machineLine, writeSection } from "../lib/report.ts";
 import { startBenchCluster } from "../workload/cluster.ts";
 import { describeParams, RATES, runShape } from "../workload/plan.ts";
@@ -22,7 +23,10 @@ const MODES = (process.env.BENCH_MODES ?? "off,hash,cache").split(",") as Mode[]
 const SHAPES = (process.env.BENCH_SHAPES ?? "shared-prefix,multi-turn,agent,sharegpt").split(
   ",",
 ) as ShapeName[];
-const CLUSTER = { nodes: 2, slots: 4, slotContext: 4096 } as const;
+/** Replicas, one per node (the issue's 2 to 4); the report of each count is a section of its own. */
+const NODES = Number(process.env.BENCH_NODES ?? 2);
+if (!Number.isInteger(NODES) || NODES < 2 || NODES > 4) throw new Error("BENCH_NODES: 2, 3 or 4");
+const CLUSTER = { nodes: NODES, slots: 4, slotContext: 4096 } as const;
 
 /** The sum over nodes of the ic_prompt_cache_* counters named. */
 async function cacheCounters(urls: readonly string[], headers: Record<string, string>) {
@@ -70,8 +74,15 @@ const spread = (xs: number[], f: (x: number) => string) =>
 const ms = (x: number) => x.toFixed(0);
 const x2 = (x: number) => `${x.toFixed(2)}×`;
 
+const command = [
+  ...["BENCH_NODES", "BENCH_MODES", "BENCH_SHAPES", "BENCH_RUNS"]
+    .filter((k) => process.env[k] !== undefined)
+    .map((k) => `${k}=${process.env[k]}`),
+  "npm run bench routing",
+].join(" ");
+const cores = availableParallelism();
 const lines: string[] = [
-  `Command: \`npm run bench routing\`. ${machineLine()}. ${CLUSTER.nodes} nodes (loopback), the wide model (F16, 384 wide, 6 layers) with one replica per node, each llama-server on one thread with ${CLUSTER.slots} slots of ${CLUSTER.slotContext} tokens and \`--cache-ram 0\` (each replica keeps ${CLUSTER.slots} prompts: the working sets below fit the cluster, not one replica, as on a GPU whose KV room holds a few long prompts). Requests alternate between the two gateways. Each mode on a fresh cluster in the same run, ${RUNS} runs per shape, each run with prompts of its own (a cold cache), the same prompts in every mode. Shapes (bench/workload):`,
+  `Command: \`${command}\`. ${machineLine()}. ${CLUSTER.nodes} nodes (loopback), the wide model (F16, 384 wide, 6 layers) with one replica per node, each llama-server on one thread with ${CLUSTER.slots} slots of ${CLUSTER.slotContext} tokens and \`--cache-ram 0\` (each replica keeps ${CLUSTER.slots} prompts: the working sets below fit the cluster, not one replica, as on a GPU whose KV room holds a few long prompts)${cores < NODES ? `; ${NODES} engines share the machine's ${cores} cores, so a prompt computed on one replica slows the others, which it would not on a GPU each` : ""}. Requests go to the ${CLUSTER.nodes} gateways in turn. Each mode on a fresh cluster in the same run, ${RUNS} runs per shape, each run with prompts of its own (a cold cache), the same prompts in every mode. Shapes (bench/workload):`,
   "",
   describeParams(),
   "",
@@ -120,8 +131,13 @@ const cache = maps.get("cache");
 if (cache)
   lines.push(
     "",
-    `The gateways' prompt-cache maps in the \`cache\` cluster, over all its requests (ic_prompt_cache_*, summed over both gateways): predicted ${cache.predicted} reused prompt tokens, the engines reported ${cache.cached} reused of ${cache.prompt} (predicted ÷ reused ${(cache.predicted / Math.max(1, cache.cached)).toFixed(2)}), with a summed per-request error of ${cache.error} tokens (${((cache.error / Math.max(1, cache.cached)) * 100).toFixed(0)}% of the reused).`,
+    `The gateways' prompt-cache maps in the \`cache\` cluster, over all its requests (ic_prompt_cache_*, summed over the ${CLUSTER.nodes} gateways): predicted ${cache.predicted} reused prompt tokens, the engines reported ${cache.cached} reused of ${cache.prompt} (predicted ÷ reused ${(cache.predicted / Math.max(1, cache.cached)).toFixed(2)}), with a summed per-request error of ${cache.error} tokens (${((cache.error / Math.max(1, cache.cached)) * 100).toFixed(0)}% of the reused).`,
   );
 const body = lines.join("\n");
 console.log(body);
-await writeSection("Routing on workload shapes (bench/routing)", body);
+await writeSection(
+  NODES === 2
+    ? "Routing on workload shapes (bench/routing)"
+    : `Routing on workload shapes, ${NODES} replicas (bench/routing)`,
+  body,
+);

@@ -178,9 +178,11 @@ describe("chooseInstance on the prompt caches (what is held less the queue, then
     load: Record<string, number> = {},
     key = "k",
     dropped: Record<string, number> = {},
+    o: { pending?: Record<string, number>; bound?: Record<string, number> } = {},
   ) =>
     chooseInstance(four, {
       outstanding: new Map(Object.entries(load)),
+      ...(o.bound ? { boundLoad: new Map(Object.entries(o.bound)) } : {}),
       selfPeerKey: "p-self",
       rttMs: (p) => rtt[p],
       prefixKey: key,
@@ -188,8 +190,12 @@ describe("chooseInstance on the prompt caches (what is held less the queue, then
         held: (id) => held[id] ?? 0,
         promptChars: 512,
         displaced: (id) => dropped[id] ?? 0,
+        pending: (id) => o.pending?.[id] ?? 0,
       },
     })?.instance.instance_id;
+  // The cluster's counts (heartbeats included) weigh in the ranking; this gateway's own, none here,
+  // bound it: so the rows below test the weights, not the bound.
+  const unbound = { bound: {} };
 
   it("a new prompt goes where it drops nothing held, before where the key's ranking puts it", () => {
     const full = { "i-a": 512, "i-b": 512, "i-c": 512, "i-d": 512 };
@@ -216,9 +222,10 @@ describe("chooseInstance on the prompt caches (what is held less the queue, then
     }
   });
 
-  it("dropping a held prompt shorter than this one costs less than a request more in flight", () => {
-    expect(pick({}, { "i-a": 1, "i-b": 1, "i-d": 1 }, "k", { "i-c": 400 })).toBe("i-c");
-    expect(pick({}, { "i-a": 1, "i-b": 1, "i-d": 1 }, "k", { "i-c": 700 })).not.toBe("i-c");
+  it("dropping a held prompt costs half of it: less than four requests more in flight for 400 characters, more for 600", () => {
+    const busy = { "i-a": 4, "i-b": 4, "i-d": 4 };
+    expect(pick({}, busy, "k", { "i-c": 400 }, unbound)).toBe("i-c");
+    expect(pick({}, busy, "k", { "i-c": 600 }, unbound)).not.toBe("i-c");
   });
 
   it.each([
@@ -235,14 +242,31 @@ describe("chooseInstance on the prompt caches (what is held less the queue, then
   });
 
   it.each([
-    [
-      "the whole prompt held is not worth two requests more in flight",
-      { "i-b": 500 },
-      { "i-b": 2 },
-    ],
-    ["under half of it held is not worth one more", { "i-b": 200 }, { "i-b": 1 }],
-  ])("%s: another instance (no herd on a shared prefix)", (_, held, load) => {
-    expect(pick(held, load)).not.toBe("i-b");
+    // An eighth of the prompt (64 of 512 characters) per request in flight there.
+    ["the whole prompt held is worth seven requests more in flight", { "i-b": 500 }, 7, true],
+    ["and not eight (no herd on a shared prefix)", { "i-b": 500 }, 8, false],
+    ["200 characters held are worth three more", { "i-b": 200 }, 3, true],
+    ["and not four", { "i-b": 200 }, 4, false],
+  ])("%s", (_, held, n, stays) => {
+    const chosen = pick(held, { "i-b": n }, "k", {}, unbound);
+    if (stays) expect(chosen).toBe("i-b");
+    else expect(chosen).not.toBe("i-b");
+  });
+
+  it.each([
+    ["prefill queued there shorter than what it holds: it stays", 400, true],
+    ["longer: the request goes where it computes its prompt at once", 600, false],
+  ])("%s", (_, pending, stays) => {
+    const chosen = pick({ "i-b": 500 }, {}, "k", {}, { pending: { "i-b": pending } });
+    if (stays) expect(chosen).toBe("i-b");
+    else expect(chosen).not.toBe("i-b");
+  });
+
+  it("nothing held anywhere: a new prompt avoids the instance computing another, before the key's ranking", () => {
+    for (const k of ["a", "b", "c", "d", "e"]) {
+      const first = pick({}, {}, k)!;
+      expect(pick({}, {}, k, {}, { pending: { [first]: 1000 } })).not.toBe(first);
+    }
   });
 
   it("nothing held: the least loaded, then the key's ranking", () => {
@@ -273,10 +297,10 @@ describe("outstandingByInstance", () => {
   it("adds this gateway's live requests to what the other nodes' heartbeats said", () => {
     const load = new RequestLoad();
     load.begin("i-a");
-    const end = load.begin("i-b");
+    const ticket = load.begin("i-b");
     load.begin("i-b");
-    end();
-    end(); // ending twice counts once
+    ticket.end();
+    ticket.end(); // ending twice counts once
     const peers = [
       { peer_key: "p-self", outstanding: { "i-a": 40 } }, // its own stale heartbeat: ignored
       { peer_key: "p-2", outstanding: { "i-a": 2, "i-c": 1 } },
@@ -303,6 +327,23 @@ describe("outstandingByInstance", () => {
       load.begin(r.instance.instance_id);
     }
     expect(picks).toEqual(["i-a", "i-b", "i-a", "i-b"]);
+  });
+
+  it("keeps each request's prefill ahead until the engine answers or the request ends, once", () => {
+    const load = new RequestLoad();
+    const a = load.begin("i-a", 1000);
+    const b = load.begin("i-a", 300);
+    load.begin("i-b"); // no prefill known: counted in flight, not queued
+    expect([load.prefillAhead("i-a"), load.prefillAhead("i-b")]).toEqual([1300, 0]);
+    a.prefilled();
+    a.prefilled();
+    expect(load.prefillAhead("i-a")).toBe(300);
+    a.end(); // already prefilled: only its count goes
+    expect(load.prefillAhead("i-a")).toBe(300);
+    b.end(); // ended before its first byte (failed, or a whole answer): its prefill goes too
+    b.prefilled();
+    expect(load.prefillAhead("i-a")).toBe(0);
+    expect(load.heartbeatPart()).toEqual({ "i-b": 1 });
   });
 
   it("counts tasks open until each closes, once", () => {

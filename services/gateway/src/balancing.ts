@@ -1,13 +1,14 @@
 // Picks which ready instance of a model serves a request. Without a prefix key: fewest outstanding
 // requests, then the lowest link latency from this node (a local rank 0 counts as 0), then the oldest.
 // With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked (when
-// routing on the caches, prompt-cache.ts) by how much of the prompt their prompt cache holds less
-// half a prompt per request in flight there and half of what taking the prompt would drop there,
-// then by the prompts each can still take, then by rendezvous hash of the key and each instance id
-// (the same order on every gateway), and the request goes to the first whose requests in flight
-// from this gateway stay within `loadFactor` times the mean, or the mean plus LOAD_SLACK, whichever
-// is more (counting this request), so a conversation keeps its replica (and its KV cache) while no
-// replica is flooded or starved. Pure, so tables test it.
+// routing on the caches, prompt-cache.ts) by how much of the prompt their prompt cache holds, less
+// the prefill queued there before the request's own (this gateway's requests not yet answering), less
+// an eighth of a prompt per request in flight there and half of what taking the prompt would drop
+// there, then by the prompts each can still take, then by rendezvous hash of the key and each
+// instance id (the same order on every gateway), and the request goes to the first whose requests in
+// flight from this gateway stay within `loadFactor` times the mean, or the mean plus LOAD_SLACK,
+// whichever is more (counting this request), so a conversation keeps its replica (and its KV cache)
+// while no replica is flooded or starved. Pure, so tables test it.
 import { createHash } from "node:crypto";
 import type { ReadyInstance } from "./readiness.ts";
 
@@ -18,7 +19,7 @@ export const DEFAULT_LOAD_FACTOR = 1.25;
  * holding the whole prompt keeps it until it has about two requests more in flight than one holding
  * none (continuous batching interleaves them; most of a request's time is decoding).
  */
-export const LOAD_WEIGHT = 0.5;
+export const LOAD_WEIGHT = 0.125;
 /**
  * What a held prompt the request would push out of an instance's cache is worth, as a share of its
  * characters: a group's or a conversation's next request would compute it again, if it comes. So a
@@ -63,6 +64,11 @@ export interface BalanceInput {
         readonly displaced?: (instanceId: string) => number;
         /** Prompts an instance can take before it drops one: between equals, the roomiest. */
         readonly room?: (instanceId: string) => number;
+        /**
+         * Characters of prompts queued there before this one's: this gateway's requests the engine
+         * has not begun to answer, less what it held of them (request-load.ts `prefillAhead`).
+         */
+        readonly pending?: (instanceId: string) => number;
       }
     | undefined;
   /** Bound of the preferred instance's load, as a multiple of the mean (DEFAULT_LOAD_FACTOR). */
@@ -91,14 +97,18 @@ export function chooseInstance(
       held: cache?.held(r.instance.instance_id) ?? 0,
       dropped: cache?.displaced?.(r.instance.instance_id) ?? 0,
       room: cache?.room?.(r.instance.instance_id) ?? 0,
+      pending: cache?.pending?.(r.instance.instance_id) ?? 0,
       score: rendezvous(key, r.instance.instance_id),
     }));
-    // What an instance is worth: the prompt it holds, less a share of the prompt per request queued
-    // (a new conversation goes where the queue is shortest; the gateways learn where from the bus),
-    // less a share of the prompts it would drop for this one.
+    // What an instance is worth: the prompt it holds, less the prefill queued there before it, less a
+    // share of the prompt per request in flight (a new conversation goes where the queue is
+    // shortest; the gateways learn where from the bus), less a share of the prompts it would drop.
     const value = cache
       ? (x: (typeof scored)[number]) =>
-          x.held - LOAD_WEIGHT * load(x.r) * cache.promptChars - EVICT_WEIGHT * x.dropped
+          x.held -
+          x.pending -
+          LOAD_WEIGHT * load(x.r) * cache.promptChars -
+          EVICT_WEIGHT * x.dropped
       : () => 0;
     const ranked = scored.sort(
       (a, b) =>

@@ -35,6 +35,16 @@ describe("PromptCacheMap: what an instance holds", () => {
     expect(m.reuse("i-2", prompt(asked))).toBe(0);
   });
 
+  it.each([
+    ["nothing held: all of it", [], "aaaabbbbcc", 10],
+    ["a later turn: its new characters", ["aaaabbbb"], "aaaabbbbccccdd", 6],
+    ["a shared system prompt: the rest", ["aaaabbbbxxxx"], "aaaabbbbyyyy", 4],
+  ])("the prefill it predicts is what it does not hold: %s", (_, recorded, asked, prefill) => {
+    const m = map();
+    for (const r of recorded) m.record("i-1", prompt(r));
+    expect(m.record("i-1", prompt(asked)).prefillChars).toBe(prefill);
+  });
+
   it("a turn replaces the prompt it extends, as the engine's slot does", () => {
     const m = map();
     m.record("i-1", prompt("aaaabbbb"));

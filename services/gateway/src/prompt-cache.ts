@@ -186,6 +186,8 @@ export interface Prediction {
   /** The prompt's characters, and the predicted reused tokens (liveBlocks at the learned ratio). */
   readonly chars: number;
   readonly predictedTokens: number;
+  /** The prompt's characters the engine is expected to compute: those not held (request-load.ts). */
+  readonly prefillChars: number;
 }
 
 /** Per instance, what metrics show: predicted against reused prompt tokens. */
@@ -313,6 +315,7 @@ export class PromptCacheMap {
       ghostBlocks,
       chars: prompt.chars,
       predictedTokens: Math.round((liveBlocks * this.blockChars) / c.charsPerToken),
+      prefillChars: Math.max(0, prompt.chars - liveBlocks * this.blockChars),
     };
     const blocks = prompt.hashes.length;
     if (blocks === 0) return prediction; // shorter than a block: nothing to share

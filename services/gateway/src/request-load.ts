@@ -1,22 +1,50 @@
-// Chat requests this gateway has in flight, per instance. Tasks are not replicated, so this is what
-// the gateway balances on, and what its node's heartbeat tells the other gateways (`outstanding`).
+// Chat requests this gateway has in flight, per instance, and the prefill still ahead of them (the
+// prompt characters the engine has yet to compute before their first token). Tasks are not
+// replicated, so this is what the gateway balances on, and its counts are what its node's heartbeat
+// tells the other gateways (`outstanding`).
 import type { Heartbeat } from "@ic/protocol";
+
+/** One request in flight on an instance. Both calls are idempotent. */
+export interface LoadTicket {
+  /** The engine has started answering: its prompt is computed (the first byte of the answer). */
+  prefilled(): void;
+  /** The request has ended there (it is prefilled too). */
+  end(): void;
+}
 
 export class RequestLoad {
   private readonly byInstance = new Map<string, number>();
+  private readonly prefill = new Map<string, number>();
   private withTask = 0;
 
-  /** A request was sent to `instanceId`; the returned function ends it (idempotent). */
-  begin(instanceId: string): () => void {
-    this.byInstance.set(instanceId, (this.byInstance.get(instanceId) ?? 0) + 1);
+  /**
+   * A request was sent to `instanceId`, with `prefillChars` of its prompt for the engine to compute
+   * before it answers (what the prompt-cache map does not expect it to hold; 0 when not known).
+   */
+  begin(instanceId: string, prefillChars = 0): LoadTicket {
+    add(this.byInstance, instanceId, 1);
+    let pending = Math.max(0, prefillChars);
+    if (pending > 0) add(this.prefill, instanceId, pending);
     let ended = false;
-    return () => {
-      if (ended) return;
-      ended = true;
-      const n = (this.byInstance.get(instanceId) ?? 1) - 1;
-      if (n > 0) this.byInstance.set(instanceId, n);
-      else this.byInstance.delete(instanceId);
+    const prefilled = () => {
+      if (pending === 0) return;
+      add(this.prefill, instanceId, -pending);
+      pending = 0;
     };
+    return {
+      prefilled,
+      end: () => {
+        if (ended) return;
+        ended = true;
+        prefilled();
+        add(this.byInstance, instanceId, -1);
+      },
+    };
+  }
+
+  /** Prompt characters this gateway's requests on `instanceId` wait to have computed. */
+  prefillAhead(instanceId: string): number {
+    return this.prefill.get(instanceId) ?? 0;
   }
 
   /** The master created the request's task; the returned function closes it (idempotent). */
@@ -61,4 +89,11 @@ export function outstandingByInstance(
     for (const [id, n] of Object.entries(p.outstanding)) out.set(id, (out.get(id) ?? 0) + n);
   }
   return out;
+}
+
+/** Adds `n` to `key`'s count, and forgets the key at zero. */
+function add(m: Map<string, number>, key: string, n: number): void {
+  const v = (m.get(key) ?? 0) + n;
+  if (v > 0) m.set(key, v);
+  else m.delete(key);
 }

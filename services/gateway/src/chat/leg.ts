@@ -8,6 +8,7 @@ import { watchClient } from "@ic/http";
 import { postUpstream, UpstreamAbort, UpstreamConnectTimeout } from "../upstream.ts";
 import type { ClusterView } from "@ic/protocol";
 import type { ReadyInstance } from "../readiness.ts";
+import type { LoadTicket } from "../request-load.ts";
 import { engineStreamCall } from "../streams/engine-stream.ts";
 import { preciseNow } from "./request.ts";
 import type { ChatContext, ChatLimits, RequestContext } from "./request.ts";
@@ -88,6 +89,11 @@ export interface Leg {
   clientGone(): void;
   /** A chunk arrived: the silence bound starts again. */
   touch(): void;
+  /**
+   * The engine's first bytes of the answer arrived: its prompt is computed, and no longer queued
+   * before the next request's there (request-load.ts). A whole answer (no stream) does it at close.
+   */
+  prefilled(): void;
   /** Ends the leg's bookkeeping, once: load, timers, watches, and its task (finished or failed). */
   close(ok: boolean, tokens?: number): void;
 }
@@ -128,6 +134,16 @@ function slotBusy(ctx: ChatContext, request: RequestContext, target: ReadyInstan
   return p?.instanceId === target.instance.instance_id ? ctx.cache.inFlight(p) : () => {};
 }
 
+/**
+ * The request in flight on `target` (request-load.ts), with the prefill the prompt-cache map expects
+ * there (none known when the request was not routed on the caches, or went elsewhere).
+ */
+function loadTicket(ctx: ChatContext, request: RequestContext, target: ReadyInstance): LoadTicket {
+  const p = request.prediction;
+  const id = target.instance.instance_id;
+  return ctx.load.begin(id, p?.instanceId === id ? p.prefillChars : 0);
+}
+
 /** What one leg sends where: the body (the request's, or a continuation's), and who observes it. */
 export interface LegSpec {
   readonly target: ReadyInstance;
@@ -150,7 +166,7 @@ export async function openLeg(
   const { obs, target } = leg;
   const cluster = ctx.o.cluster;
   obs?.event(routedEvent(target));
-  const endLoad = ctx.load.begin(target.instance.instance_id);
+  const load = loadTicket(ctx, request, target);
   const endBusy = slotBusy(ctx, request, target);
   let closeTask: (() => void) | undefined;
   const session = cluster.sessionId;
@@ -176,7 +192,7 @@ export async function openLeg(
   const close = (ok: boolean, tokens?: number) => {
     if (closed) return;
     closed = true;
-    endLoad();
+    load.end();
     endBusy();
     closeTask?.();
     watch.off();
@@ -219,6 +235,7 @@ export async function openLeg(
     abort: upstreamAbort,
     clientGone: onClientGone,
     touch: bounds.touch,
+    prefilled: load.prefilled,
     close,
   };
 }

@@ -54,6 +54,7 @@ export function relayLeg(
   const broken = (why: string) =>
     new ServiceError("instance_lost", `the engine stream broke ${why}; retry`);
   void leg.watch.failed.then((e) => end(e));
+  upstream.once("data", leg.prefilled);
   upstream.on("data", (chunk: Buffer) => {
     if (done) return;
     leg.touch();

@@ -80,6 +80,7 @@ function choose(
       promptChars: prompt.chars,
       displaced: (id) => ctx.cache.displaced(id, prompt),
       room: (id) => ctx.cache.room(id),
+      pending: (id) => ctx.load.prefillAhead(id),
     },
     boundLoad: ctx.load.local(),
   })!;

@@ -41,6 +41,29 @@ function caching() {
   };
 }
 
+/**
+ * An engine that holds prompts starting "Decode." after their first chunk and those starting
+ * "Prefill." before any byte, until `later`; it answers the others at once.
+ */
+function streamsThenWaits(later: Promise<void>) {
+  return async (_q: IncomingMessage, res: ServerResponse, raw: string) => {
+    const body = JSON.parse(raw) as { messages: { content: string }[]; stream?: boolean };
+    const content = body.messages[0]!.content;
+    if (content.startsWith("Prefill.")) await later;
+    if (!body.stream) {
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify({ choices: [{ index: 0, message: { content: "ok" } }] }));
+      return;
+    }
+    res.setHeader("content-type", "text/event-stream");
+    res.write(`data: {"choices":[{"index":0,"delta":{"content":"ok"}}]}\n\n`);
+    if (content.startsWith("Decode.")) await later;
+    res.end(
+      `data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n`,
+    );
+  };
+}
+
 async function setup(
   prefixRouting: "cache" | "hash",
   hold?: (raw: string) => Promise<void> | undefined,
@@ -133,6 +156,43 @@ describe("prefix_routing cache", () => {
     release();
     const home = await firstHome;
     expect(second).not.toBe(home);
+  });
+
+  it("a new prompt goes where the engine is decoding, not where it still computes a prompt: the prefill queued counts", async () => {
+    // One engine streams the first tokens of A and then waits; the other has not begun to answer B
+    // (its prompt is being computed). Each has one request in flight.
+    let release!: () => void;
+    const later = new Promise<void>((r) => (release = r));
+    const a = await engine(streamsThenWaits(later));
+    const b = await engine(streamsThenWaits(later));
+    const base = await listen(
+      createGatewayApp({
+        cluster: twoInstances(a.url, b.url).view,
+        log: silentLogger(),
+        name: "t",
+        chat: { prefix_routing: "cache" },
+      }),
+    );
+    const send = (content: string, stream = false) =>
+      fetch(`${base}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content }], stream }),
+      });
+    const decoding = await send(`Decode. ${filler(1, 2000)}`, true);
+    const computing = send(`Prefill. ${filler(2, 2000)}`);
+    await new Promise((r) => setTimeout(r, 100));
+    // Eight new prompts, nothing of them held anywhere, one at a time: by the key's ranking alone
+    // about half would go to either.
+    const homes = new Set<string | null>();
+    for (let k = 0; k < 8; k++)
+      homes.add((await send(`New ${k}. ${filler(10 + k, 1000)}`)).headers.get("x-instance-id"));
+    release();
+    const decodingHome = decoding.headers.get("x-instance-id");
+    await decoding.text();
+    const computingHome = (await computing).headers.get("x-instance-id");
+    expect(computingHome).not.toBe(decodingHome);
+    expect([...homes]).toEqual([decodingHome]);
   });
 
   it("each turn of a conversation goes to the replica holding the turn before, streams too", async () => {
