@@ -66,6 +66,9 @@ function choose(
 ) {
   const cluster = ctx.o.cluster;
   const self = live.find((p) => p.heartbeat.peer_key === cluster.peerKey);
+  // A prompt shorter than a block leaves nothing in a cache for the next one: it goes as with `off`
+  // (the cache ranking's ties would send every such prompt to the roomiest replica).
+  const cacheable = prompt !== undefined && prompt.hashes.length > 0;
   return chooseInstance(instances, {
     outstanding: outstandingByInstance(
       ctx.load.local(),
@@ -74,14 +77,16 @@ function choose(
     ),
     selfPeerKey: cluster.peerKey,
     rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
-    prefixKey,
-    cache: prompt && {
-      held: (id) => ctx.cache.reuse(id, prompt),
-      promptChars: prompt.chars,
-      displaced: (id) => ctx.cache.displaced(id, prompt),
-      room: (id) => ctx.cache.room(id),
-      pending: (id) => ctx.load.prefillAhead(id),
-    },
+    prefixKey: prompt === undefined || cacheable ? prefixKey : undefined,
+    cache: !cacheable
+      ? undefined
+      : {
+          held: (id) => ctx.cache.reuse(id, prompt),
+          promptChars: prompt.chars,
+          displaced: (id) => ctx.cache.displaced(id, prompt),
+          room: (id) => ctx.cache.room(id),
+          pending: (id) => ctx.load.prefillAhead(id),
+        },
     boundLoad: ctx.load.local(),
   })!;
 }

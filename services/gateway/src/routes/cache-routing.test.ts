@@ -7,8 +7,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import { silentLogger } from "@ic/log";
 import { createGatewayApp } from "../app.ts";
 import { PromptCacheMap } from "../prompt-cache.ts";
-import { promptText } from "../prompt-blocks.ts";
-import { closers, engine, listen, MODEL, twoInstances } from "../testing/scripted.ts";
+import { chainHashes, promptText } from "../prompt-blocks.ts";
+import type { PromptBlocks } from "../prompt-blocks.ts";
+import { closers, engine, INSTANCE, listen, MODEL, twoInstances } from "../testing/scripted.ts";
 
 afterEach(async () => {
   for (const c of closers.splice(0).reverse()) await c();
@@ -98,6 +99,12 @@ async function setup(
     return r.headers.get("x-instance-id");
   };
   return { send, promptCache, engines: [a, b] };
+}
+
+/** The blocks the gateway makes of a one-message prompt of `content`. */
+function promptBlocks(content: string): PromptBlocks {
+  const text = promptText({ model: MODEL, messages: [{ role: "user", content }] })!;
+  return { hashes: chainHashes(text), chars: text.length };
 }
 
 const words = "river stone lantern orchard harbor meadow signal copper".split(" ");
@@ -193,6 +200,18 @@ describe("prefix_routing cache", () => {
     const computingHome = (await computing).headers.get("x-instance-id");
     expect(computingHome).not.toBe(decodingHome);
     expect([...homes]).toEqual([decodingHome]);
+  });
+
+  it("a prompt shorter than a block goes as with off (fewest in flight, nearest, oldest), not to the roomiest", async () => {
+    const { send, promptCache } = await setup("cache");
+    // The oldest instance (i-1) holds two prompts, the other none: by room, i-2.
+    for (const k of [1, 2])
+      promptCache.record(INSTANCE, promptBlocks(`Long ${k}. ${filler(k, 600)}`));
+    const homes = new Set<string | null>();
+    for (let k = 0; k < 4; k++) homes.add(await send([{ role: "user", content: `Hi ${k}` }]));
+    expect([...homes]).toEqual([INSTANCE]);
+    // A longer prompt, nothing held: the roomiest.
+    expect(await send([{ role: "user", content: `Long 3. ${filler(3, 600)}` }])).toBe("i-2");
   });
 
   it("each turn of a conversation goes to the replica holding the turn before, streams too", async () => {
