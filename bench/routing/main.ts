@@ -1,13 +1,13 @@
 // Routing on the workloads people run (issue 48, item 3): 2 nodes (BENCH_NODES, 2 to 4), the wide
 // model with one replica per node, each llama-server on one thread keeping 4 prompts
 // (bench/workload/cluster.ts), and the four shapes of bench/workload, each run open loop through the
-// gateways in turn. Three routing modes, each on a fresh cluster in the same run: `off` (least outstanding requests, the baseline),
-// `hash` (the leading messages' hash with bounded loads) and `cache` (the gateways' prompt-cache
-// maps). Every mode runs the same prompts (BENCH_RUNS runs, default 5, each with prompts of its own,
-// so each run starts cold). Reports TTFT, goodput and the engines' cache hit rate per shape and mode,
-// the ratios against `off` per run with their spread, and the maps' predicted against the engines'
-// reused tokens (ic_prompt_cache_*). BENCH_SAMPLES=<file> appends every request's figures there as JSON lines.
-// Reports only.
+// gateways in turn. Three routing modes, each on a fresh cluster in the same run: `off` (least
+// outstanding requests, the baseline), `hash` (the leading messages' hash with bounded loads) and
+// `cache` (the gateways' prompt-cache maps). Every mode runs the same prompts (BENCH_RUNS runs,
+// default 5, each with prompts of its own, so each run starts cold). Reports TTFT, goodput and the
+// engines' cache hit rate per shape and mode, the ratios against `off` per run with their spread, and
+// the maps' predicted against the engines' reused tokens (ic_prompt_cache_*). BENCH_SAMPLES=<file>
+// appends every request's figures there as JSON lines. Reports only.
 import { appendFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { machineLine, writeSection } from "../lib/report.ts";

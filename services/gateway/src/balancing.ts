@@ -15,9 +15,14 @@ import type { ReadyInstance } from "./readiness.ts";
 /** How far above the mean load the preferred instance may go before a request moves on (25%). */
 export const DEFAULT_LOAD_FACTOR = 1.25;
 /**
- * Prompts of prefill one request in flight is taken to cost a request queued behind it: an instance
- * holding the whole prompt keeps it until it has about two requests more in flight than one holding
- * none (continuous batching interleaves them; most of a request's time is decoding).
+ * Prompts of prefill one request in flight is taken to cost a request queued behind it, besides the
+ * prefill it still has ahead (`pending`, counted whole): a request that is decoding adds a token to
+ * each of the engine's batch steps, so a newcomer's prefill hardly waits for it. An instance holding
+ * the whole prompt keeps it until it has about eight requests more in flight than one holding none;
+ * the load bound (`loadFactor`, LOAD_SLACK) moves a request off a flooded instance before that. It
+ * was half a prompt: with the cluster's counts, up to a heartbeat old, a conversation whose turns go
+ * through several gateways was counted twice at its replica and moved off its cache at two requests'
+ * difference (decisions.md, "The cache ranking counts the prefill queued").
  */
 export const LOAD_WEIGHT = 0.125;
 /**
