@@ -76,6 +76,12 @@ export interface BalanceInput {
         readonly pending?: (instanceId: string) => number;
       }
     | undefined;
+  /**
+   * Without a prefix key: fewest requests in flight, then the oldest, leaving out the latency (a
+   * prompt with nothing to cache, routing.ts). At low load the oldest replicas take it all and the
+   * newest go idle, which is the one a scale-down removes (the newest with no request in flight).
+   */
+  readonly pack?: boolean | undefined;
   /** Bound of the preferred instance's load, as a multiple of the mean (DEFAULT_LOAD_FACTOR). */
   readonly loadFactor?: number | undefined;
 }
@@ -128,7 +134,7 @@ export function chooseInstance(
     const peer = r.instance.assignments[0]!.peer_key;
     return peer === o.selfPeerKey ? 0 : (o.rttMs(peer) ?? Number.POSITIVE_INFINITY);
   };
-  const scored = ready.map((r) => ({ r, load: load(r), rtt: latency(r) }));
+  const scored = ready.map((r) => ({ r, load: load(r), rtt: o.pack ? 0 : latency(r) }));
   scored.sort(
     (a, b) =>
       a.load - b.load ||

@@ -66,8 +66,9 @@ function choose(
 ) {
   const cluster = ctx.o.cluster;
   const self = live.find((p) => p.heartbeat.peer_key === cluster.peerKey);
-  // A prompt shorter than a block leaves nothing in a cache for the next one: it goes as with `off`
-  // (the cache ranking's ties would send every such prompt to the roomiest replica).
+  // A prompt shorter than a block leaves nothing in a cache for the next one: it goes to the fewest
+  // in flight, then the oldest (the cache ranking's ties sent every such prompt to the roomiest
+  // replica; by nearness, a trickle kept every replica busy and none could be scaled down).
   const cacheable = prompt !== undefined && prompt.hashes.length > 0;
   return chooseInstance(instances, {
     outstanding: outstandingByInstance(
@@ -78,6 +79,7 @@ function choose(
     selfPeerKey: cluster.peerKey,
     rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
     prefixKey: prompt === undefined || cacheable ? prefixKey : undefined,
+    pack: prompt !== undefined && !cacheable,
     cache: !cacheable
       ? undefined
       : {
