@@ -8,6 +8,7 @@ import { watchClient } from "@ic/http";
 import { postUpstream, UpstreamAbort, UpstreamConnectTimeout } from "../upstream.ts";
 import type { ClusterView } from "@ic/protocol";
 import type { ReadyInstance } from "../readiness.ts";
+import type { Prediction } from "../prompt-cache.ts";
 import type { LoadTicket } from "../request-load.ts";
 import { engineStreamCall } from "../streams/engine-stream.ts";
 import { preciseNow } from "./request.ts";
@@ -125,13 +126,19 @@ export function connectionError(e: unknown, model: string): ServiceError {
   );
 }
 
+/** The prompt-cache map's prediction for `target` (routing.ts `pick`): none when it went elsewhere. */
+function predictionOn(request: RequestContext, target: ReadyInstance): Prediction | undefined {
+  const p = request.prediction;
+  return p?.instanceId === target.instance.instance_id ? p : undefined;
+}
+
 /**
- * The engine slot of the prompt recorded for `target` (routing.ts `pick`) is busy while the leg is
- * open: the returned function frees it (prompt-cache.ts `inFlight`).
+ * The engine slot of the prompt recorded for `target` is busy while the leg is open: the returned
+ * function frees it (prompt-cache.ts `inFlight`).
  */
 function slotBusy(ctx: ChatContext, request: RequestContext, target: ReadyInstance): () => void {
-  const p = request.prediction;
-  return p?.instanceId === target.instance.instance_id ? ctx.cache.inFlight(p) : () => {};
+  const p = predictionOn(request, target);
+  return p ? ctx.cache.inFlight(p) : () => {};
 }
 
 /**
@@ -139,9 +146,8 @@ function slotBusy(ctx: ChatContext, request: RequestContext, target: ReadyInstan
  * there (none known when the request was not routed on the caches, or went elsewhere).
  */
 function loadTicket(ctx: ChatContext, request: RequestContext, target: ReadyInstance): LoadTicket {
-  const p = request.prediction;
-  const id = target.instance.instance_id;
-  return ctx.load.begin(id, p?.instanceId === id ? p.prefillChars : 0);
+  const p = predictionOn(request, target);
+  return ctx.load.begin(target.instance.instance_id, p?.prefillChars ?? 0);
 }
 
 /** What one leg sends where: the body (the request's, or a continuation's), and who observes it. */
