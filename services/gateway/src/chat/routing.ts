@@ -69,7 +69,7 @@ function choose(
   // A prompt shorter than a block leaves nothing in a cache for the next one: it goes to the fewest
   // in flight, then the oldest (the cache ranking's ties sent every such prompt to the roomiest
   // replica; by nearness, a trickle kept every replica busy and none could be scaled down).
-  const cacheable = prompt !== undefined && prompt.hashes.length > 0;
+  const uncacheable = prompt !== undefined && prompt.hashes.length === 0;
   return chooseInstance(instances, {
     outstanding: outstandingByInstance(
       ctx.load.local(),
@@ -78,17 +78,18 @@ function choose(
     ),
     selfPeerKey: cluster.peerKey,
     rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
-    prefixKey: prompt === undefined || cacheable ? prefixKey : undefined,
-    pack: prompt !== undefined && !cacheable,
-    cache: !cacheable
-      ? undefined
-      : {
-          held: (id) => ctx.cache.reuse(id, prompt),
-          promptChars: prompt.chars,
-          displaced: (id) => ctx.cache.displaced(id, prompt),
-          room: (id) => ctx.cache.room(id),
-          pending: (id) => ctx.load.prefillAhead(id),
-        },
+    prefixKey: uncacheable ? undefined : prefixKey,
+    pack: uncacheable,
+    cache:
+      prompt === undefined || uncacheable
+        ? undefined
+        : {
+            held: (id) => ctx.cache.reuse(id, prompt),
+            promptChars: prompt.chars,
+            displaced: (id) => ctx.cache.displaced(id, prompt),
+            room: (id) => ctx.cache.room(id),
+            pending: (id) => ctx.load.prefillAhead(id),
+          },
     boundLoad: ctx.load.local(),
   })!;
 }
