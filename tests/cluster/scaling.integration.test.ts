@@ -1,7 +1,8 @@
 // Replicas that follow load, on 3 hosts with real engines (docs/capacity.md): a placement with
 // max_replicas 3 starts with one replica; a burst (16 requests kept in flight through the three
-// gateways) grows it to 3, each on its own node; a trickle afterwards shrinks it back to 1. Every
-// request of the burst and the trickle is answered: no scaling step fails one.
+// gateways) grows it to 3, each on its own node; a trickle afterwards shrinks it back to 1, each
+// step retiring a replica (no new requests) before it is deleted. Every request of the burst and the
+// trickle is answered: no scaling step fails one.
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -19,7 +20,11 @@ interface StateDoc {
   deployments: { deployment_id: string; replica_set?: string; status: string }[];
 }
 interface EventsDoc {
-  records: { type: string; event: { cause?: string; reason?: string } }[];
+  records: {
+    index: number;
+    type: string;
+    event: { cause?: string; reason?: string; deployment_id?: string };
+  }[];
 }
 
 /** Keeps `concurrency` requests in flight through the nodes in turn until `until()` says stop. */
@@ -118,11 +123,21 @@ describe("replicas that follow load (across hosts)", () => {
     const downs = events.records.filter(
       (r) => r.type === "DeploymentDeleted" && r.event.cause === "scale_down",
     );
+    const retired = events.records.filter((r) => r.type === "DeploymentRetiring");
     expect(ups).toHaveLength(2);
     expect(ups[0]!.event.reason).toMatch(
       /^\d+ requests in flight on 1 ready replica\(s\), above 4 each/,
     );
+    // Drain before break: each replica deleted had retired first, and was deleted once idle.
+    expect(retired).toHaveLength(2);
+    expect(retired[0]!.event.reason).toMatch(/one retires \(at least 1\)$/);
     expect(downs).toHaveLength(2);
-    expect(downs[0]!.event.reason).toMatch(/one fewer \(at least 1\)$/);
+    for (const d of downs) {
+      const r = retired.find((x) => x.event.deployment_id === d.event.deployment_id);
+      expect(r && r.index < d.index, d.event.deployment_id).toBe(true);
+      expect(d.event.reason).toMatch(
+        /^the retiring replica's requests ended after [\d.]+ s: removed$/,
+      );
+    }
   });
 });

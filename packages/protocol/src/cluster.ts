@@ -293,6 +293,11 @@ export const DeploymentSchema = z.object({
   refusal: DeploymentRefusalSchema.optional(),
   /** Where its instance failed to run, and what the engine said (the last few, newest last). */
   failures: z.array(DeploymentFailureSchema).max(8).optional(),
+  /**
+   * A replica a scale-down chose, since when (ms): gateways send it no new request while a sibling
+   * is ready, and the master deletes it once its requests have ended (docs/capacity.md).
+   */
+  retiring_since: z.number().optional(),
 });
 export type Deployment = z.infer<typeof DeploymentSchema>;
 
@@ -387,6 +392,19 @@ export const ControlEventSchema = z.discriminatedUnion("type", [
     deployment_id: z.string(),
     reason: z.string(),
   }),
+  /** A scale-down chose this replica: no new requests; deleted once its requests end. */
+  z.object({
+    type: z.literal("DeploymentRetiring"),
+    deployment_id: z.string(),
+    since: z.number(),
+    reason: z.string(),
+  }),
+  /** A retiring replica kept after all: load came back before its requests ended. */
+  z.object({
+    type: z.literal("DeploymentRecalled"),
+    deployment_id: z.string(),
+    reason: z.string(),
+  }),
   z.object({
     type: z.literal("DeploymentDeleted"),
     deployment_id: z.string(),
@@ -473,16 +491,20 @@ export const CommandSchema = z.discriminatedUnion("type", [
   }),
   z.object({ type: z.literal("DeleteInstance"), instance_id: InstanceIdSchema }),
   /**
-   * The master's own: an instance idle past its deployment's keep_alive leaves with its deployment
-   * (refused when a request began on it meanwhile).
+   * The master's own: one replica more or less for a set that follows load, with the reason. Down
+   * retires one replica, then (sent again once its requests ended) deletes it; up recalls a retiring
+   * replica before it places a new one.
    */
-  /** The master's own: one replica more or less for a set that follows load, with the reason. */
   z.object({
     type: z.literal("ScaleReplicas"),
     replica_set: z.string().min(1).max(64),
     direction: z.enum(["up", "down"]),
     reason: z.string().max(400),
   }),
+  /**
+   * The master's own: an instance idle past its deployment's keep_alive leaves with its deployment
+   * (refused when a request began on it meanwhile).
+   */
   z.object({
     type: z.literal("UnloadInstance"),
     instance_id: InstanceIdSchema,

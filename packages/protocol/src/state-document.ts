@@ -64,8 +64,9 @@ export const StateDocumentSchema = z.object({
   deployments: z.array(DeploymentSchema),
   /**
    * Replica sets (placements with replicas, or that follow load: docs/capacity.md): how many
-   * replicas they keep now (`target`, one deployment each), how many serve (`ready`), the requests
-   * in flight on them, and their scale policy.
+   * replicas they keep now (`target`, one deployment each), how many serve (`ready`, a retiring one
+   * included), how many retire (a scale-down's, deleted once its requests end), the requests in
+   * flight on them, and their scale policy.
    */
   replica_sets: z
     .array(
@@ -75,6 +76,7 @@ export const StateDocumentSchema = z.object({
         scale: ScalePolicySchema.optional(),
         target: z.number().int().nonnegative(),
         ready: z.number().int().nonnegative(),
+        retiring: z.number().int().nonnegative().default(0),
         outstanding: z.number().int().nonnegative(),
       }),
     )

@@ -273,4 +273,33 @@ describe("apply", () => {
     expect(retried.deployments["d-1"]).toMatchObject({ status: "Pending" });
     expect(retried.deployments["d-1"]!.failures).toBeUndefined();
   });
+
+  it("a replica retiring, recalled, and retiring again; an unknown deployment changes nothing", () => {
+    const d = {
+      deployment_id: "d-1",
+      model_id: model,
+      min_nodes: 1,
+      sharding: "Pipeline" as const,
+      excluded_peer_keys: [],
+      created_at: 1,
+      instance_id: "i-a" as InstanceId,
+      status: "Placed" as const,
+    };
+    const created = { type: "DeploymentCreated", deployment: d } as const;
+    const retire = (since: number) =>
+      ({ type: "DeploymentRetiring", deployment_id: "d-1", since, reason: "quiet" }) as const;
+    const recall = { type: "DeploymentRecalled", deployment_id: "d-1", reason: "busy" } as const;
+    expect(run([start, created, retire(5)]).deployments["d-1"]).toEqual({
+      ...d,
+      retiring_since: 5,
+    });
+    expect(run([start, created, retire(5), recall]).deployments["d-1"]).toEqual(d);
+    expect(run([start, created, retire(5), recall, retire(9)]).deployments["d-1"]).toEqual({
+      ...d,
+      retiring_since: 9,
+    });
+    expect(
+      run([start, created, { ...retire(5), deployment_id: "d-x" }]).deployments["d-1"],
+    ).toEqual(d);
+  });
 });

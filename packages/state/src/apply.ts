@@ -127,6 +127,14 @@ export function apply(state: ControlState, ev: IndexedEvent): ControlState {
       };
       return { ...next, deployments: { ...next.deployments, [d.deployment_id]: updated } };
     }
+    case "DeploymentRetiring":
+    case "DeploymentRecalled": {
+      const d = next.deployments[e.deployment_id];
+      if (!d) return next;
+      const { retiring_since: _was, ...rest } = d;
+      const updated = e.type === "DeploymentRetiring" ? { ...rest, retiring_since: e.since } : rest;
+      return { ...next, deployments: { ...next.deployments, [d.deployment_id]: updated } };
+    }
     case "DeploymentDeleted":
       return { ...next, deployments: without(next.deployments, (_d, k) => k === e.deployment_id) };
     case "InstanceDeleted":

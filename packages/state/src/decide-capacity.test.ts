@@ -1,6 +1,7 @@
 // Table tests of decide for capacity that follows demand (docs/capacity.md): LoadModel (one load,
 // room from idle on-demand instances only), UnloadInstance (never while in use) and ScaleReplicas
-// (within the set's bounds, on nodes its siblings do not use, the newest idle replica first).
+// (within the set's bounds, on nodes its siblings do not use; down retires the least busy replica,
+// the newest of those, and deletes it once it has no request open; up recalls it first).
 import { describe, expect, it } from "vitest";
 import type { InstanceId } from "@ic/protocol";
 import { decide } from "./decide.ts";
@@ -96,24 +97,62 @@ const rows: Row[] = [
     error: "conflict",
   },
   {
-    name: "removes an idle replica of a set that follows load",
+    name: "retires an idle replica of a set that follows load (nothing deleted yet)",
     cmd: { type: "ScaleReplicas", replica_set: "rs-1", direction: "down", reason: "quiet" },
     state: (s) => {
       scalingSet(s);
       s.deployments["d-3"] = { ...s.deployments["d-1"]!, deployment_id: "d-3", created_at: 5 };
     },
     ctx: { use: () => ({ open: 0 }) },
-    events: ["DeploymentDeleted", "InstanceDeleted"],
+    events: ["DeploymentRetiring"],
   },
   {
-    name: "refuses to remove a replica while every one has requests in flight",
+    name: "retires a replica while every one has requests in flight (they end on it)",
     cmd: { type: "ScaleReplicas", replica_set: "rs-1", direction: "down", reason: "quiet" },
     state: (s) => {
       scalingSet(s);
       s.deployments["d-3"] = { ...s.deployments["d-1"]!, deployment_id: "d-3", created_at: 5 };
     },
     ctx: { use: () => ({ open: 1 }) },
+    events: ["DeploymentRetiring"],
+  },
+  {
+    name: "deletes the retiring replica once it has no request open",
+    cmd: { type: "ScaleReplicas", replica_set: "rs-1", direction: "down", reason: "ended" },
+    state: (s) => {
+      scalingSet(s);
+      s.deployments["d-3"] = {
+        ...s.deployments["d-1"]!,
+        deployment_id: "d-3",
+        created_at: 5,
+        retiring_since: 40,
+      };
+    },
+    ctx: { use: () => ({ open: 0 }) },
+    events: ["DeploymentDeleted", "InstanceDeleted"],
+  },
+  {
+    name: "refuses to delete the retiring replica while a request is open on it",
+    cmd: { type: "ScaleReplicas", replica_set: "rs-1", direction: "down", reason: "ended" },
+    state: (s) => {
+      scalingSet(s);
+      s.deployments["d-1"] = { ...s.deployments["d-1"]!, retiring_since: 40 };
+      s.deployments["d-3"] = { ...s.deployments["d-1"]!, deployment_id: "d-3", created_at: 5 };
+      delete s.deployments["d-3"].retiring_since;
+    },
+    ctx: { use: (id) => ({ open: id === "i-1" ? 1 : 0 }) },
     error: "conflict",
+  },
+  {
+    name: "recalls the retiring replica instead of placing one more, even at the set's most",
+    cmd: { type: "ScaleReplicas", replica_set: "rs-1", direction: "up", reason: "busy" },
+    state: (s) => {
+      scalingSet(s);
+      s.deployments["d-1"] = { ...s.deployments["d-1"]!, retiring_since: 40 };
+      s.deployments["d-3"] = { ...s.deployments["d-1"]!, deployment_id: "d-3", created_at: 5 };
+      delete s.deployments["d-3"].retiring_since;
+    },
+    events: ["DeploymentRecalled"],
   },
   {
     name: "refuses a set that does not scale",
@@ -194,7 +233,7 @@ describe("decide: capacity", () => {
     ]);
   });
 
-  it("a replica removed for quiet is the newest idle one", () => {
+  it("a replica retired for quiet is the least busy, the newest of those; deleted once idle", () => {
     const s = world();
     scalingSet(s);
     s.instances["i-3"] = instance("i-3", "a");
@@ -210,10 +249,28 @@ describe("decide: capacity", () => {
       ctx({ use: (id) => ({ open: id === "i-3" ? 1 : 0 }) }),
     );
     if (!d.ok) throw d.error;
-    // i-3 is the newest but busy: i-1 goes.
+    // i-3 is the newest but busy: i-1 retires.
     expect(d.events).toEqual([
-      { type: "DeploymentDeleted", deployment_id: "d-1", reason: "quiet", cause: "scale_down" },
-      { type: "InstanceDeleted", instance_id: "i-1", reason: "quiet" },
+      { type: "DeploymentRetiring", deployment_id: "d-1", since: 42, reason: "quiet" },
+    ]);
+    // Both idle: the newest retires.
+    const idle = decide(
+      s,
+      { type: "ScaleReplicas", replica_set: "rs-1", direction: "down", reason: "quiet" },
+      ctx({ use: () => ({ open: 0 }) }),
+    );
+    expect(idle.ok && idle.events).toMatchObject([{ deployment_id: "d-3" }]);
+    // Retiring, asked again: deleted with its instance, the cause counted as a scale-down.
+    s.deployments["d-1"] = { ...s.deployments["d-1"]!, retiring_since: 42 };
+    const gone = decide(
+      s,
+      { type: "ScaleReplicas", replica_set: "rs-1", direction: "down", reason: "ended" },
+      ctx({ use: (id) => ({ open: id === "i-3" ? 1 : 0 }) }),
+    );
+    if (!gone.ok) throw gone.error;
+    expect(gone.events).toEqual([
+      { type: "DeploymentDeleted", deployment_id: "d-1", reason: "ended", cause: "scale_down" },
+      { type: "InstanceDeleted", instance_id: "i-1", reason: "ended" },
     ]);
   });
 });

@@ -12,9 +12,12 @@ const accept = (events: ControlEvent[]): CommandDecision => ({ ok: true, events 
 const refuse = (error: ServiceError): CommandDecision => ({ ok: false, error });
 
 /**
- * ScaleReplicas (the master's, from scaling.ts): up, one more deployment in the set on nodes none of
- * its siblings uses, placed as the reconcile places; down, the newest replica with no request in
- * flight and its deployment. Within the policy's bounds; refused otherwise.
+ * ScaleReplicas (the master's, from scaling.ts). Up: the set's retiring replica kept (recalled), or
+ * one more deployment on nodes none of its siblings uses, placed as the reconcile places. Down, in
+ * two steps that drain before they break: a replica retires (the one with the fewest requests open,
+ * the newest of those; gateways send it no new request while a sibling is ready), then, asked again,
+ * the retiring one is deleted once it has no request open. Within the policy's bounds; refused
+ * otherwise.
  */
 export function decideScale(
   s: ControlState,
@@ -36,27 +39,49 @@ function scaleDown(
   cmd: Extract<Command, { type: "ScaleReplicas" }>,
   ctx: DecideContext,
 ): CommandDecision {
+  const open = (d: Deployment) => ctx.use?.(d.instance_id)?.open ?? 0;
+  const retiring = set.find((d) => d.retiring_since !== undefined);
+  if (retiring) {
+    if (open(retiring) > 0)
+      return refuse(
+        new ServiceError(
+          "conflict",
+          `${retiring.deployment_id} retires: ${open(retiring)} request(s) still open on it`,
+        ),
+      );
+    const events: ControlEvent[] = [
+      {
+        type: "DeploymentDeleted",
+        deployment_id: retiring.deployment_id,
+        reason: cmd.reason,
+        cause: "scale_down",
+      },
+    ];
+    if (own(s.instances, retiring.instance_id))
+      events.push({
+        type: "InstanceDeleted",
+        instance_id: retiring.instance_id,
+        reason: cmd.reason,
+      });
+    return accept(events);
+  }
   const min = set[0]!.scale!.min_replicas;
   if (set.length <= min)
     return refuse(
       new ServiceError("conflict", `${cmd.replica_set} has ${min} replica(s), its least`),
     );
-  const victim = set.filter((d) => (ctx.use?.(d.instance_id)?.open ?? 0) === 0).at(-1);
-  if (!victim)
-    return refuse(
-      new ServiceError("conflict", `every replica of ${cmd.replica_set} has requests in flight`),
-    );
-  const events: ControlEvent[] = [
+  // The fewest requests open drains soonest; of those the newest (the oldest holds the longest
+  // learned caches, and a set shrinks back towards its first replicas).
+  const fewest = Math.min(...set.map(open));
+  const victim = set.filter((d) => open(d) === fewest).at(-1)!;
+  return accept([
     {
-      type: "DeploymentDeleted",
+      type: "DeploymentRetiring",
       deployment_id: victim.deployment_id,
+      since: ctx.now,
       reason: cmd.reason,
-      cause: "scale_down",
     },
-  ];
-  if (own(s.instances, victim.instance_id))
-    events.push({ type: "InstanceDeleted", instance_id: victim.instance_id, reason: cmd.reason });
-  return accept(events);
+  ]);
 }
 
 function scaleUp(
@@ -65,6 +90,11 @@ function scaleUp(
   cmd: Extract<Command, { type: "ScaleReplicas" }>,
   ctx: DecideContext,
 ): CommandDecision {
+  const retiring = set.find((d) => d.retiring_since !== undefined);
+  if (retiring)
+    return accept([
+      { type: "DeploymentRecalled", deployment_id: retiring.deployment_id, reason: cmd.reason },
+    ]);
   const first = set[0]!;
   const max = first.scale!.max_replicas;
   if (set.length >= max)

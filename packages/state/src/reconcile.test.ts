@@ -199,6 +199,24 @@ describe("reconcile", () => {
     expect(replicas(4, ["p-a"])).toEqual([]);
   });
 
+  it("a retiring replica is not placed again, lost or on a draining node", () => {
+    const retiring = dep("d1", { replica_set: "rs-1", retiring_since: 3 });
+    const lost = world([{ id: "b", gb: 40 }], [retiring, dep("d2")]);
+    expect(reconcile(lost.state, lost.reports, opts()).map((a) => a.deployment_id)).toEqual(["d2"]);
+    const w = world(
+      [
+        { id: "a", gb: 40 },
+        { id: "c", gb: 40 },
+      ],
+      [{ ...retiring, instance_id: "i-1" as InstanceId }],
+    );
+    w.state.instances["i-1"] = instanceOn("i-1", "a");
+    const draining = w.reports.map((r) =>
+      r.peer_key === "p-a" ? { ...r, draining: true as const } : r,
+    );
+    expect(reconcile(w.state, draining, opts())).toEqual([]);
+  });
+
   it("a lost deployment is not placed on a draining node", () => {
     const w = world(
       [

@@ -1,5 +1,5 @@
 // Intent kept as state: for every deployment whose instance is gone, place it again on what is there,
-// or say why not. Pure (ids and timing come from the caller), so the master's tick is a thin shell.
+// or say why not (not a replica that retires: it is about to be removed). Pure (ids and timing come from the caller), so the master's tick is a thin shell.
 // It calls @ic/placement (placeInCluster, as the API places); placement never imports this package.
 import { kindOf, runnerKey } from "@ic/protocol";
 import type {
@@ -163,10 +163,11 @@ export function reconcile(
 ): ReconcileAction[] {
   const out: ReconcileAction[] = [];
   let view = state;
+  // A retiring replica is not placed again (scaling.ts removes it once its requests end).
   const todo = [
     ...lostDeployments(state).map((d) => ({ d, moving: false })),
     ...evacuatingDeployments(state, reports).map((d) => ({ d, moving: true })),
-  ];
+  ].filter(({ d }) => d.retiring_since === undefined);
   for (const { d, moving } of todo) {
     if (o.due && !o.due(d)) continue;
     const reason = reasonFor(d, moving);

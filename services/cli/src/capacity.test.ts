@@ -37,15 +37,33 @@ describe("ic status: capacity", () => {
             scale: { min_replicas: 1, max_replicas: 3, up_at: 4 },
             target: 2,
             ready: 1,
+            retiring: 0,
             outstanding: 9,
           },
-          { replica_set: "rs-2", model_id: "org/m", target: 2, ready: 2, outstanding: 0 },
+          {
+            replica_set: "rs-3",
+            model_id: "org/m",
+            scale: { min_replicas: 1, max_replicas: 3, up_at: 4 },
+            target: 1,
+            ready: 2,
+            retiring: 1,
+            outstanding: 1,
+          },
+          {
+            replica_set: "rs-2",
+            model_id: "org/m",
+            target: 2,
+            ready: 2,
+            retiring: 0,
+            outstanding: 0,
+          },
         ],
       },
       ["a", "b", "c"],
       2,
     );
     expect(text).toMatch(/rs-1 +org\/m +1-3 +4 per replica +1 \/ 2 +9/);
+    expect(text).toMatch(/rs-3 +org\/m +1-3 +4 per replica +2 \/ 1 \(1 retiring\) +1/);
     expect(text).not.toContain("rs-2");
     expect(text).toMatch(/i-1 +org\/m +on demand +after each answer/);
     expect(text).not.toContain("i-2");
@@ -75,10 +93,22 @@ describe("ic status: capacity", () => {
         type: "DeploymentDeleted",
         event: { type: "DeploymentDeleted", deployment_id: "d-9", reason: "deleted by request" },
       },
+      {
+        at: Date.UTC(2026, 0, 1, 10, 0, 4),
+        type: "DeploymentRetiring",
+        event: { type: "DeploymentRetiring", deployment_id: "d-3", since: 4, reason: "quiet" },
+      },
+      {
+        at: Date.UTC(2026, 0, 1, 10, 0, 5),
+        type: "DeploymentRecalled",
+        event: { type: "DeploymentRecalled", deployment_id: "d-3", reason: "busy" },
+      },
     ];
     expect(decisions(records)).toEqual([
       "10:00:01 + org/m: loaded on demand",
       "10:00:02 - d-1 (idle): idle for 5 s",
+      "10:00:04 ~ d-3 retires: quiet",
+      "10:00:05 ~ d-3 recalled: busy",
     ]);
   });
 });

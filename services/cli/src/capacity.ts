@@ -27,6 +27,9 @@ export function decisions(records: readonly EventRecord[]): string[] {
     if (e.type === "DeploymentCreated" && (e.deployment.on_demand || e.reason)) {
       const why = e.reason ?? "loaded on demand";
       out.push({ at: r.at, line: `+ ${e.deployment.model_id}: ${why}` });
+    } else if (e.type === "DeploymentRetiring" || e.type === "DeploymentRecalled") {
+      const what = e.type === "DeploymentRetiring" ? "retires" : "recalled";
+      out.push({ at: r.at, line: `~ ${e.deployment_id} ${what}: ${e.reason}` });
     } else if (e.type === "DeploymentDeleted" && e.cause) {
       out.push({ at: r.at, line: `- ${e.deployment_id} (${e.cause}): ${e.reason}` });
     }
@@ -53,7 +56,7 @@ export function capacityLines(
           r.model_id,
           `${r.scale!.min_replicas}-${r.scale!.max_replicas}`,
           `${r.scale!.up_at} per replica`,
-          `${r.ready} / ${r.target}`,
+          `${r.ready} / ${r.target}${r.retiring ? ` (${r.retiring} retiring)` : ""}`,
           String(r.outstanding),
         ]),
       ),

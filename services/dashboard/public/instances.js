@@ -106,7 +106,10 @@ function capacityNote(/** @type {StateDocument} */ doc, /** @type {DeploymentVie
   const notes = [];
   if (d.scale) {
     const set = (doc.replica_sets ?? []).find((r) => r.replica_set === d.replica_set);
-    const now = set ? `: ${set.ready} ready of ${set.target}, ${set.outstanding} in flight` : "";
+    const retiring = set?.retiring ? ` (+${set.retiring} retiring)` : "";
+    const now = set
+      ? `: ${set.ready} ready of ${set.target}${retiring}, ${set.outstanding} in flight`
+      : "";
     notes.push(
       `follows load, ${d.scale.min_replicas}-${d.scale.max_replicas} replicas, grows above ${d.scale.up_at} in flight each${now}`,
     );
@@ -130,6 +133,12 @@ const DEPLOYMENT_KIND = { Placed: "ok", Pending: "warn", Failing: "bad", Failed:
 function deploymentStatus(/** @type {DeploymentView} */ d) {
   const out = [badge(d.status.toLowerCase(), DEPLOYMENT_KIND[d.status] ?? "muted")];
   if (d.instance_id && d.status !== "Failed") out.push(" ", h("code", null, d.instance_id));
+  if (d.retiring_since !== undefined) {
+    out.push(" ", badge("retiring", "warn"));
+    out.push(
+      h("div", { class: "muted" }, "a scale-down: no new requests; removed once its requests end"),
+    );
+  }
   if (d.status === "Failed") {
     out.push(
       h(

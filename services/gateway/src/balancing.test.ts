@@ -165,28 +165,6 @@ describe("chooseInstance with a prefix key (bounded-load rendezvous)", () => {
     expect(pick(k, stale)).not.toBe(home);
   });
 
-  it("packed (a prompt with nothing to cache): fewest in flight, then the oldest, not the nearest", () => {
-    const local = ready("i-new", "p-self", 9); // local, but the newest
-    const packed = (load: Record<string, number>) =>
-      chooseInstance([B, C, local], {
-        outstanding: new Map(Object.entries(load)),
-        selfPeerKey: "p-self",
-        rttMs: (p) => rtt[p],
-        pack: true,
-      })?.instance.instance_id;
-    expect(packed({})).toBe("i-b");
-    expect(packed({ "i-b": 1 })).toBe("i-c");
-    expect(packed({ "i-b": 1, "i-c": 1 })).toBe("i-new");
-    // Unpacked, the nearest first.
-    expect(
-      chooseInstance([B, C, local], {
-        outstanding: new Map(),
-        selfPeerKey: "p-self",
-        rttMs: (p) => rtt[p],
-      })?.instance.instance_id,
-    ).toBe("i-new");
-  });
-
   it("one instance, or no key: the least-loaded rule as before", () => {
     expect(pick("k", {}, [B])).toBe("i-b");
     expect(pick(undefined, { "i-a": 2, "i-b": 1, "i-d": 1 })).toBe("i-c");

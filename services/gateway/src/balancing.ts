@@ -1,6 +1,5 @@
 // Picks which ready instance of a model serves a request. Without a prefix key: fewest outstanding
-// requests, then the lowest link latency from this node (a local rank 0 counts as 0; left out when
-// `pack`), then the oldest.
+// requests, then the lowest link latency from this node (a local rank 0 counts as 0), then the oldest.
 // With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked (when
 // routing on the caches, prompt-cache.ts) by how much of the prompt their prompt cache holds, less
 // the prefill queued there before the request's own (this gateway's requests not yet answering), less
@@ -77,12 +76,6 @@ export interface BalanceInput {
         readonly pending?: (instanceId: string) => number;
       }
     | undefined;
-  /**
-   * Without a prefix key: fewest requests in flight, then the oldest, leaving out the latency (a
-   * prompt with nothing to cache, routing.ts). At low load the oldest replicas take it all and the
-   * newest go idle, which is the one a scale-down removes (the newest with no request in flight).
-   */
-  readonly pack?: boolean | undefined;
   /** Bound of the preferred instance's load, as a multiple of the mean (DEFAULT_LOAD_FACTOR). */
   readonly loadFactor?: number | undefined;
 }
@@ -135,7 +128,7 @@ export function chooseInstance(
     const peer = r.instance.assignments[0]!.peer_key;
     return peer === o.selfPeerKey ? 0 : (o.rttMs(peer) ?? Number.POSITIVE_INFINITY);
   };
-  const scored = ready.map((r) => ({ r, load: load(r), rtt: o.pack ? 0 : latency(r) }));
+  const scored = ready.map((r) => ({ r, load: load(r), rtt: latency(r) }));
   scored.sort(
     (a, b) =>
       a.load - b.load ||

@@ -316,6 +316,26 @@ describe("readiness", () => {
     expect(r.instances.map((x) => x.endpoint)).toEqual(["http://a", "http://b"]);
   });
 
+  it("ready: an instance whose deployment retires is marked so (routing avoids it)", () => {
+    const s = state(
+      [inst("i-a", [n1], 1), inst("i-b", [n2], 2)],
+      [
+        runner("i-a", 0, n1, { state: "RunnerReady", endpoint: "http://a" }),
+        runner("i-b", 0, n2, { state: "RunnerReady", endpoint: "http://b" }),
+      ],
+      {
+        deployments: {
+          d1: deployment("d1", M, "i-a"),
+          d2: { ...deployment("d2", M, "i-b"), retiring_since: 5 },
+        },
+      },
+    );
+    expect(readyInstances(s, M).map((x) => [x.endpoint, x.retiring])).toEqual([
+      ["http://a", undefined],
+      ["http://b", true],
+    ]);
+  });
+
   it("/v1/models lists only models with a ready instance", () => {
     const other = "org/other" as ModelId;
     const s = state(

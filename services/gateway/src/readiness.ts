@@ -7,6 +7,8 @@ export interface ReadyInstance {
   readonly instance: Instance;
   /** Base URL of the rank-0 llama-server. */
   readonly endpoint: string;
+  /** A scale-down retires its deployment: no new request while a sibling is ready (routing.ts). */
+  readonly retiring?: true;
 }
 
 /** What a not-ready instance is doing; `order` ranks how close it is to serving (higher is closer). */
@@ -48,11 +50,16 @@ function rank0(state: ControlState, i: Instance): Runner | undefined {
 /** The instances of a model whose rank 0 is ready with an endpoint, oldest first. */
 export function readyInstances(state: ControlState, modelId: string): ReadyInstance[] {
   const out: ReadyInstance[] = [];
+  let retiring: Set<string> | undefined;
+  for (const d of Object.values(state.deployments))
+    if (d.retiring_since !== undefined) (retiring ??= new Set()).add(d.instance_id);
   for (const instance of Object.values(state.instances)
     .filter((i) => i.model_id === modelId)
     .sort(byAge)) {
     const r = rank0(state, instance);
-    if (r?.state === "RunnerReady" && r.endpoint) out.push({ instance, endpoint: r.endpoint });
+    if (r?.state !== "RunnerReady" || !r.endpoint) continue;
+    const retires = retiring?.has(instance.instance_id) ? { retiring: true as const } : {};
+    out.push({ instance, endpoint: r.endpoint, ...retires });
   }
   return out;
 }

@@ -96,8 +96,9 @@ function replicaSetsOf(
     replica_set: r.replica_set,
     model_id: r.deployments[0]!.model_id,
     ...(r.scale ? { scale: r.scale } : {}),
-    target: r.deployments.length,
+    target: r.deployments.filter((d) => d.retiring_since === undefined).length,
     ready: r.ready,
+    retiring: r.deployments.filter((d) => d.retiring_since !== undefined).length,
     outstanding: r.inFlight,
   }));
 }

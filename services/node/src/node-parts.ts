@@ -153,6 +153,8 @@ export function clusterAgent(
     scaleWindows: {
       upMs: cfg.cluster.scale_up_window_ms,
       downMs: cfg.cluster.scale_down_window_ms,
+      // A retiring replica's requests have ended by then (as the task table's bound below).
+      retireMs: cfg.chat.total_timeout_ms + 60_000,
     },
     // A task its gateway never reported ended expires once its request's bound has passed.
     taskBounds: { maxAgeMs: cfg.chat.total_timeout_ms + 60_000 },

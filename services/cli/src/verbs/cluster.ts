@@ -33,11 +33,13 @@ async function recentDecisions(c: Client): Promise<string[]> {
       .get<{ records: EventRecord[] }>(`/events?type=${type}&limit=50`)
       .then((r) => r.records)
       .catch(() => [] as EventRecord[]);
-  const [created, deleted] = await Promise.all([
-    read("DeploymentCreated"),
-    read("DeploymentDeleted"),
-  ]);
-  return decisions([...created, ...deleted]);
+  const types = [
+    "DeploymentCreated",
+    "DeploymentRetiring",
+    "DeploymentRecalled",
+    "DeploymentDeleted",
+  ];
+  return decisions((await Promise.all(types.map(read))).flat());
 }
 
 export async function verbStatus(p: Parsed, c: Client, io: Io): Promise<number> {

@@ -40,6 +40,24 @@ describe("routable (make before break)", () => {
       live: [peer("p1"), peer("p2"), peer("p3", true)],
       want: ["a"],
     },
+    {
+      what: "not a retiring replica while another is ready",
+      inst: [{ ...a, retiring: true as const }, b],
+      live: [peer("p1"), peer("p2")],
+      want: ["b"],
+    },
+    {
+      what: "the retiring replica while the other is on a draining node",
+      inst: [{ ...a, retiring: true as const }, b],
+      live: [peer("p1"), peer("p2", true)],
+      want: ["a", "b"],
+    },
+    {
+      what: "the retiring replica when it is the only one ready",
+      inst: [{ ...a, retiring: true as const }],
+      live: [peer("p1"), peer("p2")],
+      want: ["a"],
+    },
     { what: "none whose rank 0 is unheard", inst: [a, b], live: [peer("p2", true)], want: ["b"] },
     { what: "nothing when nothing is heard", inst: [a], live: [], want: [] },
   ])("$what", ({ inst: instances, live, want }) => {

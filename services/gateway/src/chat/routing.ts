@@ -1,6 +1,6 @@
 // The route step: which ready instances may take a request (rank 0 heard; those off draining nodes
-// first, and a draining node's only while no other is ready: make before break), the one it goes to
-// (balancing.ts), and the typed answer when none may.
+// and not retiring first, the others only while none of those is ready: make before break), the one
+// it goes to (balancing.ts), and the typed answer when none may.
 import { ServiceError } from "@ic/protocol";
 import type { ControlState } from "@ic/protocol";
 import type { PeerView } from "@ic/protocol";
@@ -67,8 +67,8 @@ function choose(
   const cluster = ctx.o.cluster;
   const self = live.find((p) => p.heartbeat.peer_key === cluster.peerKey);
   // A prompt shorter than a block leaves nothing in a cache for the next one: it goes to the fewest
-  // in flight, then the oldest (the cache ranking's ties sent every such prompt to the roomiest
-  // replica; by nearness, a trickle kept every replica busy and none could be scaled down).
+  // in flight, then the nearest, then the oldest (the cache ranking's ties sent every such prompt to
+  // the roomiest replica).
   const uncacheable = prompt !== undefined && prompt.hashes.length === 0;
   return chooseInstance(instances, {
     outstanding: outstandingByInstance(
@@ -79,7 +79,6 @@ function choose(
     selfPeerKey: cluster.peerKey,
     rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
     prefixKey: uncacheable ? undefined : prefixKey,
-    pack: uncacheable,
     cache:
       prompt === undefined || uncacheable
         ? undefined
@@ -112,9 +111,10 @@ export function readyOthers(
 /**
  * Instances whose rank 0 runs on a node heard within the liveness timeout (its heartbeats carry the
  * engine's key: a node that has just joined has not heard every peer yet, and a silent one is about
- * to be declared gone), and of those the ones with no rank on a draining node. Make before break:
- * while none is ready off draining nodes, the draining ones still take requests -- a draining node
- * serves until its replacements are ready or its drain times out (docs/operations.md, "Draining").
+ * to be declared gone), and of those the ones with no rank on a draining node and not retiring (a
+ * scale-down's choice, deleted once its requests end: docs/capacity.md). Make before break: while
+ * none of those is ready, the others still take requests -- a draining node serves until its
+ * replacements are ready or its drain times out (docs/operations.md, "Draining").
  */
 export function routable(
   instances: readonly ReadyInstance[],
@@ -127,6 +127,8 @@ export function routable(
   const up = instances.filter((i) =>
     heard.has(i.instance.assignments.find((a) => a.rank === 0)?.peer_key ?? ""),
   );
-  const staying = up.filter((i) => !i.instance.assignments.some((a) => draining.has(a.peer_key)));
+  const staying = up.filter(
+    (i) => !i.retiring && !i.instance.assignments.some((a) => draining.has(a.peer_key)),
+  );
   return staying.length > 0 ? staying : up;
 }

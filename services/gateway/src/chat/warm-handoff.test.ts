@@ -17,7 +17,7 @@ import { handOffWarm } from "./warm-handoff.ts";
 
 /** Instances of one model, each with rank 0 ready on the peer named. */
 function state(instances: Record<string, string>): ControlState {
-  const s = { instances: {}, runners: {} } as unknown as ControlState;
+  const s = { instances: {}, runners: {}, deployments: {} } as unknown as ControlState;
   let age = 0;
   for (const [id, peer] of Object.entries(instances)) {
     (s.instances as Record<string, unknown>)[id] = {

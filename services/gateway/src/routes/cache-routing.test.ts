@@ -202,7 +202,7 @@ describe("prefix_routing cache", () => {
     expect([...homes]).toEqual([decodingHome]);
   });
 
-  it("a prompt shorter than a block goes to the fewest in flight, then the oldest, not to the roomiest", async () => {
+  it("a prompt shorter than a block goes to the fewest in flight, then the nearest and oldest, not to the roomiest", async () => {
     const { send, promptCache } = await setup("cache");
     // The oldest instance (i-1) holds two prompts, the other none: by room, i-2.
     for (const k of [1, 2])

@@ -23,17 +23,26 @@ export function nodeGauges(registry: Registry, o: MetricsSources): void {
 function capacityCounter(registry: Registry, o: MetricsSources): void {
   const c = new Counter({
     name: "ic_capacity_events_total",
-    help: "On-demand loads, unloads of idle instances (keep_alive) and for room (least recently used), and replicas added or removed for load.",
+    help: "On-demand loads, unloads of idle instances (keep_alive) and for room (least recently used), and replicas added, retired, recalled or removed for load.",
     labelNames: ["action"],
     registers: [registry],
   });
   const deleted = { idle: "unload_idle", room: "unload_room", scale_down: "scale_down" } as const;
-  for (const action of ["load", "scale_up", ...Object.values(deleted)]) c.inc({ action }, 0);
+  for (const action of [
+    "load",
+    "scale_up",
+    "scale_retire",
+    "scale_recall",
+    ...Object.values(deleted),
+  ])
+    c.inc({ action }, 0);
   o.cluster.on({
     event: ({ event: e }) => {
       if (e.type === "DeploymentCreated" && e.deployment.on_demand) c.inc({ action: "load" });
       else if (e.type === "DeploymentCreated" && e.deployment.scale && e.reason)
         c.inc({ action: "scale_up" });
+      else if (e.type === "DeploymentRetiring") c.inc({ action: "scale_retire" });
+      else if (e.type === "DeploymentRecalled") c.inc({ action: "scale_recall" });
       else if (e.type === "DeploymentDeleted" && e.cause) c.inc({ action: deleted[e.cause] });
     },
   });

@@ -525,12 +525,23 @@ describe("GET /metrics", () => {
       at({ type: "DeploymentCreated", deployment: { ...dep, scale }, reason: "busy" }, 8),
       s,
     );
-    listener!(at(deleted("scale_down"), 9), s);
+    const retire = {
+      type: "DeploymentRetiring",
+      deployment_id: "d",
+      since: 1,
+      reason: "q",
+    } as const;
+    listener!(at(retire, 9), s);
+    listener!(at({ type: "DeploymentRecalled", deployment_id: "d", reason: "busy" }, 10), s);
+    listener!(at(retire, 11), s);
+    listener!(at(deleted("scale_down"), 12), s);
     const m = parsePrometheusTextFormat(await metrics.render());
     expect(valueOf(m, "ic_capacity_events_total", { action: "load" })).toBe(1);
     expect(valueOf(m, "ic_capacity_events_total", { action: "unload_idle" })).toBe(1);
     expect(valueOf(m, "ic_capacity_events_total", { action: "unload_room" })).toBe(2);
     expect(valueOf(m, "ic_capacity_events_total", { action: "scale_up" })).toBe(1);
+    expect(valueOf(m, "ic_capacity_events_total", { action: "scale_retire" })).toBe(2);
+    expect(valueOf(m, "ic_capacity_events_total", { action: "scale_recall" })).toBe(1);
     expect(valueOf(m, "ic_capacity_events_total", { action: "scale_down" })).toBe(1);
   });
 });
