@@ -23,7 +23,13 @@ interface EventsDoc {
   records: {
     index: number;
     type: string;
-    event: { cause?: string; reason?: string; deployment_id?: string };
+    at: number;
+    event: {
+      cause?: string;
+      reason?: string;
+      deployment_id?: string;
+      deployment?: { deployment_id: string; instance_id: string };
+    };
   }[];
 }
 
@@ -33,21 +39,24 @@ async function load(
   model: string,
   concurrency: number,
   until: () => Promise<boolean>,
-): Promise<{ ok: number; failed: string[] }> {
-  const out = { ok: 0, failed: [] as string[] };
+): Promise<{ ok: number; failed: string[]; served: { at: number; instance: string }[] }> {
+  const out = { ok: 0, failed: [] as string[], served: [] as { at: number; instance: string }[] };
   let stop = false;
   let k = 0;
   const worker = async () => {
     while (!stop) {
       const n = nodes[k++ % nodes.length]!;
+      const at = Date.now();
       const r = await n.post("/v1/chat/completions", {
         model,
         messages: [{ role: "user", content: `hello ${k}` }],
         max_tokens: 48,
       });
       const text = await r.text();
-      if (r.status === 200) out.ok++;
-      else out.failed.push(`${r.status} ${text}`);
+      if (r.status === 200) {
+        out.ok++;
+        out.served.push({ at, instance: r.headers.get("x-instance-id") ?? "" });
+      } else out.failed.push(`${r.status} ${text}`);
     }
   };
   const workers = Array.from({ length: concurrency }, worker);
@@ -132,12 +141,24 @@ describe("replicas that follow load (across hosts)", () => {
     expect(retired).toHaveLength(2);
     expect(retired[0]!.event.reason).toMatch(/one retires \(at least 1\)$/);
     expect(downs).toHaveLength(2);
+    const instanceOf = new Map(
+      events.records.flatMap((r) =>
+        r.event.deployment
+          ? [[r.event.deployment.deployment_id, r.event.deployment.instance_id]]
+          : [],
+      ),
+    );
     for (const d of downs) {
       const r = retired.find((x) => x.event.deployment_id === d.event.deployment_id);
       expect(r && r.index < d.index, d.event.deployment_id).toBe(true);
       expect(d.event.reason).toMatch(
         /^the retiring replica's requests ended after [\d.]+ s: removed$/,
       );
+      // No request began on it once every gateway had the event (a second is ample on one machine).
+      const instance = instanceOf.get(d.event.deployment_id!);
+      expect(instance).toBeDefined();
+      const late = trickle.served.filter((x) => x.instance === instance && x.at > r!.at + 1000);
+      expect(late, `requests sent to retiring ${instance}`).toEqual([]);
     }
   });
 });
