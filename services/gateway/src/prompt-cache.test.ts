@@ -2,7 +2,8 @@ import { describe, expect, it } from "vitest";
 import { chainHashes } from "./prompt-blocks.ts";
 import type { PromptNotices } from "@ic/protocol";
 import type { PromptBlocks } from "./prompt-blocks.ts";
-import { markPositions, PromptCacheMap, START_ENTRIES } from "./prompt-cache.ts";
+import { PromptCacheMap, START_ENTRIES } from "./prompt-cache.ts";
+import { markPositions } from "./prompt-entries.ts";
 
 /** Four characters per block here: a prompt of n blocks is n words of four letters. */
 const B = 4;
