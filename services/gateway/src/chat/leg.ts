@@ -4,7 +4,8 @@
 import type { IncomingMessage } from "node:http";
 import { ServiceError } from "@ic/protocol";
 import type { ChatEvent, ChatObserver, Instance, SessionId, TaskId } from "@ic/protocol";
-import { watchClient } from "@ic/http";
+import type { Context } from "hono";
+import { nodePair, watchClient } from "@ic/http";
 import { postUpstream, UpstreamAbort, UpstreamConnectTimeout } from "../upstream.ts";
 import type { ClusterView } from "@ic/protocol";
 import type { ReadyInstance } from "../readiness.ts";
@@ -404,4 +405,9 @@ function routedEvent(target: ReadyInstance): Extract<ChatEvent, { type: "routed"
     nodeId: target.instance.assignments.find((a) => a.rank === 0)?.node_id,
     endpoint: target.endpoint,
   };
+}
+
+/** Whether the client has left (its disconnect seen by a leg, or the response already destroyed). */
+export function clientClosed(c: Context, request: RequestContext): boolean {
+  return request.clientGone || (nodePair(c)?.outgoing.destroyed ?? false);
 }

@@ -1,10 +1,9 @@
 // The relay and finish steps: an answer read whole, or a stream forwarded event by event (ids
-// rewritten in place), continued once on another ready instance when it opted in to migration and
-// loses its instance; each ends once, with the task closed and the observer told how.
-import type { Context } from "hono";
+// rewritten in place), continued once on another ready instance (continuation.ts) when it opted in
+// to migration and loses its instance; each ends once, with the task closed and the observer told
+// how.
 import { anthropicErrorBody, errorBody, ServiceError } from "@ic/protocol";
 import type { ChatEvent, ChatObserver, CommandId, EngineTimings, PeerView } from "@ic/protocol";
-import { nodePair } from "@ic/http";
 import { readAll, SseRelay } from "../upstream.ts";
 import type { ReadyInstance } from "../readiness.ts";
 import { engineFailure } from "../engine-errors.ts";
@@ -14,10 +13,11 @@ import {
   includesUsage,
   Transcript,
 } from "../migration.ts";
-import type { MigrationOutcome, MigrationReport, StreamSoFar } from "../migration.ts";
+import type { StreamSoFar } from "../migration.ts";
 import { anthropicReport, openAiUsage, preciseNow, tokensUsed, engineReport } from "./request.ts";
 import type { AnyUsage, ChatContext, RequestContext, StreamStyle } from "./request.ts";
-import { pick, readyOthers } from "./routing.ts";
+import { readyOthers } from "./routing.ts";
+import { migrationOutcomes, openContinuation } from "./continuation.ts";
 import { openSink } from "./sink.ts";
 import type { Sink } from "./sink.ts";
 import { BeforeFirstByte, RETRY_ON, connectionError, openLeg } from "./leg.ts";
@@ -27,11 +27,6 @@ import type { CarriedCache, HandoverCandidate } from "./handover.ts";
 
 /** How long llama-server keeps a finished stream readable (its STREAM_SESSION_TTL_SECONDS). */
 export const ENGINE_STREAM_TTL_MS = 300_000;
-
-/** Whether the client has left (its disconnect seen by a leg, or the response already destroyed). */
-export function clientClosed(c: Context, request: RequestContext): boolean {
-  return request.clientGone || (nodePair(c)?.outgoing.destroyed ?? false);
-}
 
 /**
  * Relays a leg's SSE answer through `relay` (whole events only, ids rewritten) to `to.write`, and
@@ -375,88 +370,6 @@ class StreamAnswer implements HandoverCandidate {
   }
 }
 
-/**
- * The continuation of a stream lost after the client got `sofar`: the request continued from
- * there (migration.ts), sent to another ready instance off draining nodes (the one its cache moved
- * to, naming the restored slot), within the request's total bound, answered with a 200. Undefined
- * (its outcome reported) when there is none.
- */
-async function openContinuation(
-  ctx: ChatContext,
-  request: RequestContext,
-  sofar: StreamSoFar,
-  {
-    outcome,
-    carried,
-  }: {
-    readonly outcome: ReturnType<typeof migrationOutcomes>;
-    /** The cache moved ahead of it: the continuation goes where it went, naming its slot. */
-    readonly carried: CarriedCache | undefined;
-  },
-): Promise<{ leg: Leg; to: string; maxTokens: number | undefined } | undefined> {
-  const { c } = request;
-  const plan = continuationRequest(request.body, sofar);
-  if (!plan.ok) return void outcome("not_continuable", { why: plan.why });
-  if (Date.now() >= request.deadline)
-    return void outcome("failed", { why: "the request's total bound has passed" });
-  const live = ctx.o.cluster.livePeers();
-  const others = carried ? [carried.target] : readyOthers(ctx, request, live);
-  if (others.length === 0 || clientClosed(c, request)) return void outcome("no_instance");
-  // The continuation's engine starts its own byte count: the stream is not readable again.
-  request.resumable = false;
-  const target = carried ? carried.target : pick(ctx, others, live, request);
-  const to = target.instance.instance_id;
-  request.tried.add(to);
-  const body = carried?.result.ok
-    ? { ...plan.body, id_slot: carried.result.restored.slot }
-    : plan.body;
-  let leg: Leg;
-  try {
-    leg = await openLeg(ctx, request, { target, body, obs: undefined });
-  } catch (e) {
-    return void outcome("failed", { to, err: (e as Error).message });
-  }
-  if (leg.status !== 200 || clientClosed(c, request)) {
-    leg.abort.abort(new Error("the continuation was refused or the client left"));
-    leg.close(false);
-    return void outcome("failed", { to, status: leg.status });
-  }
-  return { leg, to, maxTokens: plan.maxTokens };
-}
-
-/** Reports a migration's outcome (onMigration, for metrics; a log line), timed from this call. */
-function migrationOutcomes(
-  ctx: ChatContext,
-  request: Pick<RequestContext, "commandId" | "body">,
-  { from, err }: { readonly from: string; readonly err: ServiceError },
-) {
-  const { commandId } = request;
-  const model = request.body.model;
-  const lossAt = performance.now();
-  return (result: MigrationOutcome, extra: Record<string, unknown> = {}) => {
-    const ms = performance.now() - lossAt;
-    reportMigration(ctx, { model, outcome: result, seconds: ms / 1000 });
-    const fields = {
-      command: commandId,
-      model,
-      from,
-      code: err.code,
-      outcome: result,
-      ms: Math.round(ms),
-      ...extra,
-    };
-    if (result === "migrated") ctx.o.log.info(fields, "stream migrated to another ready instance");
-    else ctx.o.log.warn(fields, "stream lost its instance and was not migrated");
-  };
-}
-
-export function reportMigration(ctx: ChatContext, m: MigrationReport): void {
-  try {
-    ctx.o.onMigration?.(m);
-  } catch (e) {
-    ctx.o.log.warn({ err: (e as Error).message }, "the migration observer failed");
-  }
-}
 /**
  * The event that ends a stream with `err`, in the stream's dialect: OpenAI's `data: {"error": …}`
  * (which the openai clients raise from, on chat and on the Responses API), Anthropic's named
