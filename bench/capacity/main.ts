@@ -9,6 +9,10 @@
 //    slots at 100 tokens/s per stream (an engine-bound server on hardware of its own: a replica adds
 //    slots, not load on the others), and with real llama-server, whose replicas here share this
 //    machine's cores (more replicas add no compute; they compete for it).
+// 3. The shrink after the stand-in's burst: SHRINK_C streams kept in flight until the set is back to
+//    one replica. Each step retires a replica (no new requests) and removes it once its requests have
+//    ended: the requests that failed, TTFT before, during and after the shrink, how long each replica
+//    drained, and the requests that began on a retiring replica after its gateways had the event.
 // Reports only; writes its section of docs/benchmarks.md. BENCH_RUNS, BENCH_BURST, BENCH_BURST_S and
 // BENCH_SLO_MS change the workload.
 import { mkdtempSync, writeFileSync } from "node:fs";
@@ -33,8 +37,20 @@ interface StateDoc {
   deployments: unknown[];
 }
 
+/** The streams kept in flight while the set shrinks (below half of 4 per replica for one fewer). */
+const SHRINK_C = 2;
+
 /** One streaming request: ms to the first content chunk, or the failure. */
 async function ttft(node: NodeProcess, model: string, n: number): Promise<number> {
+  return (await stream(node, model, n)).ms;
+}
+
+/** One streaming request: ms to the first content chunk and the instance that served it. */
+async function stream(
+  node: NodeProcess,
+  model: string,
+  n: number,
+): Promise<{ ms: number; instance: string }> {
   const start = performance.now();
   const r = await fetch(`${node.apiUrl}/v1/chat/completions`, {
     method: "POST",
@@ -47,6 +63,7 @@ async function ttft(node: NodeProcess, model: string, n: number): Promise<number
     }),
   });
   if (r.status !== 200 || !r.body) throw new Error(`chat ${r.status}: ${await r.text()}`);
+  const instance = r.headers.get("x-instance-id") ?? "";
   let first = NaN;
   let buf = "";
   const decoder = new TextDecoder();
@@ -57,7 +74,7 @@ async function ttft(node: NodeProcess, model: string, n: number): Promise<number
     if (buf.includes('data: {"error"')) throw new Error(`stream failed: ${buf.slice(-400)}`);
   }
   if (Number.isNaN(first)) throw new Error(`no content in ${buf.slice(0, 400)}`);
-  return first;
+  return { ms: first, instance };
 }
 
 const loaded = async (n: NodeProcess) =>
@@ -118,6 +135,85 @@ interface BurstResult {
   readonly failed: number;
   readonly seconds: number;
   readonly replicas: number;
+  /** After the burst of a set that follows load, with the stand-in: the shrink back to one. */
+  readonly shrink?: ShrinkResult;
+}
+
+interface ShrinkSample {
+  /** When it was sent (ms, epoch). */
+  readonly at: number;
+  readonly ms?: number;
+  readonly instance?: string;
+  readonly failed?: string;
+}
+
+interface ShrinkResult {
+  readonly samples: readonly ShrinkSample[];
+  /** Each replica removed: when it began to retire and when it was deleted (ms, epoch). */
+  readonly steps: readonly { instance: string; retiredAt: number; deletedAt: number }[];
+  /** The set was back to one replica (false: not within SHRINK_LIMIT_MS). */
+  readonly done: boolean;
+}
+
+const SHRINK_LIMIT_MS = 60_000;
+
+interface EventsDoc {
+  records: {
+    at: number;
+    type: string;
+    event: {
+      deployment_id?: string;
+      cause?: string;
+      deployment?: { deployment_id: string; instance_id: string };
+    };
+  }[];
+}
+
+/** Part 3: SHRINK_C streams in flight until the set is back to one replica, then 5 s more. */
+async function shrink(nodes: readonly NodeProcess[], model: string): Promise<ShrinkResult> {
+  const samples: ShrinkSample[] = [];
+  let stop = false;
+  let k = 10_000;
+  const worker = async () => {
+    while (!stop) {
+      const n = k++;
+      const at = Date.now();
+      try {
+        samples.push({ at, ...(await stream(nodes[n % 3]!, model, n)) });
+      } catch (e) {
+        samples.push({ at, failed: (e as Error).message.slice(0, 200) });
+      }
+    }
+  };
+  const workers = Array.from({ length: SHRINK_C }, worker);
+  const deployments = async () => (await nodes[0]!.get<StateDoc>("/state")).deployments.length;
+  const done = await waitFor(async () => ((await deployments()) === 1 ? true : undefined), {
+    timeoutMs: SHRINK_LIMIT_MS,
+    intervalMs: 250,
+    what: "the set back to one replica",
+  }).then(
+    () => true,
+    () => false,
+  );
+  await new Promise((r) => setTimeout(r, 5000));
+  stop = true;
+  await Promise.all(workers);
+  const read = async (type: string) =>
+    (await nodes[0]!.get<EventsDoc>(`/events?type=${type}&limit=5000`)).records;
+  const instanceOf = new Map(
+    (await read("DeploymentCreated")).flatMap((r) =>
+      r.event.deployment
+        ? [[r.event.deployment.deployment_id, r.event.deployment.instance_id]]
+        : [],
+    ),
+  );
+  const deleted = (await read("DeploymentDeleted")).filter((r) => r.event.cause === "scale_down");
+  const steps = (await read("DeploymentRetiring")).flatMap((r) => {
+    const gone = deleted.find((d) => d.event.deployment_id === r.event.deployment_id);
+    const instance = instanceOf.get(r.event.deployment_id ?? "");
+    return gone && instance ? [{ instance, retiredAt: r.at, deletedAt: gone.at }] : [];
+  });
+  return { samples, steps, done };
 }
 
 /** Part 2: the burst on a fixed replica or on one that follows load. */
@@ -166,7 +262,46 @@ async function burst(follow: boolean, standIn: boolean, fixedReplicas = 1): Prom
   };
   await Promise.all(Array.from({ length: BURST }, worker));
   clearInterval(watch);
-  return { ttfts, failed, seconds: (performance.now() - start) / 1000, replicas };
+  const seconds = (performance.now() - start) / 1000;
+  const after = follow && standIn ? { shrink: await shrink(nodes, modelId) } : {};
+  return { ttfts, failed, seconds, replicas, ...after };
+}
+
+/** The shrink's table: TTFT and failures before, during and after, and each replica's drain. */
+function shrinkLines(r: ShrinkResult | undefined): string[] {
+  if (!r) return ["(no shrink was measured)"];
+  const first = Math.min(...r.steps.map((s) => s.retiredAt));
+  const last = Math.max(...r.steps.map((s) => s.deletedAt));
+  const phase = (what: string, keep: (s: ShrinkSample) => boolean) => {
+    const xs = r.samples.filter(keep);
+    const ok = xs.flatMap((s) => (s.ms === undefined ? [] : [s.ms]));
+    const cells = ok.length > 0 ? `${ms(p(ok, 0.5))} | ${ms(p(ok, 0.99))}` : "– | –";
+    return `| ${what} | ${xs.length} | ${cells} | ${xs.length - ok.length} |`;
+  };
+  // A request sent after its replica began to retire and served there: the gateways send a retiring
+  // replica none while another is ready, but one routed in the milliseconds the event takes to reach
+  // its gateway can land there (and then a second later none can).
+  const onRetiring = (after: number) =>
+    r.samples.filter((s) =>
+      r.steps.some((st) => s.instance === st.instance && s.at > st.retiredAt + after),
+    ).length;
+  const drains = r.steps.map((s) => `${ms(s.deletedAt - s.retiredAt)}`).join(", ");
+  return [
+    "| phase | requests | TTFT p50 | TTFT p99 | failed |",
+    "| --- | --- | --- | --- | --- |",
+    phase("3 replicas, quiet (before the first retires)", (s) => s.at < first),
+    phase("shrinking (first retires to last removed)", (s) => s.at >= first && s.at <= last),
+    phase("1 replica (5 s after)", (s) => s.at > last),
+    "",
+    r.done
+      ? `Back to one replica ${((last - first) / 1000).toFixed(1)} s after the first retired, in ${r.steps.length} steps; each replica drained for ${drains} (retired to removed); requests sent after their replica began to retire and served by it: ${onRetiring(0)} (more than 1 s after: ${onRetiring(1000)}). Failures: ${
+          r.samples
+            .filter((s) => s.failed)
+            .map((s) => s.failed)
+            .join("; ") || "none"
+        }.`
+      : `**The set was not back to one replica within ${SHRINK_LIMIT_MS / 1000} s** (${r.steps.length} replicas removed).`,
+  ];
 }
 
 const ms = (v: number) => `${Math.round(v)} ms`;
@@ -227,6 +362,10 @@ async function main(): Promise<void> {
     ),
     "",
     `Load-driven vs fixed, stand-in: goodput ${ratio(goodput(runs.standIn.follow), goodput(runs.standIn.fixed))}, TTFT p99 ${ratio(p(runs.standIn.follow.ttfts, 0.99), p(runs.standIn.fixed.ttfts, 0.99))}; llama-server on shared cores: goodput ${ratio(goodput(runs.real.follow), goodput(runs.real.fixed))}, TTFT p99 ${ratio(p(runs.real.follow.ttfts, 0.99), p(runs.real.fixed.ttfts, 0.99))}.`,
+    "",
+    `### The shrink after the stand-in's burst: ${SHRINK_C} streams in flight until one replica is left (down window 5 s)`,
+    "",
+    ...shrinkLines(runs.standIn.follow.shrink),
   ].join("\n");
   console.log(body);
   await writeSection("Capacity that follows demand", body);
