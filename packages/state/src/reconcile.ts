@@ -1,5 +1,6 @@
 // Intent kept as state: for every deployment whose instance is gone, place it again on what is there,
-// or say why not (not a replica that retires: it is about to be removed). Pure (ids and timing come from the caller), so the master's tick is a thin shell.
+// or say why not (not a replica that retires: it is about to be removed). Pure (ids and timing come
+// from the caller), so the master's tick is a thin shell.
 // It calls @ic/placement (placeInCluster, as the API places); placement never imports this package.
 import { kindOf, runnerKey } from "@ic/protocol";
 import type {

@@ -1,5 +1,6 @@
 // Picks which ready instance of a model serves a request. Without a prefix key: fewest outstanding
-// requests, then the lowest link latency from this node (a local rank 0 counts as 0), then the oldest.
+// requests, then the lowest link latency from this node (a local rank 0 counts as 0), then the
+// oldest.
 // With one (prefix-key.ts), consistent hashing with bounded loads: the instances are ranked (when
 // routing on the caches, prompt-cache.ts) by how much of the prompt their prompt cache holds, less
 // the prefill queued there before the request's own (this gateway's requests not yet answering), less

@@ -1,6 +1,6 @@
 // The prompts one instance's cache holds, as prompt-cache.ts keeps them: each prompt's block hashes
-// (chained, prompt-blocks.ts), with every prefix indexed so that how much of a new prompt is held is a
-// lookup and a binary search; a prompt another gateway announced is known at a few marks only.
+// (chained, prompt-blocks.ts), with every prefix indexed, so that how much of a new prompt is held
+// is a lookup and a binary search; a prompt another gateway announced is known at a few marks only.
 // Pure; prompt-cache.ts decides what goes in and what is dropped.
 
 /**
