@@ -73,6 +73,18 @@ const start: ControlEvent = {
   intent_restored: true,
 };
 
+/** Deployment d-1, Placed on instance i-a: the deployment tests below start from it. */
+const deployment = {
+  deployment_id: "d-1",
+  model_id: model,
+  min_nodes: 1,
+  sharding: "Pipeline" as const,
+  excluded_peer_keys: [],
+  created_at: 1,
+  instance_id: "i-a" as InstanceId,
+  status: "Placed" as const,
+};
+
 describe("apply", () => {
   it("a session start resets to the carried snapshot", () => {
     const s = run([start, { type: "NodeJoined", member: member(n2, "p2") }]);
@@ -182,16 +194,7 @@ describe("apply", () => {
   });
 
   it("deployments: created with the instance, pending when refused, placed again, deleted, carried", () => {
-    const d = {
-      deployment_id: "d-1",
-      model_id: model,
-      min_nodes: 1,
-      sharding: "Pipeline" as const,
-      excluded_peer_keys: [],
-      created_at: 1,
-      instance_id: "i-a" as InstanceId,
-      status: "Placed" as const,
-    };
+    const d = deployment;
     const refusal = { code: "insufficient_memory", message: "node x cannot fit its share" };
     const created = run([
       start,
@@ -231,16 +234,7 @@ describe("apply", () => {
   });
 
   it("a deployment failing, failed, and retried when its model is registered anew", () => {
-    const d = {
-      deployment_id: "d-1",
-      model_id: model,
-      min_nodes: 1,
-      sharding: "Pipeline" as const,
-      excluded_peer_keys: [],
-      created_at: 1,
-      instance_id: "i-a" as InstanceId,
-      status: "Placed" as const,
-    };
+    const d = deployment;
     const failure = {
       peer_key: "p1",
       node_name: "node-1",
@@ -275,16 +269,7 @@ describe("apply", () => {
   });
 
   it("a replica retiring, recalled, and retiring again; an unknown deployment changes nothing", () => {
-    const d = {
-      deployment_id: "d-1",
-      model_id: model,
-      min_nodes: 1,
-      sharding: "Pipeline" as const,
-      excluded_peer_keys: [],
-      created_at: 1,
-      instance_id: "i-a" as InstanceId,
-      status: "Placed" as const,
-    };
+    const d = deployment;
     const created = { type: "DeploymentCreated", deployment: d } as const;
     const retire = (since: number) =>
       ({ type: "DeploymentRetiring", deployment_id: "d-1", since, reason: "quiet" }) as const;
