@@ -2,7 +2,8 @@
 // max_replicas 3 starts with one replica; a burst (16 requests kept in flight through the three
 // gateways) grows it to 3, each on its own node; a trickle afterwards shrinks it back to 1, each
 // step retiring a replica (no new requests) before it is deleted. Every request of the burst and the
-// trickle is answered: no scaling step fails one.
+// trickle is answered: no scaling step fails one. And a replica whose node is killed while it
+// retires is removed with the scale-down, not placed again.
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,17 +12,25 @@ import { seedStore, startHostCluster, waitFor, waitForConvergence } from "@ic/te
 import type { NodeProcess } from "@ic/testkit";
 
 interface StateDoc {
+  node_identities: { node_id: string; name: string }[];
   models: { model_id: string }[];
   instances: {
     instance_id: string;
     assignments: { node_id: string }[];
     runners: { state: string }[];
   }[];
-  deployments: { deployment_id: string; replica_set?: string; status: string }[];
+  deployments: {
+    deployment_id: string;
+    instance_id: string;
+    replica_set?: string;
+    status: string;
+    retiring_since?: number;
+  }[];
 }
 interface EventsDoc {
   records: {
-    index: number;
+    /** This node's log order (the index restarts with each session). */
+    seq: number;
     type: string;
     at: number;
     event: {
@@ -150,7 +159,7 @@ describe("replicas that follow load (across hosts)", () => {
     );
     for (const d of downs) {
       const r = retired.find((x) => x.event.deployment_id === d.event.deployment_id);
-      expect(r && r.index < d.index, d.event.deployment_id).toBe(true);
+      expect(r && r.seq < d.seq, d.event.deployment_id).toBe(true);
       expect(d.event.reason).toMatch(
         /^the retiring replica's requests ended after [\d.]+ s: removed$/,
       );
@@ -160,5 +169,88 @@ describe("replicas that follow load (across hosts)", () => {
       const late = trickle.served.filter((x) => x.instance === instance && x.at > r!.at + 1000);
       expect(late, `requests sent to retiring ${instance}`).toEqual([]);
     }
+  });
+
+  it("a node killed while its replica retires: the replica is removed, not placed again", async () => {
+    const store = mkdtempSync(join(tmpdir(), "ic-store-"));
+    const { modelId } = await seedStore(store);
+    await using cluster = await startHostCluster(3, {
+      config: (i) => ({
+        ...(i === 0 ? { store_path: store } : {}),
+        cluster: {
+          scale_up_window_ms: 1000,
+          scale_down_window_ms: 3000,
+          heartbeat_ms: 500,
+          liveness_timeout_ms: 2000,
+        },
+      }),
+    });
+    const nodes = cluster.nodes as readonly NodeProcess[];
+    await waitForConvergence(nodes, 3);
+    const [n1] = nodes as [NodeProcess];
+    await waitFor(
+      async () => ((await n1.get<StateDoc>("/state")).models.length > 0 ? true : undefined),
+      { timeoutMs: 20_000, what: "the model registered" },
+    );
+    const placed = await n1.post("/place_instance", {
+      model_id: modelId,
+      min_replicas: 1,
+      max_replicas: 2,
+      scale_up_at: 2,
+    });
+    expect(placed.status, await placed.clone().text()).toBe(200);
+    const ready = async (via: NodeProcess) =>
+      (await via.get<StateDoc>("/state")).instances.filter(
+        (i) => i.runners.length > 0 && i.runners.every((r) => r.state === "RunnerReady"),
+      ).length;
+    await waitFor(async () => ((await ready(n1)) === 1 ? true : undefined), {
+      timeoutMs: 30_000,
+      what: "the first replica ready",
+    });
+    // Grow to 2 with a burst, then stop the load: the quiet retires one of the two.
+    const burst = await load(nodes, modelId, 8, async () => (await ready(n1)) === 2);
+    expect(burst.failed).toEqual([]);
+    let victim: { deployment: string; node: NodeProcess } | undefined;
+    await waitFor(
+      async () => {
+        const s = await n1.get<StateDoc>("/state");
+        const d = s.deployments.find((x) => x.retiring_since !== undefined);
+        const inst = d && s.instances.find((i) => i.instance_id === d.instance_id);
+        const id = inst?.assignments[0]?.node_id;
+        const name = s.node_identities.find((m) => m.node_id === id)?.name;
+        const node = nodes.find((x) => x.spec.name === name);
+        if (d && node) victim = { deployment: d.deployment_id, node };
+        return victim ? true : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 100, what: "a replica retiring" },
+    );
+    // Its node dies before the retirement ends: the replica goes with the scale-down, and the master
+    // does not place the lost instance again.
+    victim!.node.kill("SIGKILL");
+    const survivor = nodes.find((x) => x !== victim!.node && x.running)!;
+    await waitFor(
+      async () => {
+        const s = await survivor.get<StateDoc>("/state");
+        return s.deployments.length === 1 && s.node_identities.length === 2 ? true : undefined;
+      },
+      { timeoutMs: 30_000, what: "the retiring replica removed after its node died" },
+    );
+    const events = await survivor.get<EventsDoc>("/events?limit=5000");
+    const deleted = events.records.find(
+      (r) => r.type === "DeploymentDeleted" && r.event.deployment_id === victim!.deployment,
+    );
+    expect(deleted?.event.cause).toBe("scale_down");
+    // Never placed again: no instance was placed for it (a re-placement names its deployment).
+    const replaced = events.records.filter(
+      (r) => r.type === "InstancePlaced" && r.event.deployment_id === victim!.deployment,
+    );
+    expect(replaced).toEqual([]);
+    // The set still serves from its remaining replica.
+    const r = await survivor.post("/v1/chat/completions", {
+      model: modelId,
+      messages: [{ role: "user", content: "hello again" }],
+      max_tokens: 8,
+    });
+    expect(r.status, await r.clone().text()).toBe(200);
   });
 });
