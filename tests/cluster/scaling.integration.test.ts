@@ -79,6 +79,42 @@ async function load(
   return out;
 }
 
+/** The instances whose every runner is ready. */
+function readyOf(s: StateDoc): StateDoc["instances"] {
+  return s.instances.filter(
+    (i) => i.runners.length > 0 && i.runners.every((r) => r.state === "RunnerReady"),
+  );
+}
+
+/**
+ * Once the cluster has formed and the model is registered, places it through `via` as a set that
+ * follows load (from 1 replica to `max`, growing above `upAt` each) and waits for its first replica.
+ */
+async function placeFollowingLoad(
+  nodes: readonly NodeProcess[],
+  via: NodeProcess,
+  modelId: string,
+  max: number,
+  upAt: number,
+): Promise<void> {
+  await waitForConvergence(nodes, 3);
+  await waitFor(
+    async () => ((await via.get<StateDoc>("/state")).models.length > 0 ? true : undefined),
+    { timeoutMs: 20_000, what: "the model registered" },
+  );
+  const placed = await via.post("/place_instance", {
+    model_id: modelId,
+    min_replicas: 1,
+    max_replicas: max,
+    scale_up_at: upAt,
+  });
+  expect(placed.status, await placed.clone().text()).toBe(200);
+  await waitFor(
+    async () => (readyOf(await via.get<StateDoc>("/state")).length === 1 ? true : undefined),
+    { timeoutMs: 30_000, what: "the first replica ready" },
+  );
+}
+
 describe("replicas that follow load (across hosts)", () => {
   it("grows from 1 to 3 replicas under a burst and back to 1 in the quiet, failing no request", async () => {
     const store = mkdtempSync(join(tmpdir(), "ic-store-"));
@@ -90,29 +126,11 @@ describe("replicas that follow load (across hosts)", () => {
       }),
     });
     const [n1] = cluster.nodes as [NodeProcess, NodeProcess, NodeProcess];
-    await waitForConvergence(cluster.nodes, 3);
-    await waitFor(
-      async () => ((await n1.get<StateDoc>("/state")).models.length > 0 ? true : undefined),
-      { timeoutMs: 20_000, what: "the model registered" },
-    );
-    const placed = await n1.post("/place_instance", {
-      model_id: modelId,
-      min_replicas: 1,
-      max_replicas: 3,
-      scale_up_at: 4,
-    });
-    expect(placed.status, await placed.clone().text()).toBe(200);
+    await placeFollowingLoad(cluster.nodes, n1, modelId, 3, 4);
     const replicas = async () => {
       const s = await n1.get<StateDoc>("/state");
-      const ready = s.instances.filter(
-        (i) => i.runners.length > 0 && i.runners.every((r) => r.state === "RunnerReady"),
-      );
-      return { all: s.deployments.length, ready: ready.length, nodes: s.instances };
+      return { all: s.deployments.length, ready: readyOf(s).length, nodes: s.instances };
     };
-    await waitFor(async () => ((await replicas()).ready === 1 ? true : undefined), {
-      timeoutMs: 30_000,
-      what: "the first replica ready",
-    });
 
     // The burst: 16 in flight, above 4 per replica until there are 3 (its most). The state is
     // kept as seen when the third was ready: once the load stops, the last requests can take
@@ -186,29 +204,15 @@ describe("replicas that follow load (across hosts)", () => {
       }),
     });
     const nodes = cluster.nodes as readonly NodeProcess[];
-    await waitForConvergence(nodes, 3);
     const [n1] = nodes as [NodeProcess];
-    await waitFor(
-      async () => ((await n1.get<StateDoc>("/state")).models.length > 0 ? true : undefined),
-      { timeoutMs: 20_000, what: "the model registered" },
-    );
-    const placed = await n1.post("/place_instance", {
-      model_id: modelId,
-      min_replicas: 1,
-      max_replicas: 2,
-      scale_up_at: 2,
-    });
-    expect(placed.status, await placed.clone().text()).toBe(200);
-    const ready = async (via: NodeProcess) =>
-      (await via.get<StateDoc>("/state")).instances.filter(
-        (i) => i.runners.length > 0 && i.runners.every((r) => r.state === "RunnerReady"),
-      ).length;
-    await waitFor(async () => ((await ready(n1)) === 1 ? true : undefined), {
-      timeoutMs: 30_000,
-      what: "the first replica ready",
-    });
+    await placeFollowingLoad(nodes, n1, modelId, 2, 2);
     // Grow to 2 with a burst, then stop the load: the quiet retires one of the two.
-    const burst = await load(nodes, modelId, 8, async () => (await ready(n1)) === 2);
+    const burst = await load(
+      nodes,
+      modelId,
+      8,
+      async () => readyOf(await n1.get<StateDoc>("/state")).length === 2,
+    );
     expect(burst.failed).toEqual([]);
     let victim: { deployment: string; node: NodeProcess } | undefined;
     await waitFor(
