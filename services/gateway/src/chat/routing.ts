@@ -79,16 +79,14 @@ function choose(
     selfPeerKey: cluster.peerKey,
     rttMs: (peer) => self?.heartbeat.links.find((l) => l.peer_key === peer)?.rtt_ms,
     prefixKey: uncacheable ? undefined : prefixKey,
-    cache:
-      prompt === undefined || uncacheable
-        ? undefined
-        : {
-            held: (id) => ctx.cache.reuse(id, prompt),
-            promptChars: prompt.chars,
-            displaced: (id) => ctx.cache.displaced(id, prompt),
-            room: (id) => ctx.cache.room(id),
-            pending: (id) => ctx.load.prefillAhead(id),
-          },
+    // Consulted only with a prefix key.
+    cache: prompt && {
+      held: (id) => ctx.cache.reuse(id, prompt),
+      promptChars: prompt.chars,
+      displaced: (id) => ctx.cache.displaced(id, prompt),
+      room: (id) => ctx.cache.room(id),
+      pending: (id) => ctx.load.prefillAhead(id),
+    },
     boundLoad: ctx.load.local(),
   })!;
 }
