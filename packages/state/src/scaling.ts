@@ -63,6 +63,8 @@ export interface ReplicaSet {
   readonly ready: number;
   /** Requests in flight on its instances. */
   readonly inFlight: number;
+  /** The deployment a scale-down retires (at most one at a time: decide-scale.ts). */
+  readonly retiring: Deployment | undefined;
 }
 
 /** Every replica set, with its ready count and requests in flight (GET /state shows them). */
@@ -81,6 +83,7 @@ export function replicaSets(
       (d) => state.runners[runnerKey(d.instance_id, 0)]?.state === "RunnerReady",
     ).length,
     inFlight: deployments.reduce((s, d) => s + inFlight(d.instance_id), 0),
+    retiring: deployments.find((d) => d.retiring_since !== undefined),
   }));
 }
 
@@ -89,9 +92,8 @@ export function scaleSets(
   state: ControlState,
   inFlight: (instanceId: string) => number,
 ): ScaleSet[] {
-  return replicaSets(state, inFlight).flatMap(({ scale, ...set }) => {
+  return replicaSets(state, inFlight).flatMap(({ scale, retiring: r, ...set }) => {
     if (!scale) return [];
-    const r = set.deployments.find((d) => d.retiring_since !== undefined);
     const retiring =
       r?.retiring_since !== undefined
         ? { retiring: { since: r.retiring_since, inFlight: inFlight(r.instance_id) } }

@@ -96,9 +96,9 @@ function replicaSetsOf(
     replica_set: r.replica_set,
     model_id: r.deployments[0]!.model_id,
     ...(r.scale ? { scale: r.scale } : {}),
-    target: r.deployments.filter((d) => d.retiring_since === undefined).length,
+    target: r.deployments.length - (r.retiring ? 1 : 0),
     ready: r.ready,
-    retiring: r.deployments.filter((d) => d.retiring_since !== undefined).length,
+    retiring: r.retiring ? 1 : 0,
     outstanding: r.inFlight,
   }));
 }
