@@ -1,7 +1,8 @@
 // What a service may ask of this node's cluster agent: its view of the session, the control state,
 // live peers, and master commands. The gateway, the store routes and observability take it; the
 // node passes its ClusterAgent.
-import type { Command, CommandReply, ControlState, IndexedEvent } from "./cluster.ts";
+import type { ControlState, IndexedEvent } from "./cluster.ts";
+import type { Command, CommandReply } from "./commands.ts";
 import type { NodeId, SessionId } from "./ids.ts";
 import type { Heartbeat } from "./telemetry.ts";
 

@@ -6,6 +6,7 @@ export * from "./random.ts";
 export * from "./errors.ts";
 export * from "./instance-kinds.ts";
 export * from "./cluster.ts";
+export * from "./commands.ts";
 export * from "./intent.ts";
 export * from "./telemetry.ts";
 export * from "./subjects.ts";

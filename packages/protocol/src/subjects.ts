@@ -1,13 +1,13 @@
 // The bus catalog: every subject, its message schema and (for requests) its reply schema.
 // Subjects are lowercase and dotted; per-node subjects append the node's peer key.
 import { z } from "zod";
+import { IndexedEventSchema } from "./cluster.ts";
 import {
   CommandReplySchema,
   CommandRequestSchema,
-  IndexedEventSchema,
   SyncReplySchema,
   SyncRequestSchema,
-} from "./cluster.ts";
+} from "./commands.ts";
 import { HeartbeatSchema } from "./telemetry.ts";
 import { ModelIdSchema } from "./ids.ts";
 import { WireErrorSchema } from "./errors.ts";
