@@ -8,6 +8,9 @@ import type { StreamNotice, StreamStarted } from "@ic/protocol";
 /** Entries kept at most; the oldest go first (a stream lives minutes, so this is a burst's worth). */
 export const MAX_STREAMS = 50_000;
 
+/** Expired entries dropped per notice at most (the cost of a notice stays bounded). */
+const SWEEP_PER_NOTICE = 8;
+
 export class StreamDirectory {
   /** Insertion order is age order: a Map iterates oldest first. */
   private readonly entries = new Map<string, StreamStarted>();
@@ -17,6 +20,7 @@ export class StreamDirectory {
     /** Sends a notice to the other gateways (the node's bus; absent: this gateway alone). */
     private readonly publish: (n: StreamNotice) => void = () => {},
     private readonly max = MAX_STREAMS,
+    private readonly now: () => number = Date.now,
   ) {}
 
   /** A stream this gateway started: kept here and told to the others. */
@@ -40,6 +44,23 @@ export class StreamDirectory {
       const oldest = this.entries.keys().next().value;
       if (oldest === undefined) break;
       this.entries.delete(oldest);
+    }
+    this.sweep();
+  }
+
+  /**
+   * Drops expired entries from the oldest end, a few per notice, so that a quiet node holds only
+   * the streams its engines still keep rather than `max` of them. Entries expire nearly in the
+   * order they came (each gateway gives its own the same lifetime), so the oldest end is where
+   * the expired ones are; one that outlives a younger neighbour waits for a lookup or the bound.
+   */
+  private sweep(): void {
+    const now = this.now();
+    let n = 0;
+    for (const [key, e] of this.entries) {
+      if (e.expires_at > now || n === SWEEP_PER_NOTICE) return;
+      this.entries.delete(key);
+      n++;
     }
   }
 
