@@ -51,7 +51,7 @@ async function metric(node: NodeProcess, name: string, instance: string): Promis
   const res = await fetch(`${node.apiUrl}/metrics`, { headers: node.authHeaders });
   const line = (await res.text())
     .split("\n")
-    .find((l) => l.startsWith(`${name}{`) && l.includes(`instance="${instance}"`));
+    .find((l) => l.startsWith(`${name}{`) && l.includes(`ic_instance="${instance}"`));
   return line ? Number(line.split(" ").at(-1)) : 0;
 }
 

@@ -37,27 +37,31 @@ const COUNTS: readonly [name: string, help: string, read: (a: CacheAccuracy) => 
   ],
 ];
 
+/**
+ * Labelled `ic_instance`, as the runners' metrics: Prometheus sets `instance` to the scrape target and
+ * renames a scraped `instance` label to `exported_instance`.
+ */
 export function promptCacheMetrics(registry: Registry, cache: PromptCacheMap): void {
   const registers = [registry];
   for (const [name, help, read] of COUNTS)
     new Counter({
       name,
       help,
-      labelNames: ["instance"],
+      labelNames: ["ic_instance"],
       registers,
       collect() {
         this.reset();
-        for (const [instance, a] of cache.accuracy()) this.inc({ instance }, read(a));
+        for (const [instance, a] of cache.accuracy()) this.inc({ ic_instance: instance }, read(a));
       },
     });
   new Gauge({
     name: "ic_prompt_cache_entries",
     help: "Prompts the gateway's prompt-cache map assumes the instance's engine keeps (learned from its reuse counts).",
-    labelNames: ["instance"],
+    labelNames: ["ic_instance"],
     registers,
     collect() {
       this.reset();
-      for (const [instance, a] of cache.accuracy()) this.set({ instance }, a.capacity);
+      for (const [instance, a] of cache.accuracy()) this.set({ ic_instance: instance }, a.capacity);
     },
   });
 }

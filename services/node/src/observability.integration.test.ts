@@ -137,7 +137,7 @@ describe("observability across hosts", () => {
       counter(before.fams, "ic_chat_completion_tokens_total", { model: modelId }) + 8,
     );
     // The gateway's prompt-cache map checked both answers against the engine's own counts.
-    const byInstance = { instance: inst.instance_id };
+    const byInstance = { ic_instance: inst.instance_id };
     expect(counter(after.fams, "ic_prompt_cache_requests_total", byInstance)).toBe(
       counter(before.fams, "ic_prompt_cache_requests_total", byInstance) + 2,
     );
