@@ -188,6 +188,7 @@ interface RoundTargets {
 interface RoundTally {
   got: AtConcurrency["got"];
   cpu: number[];
+  cpuMain: number[];
 }
 
 /**
@@ -199,7 +200,7 @@ async function runRound(
   r: number,
   c: number,
   { paths, hops, modelId }: RoundTargets,
-  { got, cpu }: RoundTally,
+  { got, cpu, cpuMain }: RoundTally,
 ): Promise<{ wall: number; ratio: number; delta: number }> {
   const round: { ttft: number; tps: number }[] = [];
   const before = hops.map((pids) => threadCpu(pids));
@@ -212,7 +213,11 @@ async function runRound(
     round[at] = { ttft: summarize(res.ttft).median, tps: res.tokensPerSec };
   }
   const wall = performance.now() - t0;
-  hops.forEach((pids, k) => (cpu[k]! += cpuDelta(before[k]!, threadCpu(pids))));
+  hops.forEach((pids, k) => {
+    const after = threadCpu(pids);
+    cpu[k]! += cpuDelta(before[k]!, after);
+    cpuMain[k]! += cpuDelta(before[k]!, after, true);
+  });
   return {
     wall,
     ratio: round[GATEWAY]!.tps / round[FLOOR]!.tps,
@@ -236,11 +241,12 @@ async function measureAt(
   for (let pass = 0; pass < PASSES; pass++) {
     const from = ratios.length;
     const cpu = hops.map(() => 0);
+    const cpuMain = hops.map(() => 0);
     let wall = 0;
     // Interleaved, each round in a rotated order, so drift on a shared machine hits all paths
     // alike.
     for (let r = 0; r < reps; r++) {
-      const one = await runRound(r, c, { paths, hops, modelId }, { got, cpu });
+      const one = await runRound(r, c, { paths, hops, modelId }, { got, cpu, cpuMain });
       wall += one.wall;
       ratios.push(one.ratio);
       deltas.push(one.delta);
@@ -249,6 +255,7 @@ async function measureAt(
       ratio: summarize(ratios.slice(from)).median,
       delta: summarize(deltas.slice(from)).median,
       cpu,
+      cpuMain,
       wall,
       requests: reps * c,
     });

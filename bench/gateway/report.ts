@@ -16,7 +16,7 @@ import {
   WARMUP,
   pct,
 } from "./settings.ts";
-import type { AtConcurrency, Path } from "./settings.ts";
+import type { AtConcurrency, Pass, Path } from "./settings.ts";
 
 /** The per-path rows at one concurrency: TTFT, tok/s, against direct, and the hops' CPU. */
 function pathRows(
@@ -28,13 +28,14 @@ function pathRows(
   const { c, got } = at;
   const rows: string[] = [];
   const cpuMed = [0, 1, NATS].map((k) => summarize(perRequest.map((x) => x[k]!)).median);
+  const main = [0, 1].map((k) => pct(summarize(at.passes.map((p) => mainShare(p, k))).median));
   const ttft = got.map((g) => summarize(g.ttft).median);
   const tps = got.map((g) => summarize(g.tps).median);
   const cpuCell = (k: number) =>
     k === FLOOR
-      ? cpuMed[0]!.toFixed(2)
+      ? `${cpuMed[0]!.toFixed(2)} (main thread ${main[0]})`
       : k === GATEWAY
-        ? `${cpuMed[1]!.toFixed(2)} (nats-server ${cpuMed[2]!.toFixed(2)})`
+        ? `${cpuMed[1]!.toFixed(2)} (nats-server ${cpuMed[2]!.toFixed(2)}; main threads ${main[1]})`
         : "";
   paths.forEach((p, k) => {
     const line =
@@ -45,6 +46,11 @@ function pathRows(
     rows.push(line);
   });
   return rows;
+}
+
+/** The share of hop `k`'s CPU over a pass on its processes' main threads (idle not taken off). */
+function mainShare(p: Pass, k: number): number {
+  return p.cpu[k]! > 0 ? p.cpuMain[k]! / p.cpu[k]! : 0;
 }
 
 /** The target row at one concurrency: gateway vs floor, with the range of the passes. */
@@ -104,7 +110,7 @@ export function analyze(
     );
     passes.forEach((p, i) =>
       console.log(
-        `c=${c} pass ${i + 1}: gateway/floor ${pct(p.ratio)}, TTFT gateway - floor ${p.delta.toFixed(2)} ms; hop CPU per request: floor ${perRequest[i]![0]!.toFixed(2)} ms, gateway ${perRequest[i]![1]!.toFixed(2)} ms (nats-server ${perRequest[i]![NATS]!.toFixed(2)})`,
+        `c=${c} pass ${i + 1}: gateway/floor ${pct(p.ratio)}, TTFT gateway - floor ${p.delta.toFixed(2)} ms; hop CPU per request: floor ${perRequest[i]![0]!.toFixed(2)} ms, gateway ${perRequest[i]![1]!.toFixed(2)} ms (nats-server ${perRequest[i]![NATS]!.toFixed(2)}); on main threads: floor ${pct(mainShare(p, 0))}, gateway ${pct(mainShare(p, 1))}`,
       ),
     );
     rows.push(...pathRows(at, perRequest, paths, label));
@@ -178,7 +184,9 @@ request = time on a CPU of every thread of the hop's processes (\`/proc/<pid>/ta
 ns) over each round, all three paths' batches included (a hop works only for its own path), less
 its idle rate × the rounds' wall time (without requests, after the warm-up and after the rounds: proxy
 ${(idle[0]! * 1000).toFixed(1)} ms/s, node ${(idle[1]! * 1000).toFixed(1)} ms/s), per request; median over the passes. For the gateway: the node and
-its nats-server (${counted}; the engine excluded; the nats-server's share in brackets).
+its nats-server (${counted}; the engine excluded; the nats-server's share in brackets). "Main
+thread(s)": the share of the hop's CPU on its processes' main threads (the event loops; the rest is
+V8's garbage-collection helpers and libuv's threads), idle included, median over the passes.
 
 | model | concurrency | path | TTFT (ms) | added vs direct (ms) | tok/s | throughput vs direct | hop CPU per request (ms) |
 |---|---|---|---|---|---|---|---|

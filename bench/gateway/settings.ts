@@ -54,6 +54,8 @@ export interface Pass {
   delta: number;
   /** CPU ms of each hop over the pass's rounds (idle not yet removed) and the rounds' wall ms. */
   cpu: number[];
+  /** The same, of the hop's main threads only (event loops; GC and I/O helpers left out). */
+  cpuMain: number[];
   wall: number;
   requests: number;
 }

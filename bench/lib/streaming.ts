@@ -178,14 +178,28 @@ export function threadCpu(pids: readonly number[]): Map<string, number> {
   return out;
 }
 
-/** CPU ms between two threadCpu readings, over the threads present in both. */
-export function cpuDelta(before: Map<string, number>, after: Map<string, number>): number {
+/**
+ * CPU ms between two threadCpu readings, over the threads present in both; `mainOnly`: only each
+ * process's main thread (its event loop, for a Node process), not its GC and I/O helpers.
+ */
+export function cpuDelta(
+  before: Map<string, number>,
+  after: Map<string, number>,
+  mainOnly = false,
+): number {
   let ms = 0;
   for (const [k, v] of after) {
+    if (mainOnly && !isMainThread(k)) continue;
     const b = before.get(k);
     if (b !== undefined) ms += v - b;
   }
   return ms;
+}
+
+/** A threadCpu key (`pid/tid`) of a process's main thread (its tid is its pid). */
+function isMainThread(key: string): boolean {
+  const slash = key.indexOf("/");
+  return key.slice(0, slash) === key.slice(slash + 1);
 }
 
 export async function batch(
