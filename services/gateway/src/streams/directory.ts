@@ -49,10 +49,11 @@ export class StreamDirectory {
   }
 
   /**
-   * Drops expired entries from the oldest end, a few per notice, so that a quiet node holds only
-   * the streams its engines still keep rather than `max` of them. Entries expire nearly in the
-   * order they came (each gateway gives its own the same lifetime), so the oldest end is where
-   * the expired ones are; one that outlives a younger neighbour waits for a lookup or the bound.
+   * Drops expired entries from the oldest end, a few per notice, so that under steady traffic the
+   * table holds about the streams the engines still keep rather than `max` of them. Entries expire
+   * nearly in the order they came (each gateway gives its own the same lifetime), so the oldest end
+   * is where the expired ones are; one that expires before an older one waits for that one, a
+   * lookup, or the bound. What is left when traffic stops goes with the next notices.
    */
   private sweep(): void {
     const now = this.now();
