@@ -21,8 +21,17 @@ const model: ModelRecord = {
   supports_tensor: true,
 };
 
-/** A worker with one rank-0 runner assigned and a stager that stays in staging until aborted. */
-async function stagingWorker() {
+type Stage = ConstructorParameters<typeof Worker>[0]["stager"]["stage"];
+
+/** A stage that stays in staging until aborted. */
+const stageForever: Stage = (_m, signal) =>
+  new Promise((_r, reject) => signal.addEventListener("abort", () => reject(new Error("aborted"))));
+
+/**
+ * A worker with one rank-0 runner assigned and a stager that stays in staging until aborted (or
+ * does what `stage` does), once the first stage began.
+ */
+async function stagingWorker(stage: Stage = stageForever) {
   const state = emptyState();
   state.models[model.model_id] = model;
   state.instances["i-a"] = {
@@ -52,12 +61,10 @@ async function stagingWorker() {
   const worker = new Worker({
     cluster,
     stager: {
-      stage: (_m, signal, onProgress) => {
+      stage: (m, signal, onProgress) => {
         progress = onProgress!;
         staged();
-        return new Promise((_r, reject) =>
-          signal.addEventListener("abort", () => reject(new Error("aborted"))),
-        );
+        return stage(m, signal, onProgress);
       },
       setInUse: () => {},
       released: () => Promise.resolve(),
@@ -88,6 +95,7 @@ async function stagingWorker() {
     commands.flatMap((c) => (c.type === "ReportRunner" ? [c.runner] : [])) as Runner[];
   return {
     worker,
+    state,
     progress: (d: number) => progress({ doneBytes: d, totalBytes: model.bytes }),
     reports,
   };
@@ -119,6 +127,27 @@ describe("Worker runner reports", () => {
         progress: { staged_bytes: 400_000, total_bytes: 1_000_000, started_at: 10_000 },
       });
       expect(w.reports().every((r) => r.warmup_started_at === undefined)).toBe(true);
+    } finally {
+      await w.worker.stop();
+    }
+  });
+
+  it("stages again from where the store host is now: each retry reads the model's record afresh", async () => {
+    const asked: (string | undefined)[] = [];
+    let retried!: () => void;
+    const second = new Promise<void>((r) => (retried = r));
+    const w = await stagingWorker((m, signal, onProgress) => {
+      asked.push(m.store_url);
+      if (asked.length === 1) return Promise.reject(new Error("store at http://old unreachable"));
+      retried();
+      return stageForever(m, signal, onProgress);
+    });
+    try {
+      // The store host came back on another address and registered the model there.
+      w.state.models[model.model_id] = { ...model, store_url: "http://new" };
+      await second;
+      expect(asked).toEqual([undefined, "http://new"]);
+      expect(w.reports().at(-1)?.reason).toMatch(/staging attempt 1 failed .*old unreachable/);
     } finally {
       await w.worker.stop();
     }

@@ -401,10 +401,14 @@ export class Worker implements AsyncDisposable {
    * with jittered backoff from 1 s doubling to 30 s, until it succeeds or the runner is stopped. The
    * partial copy is kept, so each attempt resumes; the runner stays RunnerStaging with the last
    * failure and the next attempt in its reason. Giving up here would leave the deployment Placed on
-   * an instance that never serves (the intent silently lost).
+   * an instance that never serves (the intent silently lost). Each attempt takes the model's record
+   * as the cluster has it then: the store host may have moved meanwhile (a node restarted on another
+   * address registers its models again there), and the record first read may name where it was.
    */
-  private async stageUntilDone(slot: Slot, model: ModelRecord): Promise<StagedModel> {
+  private async stageUntilDone(slot: Slot, first: ModelRecord): Promise<StagedModel> {
     for (let attempt = 1; ; attempt++) {
+      const model =
+        attempt === 1 ? first : (this.o.cluster.snapshot().models[first.model_id] ?? first);
       try {
         return await this.o.stager.stage(model, slot.abort.signal, (p) =>
           this.onStagingProgress(slot, p),
