@@ -213,7 +213,10 @@ async function prepareNodes(
   return { nodes, hubUrl };
 }
 
-/** Waits for the model to be registered, places it unless an instance exists, waits for it to serve. */
+/**
+ * Waits for the model to be registered, places it unless the cluster keeps it already (a deployment
+ * a data dir brought back, or an instance), waits for it to serve.
+ */
 async function placeModel(
   first: NodeProcess,
   target: string,
@@ -226,8 +229,21 @@ async function placeModel(
     },
     { timeoutMs: 30_000, what: `${target} to be registered` },
   );
-  const state = await first.get<{ instances: { model_id: string }[] }>("/state");
-  if (!state.instances.some((i) => i.model_id === target)) {
+  // A data dir started again brings its deployments back from the intent store, each without an
+  // instance until it is placed again: placing the model before they are back doubled it.
+  const state = await waitFor(
+    async () => {
+      const s = await first.get<{
+        intent_restored: boolean;
+        deployments: { model_id: string }[];
+        instances: { model_id: string }[];
+      }>("/state");
+      return s.intent_restored ? s : undefined;
+    },
+    { timeoutMs: 30_000, what: "the cluster to restore its deployments" },
+  );
+  const kept = [...state.deployments, ...state.instances].some((d) => d.model_id === target);
+  if (!kept) {
     const r = await first.post("/place_instance", {
       model_id: target,
       min_nodes: 1,

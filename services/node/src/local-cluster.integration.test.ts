@@ -143,6 +143,28 @@ describe("npm start", () => {
     await expect(fetch(`http://127.0.0.1:${port}/v1/ping`)).rejects.toThrow();
     expect(existsSync(join(dataDir, "cluster.secret"))).toBe(true);
   }, 200_000);
+
+  it("started again on the same data dir, serves the demo deployment it kept instead of adding one", async () => {
+    const port = await freePort();
+    const { child, exited, ready } = await npmStart([
+      "--port",
+      String(port),
+      "--data-dir",
+      dataDir,
+    ]);
+    try {
+      await ready();
+      const s = (await (await fetch(`http://127.0.0.1:${port}/state`)).json()) as {
+        deployments: { model_id: string }[];
+        instances: { model_id: string }[];
+      };
+      expect(s.deployments.filter((d) => d.model_id === "demo/tiny-llama")).toHaveLength(1);
+      expect(s.instances.filter((i) => i.model_id === "demo/tiny-llama")).toHaveLength(1);
+    } finally {
+      child.kill("SIGINT");
+    }
+    expect(await exited).toBe(0);
+  }, 200_000);
 });
 
 describe("npm start -- --model org/repo:QUANT --config FILE", () => {
