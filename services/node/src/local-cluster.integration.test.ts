@@ -42,6 +42,12 @@ async function npmStart(args: string[]) {
   return { child, output, exited, ready };
 }
 
+/** `npm start` on a free port with `dataDir`, as the two runs on one data dir below start it. */
+async function npmStartOn(dataDir: string) {
+  const port = await freePort();
+  return { port, ...(await npmStart(["--port", String(port), "--data-dir", dataDir])) };
+}
+
 describe.concurrent("the entry points answer before starting anything", () => {
   it("start --help prints every option and exits 0", async () => {
     const r = await run(CLI, ["start", "--help"]);
@@ -90,13 +96,7 @@ describe("npm start", () => {
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
   it("starts a node with the documented defaults, places the demo model, says where logs live, and stops on Ctrl-C", async () => {
-    const port = await freePort();
-    const { child, output, exited, ready } = await npmStart([
-      "--port",
-      String(port),
-      "--data-dir",
-      dataDir,
-    ]);
+    const { port, child, output, exited, ready } = await npmStartOn(dataDir);
     try {
       await ready();
       const out = output();
@@ -145,13 +145,7 @@ describe("npm start", () => {
   }, 200_000);
 
   it("started again on the same data dir, serves the demo deployment it kept instead of adding one", async () => {
-    const port = await freePort();
-    const { child, exited, ready } = await npmStart([
-      "--port",
-      String(port),
-      "--data-dir",
-      dataDir,
-    ]);
+    const { port, child, exited, ready } = await npmStartOn(dataDir);
     try {
       await ready();
       const s = (await (await fetch(`http://127.0.0.1:${port}/state`)).json()) as {
