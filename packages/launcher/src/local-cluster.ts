@@ -15,7 +15,7 @@ import {
   withoutLauncherKeys,
 } from "./node-process.ts";
 import type { NodeProcess } from "./node-process.ts";
-import { freePort, waitFor } from "@ic/process";
+import { deathSignalAvailable, freePort, waitFor } from "@ic/process";
 import type { StartOptions } from "./start-args.ts";
 
 const MODEL_ID = "demo/tiny-llama";
@@ -168,6 +168,11 @@ async function prepareNodes(
     const apiPort = (await portFree(want)) ? want : 0;
     const spec = {
       name: `local-${i + 1}`,
+      // The nodes live in sessions of their own (a Ctrl-C reaches the launcher, which stops them
+      // in order); a launcher killed outright takes them with it, each draining as on SIGTERM.
+      ...(deathSignalAvailable()
+        ? { wrap: ["/usr/bin/setpriv", "--pdeathsig", "TERM", "--"] }
+        : {}),
       clusterPort: clusterPorts[i]!,
       peers: clusterPorts.filter((_, j) => j !== i).map((p) => `127.0.0.1:${p}`),
       secret,

@@ -161,6 +161,56 @@ describe("npm start", () => {
   }, 200_000);
 });
 
+/** Whether anything listens on the port (what a cluster left behind would hold). */
+async function listening(port: number): Promise<boolean> {
+  return fetch(`http://127.0.0.1:${port}/v1/ping`).then(
+    () => true,
+    () => false,
+  );
+}
+
+describe("npm start stopped however it is stopped", () => {
+  const dataDir = mkdtempSync(join(tmpdir(), "ic-local-stop-"));
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  it("a SIGTERM to npm's own process (a process manager, kill <pid>) stops the cluster", async () => {
+    const port = await freePort();
+    // npm itself, as the README runs it: its script hands the signal on to the launcher.
+    const child = spawn("npm", ["start", "--", "--port", String(port), "--data-dir", dataDir], {
+      cwd: REPO_ROOT,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
+    child.stderr.on("data", (c: Buffer) => (out += c.toString()));
+    try {
+      await waitFor(() => (out.includes("Press Ctrl-C to stop.") ? true : undefined), {
+        timeoutMs: 150_000,
+        what: `the local cluster to be ready; output so far:\n${out}`,
+      });
+      child.kill("SIGTERM");
+      await waitFor(async () => ((await listening(port)) ? undefined : true), {
+        timeoutMs: 30_000,
+        what: `port ${port} to close after SIGTERM to npm; output:\n${out}`,
+      });
+      expect(out).toContain("stopping the local cluster");
+    } finally {
+      child.kill("SIGKILL");
+    }
+  }, 200_000);
+
+  it("a launcher killed outright takes its nodes with it", async () => {
+    const { port, child, exited, ready } = await npmStartOn(dataDir);
+    await ready();
+    child.kill("SIGKILL");
+    await exited;
+    await waitFor(async () => ((await listening(port)) ? undefined : true), {
+      timeoutMs: 30_000,
+      what: `the node on port ${port} to stop after its launcher was killed`,
+    });
+  }, 200_000);
+});
+
 describe("npm start -- --model org/repo:QUANT --config FILE", () => {
   const dataDir = mkdtempSync(join(tmpdir(), "ic-local-model-"));
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
