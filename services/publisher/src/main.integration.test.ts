@@ -1,5 +1,6 @@
 // The publisher program as deployed (`npm run publisher` runs this file under tsx): LOG_LEVEL is
-// honoured, and an invalid configuration stops it at startup with one line naming the variable.
+// honoured, a SIGTERM to npm stops it, and an invalid configuration stops it at startup with one
+// line naming the variable.
 import { spawn } from "node:child_process";
 import { copyFile, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -21,13 +22,16 @@ interface Program {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-function startMain(env: Record<string, string>): Program {
+/** The program, run as tests run it (node under tsx) or as the README does (`npm run publisher`). */
+function startMain(env: Record<string, string>, via: "node" | "npm" = "node"): Program {
   const clean = Object.fromEntries(
     Object.entries(process.env).filter(
       ([k]) => !k.startsWith("PUBLISHER_") && k !== "HF_TOKEN" && k !== "LOG_LEVEL",
     ),
   );
-  const child = spawn(process.execPath, ["--import", "tsx", MAIN], {
+  const [cmd, args] =
+    via === "npm" ? ["npm", ["run", "publisher"]] : [process.execPath, ["--import", "tsx", MAIN]];
+  const child = spawn(cmd, args, {
     cwd: REPO_ROOT,
     env: { ...clean, ...env },
     stdio: ["ignore", "pipe", "pipe"],
@@ -105,6 +109,22 @@ describe("publisher program", () => {
     expect((await fetch(`${String(url)}/api/status`)).status).toBe(200);
     await program.stop();
     expect(program.records().some((r) => r["level"] === 20)).toBe(false);
+  });
+
+  it("run by `npm run publisher`, stops when npm's process gets SIGTERM (a process manager, kill <pid>)", async () => {
+    await using program = startMain(env, "npm");
+    const url = await waitFor(
+      () => program.records().find((r) => r["msg"] === "weights publisher listening")?.["url"],
+      { timeoutMs: 60_000, what: "the publisher to listen" },
+    );
+    expect((await fetch(`${String(url)}/api/status`)).status).toBe(200);
+    // npm hands the signal to its script, which execs the program (it stopped at npm's sh before).
+    await program.stop();
+    await waitFor(() => program.records().find((r) => r["msg"] === "weights publisher stopped"), {
+      timeoutMs: 15_000,
+      what: "the publisher to stop",
+    });
+    await expect(fetch(`${String(url)}/api/status`)).rejects.toThrow();
   });
 
   it("stops at startup with one line naming PUBLISHER_WORK_DIR when that directory is missing", async () => {
