@@ -23,9 +23,16 @@ const run = (file: string, args: string[]) =>
     );
   });
 
-/** `npm start` with `args` as an operator runs it: its output so far, and its exit once it ends. */
-async function npmStart(args: string[]) {
-  const child = spawn(process.execPath, ["--import", "tsx", CLI, "start", ...args], {
+/**
+ * `npm start` with `args` as an operator runs it: its output so far, and its exit once it ends. The
+ * launcher itself, or (`npm`) npm with its script, as the README runs it.
+ */
+async function npmStart(args: string[], via: "launcher" | "npm" = "launcher") {
+  const [cmd, argv] =
+    via === "npm"
+      ? ["npm", ["start", "--", ...args]]
+      : [process.execPath, ["--import", "tsx", CLI, "start", ...args]];
+  const child = spawn(cmd, argv, {
     cwd: REPO_ROOT,
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -42,10 +49,10 @@ async function npmStart(args: string[]) {
   return { child, output, exited, ready };
 }
 
-/** `npm start` on a free port with `dataDir`, as the two runs on one data dir below start it. */
-async function npmStartOn(dataDir: string) {
+/** `npm start` on a free port with `dataDir`, as the runs on one data dir below start it. */
+async function npmStartOn(dataDir: string, via: "launcher" | "npm" = "launcher") {
   const port = await freePort();
-  return { port, ...(await npmStart(["--port", String(port), "--data-dir", dataDir])) };
+  return { port, ...(await npmStart(["--port", String(port), "--data-dir", dataDir], via)) };
 }
 
 describe.concurrent("the entry points answer before starting anything", () => {
@@ -174,26 +181,16 @@ describe("npm start stopped however it is stopped", () => {
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
   it("a SIGTERM to npm's own process (a process manager, kill <pid>) stops the cluster", async () => {
-    const port = await freePort();
     // npm itself, as the README runs it: its script hands the signal on to the launcher.
-    const child = spawn("npm", ["start", "--", "--port", String(port), "--data-dir", dataDir], {
-      cwd: REPO_ROOT,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    child.stdout.on("data", (c: Buffer) => (out += c.toString()));
-    child.stderr.on("data", (c: Buffer) => (out += c.toString()));
+    const { port, child, output, ready } = await npmStartOn(dataDir, "npm");
     try {
-      await waitFor(() => (out.includes("Press Ctrl-C to stop.") ? true : undefined), {
-        timeoutMs: 150_000,
-        what: `the local cluster to be ready; output so far:\n${out}`,
-      });
+      await ready();
       child.kill("SIGTERM");
       await waitFor(async () => ((await listening(port)) ? undefined : true), {
         timeoutMs: 30_000,
-        what: `port ${port} to close after SIGTERM to npm; output:\n${out}`,
+        what: `port ${port} to close after SIGTERM to npm; output:\n${output()}`,
       });
-      expect(out).toContain("stopping the local cluster");
+      expect(output()).toContain("stopping the local cluster");
     } finally {
       child.kill("SIGKILL");
     }
